@@ -1,0 +1,39 @@
+# otel-ext: `make demo` and `make test` are the only commands a fresh clone needs.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint typecheck pytest bench semconv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,nvml]'
+	@touch $(STAMP)
+
+demo: venv
+	$(VENV)/bin/otel-ext demo $(DEMO_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy otel_ext exporters semantic_conventions
+
+pytest: venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: venv
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+semconv: venv
+	$(VENV)/bin/otel-ext semconv generate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache otel-ext-demo

@@ -1,0 +1,1 @@
+"""exporters: where telemetry leaves the process (filled in by its issue)."""

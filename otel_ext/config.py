@@ -1,0 +1,157 @@
+"""Our own ``OTEL_EXT_*`` environment variables, declared once, parsed as OpenTelemetry does.
+
+The precedence is the OpenTelemetry one: a code argument, then the environment variable,
+then the default. Parsing follows the specification's rules for environment variables:
+
+* an empty value means unset;
+* a boolean is true only for ``true`` (case-insensitive); anything else is false, and a
+  value other than ``false`` logs a warning;
+* a number that does not parse logs a warning and falls back to the default.
+
+>>> env = {"OTEL_EXT_FILE_DIR": "", "OTEL_EXT_REQUIRE_INTEGRATION": "TRUE"}
+>>> resolve(FILE_DIR, env=env)
+'.'
+>>> resolve(REQUIRE_INTEGRATION, env=env)
+True
+>>> resolve(EXPORT_TIMEOUT_S, 3.0, env=env)
+3.0
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = [
+    "ALL_VARIABLES",
+    "EnvVar",
+    "resolve",
+]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T", str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    """One environment variable of ours.
+
+    Attributes:
+        name: the variable name, ``OTEL_EXT_...``.
+        kind: ``str``, ``int``, ``float`` or ``bool``.
+        default: the value when neither argument nor variable is given.
+        doc: one sentence on what it controls (rendered in ``docs/configuration.md``).
+    """
+
+    name: str
+    kind: type[T]
+    default: T
+    doc: str
+
+
+def resolve(var: EnvVar[T], value: T | None = None, *, env: Mapping[str, str] | None = None) -> T:
+    """Return the effective value: ``value`` if given, else the variable, else the default.
+
+    Args:
+        var: the declared variable.
+        value: a value passed in code; wins when not ``None``.
+        env: the environment to read (defaults to ``os.environ``).
+
+    Returns:
+        The parsed value, of ``var.kind``.
+    """
+    if value is not None:
+        return value
+    raw = (os.environ if env is None else env).get(var.name, "").strip()
+    if raw == "":
+        return var.default
+    if var.kind is bool:
+        lowered = raw.lower()
+        if lowered not in ("true", "false"):
+            _log.warning("%s=%r is not 'true' or 'false'; treating it as false", var.name, raw)
+        return lowered == "true"  # type: ignore[return-value]
+    if var.kind in (int, float):
+        try:
+            return var.kind(raw)  # type: ignore[return-value]
+        except ValueError:
+            _log.warning(
+                "%s=%r is not a valid %s; using the default %r",
+                var.name,
+                raw,
+                var.kind.__name__,
+                var.default,
+            )
+            return var.default
+    return raw  # type: ignore[return-value]
+
+
+ALL_VARIABLES: list[EnvVar] = []
+
+
+def _declare(var: EnvVar[T]) -> EnvVar[T]:
+    ALL_VARIABLES.append(var)
+    return var
+
+
+REQUIRE_INTEGRATION = _declare(
+    EnvVar(
+        "OTEL_EXT_REQUIRE_INTEGRATION",
+        bool,
+        False,
+        "When true, an integration test whose real part is missing fails instead of skipping (CI sets it).",
+    )
+)
+FILE_DIR = _declare(
+    EnvVar(
+        "OTEL_EXT_FILE_DIR",
+        str,
+        ".",
+        "Folder where the `file` exporters write OTLP-JSON (`traces.jsonl`, `metrics.jsonl`).",
+    )
+)
+FILE_MAX_BYTES = _declare(
+    EnvVar(
+        "OTEL_EXT_FILE_MAX_BYTES",
+        int,
+        256 * 1024 * 1024,
+        "Size at which the OTLP-JSON file exporters rotate to a new file.",
+    )
+)
+FILE_GZIP = _declare(
+    EnvVar("OTEL_EXT_FILE_GZIP", bool, False, "When true, the file exporters write gzip files.")
+)
+EXPORT_TIMEOUT_S = _declare(
+    EnvVar(
+        "OTEL_EXT_EXPORT_TIMEOUT_S",
+        float,
+        10.0,
+        "Longest time one export may block an exporter thread, in seconds.",
+    )
+)
+PROMETHEUS_LISTEN = _declare(
+    EnvVar(
+        "OTEL_EXT_PROMETHEUS_LISTEN",
+        str,
+        "127.0.0.1:9464",
+        "HOST:PORT where the Prometheus `/metrics` endpoint listens.",
+    )
+)
+COUNTER_INTERVAL_S = _declare(
+    EnvVar(
+        "OTEL_EXT_COUNTER_INTERVAL_S",
+        float,
+        1.0,
+        "Seconds between two samples of the counter sources.",
+    )
+)
+MAX_SERIES_PER_METRIC = _declare(
+    EnvVar(
+        "OTEL_EXT_MAX_SERIES_PER_METRIC",
+        int,
+        2000,
+        "Cardinality guard: label sets beyond this many per metric are dropped and counted.",
+    )
+)

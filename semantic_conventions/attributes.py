@@ -1,0 +1,231 @@
+"""Attribute names of the otel-ext registry (and the OpenTelemetry ones it reuses).
+
+Generated from the registry by ``otel-ext semconv generate``. Do not edit.
+"""
+
+# fmt: off
+__all__ = [
+    "ACCEL_CLOCK_COUNTER_BITS",
+    "ACCEL_CLOCK_DOMAIN",
+    "ACCEL_CLOCK_QUALITY",
+    "ACCEL_CLOCK_RAW_END_TICKS",
+    "ACCEL_CLOCK_RAW_START_TICKS",
+    "ACCEL_CLOCK_REFERENCE",
+    "ACCEL_CLOCK_TICKS_PER_SECOND",
+    "ACCEL_CLOCK_UNCERTAINTY_NS",
+    "ACCEL_COLLECTIVE_ALGBW",
+    "ACCEL_COLLECTIVE_ASYNC",
+    "ACCEL_COLLECTIVE_BUSBW",
+    "ACCEL_COLLECTIVE_BYTES",
+    "ACCEL_COLLECTIVE_DTYPE",
+    "ACCEL_COLLECTIVE_GROUP",
+    "ACCEL_COLLECTIVE_GROUP_SIZE",
+    "ACCEL_COLLECTIVE_ID",
+    "ACCEL_COLLECTIVE_OP",
+    "ACCEL_COLLECTIVE_PEER",
+    "ACCEL_COLLECTIVE_RANK",
+    "ACCEL_COLLECTIVE_SEQ",
+    "ACCEL_DEVICE_ID",
+    "ACCEL_DEVICE_INDEX",
+    "ACCEL_DEVICE_KIND",
+    "ACCEL_DEVICE_MODEL",
+    "ACCEL_DEVICE_UUID",
+    "ACCEL_HOST_ID",
+    "ACCEL_KERNEL_BYTES",
+    "ACCEL_KERNEL_CORRELATION_ID",
+    "ACCEL_KERNEL_FLOPS",
+    "ACCEL_KERNEL_KIND",
+    "ACCEL_KERNEL_NAME",
+    "ACCEL_KERNEL_STREAM",
+    "ACCEL_LAYER_BYTES",
+    "ACCEL_LAYER_DEPTH",
+    "ACCEL_LAYER_FLOPS",
+    "ACCEL_LAYER_INDEX",
+    "ACCEL_LAYER_INPUT_DTYPES",
+    "ACCEL_LAYER_INPUT_SHAPES",
+    "ACCEL_LAYER_NAME",
+    "ACCEL_LAYER_OUTPUT_DTYPES",
+    "ACCEL_LAYER_OUTPUT_SHAPES",
+    "ACCEL_LAYER_PARAMETERS",
+    "ACCEL_LAYER_PASS",
+    "ACCEL_LAYER_TYPE",
+    "ACCEL_LINK_BYTES",
+    "ACCEL_LINK_DST",
+    "ACCEL_LINK_ID",
+    "ACCEL_LINK_KIND",
+    "ACCEL_LINK_SRC",
+    "ACCEL_LOCAL_RANK",
+    "ACCEL_PARALLEL_DP_RANK",
+    "ACCEL_PARALLEL_EP_RANK",
+    "ACCEL_PARALLEL_PP_RANK",
+    "ACCEL_PARALLEL_TP_RANK",
+    "ACCEL_RANK",
+    "ACCEL_REQUEST_BATCH_SIZE",
+    "ACCEL_REQUEST_ID",
+    "ACCEL_REQUEST_PHASE",
+    "ACCEL_REQUEST_STEP",
+    "ACCEL_SOURCE",
+    "ACCEL_TELEMETRY_SIGNAL",
+    "ACCEL_WORLD_SIZE",
+    "ERROR_TYPE",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_REQUEST_MODEL",
+    "GEN_AI_TOKEN_TYPE",
+    "GEN_AI_USAGE_INPUT_TOKENS",
+    "GEN_AI_USAGE_OUTPUT_TOKENS",
+    "HOST_NAME",
+    "HW_ID",
+    "HW_TYPE",
+    "K8S_NODE_NAME",
+    "K8S_POD_NAME",
+    "NETWORK_IO_DIRECTION",
+]
+
+#: Width of the device timestamp counter; it wraps at 2^bits.
+ACCEL_CLOCK_COUNTER_BITS = 'accel.clock.counter_bits'
+#: The clock a span's raw timestamps were read from (a chip's timer, a host's monotonic clock).
+ACCEL_CLOCK_DOMAIN = 'accel.clock.domain'
+#: Quality flag of a fitted clock mapping; `low` when the fit had too few or too wide brackets.
+ACCEL_CLOCK_QUALITY = 'accel.clock.quality'
+#: The span's end as read from its device clock, in ticks, before alignment (wrapped as read).
+ACCEL_CLOCK_RAW_END_TICKS = 'accel.clock.raw_end_ticks'
+#: The span's start as read from its device clock, in ticks, before alignment (wrapped as read).
+ACCEL_CLOCK_RAW_START_TICKS = 'accel.clock.raw_start_ticks'
+#: The clock domain an aligned time is expressed in.
+ACCEL_CLOCK_REFERENCE = 'accel.clock.reference'
+#: Nominal tick rate of the device clock.
+ACCEL_CLOCK_TICKS_PER_SECOND = 'accel.clock.ticks_per_second'
+#: Bound on the absolute error of the span's aligned start and end times, in nanoseconds.
+ACCEL_CLOCK_UNCERTAINTY_NS = 'accel.clock.uncertainty_ns'
+#: Algorithm bandwidth, payload bytes divided by duration, in bytes per second.
+ACCEL_COLLECTIVE_ALGBW = 'accel.collective.algbw'
+#: Whether the call was asynchronous (the span ends when the work completes).
+ACCEL_COLLECTIVE_ASYNC = 'accel.collective.async'
+#: Bus bandwidth, algorithm bandwidth times the op's correction factor (NCCL-tests convention), in bytes per second.
+ACCEL_COLLECTIVE_BUSBW = 'accel.collective.busbw'
+#: Payload bytes of this member's buffer (input for reductions, output for gathers).
+ACCEL_COLLECTIVE_BYTES = 'accel.collective.bytes'
+#: Element type of the payload.
+ACCEL_COLLECTIVE_DTYPE = 'accel.collective.dtype'
+#: Name of the process group.
+ACCEL_COLLECTIVE_GROUP = 'accel.collective.group'
+#: Number of ranks in the group.
+ACCEL_COLLECTIVE_GROUP_SIZE = 'accel.collective.group_size'
+#: Deterministic id of one collective across its members, derived from group and sequence.
+ACCEL_COLLECTIVE_ID = 'accel.collective.id'
+#: The operation.
+ACCEL_COLLECTIVE_OP = 'accel.collective.op'
+#: Peer rank of a point-to-point operation.
+ACCEL_COLLECTIVE_PEER = 'accel.collective.peer'
+#: This member's rank within the group.
+ACCEL_COLLECTIVE_RANK = 'accel.collective.rank'
+#: Per-group sequence number; (group, seq) names one collective on every member.
+ACCEL_COLLECTIVE_SEQ = 'accel.collective.seq'
+#: Cluster-unique name of the device, `HOST/CHIP` (or the runtime's device name).
+ACCEL_DEVICE_ID = 'accel.device.id'
+#: Index of the device on its host (driver enumeration order).
+ACCEL_DEVICE_INDEX = 'accel.device.index'
+#: The kind of processor; `sim` for the simulated backend.
+ACCEL_DEVICE_KIND = 'accel.device.kind'
+#: Product model of the device; keys the device-spec table.
+ACCEL_DEVICE_MODEL = 'accel.device.model'
+#: Vendor UUID of the device, when the driver exposes one.
+ACCEL_DEVICE_UUID = 'accel.device.uuid'
+#: Name of the host the device is attached to, as the cluster names it.
+ACCEL_HOST_ID = 'accel.host.id'
+#: Estimated memory bytes moved by the activity.
+ACCEL_KERNEL_BYTES = 'accel.kernel.bytes'
+#: Id linking the host-side launch to the device activity.
+ACCEL_KERNEL_CORRELATION_ID = 'accel.kernel.correlation_id'
+#: Estimated floating-point operations of the activity.
+ACCEL_KERNEL_FLOPS = 'accel.kernel.flops'
+#: What the activity does.
+ACCEL_KERNEL_KIND = 'accel.kernel.kind'
+#: Name of the kernel or activity.
+ACCEL_KERNEL_NAME = 'accel.kernel.name'
+#: Stream or queue the activity ran on.
+ACCEL_KERNEL_STREAM = 'accel.kernel.stream'
+#: Estimated memory bytes read and written by this call (weights, inputs, outputs).
+ACCEL_LAYER_BYTES = 'accel.layer.bytes'
+#: Nesting depth of the module below the model root (root is 0).
+ACCEL_LAYER_DEPTH = 'accel.layer.depth'
+#: Estimated floating-point operations of this call.
+ACCEL_LAYER_FLOPS = 'accel.layer.flops'
+#: Index of the layer in its parent container, or in the model's block list.
+ACCEL_LAYER_INDEX = 'accel.layer.index'
+#: Dtypes of the tensor inputs, when recorded.
+ACCEL_LAYER_INPUT_DTYPES = 'accel.layer.input_dtypes'
+#: Shapes of the tensor inputs, when recorded.
+ACCEL_LAYER_INPUT_SHAPES = 'accel.layer.input_shapes'
+#: Qualified path of the module in the model.
+ACCEL_LAYER_NAME = 'accel.layer.name'
+#: Dtypes of the tensor outputs, when recorded.
+ACCEL_LAYER_OUTPUT_DTYPES = 'accel.layer.output_dtypes'
+#: Shapes of the tensor outputs, when recorded.
+ACCEL_LAYER_OUTPUT_SHAPES = 'accel.layer.output_shapes'
+#: Number of parameters the module holds (itself and its children).
+ACCEL_LAYER_PARAMETERS = 'accel.layer.parameters'
+#: Whether the span covers the forward or the backward pass.
+ACCEL_LAYER_PASS = 'accel.layer.pass'
+#: The layer's class name.
+ACCEL_LAYER_TYPE = 'accel.layer.type'
+#: Bytes moved by a link transfer.
+ACCEL_LINK_BYTES = 'accel.link.bytes'
+#: Destination device of a transfer.
+ACCEL_LINK_DST = 'accel.link.dst'
+#: Name of the link, `HOST/CHIPA-CHIPB` for chip-to-chip, `HOST/nicN` for a NIC port.
+ACCEL_LINK_ID = 'accel.link.id'
+#: The kind of link.
+ACCEL_LINK_KIND = 'accel.link.kind'
+#: Source device of a transfer.
+ACCEL_LINK_SRC = 'accel.link.src'
+#: Rank of the process among those on the same host.
+ACCEL_LOCAL_RANK = 'accel.local_rank'
+#: Data-parallel replica index.
+ACCEL_PARALLEL_DP_RANK = 'accel.parallel.dp_rank'
+#: Rank within the expert-parallel group.
+ACCEL_PARALLEL_EP_RANK = 'accel.parallel.ep_rank'
+#: Pipeline-parallel stage index.
+ACCEL_PARALLEL_PP_RANK = 'accel.parallel.pp_rank'
+#: Rank within the tensor-parallel group.
+ACCEL_PARALLEL_TP_RANK = 'accel.parallel.tp_rank'
+#: Global rank of the process driving the device in the distributed job.
+ACCEL_RANK = 'accel.rank'
+#: Number of requests in the engine step that served this phase.
+ACCEL_REQUEST_BATCH_SIZE = 'accel.request.batch_size'
+#: Server-side id of an inference request.
+ACCEL_REQUEST_ID = 'accel.request.id'
+#: Phase of an inference request.
+ACCEL_REQUEST_PHASE = 'accel.request.phase'
+#: Engine iteration (continuous-batching step) number.
+ACCEL_REQUEST_STEP = 'accel.request.step'
+#: The counter source a metric point was read from.
+ACCEL_SOURCE = 'accel.source'
+#: The telemetry signal a drop or export statistic refers to.
+ACCEL_TELEMETRY_SIGNAL = 'accel.telemetry.signal'
+#: Number of ranks in the distributed job.
+ACCEL_WORLD_SIZE = 'accel.world_size'
+#: Class of error (OpenTelemetry `error.*`).
+ERROR_TYPE = 'error.type'
+#: The generative-AI operation (OpenTelemetry `gen_ai.*`).
+GEN_AI_OPERATION_NAME = 'gen_ai.operation.name'
+#: Model name the request asked for (OpenTelemetry `gen_ai.*`).
+GEN_AI_REQUEST_MODEL = 'gen_ai.request.model'
+#: Token type (OpenTelemetry `gen_ai.*`).
+GEN_AI_TOKEN_TYPE = 'gen_ai.token.type'
+#: Tokens in the request's prompt (OpenTelemetry `gen_ai.*`).
+GEN_AI_USAGE_INPUT_TOKENS = 'gen_ai.usage.input_tokens'
+#: Tokens generated for the request (OpenTelemetry `gen_ai.*`).
+GEN_AI_USAGE_OUTPUT_TOKENS = 'gen_ai.usage.output_tokens'
+#: Name of the host (OpenTelemetry `host.*`).
+HOST_NAME = 'host.name'
+#: Identifier of the hardware component (OpenTelemetry `hw.*`).
+HW_ID = 'hw.id'
+#: Type of the hardware component (OpenTelemetry `hw.*`).
+HW_TYPE = 'hw.type'
+#: Kubernetes node name (OpenTelemetry `k8s.*`).
+K8S_NODE_NAME = 'k8s.node.name'
+#: Kubernetes pod name (OpenTelemetry `k8s.*`).
+K8S_POD_NAME = 'k8s.pod.name'
+#: Direction of network traffic (OpenTelemetry `network.*`).
+NETWORK_IO_DIRECTION = 'network.io.direction'

@@ -1,0 +1,27 @@
+"""Span names of the otel-ext registry.
+
+Generated from the registry by ``otel-ext semconv generate``. Do not edit.
+"""
+
+# fmt: off
+__all__ = [
+    "SPAN_ACCEL_COLLECTIVE",
+    "SPAN_ACCEL_KERNEL",
+    "SPAN_ACCEL_LAYER",
+    "SPAN_ACCEL_LINK_TRANSFER",
+    "SPAN_ACCEL_REQUEST",
+    "SPAN_ACCEL_REQUEST_PHASE",
+]
+
+#: One rank's part in a collective or point-to-point operation.
+SPAN_ACCEL_COLLECTIVE = 'accel.collective'
+#: Device activity recorded from device-clock timestamps (kernel, memcpy, DMA).
+SPAN_ACCEL_KERNEL = 'accel.kernel'
+#: One model layer's forward or backward call.
+SPAN_ACCEL_LAYER = 'accel.layer'
+#: Bytes moved over a chip-to-chip link or a NIC (KV-cache transfer, p2p).
+SPAN_ACCEL_LINK_TRANSFER = 'accel.link.transfer'
+#: An inference request from arrival to last token (`gen_ai.*` attributes).
+SPAN_ACCEL_REQUEST = 'accel.request'
+#: A phase of an inference request (queue wait, prefill, decode, KV transfer).
+SPAN_ACCEL_REQUEST_PHASE = 'accel.request.phase'

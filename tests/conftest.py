@@ -1,0 +1,57 @@
+"""Shared fixtures: in-memory OpenTelemetry pipelines and the integration-test gate."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from otel_ext import config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces" / "pytorch-profiler"
+
+
+def require(condition: bool, what: str) -> None:
+    """Skip the calling test when ``condition`` is false, or fail it when CI requires integration.
+
+    Args:
+        condition: whether the real part the test needs is present.
+        what: the missing part, for the message.
+    """
+    if condition:
+        return
+    if config.resolve(config.REQUIRE_INTEGRATION):
+        pytest.fail(f"integration part missing and OTEL_EXT_REQUIRE_INTEGRATION=true: {what}")
+    pytest.skip(f"integration part missing: {what}")
+
+
+def require_binary(name: str) -> str:
+    """Return the path of executable ``name``, or skip/fail as :func:`require` does."""
+    path = shutil.which(name)
+    require(path is not None, f"executable {name!r} not on PATH")
+    assert path is not None
+    return path
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    """The folder of real PyTorch profiler traces (``../shared/traces/pytorch-profiler``)."""
+    require(SHARED_TRACES.is_dir(), f"real traces folder {SHARED_TRACES}")
+    return SHARED_TRACES
+
+
+@pytest.fixture
+def span_exporter() -> Iterator[object]:
+    """A tracer provider wired to an in-memory exporter: yields ``(provider, exporter)``."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
