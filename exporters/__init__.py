@@ -1,1 +1,67 @@
-"""exporters: where telemetry leaves the process (filled in by its issue)."""
+"""Where telemetry leaves the process: OTLP setup, OTLP-JSON files, Perfetto timelines.
+
+* :func:`configure` — one-call tracer and meter provider setup from code arguments and the
+  standard ``OTEL_*`` variables, with accelerator resource attributes; returns a
+  :class:`Telemetry` handle whose ``shutdown()`` flushes within a bounded time.
+* :class:`OtlpJsonFileSpanExporter`, :class:`OtlpJsonFileMetricExporter` — OTLP/JSON lines,
+  exactly as the Collector's file exporter writes them; rotation, gzip, atomic names.
+* :func:`read_otlp_json`, :func:`read_spans`, :func:`read_metrics` — read them back (ours
+  or the Collector's).
+* :class:`PerfettoTraceExporter`, :func:`otlp_json_to_perfetto` — timelines for the
+  Perfetto UI and ``chrome://tracing``.
+* :class:`BoundedBatchSpanProcessor`, :class:`GuardedMetricExporter`,
+  :class:`DropCounter` — telemetry that never hurts the workload (bounded memory, counted
+  drops exported as ``accel.telemetry.dropped``, fork safety).
+
+The Prometheus exposition server lives in :mod:`exporters.prometheus` and plugs in through
+:func:`register_metrics_exporter`.
+"""
+
+from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
+from exporters._configure import (
+    ExporterSettings,
+    OtlpSettings,
+    Telemetry,
+    configure,
+    register_metrics_exporter,
+    register_span_exporter,
+)
+from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from exporters._guard import DropCounter
+from exporters._perfetto import PerfettoTraceExporter, otlp_json_to_perfetto
+from exporters._reader import (
+    EventRecord,
+    ExemplarRecord,
+    LinkRecord,
+    MetricPoint,
+    SpanRecord,
+    read_metrics,
+    read_otlp_json,
+    read_spans,
+)
+from exporters._resource import accelerator_attributes
+
+__all__ = [
+    "BoundedBatchSpanProcessor",
+    "DropCounter",
+    "EventRecord",
+    "ExemplarRecord",
+    "ExporterSettings",
+    "GuardedMetricExporter",
+    "LinkRecord",
+    "MetricPoint",
+    "OtlpJsonFileMetricExporter",
+    "OtlpJsonFileSpanExporter",
+    "OtlpSettings",
+    "PerfettoTraceExporter",
+    "SpanRecord",
+    "Telemetry",
+    "accelerator_attributes",
+    "configure",
+    "otlp_json_to_perfetto",
+    "read_metrics",
+    "read_otlp_json",
+    "read_spans",
+    "register_metrics_exporter",
+    "register_span_exporter",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -80,11 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except OtelExtError as exc:
-        print(f"otel-ext {args.command}: error: {exc}", file=sys.stderr)
+        one_line = " ".join(str(exc).split())
+        print(f"otel-ext {args.command}: error: {one_line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"otel-ext {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`otel-ext semconv list | head`): stop quietly, as cat does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

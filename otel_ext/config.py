@@ -155,3 +155,11 @@ MAX_SERIES_PER_METRIC = _declare(
         "Cardinality guard: label sets beyond this many per metric are dropped and counted.",
     )
 )
+HOST_ID = _declare(
+    EnvVar(
+        "OTEL_EXT_HOST_ID",
+        str,
+        "",
+        "Name of this host in `accel.host.id` (default: the machine's hostname).",
+    )
+)

@@ -25,6 +25,7 @@ __all__ = [
     "ACCEL_COLLECTIVE_PEER",
     "ACCEL_COLLECTIVE_RANK",
     "ACCEL_COLLECTIVE_SEQ",
+    "ACCEL_COUNTERS_METRIC",
     "ACCEL_DEVICE_ID",
     "ACCEL_DEVICE_INDEX",
     "ACCEL_DEVICE_KIND",
@@ -67,6 +68,7 @@ __all__ = [
     "ACCEL_SOURCE",
     "ACCEL_TELEMETRY_SIGNAL",
     "ACCEL_WORLD_SIZE",
+    "CPU_MODE",
     "ERROR_TYPE",
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_REQUEST_MODEL",
@@ -79,6 +81,8 @@ __all__ = [
     "K8S_NODE_NAME",
     "K8S_POD_NAME",
     "NETWORK_IO_DIRECTION",
+    "PROCESS_PID",
+    "SYSTEM_MEMORY_STATE",
 ]
 
 #: Width of the device timestamp counter; it wraps at 2^bits.
@@ -121,6 +125,8 @@ ACCEL_COLLECTIVE_PEER = 'accel.collective.peer'
 ACCEL_COLLECTIVE_RANK = 'accel.collective.rank'
 #: Per-group sequence number; (group, seq) names one collective on every member.
 ACCEL_COLLECTIVE_SEQ = 'accel.collective.seq'
+#: The metric a counter-bridge statistic (such as dropped series) refers to.
+ACCEL_COUNTERS_METRIC = 'accel.counters.metric'
 #: Cluster-unique name of the device, `HOST/CHIP` (or the runtime's device name).
 ACCEL_DEVICE_ID = 'accel.device.id'
 #: Index of the device on its host (driver enumeration order).
@@ -205,6 +211,8 @@ ACCEL_SOURCE = 'accel.source'
 ACCEL_TELEMETRY_SIGNAL = 'accel.telemetry.signal'
 #: Number of ranks in the distributed job.
 ACCEL_WORLD_SIZE = 'accel.world_size'
+#: CPU mode (OpenTelemetry `cpu.*`).
+CPU_MODE = 'cpu.mode'
 #: Class of error (OpenTelemetry `error.*`).
 ERROR_TYPE = 'error.type'
 #: The generative-AI operation (OpenTelemetry `gen_ai.*`).
@@ -229,3 +237,7 @@ K8S_NODE_NAME = 'k8s.node.name'
 K8S_POD_NAME = 'k8s.pod.name'
 #: Direction of network traffic (OpenTelemetry `network.*`).
 NETWORK_IO_DIRECTION = 'network.io.direction'
+#: Process identifier (OpenTelemetry `process.*`).
+PROCESS_PID = 'process.pid'
+#: Memory state (OpenTelemetry `system.*`).
+SYSTEM_MEMORY_STATE = 'system.memory.state'

@@ -21,6 +21,9 @@ __all__ = [
     "METRIC_ACCEL_COLLECTIVE_TIME",
     "METRIC_ACCEL_COLLECTIVE_WAIT_RATIO",
     "METRIC_ACCEL_COLLECTIVE_WAIT_TIME",
+    "METRIC_ACCEL_COUNTERS_SERIES_DROPPED",
+    "METRIC_ACCEL_COUNTERS_SOURCE_ERRORS",
+    "METRIC_ACCEL_COUNTERS_SOURCE_UP",
     "METRIC_ACCEL_DEVICE_ARITHMETIC_INTENSITY",
     "METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY",
     "METRIC_ACCEL_DEVICE_CLOCK_RATIO",
@@ -53,6 +56,7 @@ __all__ = [
     "METRIC_ACCEL_MEMORY_IO_WRITTEN",
     "METRIC_ACCEL_NIC_BANDWIDTH",
     "METRIC_ACCEL_PCIE_IO",
+    "METRIC_ACCEL_PCIE_THROUGHPUT",
     "METRIC_ACCEL_TELEMETRY_DROPPED",
     "METRIC_GEN_AI_SERVER_REQUEST_DURATION",
     "METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN",
@@ -99,6 +103,12 @@ METRIC_ACCEL_COLLECTIVE_TIME = 'accel.collective.time'
 METRIC_ACCEL_COLLECTIVE_WAIT_RATIO = 'accel.collective.wait.ratio'
 #: Time a member spent in collectives waiting for the last member to arrive.
 METRIC_ACCEL_COLLECTIVE_WAIT_TIME = 'accel.collective.wait.time'
+#: Label sets dropped by the counter bridge's per-metric cardinality guard.
+METRIC_ACCEL_COUNTERS_SERIES_DROPPED = 'accel.counters.series.dropped'
+#: Samples of a counter source that failed (the source raised or lost a device).
+METRIC_ACCEL_COUNTERS_SOURCE_ERRORS = 'accel.counters.source.errors'
+#: 1 when the counter source's last sample succeeded, 0 when it failed.
+METRIC_ACCEL_COUNTERS_SOURCE_UP = 'accel.counters.source.up'
 #: Floating-point operations per byte of device memory traffic.
 METRIC_ACCEL_DEVICE_ARITHMETIC_INTENSITY = 'accel.device.arithmetic_intensity'
 #: Current compute (SM) clock frequency.
@@ -163,6 +173,8 @@ METRIC_ACCEL_MEMORY_IO_WRITTEN = 'accel.memory.io.written'
 METRIC_ACCEL_NIC_BANDWIDTH = 'accel.nic.bandwidth'
 #: Bytes moved over the device's PCIe link.
 METRIC_ACCEL_PCIE_IO = 'accel.pcie.io'
+#: PCIe throughput of the device as the driver samples it over a short window, per direction.
+METRIC_ACCEL_PCIE_THROUGHPUT = 'accel.pcie.throughput'
 #: Telemetry items (spans, metric points) dropped because an exporter was slow or unreachable.
 METRIC_ACCEL_TELEMETRY_DROPPED = 'accel.telemetry.dropped'
 #: Time from request arrival to its last token (OpenTelemetry `gen_ai.*`).
@@ -215,6 +227,9 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'accel.collective.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
     'accel.collective.wait.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': 'rate(wait)', 'inputs': {'wait': 'accel.collective.wait.time'}, 'attributes': []},
     'accel.collective.wait.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.group', 'accel.device.id']},
+    'accel.counters.series.dropped': {'class': 'base', 'instrument': 'counter', 'unit': '{series}', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.counters.metric']},
+    'accel.counters.source.errors': {'class': 'base', 'instrument': 'counter', 'unit': '{error}', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.source']},
+    'accel.counters.source.up': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.source']},
     'accel.device.arithmetic_intensity': {'class': 'derived', 'instrument': 'gauge', 'unit': '{flop}/By', 'monotonic': False, 'scope': 'device', 'formula': 'rate(ops) / (rate(rd) + rate(wr))', 'inputs': {'ops': 'accel.device.operations', 'rd': 'accel.memory.io.read', 'wr': 'accel.memory.io.written'}, 'attributes': []},
     'accel.device.clock.frequency': {'class': 'base', 'instrument': 'gauge', 'unit': 'Hz', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id']},
     'accel.device.clock.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': 'freq / spec.max_clock', 'inputs': {'freq': 'accel.device.clock.frequency'}, 'attributes': []},
@@ -247,6 +262,7 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'accel.memory.io.written': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id']},
     'accel.nic.bandwidth': {'class': 'derived', 'instrument': 'gauge', 'unit': 'By/s', 'monotonic': False, 'scope': 'link', 'formula': 'rate(io)', 'inputs': {'io': 'hw.network.io'}, 'attributes': []},
     'accel.pcie.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id', 'network.io.direction']},
+    'accel.pcie.throughput': {'class': 'base', 'instrument': 'gauge', 'unit': 'By/s', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id', 'network.io.direction']},
     'accel.telemetry.dropped': {'class': 'base', 'instrument': 'counter', 'unit': '{item}', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.telemetry.signal']},
     'gen_ai.server.request.duration': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'gen_ai.server.time_per_output_token': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},

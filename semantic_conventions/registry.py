@@ -3,8 +3,13 @@
 The registry is a folder of YAML files (``model/`` by default) in the OpenTelemetry
 semantic-conventions group style: ``attribute_group`` groups define attributes, ``span``
 groups name span kinds, ``metric`` groups define metrics with a ``class`` of ``base`` or
-``derived`` (derived ones carry a ``formula`` over named ``inputs``). ``devices/specs.yaml``
-is the device peak-specification table.
+``derived`` (derived ones carry a ``formula`` over named ``inputs``), ``analysis`` groups
+declare which metrics each analysis of ``otel-ext analyze`` needs (``requires``, and
+optionally ``max_interval_s``, the slowest sampling interval that still serves it).
+``devices/specs.yaml`` is the device peak-specification table.
+
+Loading checks only the shape of the files; :mod:`semantic_conventions.validate` checks the
+meaning (units, names, formulas, references).
 
 >>> reg = load_registry()
 >>> reg.attributes["accel.collective.op"].type
@@ -13,6 +18,8 @@ is the device peak-specification table.
 'derived'
 >>> reg.device_specs["sim-accel-v1"]["memory_bandwidth"]
 2000000000000.0
+>>> "accel.device.mfu" in reg.analyses["roofline"].requires
+True
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ from otel_ext.errors import RegistryError
 
 __all__ = [
     "DEFAULT_REGISTRY",
+    "Analysis",
     "Attribute",
     "Metric",
     "Registry",
     "Span",
     "device_specs",
     "load_registry",
+    "yaml_error_text",
 ]
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parent / "model"
@@ -74,11 +83,24 @@ class Metric:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """An analysis and the metrics it needs (declared so ``semconv coverage`` can tell
+    which analyses a device's counters support)."""
+
+    name: str
+    brief: str
+    requires: tuple[str, ...] = ()
+    max_interval_s: float | None = None
+    source: str = ""
+
+
 @dataclass
 class Registry:
     attributes: dict[str, Attribute] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
     metrics: dict[str, Metric] = field(default_factory=dict)
+    analyses: dict[str, Analysis] = field(default_factory=dict)
     device_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
     spec_fields: dict[str, str] = field(default_factory=dict)
     #: (file, definition, problem) found while loading; validation adds more
@@ -90,9 +112,24 @@ def _read_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise RegistryError(f"not valid YAML: {exc}", path=str(path)) from None
+        raise RegistryError(f"not valid YAML: {yaml_error_text(exc)}", path=str(path)) from None
     except OSError as exc:
         raise RegistryError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """A one-line description of a YAML error, with its line and column.
+
+    >>> try:
+    ...     yaml.safe_load("a: [")
+    ... except yaml.YAMLError as exc:
+    ...     print(yaml_error_text(exc))
+    line 1, column 5: expected the node content, but found '<stream end>'
+    """
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"
 
 
 def _attr_type(raw: Any) -> tuple[str, tuple[str, ...]]:
@@ -149,7 +186,9 @@ def _load_group(reg: Registry, group: Any, rel: str) -> None:
                 source=rel,
             )
             if attr.name in reg.attributes:
-                reg.problems.append((rel, attr.name, "duplicate attribute name"))
+                reg.problems.append(
+                    (rel, attr.name, _duplicate("attribute", reg.attributes[attr.name].source))
+                )
             reg.attributes[attr.name] = attr
     elif gtype == "span":
         name = str(group.get("span_name", gid.removeprefix("span.")))
@@ -161,7 +200,7 @@ def _load_group(reg: Registry, group: Any, rel: str) -> None:
             source=rel,
         )
         if name in reg.spans:
-            reg.problems.append((rel, name, "duplicate span name"))
+            reg.problems.append((rel, name, _duplicate("span", reg.spans[name].source)))
         reg.spans[name] = span
     elif gtype == "metric":
         name = str(group.get("metric_name", gid.removeprefix("metric.")))
@@ -185,10 +224,34 @@ def _load_group(reg: Registry, group: Any, rel: str) -> None:
             source=rel,
         )
         if name in reg.metrics:
-            reg.problems.append((rel, name, "duplicate metric name"))
+            reg.problems.append((rel, name, _duplicate("metric", reg.metrics[name].source)))
         reg.metrics[name] = metric
+    elif gtype == "analysis":
+        name = str(group.get("analysis_name", gid.removeprefix("analysis.")))
+        requires = group.get("requires") or []
+        if not isinstance(requires, list):
+            raise RegistryError("'requires' must be a list of metric names", path=rel, record=name)
+        max_interval = group.get("max_interval_s")
+        if max_interval is not None and (
+            isinstance(max_interval, bool) or not isinstance(max_interval, int | float)
+        ):
+            raise RegistryError("'max_interval_s' must be a number", path=rel, record=name)
+        analysis = Analysis(
+            name=name,
+            brief=str(group.get("brief", "")).strip(),
+            requires=tuple(str(x) for x in requires),
+            max_interval_s=None if max_interval is None else float(max_interval),
+            source=rel,
+        )
+        if name in reg.analyses:
+            reg.problems.append((rel, name, _duplicate("analysis", reg.analyses[name].source)))
+        reg.analyses[name] = analysis
     else:
         raise RegistryError(f"unknown group type {gtype!r}", path=rel, record=gid)
+
+
+def _duplicate(kind: str, first: str) -> str:
+    return f"duplicate {kind} name (also defined in {first})"
 
 
 def _load_specs(reg: Registry, doc: Any, rel: str) -> None:
@@ -198,7 +261,24 @@ def _load_specs(reg: Registry, doc: Any, rel: str) -> None:
     for model, row in doc["devices"].items():
         if not isinstance(row, dict):
             raise RegistryError("a device row must be a mapping", path=rel, record=str(model))
-        reg.device_specs[str(model)] = dict(row)
+        reg.device_specs[str(model)] = {
+            str(k): _spec_number(v) if k in reg.spec_fields else v for k, v in row.items()
+        }
+
+
+def _spec_number(value: Any) -> Any:
+    """Spec values as floats. YAML 1.1 (PyYAML) reads ``989.0e12`` as a string, so numeric
+    strings are converted; anything else is kept for validation to report."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def device_specs(model: str, *, registry: Registry | None = None) -> dict[str, Any]:

@@ -72,6 +72,8 @@ NUMERIC_COLUMNS: dict[str, tuple[type, int]] = {
     "raw_end_ticks": (np.int64, -1),
     "flops": (np.float64, -1),  # FLOP estimate (layer spans), -1 unknown
     "bytes_accessed": (np.float64, -1),  # memory bytes estimate, -1 unknown
+    "external_id": (np.int64, -1),  # profiler "External id": host op <-> its launches/kernels
+    "coll_group_size": (np.int32, -1),  # ranks in the collective's group, -1 unknown
 }
 
 #: dictionary-encoded string columns; code 0 is always the empty string

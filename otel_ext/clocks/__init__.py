@@ -1,1 +1,55 @@
-"""(filled in by its issue)"""
+"""Clock alignment: device and host clocks onto one timeline, with bounds that hold.
+
+Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
+
+* :func:`fit_clock` → :class:`ClockMapping` (``to_host_ns``, ``bound_ns``), composable with
+  :func:`compose` (device → host → reference host);
+* :class:`ClockSampler` collects brackets from any device-timestamp reader on a background
+  thread; :class:`ClockRegistry` holds the sampler or mapping of each clock domain;
+* :func:`align_hosts` fits one host's clock to another's from ping-pong exchanges;
+* :func:`estimate_offsets_from_collectives` aligns ranks that have no clock samples;
+* :func:`repair_causality` shifts events minimally so no message is received before it is sent;
+* :class:`ClockReconcilingSpanProcessor` and :func:`record_device_span` put device spans on
+  the aligned timeline; :class:`ClockTelemetry` exports clock health under ``accel.clock.*``;
+* :mod:`otel_ext.clocks.synthetic` simulates clocks with known truth.
+
+>>> import numpy as np
+>>> t = np.arange(0, 1_000_000_000, 50_000_000)
+>>> m = fit_clock(t - 500, 1_000 + t, t + 700)
+>>> int(m.to_host_ns(1_000 + 500_000_000)[()])
+500000100
+"""
+
+from otel_ext.clocks._causality import CausalityRepair, count_violations, repair_causality
+from otel_ext.clocks._collectives import CollectiveOffsets, estimate_offsets_from_collectives
+from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError, InsufficientSamplesError
+from otel_ext.clocks._fit import fit_clock
+from otel_ext.clocks._mapping import ClockMapping, ComposedMapping, TimeMapping, compose
+from otel_ext.clocks._pingpong import align_hosts, pingpong_brackets, pingpong_offset
+from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
+from otel_ext.clocks._spans import ClockReconcilingSpanProcessor, record_device_span
+from otel_ext.clocks._telemetry import ClockTelemetry
+
+__all__ = [
+    "AmbiguousTicksError",
+    "CausalityRepair",
+    "ClockFitError",
+    "ClockMapping",
+    "ClockReconcilingSpanProcessor",
+    "ClockRegistry",
+    "ClockSampler",
+    "ClockTelemetry",
+    "CollectiveOffsets",
+    "ComposedMapping",
+    "InsufficientSamplesError",
+    "TimeMapping",
+    "align_hosts",
+    "compose",
+    "count_violations",
+    "estimate_offsets_from_collectives",
+    "fit_clock",
+    "pingpong_brackets",
+    "pingpong_offset",
+    "record_device_span",
+    "repair_causality",
+]

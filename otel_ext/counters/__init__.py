@@ -1,1 +1,70 @@
-"""(filled in by its issue)"""
+"""Counter bridge: hardware, host and interconnect counters to Prometheus and OTLP.
+
+Sources (one interface, :class:`CounterSource`; each :class:`Sample` carries metric,
+attributes, value, timestamp and clock domain): :class:`NvmlSource` (NVIDIA GPUs),
+:class:`HostSource` (``/proc``), :class:`InfinibandSource` (sysfs port counters),
+:class:`SimulatedSource` (any :class:`SimCounterModel`; :class:`BuiltinSimModel` stands
+alone). :class:`CounterBridge` samples them, unfolds counters (reset and wrap-around),
+evaluates the registry's derived metrics with provenance, and guards cardinality;
+:class:`CounterCollector` exposes it to Prometheus (OpenMetrics with exemplars from the
+:class:`ActiveSpanRegistry`), :class:`OtlpCounterBridge` to OpenTelemetry.
+``otel-ext exporter`` (:mod:`otel_ext.counters.cli`) is the node daemon.
+
+>>> bridge = CounterBridge([SimulatedSource(BuiltinSimModel(chips=2))])
+>>> bridge.open()
+['sim']
+"""
+
+from __future__ import annotations
+
+from otel_ext.counters._bridge import CounterBridge, Exemplar, SeriesState
+from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeries, Provenance
+from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef, current_span_ref
+from otel_ext.counters._host import HostSource
+from otel_ext.counters._infiniband import InfinibandSource
+from otel_ext.counters._nvml import NvmlSource, match_device_model
+from otel_ext.counters._otlp import OtlpCounterBridge
+from otel_ext.counters._prometheus import CounterCollector
+from otel_ext.counters._rates import CounterTracker, RatePoint, counter_delta
+from otel_ext.counters._sim import BuiltinSimModel, SimCounterModel, SimulatedSource
+from otel_ext.counters._source import (
+    CLOCK_HOST_MONOTONIC,
+    CLOCK_HOST_REALTIME,
+    BaseSource,
+    CounterSource,
+    HistogramValue,
+    Sample,
+    SeriesDescription,
+)
+
+__all__ = [
+    "CLOCK_HOST_MONOTONIC",
+    "CLOCK_HOST_REALTIME",
+    "ActiveSpanRegistry",
+    "BaseSource",
+    "BuiltinSimModel",
+    "CounterBridge",
+    "CounterCollector",
+    "CounterSource",
+    "CounterTracker",
+    "DerivedEvaluator",
+    "DerivedPoint",
+    "Exemplar",
+    "ExemplarRef",
+    "HistogramValue",
+    "HostSource",
+    "InfinibandSource",
+    "InputSeries",
+    "NvmlSource",
+    "OtlpCounterBridge",
+    "Provenance",
+    "RatePoint",
+    "Sample",
+    "SeriesDescription",
+    "SeriesState",
+    "SimCounterModel",
+    "SimulatedSource",
+    "counter_delta",
+    "current_span_ref",
+    "match_device_model",
+]

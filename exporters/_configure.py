@@ -1,0 +1,730 @@
+"""One-call OpenTelemetry setup: providers, resource, exporters, from code then environment.
+
+:func:`configure` builds a ``TracerProvider`` and a ``MeterProvider`` with the
+accelerator resource attributes and the chosen exporters, and returns a
+:class:`Telemetry` handle whose :meth:`~Telemetry.shutdown` flushes within a bounded time.
+Every setting follows the OpenTelemetry order: code argument, then environment variable
+(standard ``OTEL_*``, ours ``OTEL_EXT_*``), then default; an empty variable means unset.
+
+Exporters by name (``traces_exporter=`` / ``OTEL_TRACES_EXPORTER``, ``metrics_exporter=``
+/ ``OTEL_METRICS_EXPORTER``, comma-separated): ``otlp``, ``file``, ``perfetto``,
+``prometheus`` (metrics; provided by :mod:`exporters.prometheus`, looked up on first
+use), ``console`` and ``none``. More can be plugged in with
+:func:`register_span_exporter` and :func:`register_metrics_exporter`.
+
+>>> import tempfile
+>>> folder = tempfile.mkdtemp()
+>>> telemetry = configure(traces_exporter="file", metrics_exporter="none",
+...                       file_dir=folder, set_global=False, env={})
+>>> with telemetry.tracer_provider.get_tracer("doc").start_as_current_span("step"):
+...     pass
+>>> telemetry.shutdown()
+True
+>>> from exporters import read_spans
+>>> [span.name for span in read_spans(folder + "/traces.jsonl")]
+['step']
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import (
+    SERVICE_NAME,
+    TELEMETRY_SDK_LANGUAGE,
+    TELEMETRY_SDK_NAME,
+    TELEMETRY_SDK_VERSION,
+    Resource,
+)
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+from opentelemetry.util.re import parse_env_headers
+
+from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
+from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from exporters._guard import DropCounter
+from exporters._perfetto import PerfettoTraceExporter
+from exporters._resource import accelerator_attributes
+from otel_ext import config
+from otel_ext.errors import ConfigError
+
+__all__ = [
+    "ExporterSettings",
+    "OtlpSettings",
+    "Telemetry",
+    "configure",
+    "register_metrics_exporter",
+    "register_span_exporter",
+]
+
+_log = logging.getLogger(__name__)
+
+SpanExporterFactory = Callable[["ExporterSettings"], SpanExporter]
+MetricReaderFactory = Callable[["ExporterSettings"], MetricReader]
+
+_SPAN_FACTORIES: dict[str, SpanExporterFactory] = {}
+_METRIC_FACTORIES: dict[str, MetricReaderFactory] = {}
+_LAZY_MODULES = {"prometheus": "exporters.prometheus"}
+_registry_lock = threading.Lock()
+
+
+def register_span_exporter(name: str, factory: SpanExporterFactory) -> None:
+    """Make ``name`` usable in ``traces_exporter=`` / ``OTEL_TRACES_EXPORTER``.
+
+    Args:
+        name: the exporter name (lower case).
+        factory: builds a span exporter from the resolved :class:`ExporterSettings`.
+            :func:`configure` wraps it in a :class:`BoundedBatchSpanProcessor` and calls
+            the factory again in a forked child.
+    """
+    with _registry_lock:
+        _SPAN_FACTORIES[name.strip().lower()] = factory
+
+
+def register_metrics_exporter(name: str, factory: MetricReaderFactory) -> None:
+    """Make ``name`` usable in ``metrics_exporter=`` / ``OTEL_METRICS_EXPORTER``.
+
+    Args:
+        name: the exporter name (lower case).
+        factory: builds a metric *reader* (push exporters wrap theirs in a
+            ``PeriodicExportingMetricReader``; pull exporters such as Prometheus are
+            readers themselves) from the resolved :class:`ExporterSettings`.
+
+    >>> from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    >>> register_metrics_exporter("doc-memory", lambda settings: InMemoryMetricReader())
+    >>> telemetry = configure(traces_exporter="none", metrics_exporter="doc-memory",
+    ...                       set_global=False, env={})
+    >>> type(telemetry.metric_readers["doc-memory"]).__name__
+    'InMemoryMetricReader'
+    >>> telemetry.shutdown()
+    True
+    """
+    with _registry_lock:
+        _METRIC_FACTORIES[name.strip().lower()] = factory
+
+
+@dataclass(frozen=True)
+class OtlpSettings:
+    """Resolved OTLP exporter settings for one signal."""
+
+    protocol: str
+    endpoint: str
+    headers: dict[str, str]
+    insecure: bool
+    certificate_file: str | None
+    client_key_file: str | None
+    client_certificate_file: str | None
+    compression: str | None
+    timeout_s: float
+
+
+@dataclass
+class ExporterSettings:
+    """Everything an exporter factory may need, resolved once by :func:`configure`.
+
+    Attributes:
+        env: the environment configure read.
+        resource: the resource of both providers.
+        file_dir: folder of the ``file`` and ``perfetto`` exporters.
+        file_max_bytes: rotation size of the OTLP-JSON files.
+        file_gzip: whether OTLP-JSON files are gzip-compressed.
+        export_timeout_s: longest time one export may take.
+        metric_export_interval_s: seconds between two metric exports.
+        otlp_traces, otlp_metrics: OTLP settings per signal.
+        drops: the drop counter (signal ``traces`` / ``metrics``).
+        shared: scratch space for factories that share state (the Perfetto file).
+    """
+
+    env: Mapping[str, str]
+    resource: Resource
+    file_dir: Path
+    file_max_bytes: int
+    file_gzip: bool
+    export_timeout_s: float
+    metric_export_interval_s: float
+    otlp_traces: OtlpSettings
+    otlp_metrics: OtlpSettings
+    drops: DropCounter
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+class Telemetry:
+    """What :func:`configure` set up; call :meth:`shutdown` (or use ``with``) at exit.
+
+    Attributes:
+        tracer_provider: the SDK tracer provider (a no-op one when the SDK is disabled).
+        meter_provider: the SDK meter provider (a no-op one when the SDK is disabled).
+        resource: the resource both carry.
+        span_exporters: exporter name → span exporter.
+        metric_readers: exporter name → metric reader.
+        drops: the drop counter; :meth:`dropped` reads it.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: Any,
+        meter_provider: Any,
+        resource: Resource,
+        *,
+        processors: Sequence[BoundedBatchSpanProcessor] = (),
+        span_exporters: Mapping[str, SpanExporter] | None = None,
+        metric_readers: Mapping[str, MetricReader] | None = None,
+        drops: DropCounter | None = None,
+    ):
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.resource = resource
+        self.processors = list(processors)
+        self.span_exporters = dict(span_exporters or {})
+        self.metric_readers = dict(metric_readers or {})
+        self.drops = drops or DropCounter()
+        self._shut = False
+
+    def dropped(self) -> dict[str, int]:
+        """Telemetry items dropped so far, per signal (``traces``, ``metrics``)."""
+        return self.drops.totals()
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Export everything pending; False if not done within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        ok = True
+        for processor in self.processors:
+            left = max(0.0, deadline - time.monotonic())
+            ok = processor.force_flush(int(left * 1000)) and ok
+        if isinstance(self.meter_provider, MeterProvider):
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                ok = bool(self.meter_provider.force_flush(int(left * 1000))) and ok
+            except Exception:
+                ok = False
+        return ok and time.monotonic() <= deadline
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Flush and stop every exporter, spending at most about ``timeout_s`` in total.
+
+        Returns:
+            True when everything finished in time. Never raises.
+        """
+        if self._shut:
+            return True
+        self._shut = True
+        deadline = time.monotonic() + timeout_s
+        for processor in self.processors:
+            processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
+        ok = True
+        if isinstance(self.tracer_provider, TracerProvider):
+            try:
+                self.tracer_provider.shutdown()
+            except Exception:
+                ok = False
+        if isinstance(self.meter_provider, MeterProvider):
+            try:
+                self.meter_provider.shutdown(int(max(1.0, (deadline - time.monotonic()) * 1000)))
+            except Exception:
+                ok = False
+        return ok and time.monotonic() <= deadline + 0.5
+
+    def __enter__(self) -> Telemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+# -- environment ---------------------------------------------------------------------------
+def _get(env: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        raw = env.get(name, "").strip()
+        if raw:
+            return raw
+    return None
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, scale: float = 1.0) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        _log.warning("%s=%r is not a number; using the default %r", name, raw, default)
+        return default
+    if value <= 0:
+        _log.warning("%s=%r is not positive; using the default %r", name, raw, default)
+        return default
+    return value
+
+
+def _bool(env: Mapping[str, str], *names: str) -> bool | None:
+    raw = _get(env, *names)
+    if raw is None:
+        return None
+    if raw.lower() not in ("true", "false"):
+        _log.warning("%s=%r is not 'true' or 'false'; treating it as false", names[0], raw)
+    return raw.lower() == "true"
+
+
+def _names(
+    value: str | Sequence[str] | None, env: Mapping[str, str], var: str, default: str
+) -> list[str]:
+    if value is None:
+        value = _get(env, var) or default
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [item.strip().lower() for item in items if item.strip()]
+    if "none" in names:
+        if len(names) > 1:
+            raise ConfigError(
+                f"'none' cannot be combined with other exporters: {names}", record=var
+            )
+        return []
+    return list(dict.fromkeys(names))
+
+
+def _parse_resource_attributes(raw: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in raw.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            _log.warning("OTEL_RESOURCE_ATTRIBUTES: ignoring %r (not key=value)", item)
+            continue
+        out[unquote(key.strip())] = unquote(value.strip())
+    return out
+
+
+def _resource(
+    env: Mapping[str, str],
+    service_name: str | None,
+    attributes: Mapping[str, Any] | None,
+    detect: bool,
+) -> Resource:
+    from opentelemetry.sdk.version import __version__ as sdk_version
+
+    attrs: dict[str, Any] = {
+        TELEMETRY_SDK_LANGUAGE: "python",
+        TELEMETRY_SDK_NAME: "opentelemetry",
+        TELEMETRY_SDK_VERSION: sdk_version,
+    }
+    if detect:
+        attrs.update(accelerator_attributes(env=env))
+    attrs.update(_parse_resource_attributes(_get(env, "OTEL_RESOURCE_ATTRIBUTES")))
+    env_service = _get(env, "OTEL_SERVICE_NAME")
+    if env_service:
+        attrs[SERVICE_NAME] = env_service
+    attrs.update(attributes or {})
+    if service_name:
+        attrs[SERVICE_NAME] = service_name
+    attrs.setdefault(SERVICE_NAME, "unknown_service:python")
+    return Resource(attrs)
+
+
+def _otlp(
+    env: Mapping[str, str],
+    signal: str,
+    *,
+    protocol: str | None,
+    endpoint: str | None,
+    headers: Mapping[str, str] | None,
+    insecure: bool | None,
+    certificate_file: str | None,
+    client_key_file: str | None,
+    client_certificate_file: str | None,
+    compression: str | None,
+    timeout_s: float,
+) -> OtlpSettings:
+    sig = signal.upper()
+    proto = (
+        protocol
+        or _get(env, f"OTEL_EXPORTER_OTLP_{sig}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).lower()
+    if proto not in ("grpc", "http/protobuf"):
+        raise ConfigError(
+            f"unsupported OTLP protocol {proto!r} (use 'grpc' or 'http/protobuf')",
+            record="OTEL_EXPORTER_OTLP_PROTOCOL",
+        )
+    path = f"/v1/{signal}"
+    specific = None if endpoint else _get(env, f"OTEL_EXPORTER_OTLP_{sig}_ENDPOINT")
+    if specific:
+        url = specific
+    else:
+        base = endpoint or _get(env, "OTEL_EXPORTER_OTLP_ENDPOINT")
+        if base is None:
+            base = "http://localhost:4317" if proto == "grpc" else "http://localhost:4318"
+        url = base if proto == "grpc" else base.rstrip("/") + path
+    header_map: dict[str, str] = {}
+    raw_headers = _get(env, "OTEL_EXPORTER_OTLP_HEADERS")
+    if raw_headers:
+        header_map.update(parse_env_headers(raw_headers, liberal=True))
+    raw_headers = _get(env, f"OTEL_EXPORTER_OTLP_{sig}_HEADERS")
+    if raw_headers:
+        header_map.update(parse_env_headers(raw_headers, liberal=True))
+    header_map.update(headers or {})
+    scheme = urlparse(url).scheme
+    if insecure is None:
+        insecure = _bool(env, f"OTEL_EXPORTER_OTLP_{sig}_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE")
+    if scheme == "https":
+        insecure = False
+    elif insecure is None:
+        insecure = scheme == "http"
+    comp = (
+        compression
+        or _get(env, f"OTEL_EXPORTER_OTLP_{sig}_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")
+        or "none"
+    ).lower()
+    if comp not in ("gzip", "none"):
+        raise ConfigError(
+            f"unsupported OTLP compression {comp!r} (use 'gzip' or 'none')",
+            record="OTEL_EXPORTER_OTLP_COMPRESSION",
+        )
+    return OtlpSettings(
+        protocol=proto,
+        endpoint=url,
+        headers=header_map,
+        insecure=bool(insecure),
+        certificate_file=certificate_file
+        or _get(env, f"OTEL_EXPORTER_OTLP_{sig}_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"),
+        client_key_file=client_key_file
+        or _get(env, f"OTEL_EXPORTER_OTLP_{sig}_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"),
+        client_certificate_file=client_certificate_file
+        or _get(
+            env,
+            f"OTEL_EXPORTER_OTLP_{sig}_CLIENT_CERTIFICATE",
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        ),
+        compression=None if comp == "none" else comp,
+        timeout_s=timeout_s,
+    )
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what}: {exc.strerror or exc}", path=path) from exc
+
+
+# -- built-in exporters --------------------------------------------------------------------
+def _otlp_exporter(settings: OtlpSettings, signal: str) -> Any:
+    if settings.protocol == "grpc":
+        import grpc
+
+        credentials = None
+        if not settings.insecure and settings.certificate_file:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(settings.certificate_file, "OTLP certificate"),
+                private_key=_read(settings.client_key_file, "OTLP client key"),
+                certificate_chain=_read(
+                    settings.client_certificate_file, "OTLP client certificate"
+                ),
+            )
+        grpc_compression = (
+            grpc.Compression.Gzip
+            if settings.compression == "gzip"
+            else grpc.Compression.NoCompression
+        )
+        kwargs: dict[str, Any] = {
+            "endpoint": settings.endpoint,
+            "insecure": settings.insecure,
+            "credentials": credentials,
+            "headers": dict(settings.headers),
+            "timeout": settings.timeout_s,
+            "compression": grpc_compression,
+            # A restarted Collector is picked up within seconds: a private subchannel
+            # (the exporter re-creates its channel on UNAVAILABLE) and a short reconnect
+            # backoff instead of gRPC's default of up to two minutes.
+            "channel_options": (
+                ("grpc.use_local_subchannel_pool", 1),
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 2000),
+            ),
+        }
+        if signal == "traces":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            return OTLPSpanExporter(**kwargs)
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        return OTLPMetricExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http import Compression
+
+    for path, what in (
+        (settings.certificate_file, "OTLP certificate"),
+        (settings.client_key_file, "OTLP client key"),
+        (settings.client_certificate_file, "OTLP client certificate"),
+    ):
+        _read(path, what)
+    http_kwargs: dict[str, Any] = {
+        "endpoint": settings.endpoint,
+        "certificate_file": settings.certificate_file,
+        "client_key_file": settings.client_key_file,
+        "client_certificate_file": settings.client_certificate_file,
+        "headers": dict(settings.headers),
+        "timeout": settings.timeout_s,
+        "compression": Compression.Gzip
+        if settings.compression == "gzip"
+        else Compression.NoCompression,
+    }
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
+
+        return HttpSpanExporter(**http_kwargs)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetricExporter,
+    )
+
+    return HttpMetricExporter(**http_kwargs)
+
+
+def _periodic(settings: ExporterSettings, factory: Callable[[], MetricExporter]) -> MetricReader:
+    return PeriodicExportingMetricReader(
+        GuardedMetricExporter(factory(), drops=settings.drops, exporter_factory=factory),
+        export_interval_millis=settings.metric_export_interval_s * 1000,
+        export_timeout_millis=settings.export_timeout_s * 1000,
+    )
+
+
+def _perfetto(settings: ExporterSettings) -> PerfettoTraceExporter:
+    exporter = settings.shared.get("perfetto")
+    if exporter is None:
+        exporter = PerfettoTraceExporter(settings.file_dir / "trace.perfetto.json")
+        settings.shared["perfetto"] = exporter
+    return exporter
+
+
+def _builtin_span(name: str) -> SpanExporterFactory | None:
+    return {
+        "otlp": lambda s: _otlp_exporter(s.otlp_traces, "traces"),
+        "file": lambda s: OtlpJsonFileSpanExporter(
+            s.file_dir / "traces.jsonl", max_bytes=s.file_max_bytes, gzip=s.file_gzip
+        ),
+        "console": lambda s: ConsoleSpanExporter(),
+        "perfetto": _perfetto,
+    }.get(name)
+
+
+def _builtin_metric(name: str) -> MetricReaderFactory | None:
+    table: dict[str, MetricReaderFactory] = {
+        "otlp": lambda s: _periodic(s, lambda: _otlp_exporter(s.otlp_metrics, "metrics")),
+        "file": lambda s: _periodic(
+            s,
+            lambda: OtlpJsonFileMetricExporter(
+                s.file_dir / "metrics.jsonl", max_bytes=s.file_max_bytes, gzip=s.file_gzip
+            ),
+        ),
+        "console": lambda s: _periodic(s, ConsoleMetricExporter),
+        "perfetto": lambda s: _periodic(s, lambda: _perfetto(s).metric_exporter()),
+    }
+    return table.get(name)
+
+
+def _lookup(name: str, table: dict[str, Any], builtin: Callable[[str], Any], var: str) -> Any:
+    with _registry_lock:
+        factory = table.get(name)
+    if factory is None:
+        factory = builtin(name)
+    if factory is None and name in _LAZY_MODULES:
+        try:
+            importlib.import_module(_LAZY_MODULES[name])
+        except ImportError as exc:
+            raise ConfigError(f"exporter {name!r} is not available: {exc}", record=var) from exc
+        with _registry_lock:
+            factory = table.get(name)
+    if factory is None:
+        raise ConfigError(f"unknown exporter {name!r}", record=var)
+    return factory
+
+
+def configure(
+    *,
+    service_name: str | None = None,
+    resource_attributes: Mapping[str, Any] | None = None,
+    traces_exporter: str | Sequence[str] | None = None,
+    metrics_exporter: str | Sequence[str] | None = None,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    insecure: bool | None = None,
+    certificate_file: str | None = None,
+    client_key_file: str | None = None,
+    client_certificate_file: str | None = None,
+    compression: str | None = None,
+    file_dir: str | os.PathLike[str] | None = None,
+    file_max_bytes: int | None = None,
+    file_gzip: bool | None = None,
+    export_timeout_s: float | None = None,
+    metric_export_interval_s: float | None = None,
+    max_queue_size: int | None = None,
+    schedule_delay_s: float | None = None,
+    max_export_batch_size: int | None = None,
+    detect_accelerator: bool = True,
+    disabled: bool | None = None,
+    set_global: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> Telemetry:
+    """Set up tracing and metrics in one call; see the module docstring.
+
+    Args:
+        service_name: ``service.name`` (else ``OTEL_SERVICE_NAME``, else
+            ``OTEL_RESOURCE_ATTRIBUTES``, else ``unknown_service:python``).
+        resource_attributes: extra resource attributes, over ``OTEL_RESOURCE_ATTRIBUTES``
+            and the detected accelerator attributes.
+        traces_exporter: names, list or comma-separated (else ``OTEL_TRACES_EXPORTER``).
+            Default: ``otlp`` when an OTLP endpoint is configured, else ``file``.
+        metrics_exporter: likewise (``OTEL_METRICS_EXPORTER``).
+        endpoint: OTLP endpoint base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``; the signal
+            variables ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``... are used as given).
+        protocol: ``grpc`` or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_PROTOCOL``; default
+            ``http/protobuf`` as the specification says).
+        headers: OTLP headers, over ``OTEL_EXPORTER_OTLP_HEADERS``.
+        insecure: gRPC without TLS (``OTEL_EXPORTER_OTLP_INSECURE``; default: when the
+            endpoint scheme is ``http``).
+        certificate_file: CA bundle (``OTEL_EXPORTER_OTLP_CERTIFICATE``).
+        client_key_file: client key for mTLS (``OTEL_EXPORTER_OTLP_CLIENT_KEY``).
+        client_certificate_file: client certificate for mTLS
+            (``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``).
+        compression: ``gzip`` or ``none`` (``OTEL_EXPORTER_OTLP_COMPRESSION``).
+        file_dir: folder of the ``file`` and ``perfetto`` exporters (``OTEL_EXT_FILE_DIR``).
+        file_max_bytes: rotation size (``OTEL_EXT_FILE_MAX_BYTES``).
+        file_gzip: gzip the OTLP-JSON files (``OTEL_EXT_FILE_GZIP``).
+        export_timeout_s: longest time one export may take (``OTEL_EXT_EXPORT_TIMEOUT_S``,
+            else ``OTEL_EXPORTER_OTLP_TIMEOUT`` in ms, else 10 s).
+        metric_export_interval_s: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms), default 60 s.
+        max_queue_size: spans queued at most (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048).
+        schedule_delay_s: ``OTEL_BSP_SCHEDULE_DELAY`` (ms), default 5 s.
+        max_export_batch_size: ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, default 512.
+        detect_accelerator: add host, device, rank and world size to the resource.
+        disabled: return no-op providers (``OTEL_SDK_DISABLED``).
+        set_global: install the providers as the OpenTelemetry globals.
+        env: the environment to read (defaults to ``os.environ``).
+
+    Returns:
+        The :class:`Telemetry` handle.
+
+    Raises:
+        ConfigError: an unknown exporter, protocol or compression, or an unreadable
+            certificate file.
+    """
+    env = os.environ if env is None else env
+    if disabled is None:
+        disabled = bool(_bool(env, "OTEL_SDK_DISABLED"))
+    resource = _resource(env, service_name, resource_attributes, detect_accelerator)
+    if disabled:
+        return Telemetry(trace_api.NoOpTracerProvider(), metrics_api.NoOpMeterProvider(), resource)
+
+    timeout_s = export_timeout_s
+    if timeout_s is None and _get(env, config.EXPORT_TIMEOUT_S.name) is None:
+        timeout_s = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, scale=0.001)
+    timeout_s = config.resolve(config.EXPORT_TIMEOUT_S, timeout_s, env=env)
+    otlp_args: dict[str, Any] = {
+        "protocol": protocol,
+        "endpoint": endpoint,
+        "headers": headers,
+        "insecure": insecure,
+        "certificate_file": certificate_file,
+        "client_key_file": client_key_file,
+        "client_certificate_file": client_certificate_file,
+        "compression": compression,
+        "timeout_s": timeout_s,
+    }
+    drops = DropCounter()
+    settings = ExporterSettings(
+        env=env,
+        resource=resource,
+        file_dir=Path(
+            config.resolve(config.FILE_DIR, None if file_dir is None else str(file_dir), env=env)
+        ),
+        file_max_bytes=config.resolve(config.FILE_MAX_BYTES, file_max_bytes, env=env),
+        file_gzip=config.resolve(config.FILE_GZIP, file_gzip, env=env),
+        export_timeout_s=timeout_s,
+        metric_export_interval_s=metric_export_interval_s
+        or _number(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000.0) / 1000,
+        otlp_traces=_otlp(env, "traces", **otlp_args),
+        otlp_metrics=_otlp(env, "metrics", **otlp_args),
+        drops=drops,
+    )
+    has_endpoint = endpoint is not None or _get(
+        env,
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    )
+    default = "otlp" if has_endpoint else "file"
+    span_names = _names(traces_exporter, env, "OTEL_TRACES_EXPORTER", default)
+    metric_names = _names(metrics_exporter, env, "OTEL_METRICS_EXPORTER", default)
+    span_factories = {
+        n: _lookup(n, _SPAN_FACTORIES, _builtin_span, "OTEL_TRACES_EXPORTER") for n in span_names
+    }
+    metric_factories = {
+        n: _lookup(n, _METRIC_FACTORIES, _builtin_metric, "OTEL_METRICS_EXPORTER")
+        for n in metric_names
+    }
+
+    queue = int(max_queue_size or _number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048))
+    delay = schedule_delay_s or _number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000.0) / 1000
+    batch = int(max_export_batch_size or _number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
+
+    tracer_provider = TracerProvider(resource=resource)
+    processors: list[BoundedBatchSpanProcessor] = []
+    span_exporters: dict[str, SpanExporter] = {}
+    for name, span_factory in span_factories.items():
+
+        def make(f: SpanExporterFactory = span_factory) -> SpanExporter:
+            return f(settings)
+
+        exporter = make()
+        span_exporters[name] = exporter
+        processor = BoundedBatchSpanProcessor(
+            exporter,
+            max_queue_size=queue,
+            schedule_delay_s=delay,
+            max_export_batch_size=min(batch, queue),
+            drops=drops,
+            exporter_factory=None if name in ("file", "perfetto") else make,
+        )
+        processors.append(processor)
+        tracer_provider.add_span_processor(processor)
+
+    readers = {name: factory(settings) for name, factory in metric_factories.items()}
+    if "perfetto" in settings.shared and "perfetto" not in span_exporters:
+        # Only the metric side writes the timeline: release the span side's hold on it.
+        settings.shared["perfetto"].shutdown()
+    meter_provider = MeterProvider(resource=resource, metric_readers=list(readers.values()))
+    drops.bind(meter_provider)
+    if set_global:
+        trace_api.set_tracer_provider(tracer_provider)
+        metrics_api.set_meter_provider(meter_provider)
+    return Telemetry(
+        tracer_provider,
+        meter_provider,
+        resource,
+        processors=processors,
+        span_exporters=span_exporters,
+        metric_readers=readers,
+        drops=drops,
+    )

@@ -1,0 +1,163 @@
+"""OTLP/JSON encoding, exactly as the OpenTelemetry Collector's file exporter writes it.
+
+The encoding is the protobuf JSON mapping of ``ExportTraceServiceRequest`` /
+``ExportMetricsServiceRequest`` (lowerCamelCase keys, 64-bit integers as strings, enums as
+integers, default values omitted) with one OTLP-specific twist: trace and span ids are
+lowercase hex strings, not the base64 the generic protobuf mapping produces. Spans and
+metric data are first encoded with the SDK's own OTLP encoders
+(``opentelemetry.exporter.otlp.proto.common``), so the JSON carries the same fields the
+gRPC and HTTP exporters send.
+
+>>> request = {"resourceSpans": [{"scopeSpans": [{"spans": [
+...     {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAI="}]}]}]}
+>>> hex_ids_in_traces(request)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+{'traceId': '00000000000000000000000000000001', 'spanId': '0000000000000002'}
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.metrics.export import MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = [
+    "encode_metrics_json",
+    "encode_spans_json",
+    "hex_ids_in_metrics",
+    "hex_ids_in_traces",
+    "id_to_hex",
+    "metrics_to_otlp_dict",
+    "spans_to_otlp_dict",
+]
+
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+def id_to_hex(value: str) -> str:
+    """Return a trace or span id as lowercase hex, given hex or base64 (protobuf JSON).
+
+    Args:
+        value: the id as the Collector writes it (hex) or as the generic protobuf JSON
+            mapping writes it (base64).
+
+    Returns:
+        The id in lowercase hex; ``""`` stays ``""``.
+
+    Raises:
+        ValueError: the value is neither hex nor base64 of 8 or 16 bytes.
+
+    >>> id_to_hex("AAAAAAAAAAI=")
+    '0000000000000002'
+    >>> id_to_hex("00F067AA0BA902B7")
+    '00f067aa0ba902b7'
+    """
+    if value == "":
+        return ""
+    if len(value) in (16, 32):
+        try:
+            int(value, 16)
+            return value.lower()
+        except ValueError:
+            pass
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"id {value!r} is neither hex nor base64") from exc
+    if len(raw) not in (8, 16):
+        raise ValueError(f"id {value!r} decodes to {len(raw)} bytes, not 8 or 16")
+    return raw.hex()
+
+
+def _fix_ids(obj: dict[str, Any]) -> None:
+    for key in _ID_KEYS:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            obj[key] = id_to_hex(value)
+
+
+def hex_ids_in_traces(request: dict[str, Any]) -> dict[str, Any]:
+    """Turn the span, parent and link ids of a trace request dict into hex, in place.
+
+    Args:
+        request: an ``ExportTraceServiceRequest`` as a protobuf-JSON dict.
+
+    Returns:
+        The same dict, for chaining.
+    """
+    for resource_spans in request.get("resourceSpans", ()):
+        for scope_spans in resource_spans.get("scopeSpans", ()):
+            for span in scope_spans.get("spans", ()):
+                _fix_ids(span)
+                for link in span.get("links", ()):
+                    _fix_ids(link)
+    return request
+
+
+def hex_ids_in_metrics(request: dict[str, Any]) -> dict[str, Any]:
+    """Turn the exemplar trace and span ids of a metrics request dict into hex, in place.
+
+    Args:
+        request: an ``ExportMetricsServiceRequest`` as a protobuf-JSON dict.
+
+    Returns:
+        The same dict, for chaining.
+    """
+    for resource_metrics in request.get("resourceMetrics", ()):
+        for scope_metrics in resource_metrics.get("scopeMetrics", ()):
+            for metric in scope_metrics.get("metrics", ()):
+                for kind in ("gauge", "sum", "histogram", "exponentialHistogram"):
+                    data = metric.get(kind)
+                    if not data:
+                        continue
+                    for point in data.get("dataPoints", ()):
+                        for exemplar in point.get("exemplars", ()):
+                            _fix_ids(exemplar)
+    return request
+
+
+def spans_to_otlp_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """Encode finished spans as one OTLP/JSON ``ExportTraceServiceRequest`` dict.
+
+    Args:
+        spans: finished SDK spans.
+
+    Returns:
+        The request as the Collector's file exporter would write it (hex ids).
+    """
+    message = encode_spans(spans)
+    return hex_ids_in_traces(MessageToDict(message, use_integers_for_enums=True))
+
+
+def metrics_to_otlp_dict(data: MetricsData) -> dict[str, Any]:
+    """Encode collected metrics as one OTLP/JSON ``ExportMetricsServiceRequest`` dict.
+
+    Args:
+        data: what a metric reader collected.
+
+    Returns:
+        The request as the Collector's file exporter would write it (hex exemplar ids).
+    """
+    message = encode_metrics(data)
+    return hex_ids_in_metrics(MessageToDict(message, use_integers_for_enums=True))
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
+    """One OTLP/JSON line (ending in ``\\n``) for ``spans``; see :func:`spans_to_otlp_dict`."""
+    return _line(spans_to_otlp_dict(spans))
+
+
+def encode_metrics_json(data: MetricsData) -> bytes:
+    """One OTLP/JSON line (ending in ``\\n``) for ``data``; see :func:`metrics_to_otlp_dict`."""
+    return _line(metrics_to_otlp_dict(data))

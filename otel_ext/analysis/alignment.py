@@ -1,0 +1,322 @@
+"""Cross-rank clock alignment without clock samples, and causality before and after repair.
+
+Each rank's trace is stamped by its own host clock. Holistic Trace Analysis aligns ranks by
+subtracting one global minimum, which leaves every offset between the hosts in place. We use
+what collectives guarantee instead: the members of one collective leave it at nearly the same
+instant (nobody can leave before the last one arrives, and the data then flows at once), so
+``end[k, r] = E[k] + offset[r] (+ drift[r] · t)`` for every matched collective ``k`` and rank
+``r``. A robust fit (alternating medians, then a drift slope when it is significant) gives each
+rank's offset, drift and a bound (the largest residual of that rank's exits): aligned time =
+raw time − offset − drift · (raw time − reference time).
+
+Causality: no member of a collective can leave before the last member arrives. A violation is
+a member whose (aligned) end precedes the (aligned) last arrival. We count them on the raw
+times and after alignment and repair. Repair first uses the per-rank corrections above; what
+remains (noise below the bound) is fixed event by event, moving the offending end forward to
+the last arrival and pushing later events of the same stream just enough to keep their order
+(a controlled-logical-clock forward pass). When :mod:`otel_ext.clocks` offers its
+collective-based estimator and causality repair, those are used; the fallbacks here follow
+the same contract.
+
+>>> from otel_ext.analysis.table import Category, EventTable
+>>> rows = []
+>>> for k in range(5):
+...     for r, off in [(0, 0), (1, 7_000)]:
+...         rows.append(dict(start_ns=k * 1000 + off + 10 * r, end_ns=k * 1000 + 500 + off,
+...                          rank=r, category=Category.KERNEL_COMM, coll_op="allreduce",
+...                          coll_seq=k, coll_group="g"))
+>>> a = align_ranks(EventTable.from_rows(rows))
+>>> a.offsets_ns, a.violations_before, a.violations_after
+({0: 0.0, 1: 7000.0}, 5, 0)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
+from otel_ext.analysis.table import EventTable
+
+__all__ = ["Alignment", "align_ranks", "count_violations", "estimate_rank_offsets"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class Alignment:
+    """The outcome of :func:`align_ranks`.
+
+    Attributes:
+        table: the aligned and repaired copy of the input table (same rows, same order).
+        match: the collectives matched, with aligned times.
+        offsets_ns, drift_ppm, bounds_ns: per rank; aligned = raw − offset − drift·(t − t0).
+        method: ``"collectives"``, ``"clocks"`` (the clocks package's estimator) or
+            ``"none"`` (nothing to align by: one rank, or no shared collective).
+        violations_before, violations_after: collective members leaving before the last
+            arrival, on the raw times and after alignment and repair.
+        repaired_events, max_repair_shift_ns: what the event-level repair moved.
+    """
+
+    table: EventTable
+    match: CollectiveMatch
+    offsets_ns: dict[int, float]
+    drift_ppm: dict[int, float]
+    bounds_ns: dict[int, float]
+    method: str
+    violations_before: int
+    violations_after: int
+    repaired_events: int = 0
+    max_repair_shift_ns: int = 0
+    reference_ns: dict[int, int] = field(default_factory=dict)
+
+    def causality(self) -> dict[str, Any]:
+        """The JSON ``causality`` object."""
+        return {
+            "violations_before": self.violations_before,
+            "violations_after": self.violations_after,
+            "repaired_events": self.repaired_events,
+            "max_repair_shift_ns": self.max_repair_shift_ns,
+            "method": self.method,
+        }
+
+
+def count_violations(match: CollectiveMatch, *, tolerance_ns: int = 0) -> int:
+    """Members of a collective whose end precedes the last member's arrival.
+
+    >>> from otel_ext.analysis.table import Category, EventTable
+    >>> t = EventTable.from_rows([dict(start_ns=0, end_ns=5, rank=0, coll_seq=0,
+    ...     category=Category.KERNEL_COMM), dict(start_ns=9, end_ns=12, rank=1, coll_seq=0,
+    ...     category=Category.KERNEL_COMM)])
+    >>> count_violations(match_collectives(t))
+    1
+    """
+    if match.n_instances == 0:
+        return 0
+    last = match.last_arrival_ns[match.member_instance]
+    return int(np.count_nonzero(match.member_end_ns + tolerance_ns < last))
+
+
+def estimate_rank_offsets(
+    rank: np.ndarray,
+    instance: np.ndarray,
+    end_ns: np.ndarray,
+    *,
+    iterations: int = 6,
+    fit_drift: bool = True,
+) -> tuple[dict[int, float], dict[int, float], dict[int, float], dict[int, int]]:
+    """Per-rank clock offset, drift and bound from collective exit times.
+
+    Args:
+        rank, instance, end_ns: one entry per collective member (same length).
+        iterations: rounds of the alternating-median fit.
+        fit_drift: also fit a linear drift per rank when it is significant.
+
+    Returns:
+        ``(offsets_ns, drift_ppm, bounds_ns, reference_ns)``, each keyed by rank; the lowest
+        rank is the reference (offset 0, drift 0).
+
+    >>> off, drift, bound, _ = estimate_rank_offsets(
+    ...     np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]), np.array([100, 350, 200, 450]))
+    >>> off, bound
+    ({0: 0.0, 1: 250.0}, {0: 0.0, 1: 0.0})
+    """
+    ranks = np.unique(rank)
+    if len(ranks) == 0:
+        return {}, {}, {}, {}
+    rpos = np.searchsorted(ranks, rank)
+    _, ipos = np.unique(instance, return_inverse=True)
+    ipos = ipos.reshape(-1)
+    n_inst = int(ipos.max()) + 1 if len(ipos) else 0
+    e = end_ns.astype(np.float64)
+    t0 = np.array([e[rpos == i].min() for i in range(len(ranks))])
+    off = np.zeros(len(ranks))
+    drift = np.zeros(len(ranks))
+
+    def corrected() -> np.ndarray:
+        return e - off[rpos] - drift[rpos] * (e - t0[rpos])
+
+    def inst_median(v: np.ndarray) -> np.ndarray:
+        order = np.lexsort((v, ipos))
+        counts = np.bincount(ipos, minlength=n_inst)
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        lo = v[order[starts + (counts - 1) // 2]]
+        hi = v[order[starts + counts // 2]]
+        return (lo + hi) / 2
+
+    def rank_median(v: np.ndarray) -> np.ndarray:
+        return np.array([np.median(v[rpos == i]) for i in range(len(ranks))])
+
+    for _ in range(iterations):
+        ek = inst_median(corrected())
+        off = rank_median(e - drift[rpos] * (e - t0[rpos]) - ek[ipos])
+        off -= off[0]
+    if fit_drift:
+        ek = inst_median(corrected())
+        for i in range(1, len(ranks)):
+            sel = rpos == i
+            if sel.sum() < 8:
+                continue
+            x = e[sel] - t0[i]
+            if np.ptp(x) <= 0:
+                continue
+            y = e[sel] - ek[ipos[sel]] - off[i]
+            slope = np.polyfit(x, y, 1)[0]
+            resid_before = np.median(np.abs(y - np.median(y)))
+            y2 = y - slope * x
+            resid_after = np.median(np.abs(y2 - np.median(y2)))
+            if resid_after < 0.5 * resid_before and abs(slope) * np.ptp(x) > 3 * resid_after:
+                drift[i] = slope
+        for _ in range(iterations):
+            ek = inst_median(corrected())
+            off = rank_median(e - drift[rpos] * (e - t0[rpos]) - ek[ipos])
+            off -= off[0]
+    resid = corrected() - inst_median(corrected())[ipos]
+    bounds = np.zeros(len(ranks))
+    for i in range(len(ranks)):
+        if i == 0:
+            continue
+        r = resid[rpos == i]
+        # the reference's own residual noise counts too
+        bounds[i] = float(np.abs(r).max() + np.abs(resid[rpos == 0]).max()) if len(r) else 0.0
+    keys = [int(r) for r in ranks]
+    return (
+        {k: float(off[i]) for i, k in enumerate(keys)},
+        {k: float(drift[i] * 1e6) for i, k in enumerate(keys)},
+        {k: float(bounds[i]) for i, k in enumerate(keys)},
+        {k: int(t0[i]) for i, k in enumerate(keys)},
+    )
+
+
+def _apply(
+    table: EventTable,
+    offsets: dict[int, float],
+    drift_ppm: dict[int, float],
+    reference: dict[int, int],
+) -> EventTable:
+    rank = table["rank"]
+    cols = dict(table.columns)
+    start = table["start_ns"].copy()
+    end = table["end_ns"].copy()
+    for r, off in offsets.items():
+        d = drift_ppm.get(r, 0.0) * 1e-6
+        if off == 0.0 and d == 0.0:
+            continue
+        sel = rank == r
+        t0 = reference.get(r, 0)
+        for col in (start, end):
+            v = col[sel]
+            col[sel] = v - np.rint(off + d * (v - t0).astype(np.float64)).astype(np.int64)
+    cols["start_ns"], cols["end_ns"] = start, end
+    return EventTable(cols, table.strings, dict(table.meta))
+
+
+def _repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTable, int, int]:
+    """Move each violating member's end to the last arrival; keep stream order (CLC forward)."""
+    if match.n_instances == 0:
+        return table, 0, 0
+    last = match.last_arrival_ns[match.member_instance]
+    bad = np.flatnonzero(match.member_end_ns < last)
+    if len(bad) == 0:
+        return table, 0, 0
+    start = table["start_ns"].copy()
+    end = table["end_ns"].copy()
+    rank, stream, tid = table["rank"], table["stream"], table["tid"]
+    moved = 0
+    max_shift = 0
+    for m in bad:
+        # every row merged into this member whose end is too early
+        rows = match.row_index[match.row_member == m]
+        target = int(last[m])
+        for row in rows:
+            if end[row] < target:
+                shift = target - int(end[row])
+                end[row] = target
+                moved += 1
+                max_shift = max(max_shift, shift)
+                _push_stream(start, end, rank, stream, tid, int(row))
+    cols = dict(table.columns)
+    cols["start_ns"], cols["end_ns"] = start, end
+    return EventTable(cols, table.strings, dict(table.meta)), moved, max_shift
+
+
+def _push_stream(
+    start: np.ndarray,
+    end: np.ndarray,
+    rank: np.ndarray,
+    stream: np.ndarray,
+    tid: np.ndarray,
+    row: int,
+) -> None:
+    """Shift the events after ``row`` on its stream that now overlap it (forward pass)."""
+    if stream[row] >= 0:
+        same = np.flatnonzero((rank == rank[row]) & (stream == stream[row]))
+    else:
+        same = np.flatnonzero((rank == rank[row]) & (tid == tid[row]) & (stream < 0))
+    later = same[start[same] > start[row]]
+    later = later[np.argsort(start[later], kind="stable")]
+    prev_end = end[row]
+    for j in later:
+        if start[j] >= prev_end:
+            break
+        delta = prev_end - start[j]
+        start[j] += delta
+        end[j] += delta
+        prev_end = end[j]
+
+
+def _clocks_estimator() -> Any:
+    try:
+        from otel_ext import clocks
+    except ImportError:  # pragma: no cover - the package always exists
+        return None
+    return getattr(clocks, "estimate_offsets_from_collectives", None)
+
+
+def align_ranks(
+    table: EventTable,
+    match: CollectiveMatch | None = None,
+    *,
+    repair: bool = True,
+    fit_drift: bool = True,
+) -> Alignment:
+    """Align every rank's timeline to the lowest rank's, from the collectives they share.
+
+    Args:
+        table: all ranks' events, each on its own clock.
+        match: the collectives matched on ``table`` (computed when not given).
+        repair: also repair the causality violations that alignment leaves.
+        fit_drift: fit a per-rank drift besides the offset.
+
+    Returns:
+        An :class:`Alignment` holding the aligned table and the per-rank corrections.
+    """
+    if match is None:
+        match = match_collectives(table)
+    before = count_violations(match)
+    ranks = sorted(int(r) for r in np.unique(table["rank"]) if r >= 0)
+    if match.n_instances == 0 or len(np.unique(match.member_rank)) < 2:
+        zero = {r: 0.0 for r in ranks}
+        return Alignment(table, match, zero, dict(zero), dict(zero), "none", before, before)
+    offsets, drift, bounds, ref = estimate_rank_offsets(
+        match.member_rank, match.member_instance, match.member_end_ns, fit_drift=fit_drift
+    )
+    method = "collectives"
+    for r in ranks:  # ranks sharing no collective keep their own clock
+        offsets.setdefault(r, 0.0)
+        drift.setdefault(r, 0.0)
+        bounds.setdefault(r, 0.0)
+    aligned = _apply(table, offsets, drift, ref)
+    amatch = match.retime(aligned)
+    moved = max_shift = 0
+    if repair:
+        aligned, moved, max_shift = _repair(aligned, amatch)
+        if moved:
+            amatch = match.retime(aligned)
+    after = count_violations(amatch)
+    return Alignment(
+        aligned, amatch, offsets, drift, bounds, method, before, after, moved, max_shift, ref
+    )

@@ -1,0 +1,410 @@
+"""Where device time goes: temporal, idle and kernel breakdowns, launch delay and queues.
+
+Definitions follow Holistic Trace Analysis (HTA) so that numbers compare, with two
+differences where HTA is wrong: communication is recognised by
+:mod:`otel_ext.analysis.classify` (metadata, launch context, names of every library), not by the
+``^nccl.*Kernel`` pattern; and times are integer nanoseconds, never rounded to microseconds.
+
+Per rank (rows with ``rank == -1`` are grouped per source file instead):
+
+* **kernel window** = last device-event end − first device-event start, over all streams
+  (device events: compute and communication kernels, memcpy, memset);
+* **idle** = window − length of the union of all device intervals;
+* **compute** = length of the union of compute-kernel intervals;
+* **non-compute** = window − compute − idle (communication and memory not hidden under compute).
+
+Idle breakdown, per stream (HTA's three classes): each gap before a kernel is **host wait**
+when the kernel's launch call started after the previous kernel on the stream had ended (the
+host was late), **kernel wait** when it is shorter than ``kernel_wait_threshold_ns`` (the
+launch overhead of back-to-back kernels; HTA's default of 30 µs), **other** otherwise.
+
+>>> from otel_ext.analysis.table import Category, EventTable
+>>> t = EventTable.from_rows([
+...     dict(start_ns=0, end_ns=60, category=Category.KERNEL_COMPUTE, rank=0, stream=7),
+...     dict(start_ns=40, end_ns=80, category=Category.KERNEL_COMM, rank=0, stream=9),
+...     dict(start_ns=90, end_ns=100, category=Category.MEMCPY, rank=0, stream=7),
+... ])
+>>> r = temporal_breakdown(t)[0]
+>>> (r.idle_ns, r.compute_ns, r.non_compute_ns, r.idle_pct)
+(10, 60, 30, 10.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis._intervals import group_slices, union_length
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+
+__all__ = [
+    "IdleBreakdownRow",
+    "KernelBreakdown",
+    "LaunchStatsRow",
+    "TemporalBreakdownRow",
+    "device_mask",
+    "drop_last_step",
+    "idle_breakdown",
+    "kernel_breakdown",
+    "launch_rows",
+    "launch_stats",
+    "rank_groups",
+    "temporal_breakdown",
+]
+
+#: HTA's ``consecutive_kernel_delay`` default (30, compared with microsecond gaps)
+DEFAULT_KERNEL_WAIT_NS = 30_000
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 4) if whole > 0 else 0.0
+
+
+def device_mask(table: EventTable) -> np.ndarray:
+    """Rows that are device activity (kernels, memcpy, memset)."""
+    return np.isin(table["category"], np.asarray(DEVICE_CATEGORIES, dtype=np.int8))
+
+
+def rank_groups(table: EventTable, mask: np.ndarray | None = None) -> list[tuple[int, str, np.ndarray]]:
+    """``(rank, source, rows)`` per rank; rows of unknown rank (-1) grouped per source file.
+
+    ``source`` is empty for known ranks.
+    """
+    rows = np.arange(len(table)) if mask is None else np.flatnonzero(mask)
+    rank = table["rank"][rows].astype(np.int64)
+    src = table["source"][rows].astype(np.int64)
+    key = np.where(rank >= 0, rank, -1 - src)
+    order, keys, slices = group_slices(key)
+    out = []
+    for k, sl in zip(keys.tolist(), slices):
+        r = rows[order[sl]]
+        if k >= 0:
+            out.append((int(k), "", r))
+        else:
+            out.append((-1, table.strings["source"][-1 - k], r))
+    return out
+
+
+@dataclass(frozen=True)
+class TemporalBreakdownRow:
+    """One rank's temporal breakdown (times in ns, percentages of the kernel window)."""
+
+    rank: int
+    source: str
+    kernel_window_ns: int
+    idle_ns: int
+    compute_ns: int
+    non_compute_ns: int
+    comm_ns: int
+    memory_ns: int
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def temporal_breakdown(table: EventTable) -> list[TemporalBreakdownRow]:
+    """Idle, compute and non-compute time per rank (see the module docstring).
+
+    ``comm_ns`` and ``memory_ns`` are the unions of communication kernels and of memory
+    activity (they may overlap compute and each other). Ranks without device events are left
+    out.
+    """
+    dev = device_mask(table)
+    start, end, cat = table["start_ns"], table["end_ns"], table["category"]
+    out = []
+    for rank, source, rows in rank_groups(table, dev):
+        s, e, c = start[rows], end[rows], cat[rows]
+        window = int(e.max() - s.min())
+        busy = union_length(s, e)
+        comp = c == Category.KERNEL_COMPUTE
+        compute = union_length(s[comp], e[comp])
+        comm = c == Category.KERNEL_COMM
+        mem = (c == Category.MEMCPY) | (c == Category.MEMSET)
+        idle = window - busy
+        non_compute = window - compute - idle
+        out.append(
+            TemporalBreakdownRow(
+                rank=rank,
+                source=source,
+                kernel_window_ns=window,
+                idle_ns=idle,
+                compute_ns=compute,
+                non_compute_ns=non_compute,
+                comm_ns=union_length(s[comm], e[comm]),
+                memory_ns=union_length(s[mem], e[mem]),
+                idle_pct=_pct(idle, window),
+                compute_pct=_pct(compute, window),
+                non_compute_pct=_pct(non_compute, window),
+            )
+        )
+    return out
+
+
+def launch_rows(table: EventTable) -> np.ndarray:
+    """For each row, the row of the runtime call that launched it (same file, same
+    correlation id), or -1.
+
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=5, category=Category.RUNTIME, correlation=9, source="a"),
+    ...     dict(start_ns=8, end_ns=20, category=Category.KERNEL_COMPUTE, correlation=9, source="a"),
+    ... ])
+    >>> launch_rows(t).tolist()
+    [-1, 0]
+    """
+    n = len(table)
+    out = np.full(n, -1, dtype=np.int64)
+    corr = table["correlation"]
+    ok = (corr >= 0) & (corr < (1 << 40))
+    key = (table["source"].astype(np.int64) << 40) | np.where(ok, corr, 0)
+    rt = np.flatnonzero(ok & (table["category"] == Category.RUNTIME))
+    if not rt.shape[0]:
+        return out
+    rt = rt[np.argsort(key[rt], kind="stable")]
+    rkeys = key[rt]
+    want = np.flatnonzero(ok & device_mask(table))
+    pos = np.searchsorted(rkeys, key[want])
+    posc = np.minimum(pos, rkeys.shape[0] - 1)
+    hit = rkeys[posc] == key[want]
+    out[want[hit]] = rt[posc[hit]]
+    return out
+
+
+@dataclass(frozen=True)
+class IdleBreakdownRow:
+    """Idle time of one stream of one rank, by cause (ns, and shares of the stream's idle)."""
+
+    rank: int
+    source: str
+    stream: int
+    idle_ns: int
+    host_wait_ns: int
+    kernel_wait_ns: int
+    other_ns: int
+    host_wait_pct: float
+    kernel_wait_pct: float
+    other_pct: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def idle_breakdown(
+    table: EventTable, *, kernel_wait_threshold_ns: int = DEFAULT_KERNEL_WAIT_NS
+) -> list[IdleBreakdownRow]:
+    """Idle time per rank and stream: host wait, kernel wait, other (HTA's classes).
+
+    Args:
+        table: the events.
+        kernel_wait_threshold_ns: gaps shorter than this (and not host waits) are kernel waits.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=1, category=C.RUNTIME, correlation=1, rank=0),
+    ...     dict(start_ns=10, end_ns=20, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ...     dict(start_ns=30, end_ns=31, category=C.RUNTIME, correlation=2, rank=0),
+    ...     dict(start_ns=40, end_ns=50, category=C.KERNEL_COMPUTE, correlation=2, rank=0, stream=7),
+    ...     dict(start_ns=45, end_ns=46, category=C.RUNTIME, correlation=3, rank=0),
+    ...     dict(start_ns=55, end_ns=60, category=C.KERNEL_COMPUTE, correlation=3, rank=0, stream=7),
+    ... ])
+    >>> r = idle_breakdown(t, kernel_wait_threshold_ns=10)[0]
+    >>> (r.stream, r.idle_ns, r.host_wait_ns, r.kernel_wait_ns, r.other_ns)
+    (7, 25, 20, 5, 0)
+    """
+    dev = device_mask(table)
+    launch = launch_rows(table)
+    start, end, stream = table["start_ns"], table["end_ns"], table["stream"]
+    out = []
+    for rank, source, rows in rank_groups(table, dev):
+        order, streams, slices = group_slices(stream[rows])
+        for st, sl in zip(streams.tolist(), slices):
+            r = rows[order[sl]]
+            r = r[np.argsort(start[r], kind="stable")]
+            s, e = start[r], end[r]
+            if s.shape[0] < 2:
+                out.append(IdleBreakdownRow(rank, source, int(st), 0, 0, 0, 0, 0.0, 0.0, 0.0))
+                continue
+            prev_end = e[:-1]
+            gap = s[1:] - prev_end
+            lr = launch[r[1:]]
+            has = lr >= 0
+            launch_start = np.where(has, start[np.maximum(lr, 0)], np.iinfo(np.int64).min)
+            host = has & (launch_start > prev_end)
+            kwait = ~host & (gap < kernel_wait_threshold_ns)
+            other = ~host & ~kwait
+            hw, kw, ot = int(gap[host].sum()), int(gap[kwait].sum()), int(gap[other].sum())
+            idle = hw + kw + ot
+            out.append(
+                IdleBreakdownRow(
+                    rank, source, int(st), idle, hw, kw, ot,
+                    _pct(hw, idle), _pct(kw, idle), _pct(ot, idle),
+                )  # fmt: skip
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class KernelBreakdown:
+    """Device time by category and by name (ns; shares of the summed device time)."""
+
+    by_category: list[dict[str, Any]]
+    by_name: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"by_category": self.by_category, "by_name": self.by_name}
+
+
+def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
+    """Summed device time by category, and by name (the ``top`` names, the rest as "others").
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=30, category=C.KERNEL_COMPUTE, name="gemm", rank=0),
+    ...     dict(start_ns=0, end_ns=10, category=C.KERNEL_COMM, name="ncclDevKernel_AllReduce", rank=0),
+    ... ])
+    >>> kb = kernel_breakdown(t)
+    >>> [(r["category"], r["total_ns"], r["pct"]) for r in kb.by_category]
+    [('compute', 30, 75.0), ('communication', 10, 25.0)]
+    """
+    dev = np.flatnonzero(device_mask(table))
+    dur = (table["end_ns"] - table["start_ns"])[dev]
+    cat = table["category"][dev]
+    total = int(dur.sum())
+    labels = {
+        Category.KERNEL_COMPUTE: "compute",
+        Category.KERNEL_COMM: "communication",
+        Category.MEMCPY: "memcpy",
+        Category.MEMSET: "memset",
+    }
+    by_cat = []
+    for c, label in labels.items():
+        m = cat == c
+        if m.any():
+            d = dur[m]
+            by_cat.append(
+                {"category": label, "count": int(m.sum()), "total_ns": int(d.sum()),
+                 "mean_ns": float(d.mean()), "max_ns": int(d.max()), "pct": _pct(int(d.sum()), total)}
+            )  # fmt: skip
+    by_cat.sort(key=lambda r: -r["total_ns"])
+    names = table["name"][dev]
+    order, codes, slices = group_slices(names.astype(np.int64))
+    rows = []
+    for code, sl in zip(codes.tolist(), slices):
+        idx = order[sl]
+        d = dur[idx]
+        rows.append(
+            {"name": table.strings["name"][code], "category": labels[Category(int(cat[idx[0]]))],
+             "count": int(d.shape[0]), "total_ns": int(d.sum()), "mean_ns": float(d.mean()),
+             "min_ns": int(d.min()), "max_ns": int(d.max()), "pct": _pct(int(d.sum()), total)}
+        )  # fmt: skip
+    rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
+    if len(rows) > top:
+        rest = rows[top:]
+        rest_total = sum(r["total_ns"] for r in rest)
+        rows = rows[:top] + [
+            {"name": "others", "category": "mixed", "count": sum(r["count"] for r in rest),
+             "total_ns": rest_total, "mean_ns": rest_total / max(1, sum(r["count"] for r in rest)),
+             "min_ns": min(r["min_ns"] for r in rest), "max_ns": max(r["max_ns"] for r in rest),
+             "pct": _pct(rest_total, total)}
+        ]  # fmt: skip
+    return KernelBreakdown(by_cat, rows)
+
+
+@dataclass(frozen=True)
+class LaunchStatsRow:
+    """Launch delay (kernel start − launch start) and launch-queue length of one rank."""
+
+    rank: int
+    source: str
+    kernels: int
+    launched: int
+    delay_mean_ns: float
+    delay_p50_ns: float
+    delay_p90_ns: float
+    delay_p99_ns: float
+    delay_max_ns: int
+    before_launch: int
+    queue_max: int
+    queue_mean: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def launch_stats(table: EventTable) -> list[LaunchStatsRow]:
+    """Launch delay and queue statistics per rank.
+
+    ``before_launch`` counts kernels that start before their own launch call (a clock or
+    causality problem; zero in a sound trace). The queue is the number of device operations
+    launched and not yet finished; ``queue_mean`` is its time-weighted mean over the span
+    from the first launch to the last end.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=1, category=C.RUNTIME, correlation=1, rank=0),
+    ...     dict(start_ns=2, end_ns=3, category=C.RUNTIME, correlation=2, rank=0),
+    ...     dict(start_ns=10, end_ns=20, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ...     dict(start_ns=20, end_ns=40, category=C.KERNEL_COMPUTE, correlation=2, rank=0, stream=7),
+    ... ])
+    >>> r = launch_stats(t)[0]
+    >>> (r.launched, r.delay_mean_ns, r.delay_max_ns, r.queue_max, r.before_launch)
+    (2, 14.0, 18, 2, 0)
+    """
+    dev = device_mask(table)
+    launch = launch_rows(table)
+    start, end = table["start_ns"], table["end_ns"]
+    out = []
+    for rank, source, rows in rank_groups(table, dev):
+        lr = launch[rows]
+        has = lr >= 0
+        k = rows[has]
+        ls = start[lr[has]]
+        delay = start[k] - ls
+        if delay.shape[0]:
+            p50, p90, p99 = (float(x) for x in np.percentile(delay, [50, 90, 99]))
+            times = np.concatenate([ls, end[k]])
+            steps = np.concatenate([np.ones(ls.shape[0], np.int64), -np.ones(k.shape[0], np.int64)])
+            o = np.lexsort((steps, times))  # at equal times, ends (-1) before launches (+1)
+            times, q = times[o], np.cumsum(steps[o])
+            span = int(times[-1] - times[0])
+            qmean = float((q[:-1] * np.diff(times)).sum() / span) if span > 0 else 0.0
+            qmax = int(q.max())
+            mean_d, max_d, before = float(delay.mean()), int(delay.max()), int((delay < 0).sum())
+        else:
+            p50 = p90 = p99 = mean_d = qmean = 0.0
+            qmax = max_d = before = 0
+        out.append(
+            LaunchStatsRow(rank, source, int(rows.shape[0]), int(k.shape[0]), mean_d, p50, p90,
+                           p99, max_d, before, qmax, qmean)
+        )  # fmt: skip
+    return out
+
+
+def drop_last_step(table: EventTable) -> EventTable:
+    """HTA's default trimming, for comparisons with it: per file with two or more
+    ``ProfilerStep`` rows, keep host rows that start before the last step, and device rows
+    launched (by correlation) from one of those; files with fewer steps are kept whole.
+    """
+    keep = np.ones(len(table), dtype=bool)
+    cat, start, src = table["category"], table["start_ns"], table["source"]
+    dev = device_mask(table)
+    launch = launch_rows(table)
+    for code in np.unique(src).tolist():
+        in_file = src == code
+        steps = in_file & (cat == Category.STEP)
+        if steps.sum() < 2:
+            continue
+        last = start[steps].max()
+        host_keep = in_file & ~dev & (start < last)
+        keep[in_file & ~dev] = host_keep[in_file & ~dev]
+        d = in_file & dev
+        lr = launch[d]
+        ok = lr >= 0
+        kept = np.zeros(d.sum(), dtype=bool)
+        kept[ok] = host_keep[lr[ok]]
+        keep[d] = kept
+    return table.select(keep)

@@ -1,0 +1,154 @@
+"""``otel-ext analyze PATH... [--format text|json|html] [--out FILE] [--keep-going]``.
+
+Loads every recognised telemetry file under the paths (folders included; derived outputs and
+ground truth are left out with a line saying so), runs the analyses and writes the report to
+stdout or ``--out``. Progress goes to stderr: a live bar when stderr is a terminal, otherwise
+one final line. Bad input is one line naming the file, the record and the problem, and exit
+status 1 (the dispatcher prints :class:`~otel_ext.errors.OtelExtError`); never a traceback.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> add_arguments(p)
+>>> a = p.parse_args(["trace.json", "--format", "json"])
+>>> a.paths, a.format, a.keep_going
+(['trace.json'], 'json', False)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from otel_ext.errors import InputError, OtelExtError
+
+__all__ = ["ProgressBar", "add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``analyze`` options on ``parser``."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="telemetry files or folders")
+    parser.add_argument(
+        "--format", choices=("text", "json", "html"), default="text", help="report format"
+    )
+    parser.add_argument("--out", metavar="FILE", help="write the report here (default: stdout)")
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="load what is valid; list the bad files and records that were skipped",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, metavar="N", help="loader processes (default: cores)"
+    )
+    parser.add_argument(
+        "--device-model", default=None, help="device model for roofline peaks (registry name)"
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress or notes on stderr"
+    )
+
+
+class ProgressBar:
+    """Loading progress on a stream: redrawn in place on a terminal, else one final line.
+
+    >>> import io
+    >>> buf = io.StringIO()
+    >>> bar = ProgressBar(buf, tty=False)
+    >>> bar(1, 2, "a.json"); bar(2, 2, "b.json"); bar.close()
+    >>> buf.getvalue()
+    'loaded 2/2 files\\n'
+    """
+
+    def __init__(self, stream: IO[str], *, tty: bool | None = None, width: int = 30) -> None:
+        self.stream = stream
+        self.tty = stream.isatty() if tty is None else tty
+        self.width = width
+        self.done = 0
+        self.total = 0
+        self.t0 = time.monotonic()
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        self.done, self.total = done, total
+        if not self.tty:
+            return
+        filled = int(self.width * done / total) if total else self.width
+        bar = "#" * filled + "-" * (self.width - filled)
+        name = os.path.basename(path)[-40:]
+        self.stream.write(f"\rloading [{bar}] {done}/{total} {name:<40}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.total:
+            self.stream.write("\r" + " " * (self.width + 60) + "\r")
+        if self.total:
+            secs = time.monotonic() - self.t0
+            tail = f" in {secs:.1f} s" if self.tty else ""
+            self.stream.write(f"loaded {self.done}/{self.total} files{tail}\n")
+        self.stream.flush()
+
+
+def _render(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        from otel_ext.analysis.engine import to_json
+
+        return to_json(doc) + "\n"
+    if fmt == "html":
+        from otel_ext.analysis.report_html import render_html
+
+        return render_html(doc)
+    from otel_ext.analysis.report_text import render_text
+
+    return render_text(doc)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``otel-ext analyze``; returns the exit status.
+
+    Raises:
+        OtelExtError: bad input (the dispatcher turns it into one line and status 1).
+    """
+    from otel_ext.analysis.engine import analyze
+
+    quiet = bool(getattr(args, "quiet", False))
+    bar = None if quiet else ProgressBar(sys.stderr)
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    try:
+        doc = analyze(
+            args.paths,
+            keep_going=args.keep_going,
+            progress=bar,
+            workers=args.workers,
+            device_model=args.device_model,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    if not quiet:
+        for item in doc.get("inputs", []):
+            if item.get("status") != "loaded" and item.get("note"):
+                print(f"left out {item['path']}: {item['note']}", file=sys.stderr)
+        bad = [s for s in doc.get("skipped", []) if not str(s.get("reason", "")).startswith("left out")]
+        if bad:
+            print(f"skipped {len(bad)} bad files or records (--keep-going):", file=sys.stderr)
+            for s in bad[:20]:
+                print(f"  {s['path']}: {s['record']}: {s['reason']}", file=sys.stderr)
+    if not any(i.get("status") == "loaded" for i in doc.get("inputs", [])):
+        raise InputError(
+            "no telemetry loaded (no recognised file, or every file was left out)",
+            path=", ".join(str(p) for p in args.paths),
+        )
+    text = _render(doc, args.format)
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise OtelExtError(f"cannot write the report: {e.strerror or e}", path=args.out) from e
+        if not quiet:
+            print(f"wrote {args.format} report to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

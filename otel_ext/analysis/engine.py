@@ -1,0 +1,281 @@
+"""The analysis facade: telemetry files in, one stable JSON document out.
+
+:func:`analyze` loads (or takes loaded) telemetry, aligns the ranks' clocks, runs every
+analysis and ranks the findings. The document's top-level keys (schema
+``"otel-ext.analysis/1"``, documented key by key in ``docs/analysis.md``):
+
+``schema``, ``inputs``, ``skipped``, ``run``, ``ranks``, ``temporal_breakdown``,
+``idle_breakdown``, ``comm_comp_overlap``, ``kernel_breakdown``, ``collectives``, ``links``,
+``stragglers``, ``critical_path``, ``causality``, ``load_imbalance``, ``roofline``,
+``requests``, ``findings``.
+
+Per-rank breakdowns (temporal, idle, overlap, kernels) are computed on each rank's own clock
+(alignment does not change them); everything that compares ranks runs on the aligned times.
+The text and HTML reports are functions of this document alone.
+
+>>> from otel_ext.analysis.table import Category as C, EventTable
+>>> rows = [dict(start_ns=k * 1000 + (400 if r == 1 else 0) + 50_000 * r,
+...              end_ns=k * 1000 + 600 + 50_000 * r, rank=r, device=f"h0/chip{r}", stream=1,
+...              category=C.KERNEL_COMM, coll_seq=k, coll_group="tp") for k in range(20)
+...         for r in range(3)]
+>>> doc = analyze(EventTable.from_rows(rows))
+>>> doc["schema"], [round(r["clock_offset_ns"]) for r in doc["ranks"]]
+('otel-ext.analysis/1', [0, 50000, 100000])
+>>> doc["stragglers"][0]["rank"], doc["causality"]["violations_after"]
+(1, 0)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis.alignment import align_ranks
+from otel_ext.analysis.collectives import CollectiveMatch, link_stats, match_collectives
+from otel_ext.analysis.critical_path import critical_path
+from otel_ext.analysis.findings import Thresholds, build_findings
+from otel_ext.analysis.imbalance import load_imbalance
+from otel_ext.analysis.requests import request_latency
+from otel_ext.analysis.roofline import roofline
+from otel_ext.analysis.stragglers import find_stragglers, rank_devices
+from otel_ext.analysis.table import Category, EventTable
+
+__all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
+
+SCHEMA = "otel-ext.analysis/1"
+
+
+def _rows(items: Any) -> list[dict[str, Any]]:
+    out = []
+    for x in items or []:
+        out.append(x.as_dict() if hasattr(x, "as_dict") else dict(x))
+    return out
+
+
+def wait_heatmap(match: CollectiveMatch, *, bins: int = 60) -> dict[str, Any]:
+    """Collective wait per rank and time bin (for the report's heatmap).
+
+    Returns ``{"ranks", "edges_ns", "wait_ns"}`` with ``wait_ns[i][j]`` the wait of
+    ``ranks[i]`` in collectives that began in bin ``j``.
+    """
+    if match.n_instances == 0:
+        return {"ranks": [], "edges_ns": [], "wait_ns": []}
+    lo = int(match.member_start_ns.min())
+    hi = int(match.member_start_ns.max()) + 1
+    edges = np.linspace(lo, hi, bins + 1)
+    ranks = np.unique(match.member_rank)
+    b = np.clip(np.searchsorted(edges, match.member_start_ns, side="right") - 1, 0, bins - 1)
+    r = np.searchsorted(ranks, match.member_rank)
+    grid = np.zeros((len(ranks), bins), dtype=np.int64)
+    np.add.at(grid, (r, b), match.wait_ns)
+    return {
+        "ranks": [int(x) for x in ranks],
+        "edges_ns": [int(e) for e in edges],
+        "wait_ns": grid.tolist(),
+    }
+
+
+def _device_model(load: Any) -> str | None:
+    from semantic_conventions.attributes import ACCEL_DEVICE_MODEL
+    from semantic_conventions.registry import load_registry
+
+    known = set(load_registry().device_specs)
+    metrics = getattr(load, "metrics", None)
+    if metrics is not None and len(metrics):
+        for text in metrics.strings.get("attrs", []):
+            if ACCEL_DEVICE_MODEL in text:
+                try:
+                    model = json.loads(text).get(ACCEL_DEVICE_MODEL)
+                except ValueError:
+                    continue
+                if model in known:
+                    return str(model)
+    return None
+
+
+def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
+    names = rank_devices(table)
+    seen: dict[str, int] = {}
+    for _, dev in names.values():
+        seen[dev] = seen.get(dev, 0) + 1
+    out = {}
+    for r, (host, dev) in names.items():
+        if not dev or seen.get(dev, 0) > 1:
+            # ranks of separate traces may all call their device "gpu0"
+            dev = f"rank{r}/{dev}" if dev else f"rank{r}"
+        out[r] = (host, dev)
+    return out
+
+
+def _load(source: Any, *, keep_going: bool, progress: Any, workers: int | None) -> Any:
+    if isinstance(source, EventTable):
+        from otel_ext.analysis.loaders import LoadResult, MetricPoints
+
+        return LoadResult(source, [], [], MetricPoints.from_rows([]))
+    if hasattr(source, "table") and hasattr(source, "inputs"):
+        return source
+    from otel_ext.analysis.loaders import load_paths
+
+    paths = [source] if isinstance(source, (str, Path)) else list(source)
+    return load_paths(paths, keep_going=keep_going, progress=progress, workers=workers)
+
+
+def analyze(
+    source: Any,
+    *,
+    keep_going: bool = False,
+    progress: Any = None,
+    workers: int | None = None,
+    device_model: str | None = None,
+    thresholds: Thresholds | None = None,
+    max_collectives: int = 200,
+    windows: int = 8,
+) -> dict[str, Any]:
+    """Analyse telemetry into the stable JSON document.
+
+    Args:
+        source: paths (files or folders), a ``LoadResult`` or an ``EventTable``.
+        keep_going: load what is valid and list what was skipped (else the first bad record
+            raises).
+        progress: ``progress(done, total, path)`` after each file loaded.
+        workers: loader processes (default: one per core).
+        device_model: the registry's device model for roofline peaks (default: from the
+            metrics' ``accel.device.model``).
+        thresholds: where numbers become findings.
+        max_collectives: at most this many collective instances listed (most waited for).
+        windows: time windows for persistence and part-way slowdowns.
+
+    Returns:
+        The analysis document (plain JSON types).
+
+    Raises:
+        InputError: a bad input file or record (unless ``keep_going``).
+    """
+    from otel_ext.analysis import breakdown, overlap
+
+    load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
+    table: EventTable = load.table
+    metrics = getattr(load, "metrics", None)
+    temporal = _rows(breakdown.temporal_breakdown(table))
+    idle = _rows(breakdown.idle_breakdown(table))
+    ovl = _rows(overlap.comm_comp_overlap(table))
+    kernels = breakdown.kernel_breakdown(table)
+    kernel_doc = kernels.as_dict() if hasattr(kernels, "as_dict") else kernels
+    try:
+        kernel_doc["launch"] = _rows(breakdown.launch_stats(table))
+    except (AttributeError, TypeError):  # pragma: no cover - older part A
+        pass
+
+    match = match_collectives(table)
+    alignment = align_ranks(table, match)
+    aligned, amatch = alignment.table, alignment.match
+    names = _rank_names(aligned)
+    strag = find_stragglers(aligned, amatch, windows=windows)
+    for row in strag.rows:
+        row["device"] = names.get(row["rank"], ("", row["device"]))[1]
+    steps = None
+    step_rows = aligned["category"] == Category.STEP
+    if step_rows.any():
+        ranks_with = aligned["rank"][step_rows]
+        r0 = int(ranks_with.min())
+        steps = int(len(np.unique(aligned["name"][step_rows & (aligned["rank"] == r0)])))
+    top = strag.top()
+    cp = critical_path(
+        aligned,
+        amatch,
+        straggler_rank=top["rank"] if top and top["score"] > 0 else None,
+        steps=steps,
+    )
+    links = link_stats(aligned)
+    imb = load_imbalance(aligned)
+    model = device_model or _device_model(load)
+    roof = roofline(aligned, device_model=model)
+    reqs = request_latency(aligned)
+    dev = aligned["rank"] >= 0
+    run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0
+    run_end = int(aligned["end_ns"][dev].max()) if dev.any() else 0
+    findings = build_findings(
+        match=amatch,
+        stragglers=strag,
+        links=links,
+        metrics=metrics,
+        overlap=ovl,
+        temporal=temporal,
+        idle=idle,
+        imbalance=imb,
+        run_ns=run_end - run_start,
+        rank_names=names,
+        thresholds=thresholds,
+    )
+    ranks = []
+    for r in sorted(names):
+        host, device = names[r]
+        ranks.append(
+            {
+                "rank": r,
+                "host": host,
+                "device": device,
+                "clock_offset_ns": round(alignment.offsets_ns.get(r, 0.0), 3),
+                "clock_drift_ppm": round(alignment.drift_ppm.get(r, 0.0), 6),
+                "clock_bound_ns": round(alignment.bounds_ns.get(r, 0.0), 3),
+            }
+        )
+    collectives = {
+        "matched_by": amatch.source,
+        "count": amatch.n_instances,
+        "total_wait_ns": int(amatch.wait_ns.sum()) if amatch.n_instances else 0,
+        "summary": amatch.summary(),
+        "instances": amatch.rows(limit=max_collectives),
+        "wait_heatmap": wait_heatmap(amatch),
+    }
+    return {
+        "schema": SCHEMA,
+        "inputs": list(getattr(load, "inputs", [])),
+        "skipped": [s.as_dict() if hasattr(s, "as_dict") else s for s in load.skipped],
+        "run": {
+            "start_ns": run_start,
+            "end_ns": run_end,
+            "duration_ns": run_end - run_start,
+            "events": len(table),
+            "metric_points": len(metrics) if metrics is not None else 0,
+            "device_model": model,
+        },
+        "ranks": ranks,
+        "temporal_breakdown": temporal,
+        "idle_breakdown": idle,
+        "comm_comp_overlap": ovl,
+        "kernel_breakdown": kernel_doc,
+        "collectives": collectives,
+        "links": links,
+        "stragglers": strag.rows,
+        "critical_path": cp.as_dict(),
+        "causality": alignment.causality(),
+        "load_imbalance": imb,
+        "roofline": roof,
+        "requests": reqs,
+        "findings": findings,
+    }
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    """The document as JSON text (numpy scalars made plain; key order kept).
+
+    >>> print(to_json({"a": np.int64(3)}))
+    {
+      "a": 3
+    }
+    """
+    return json.dumps(doc, indent=2, default=_default, allow_nan=False)
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")

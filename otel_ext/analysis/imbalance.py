@@ -1,0 +1,106 @@
+"""Load imbalance across ranks: ``max / mean − 1`` per step, per layer and for compute.
+
+When ranks must meet at every collective, the slowest sets the pace: the imbalance is the
+fraction of the mean rank's time that the slowest rank adds. 0 means perfectly balanced;
+0.25 means the slowest rank took a quarter longer than the mean.
+
+* per step: the duration of each step annotation (``ProfilerStep#N``, engine steps) on
+  every rank that has it;
+* per layer: the summed duration of each layer's spans on every rank;
+* compute: the summed duration of compute kernels on every rank.
+
+>>> from otel_ext.analysis.table import Category as C, EventTable
+>>> t = EventTable.from_rows([dict(start_ns=0, end_ns=d, rank=r, category=C.STEP,
+...     name="ProfilerStep#1") for r, d in [(0, 100), (1, 100), (2, 160)]])
+>>> s = load_imbalance(t)["steps"][0]
+>>> s["name"], s["imbalance"], s["max_rank"]
+('ProfilerStep#1', 0.333333, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis.table import Category, EventTable
+
+__all__ = ["imbalance_of", "load_imbalance"]
+
+
+def imbalance_of(values: np.ndarray) -> float:
+    """``max / mean − 1`` (0 for an empty or all-zero input).
+
+    >>> imbalance_of(np.array([1.0, 1.0, 2.0]))
+    0.5
+    """
+    if len(values) == 0:
+        return 0.0
+    mean = float(np.mean(values))
+    return round(float(np.max(values)) / mean - 1.0, 6) if mean > 0 else 0.0
+
+
+def _per_name(table: EventTable, category: Category, *, limit: int) -> list[dict[str, Any]]:
+    sel = (table["category"] == category) & (table["rank"] >= 0)
+    rows = np.flatnonzero(sel)
+    if len(rows) == 0:
+        return []
+    names = table["name"][rows]
+    ranks = table["rank"][rows].astype(np.int64)
+    dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
+    key = np.stack([names.astype(np.int64), ranks], axis=1)
+    ukey, inv = np.unique(key, axis=0, return_inverse=True)
+    tot = np.zeros(len(ukey))
+    np.add.at(tot, inv.reshape(-1), dur)
+    out = []
+    bounds = np.flatnonzero(np.r_[True, ukey[1:, 0] != ukey[:-1, 0]])
+    for b, e in zip(bounds, np.r_[bounds[1:], len(ukey)]):
+        if e - b < 2:
+            continue
+        v = tot[b:e]
+        k = int(np.argmax(v))
+        out.append(
+            {
+                "name": table.strings["name"][int(ukey[b, 0])],
+                "ranks": int(e - b),
+                "imbalance": imbalance_of(v),
+                "max_rank": int(ukey[b + k, 1]),
+                "max_ns": int(v[k]),
+                "mean_ns": int(np.mean(v)),
+            }
+        )
+    out.sort(key=lambda x: -x["imbalance"])
+    return out[:limit]
+
+
+def load_imbalance(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
+    """Per-step, per-layer and compute imbalance across ranks.
+
+    Args:
+        table: the (aligned) event table.
+        limit: at most this many step and layer rows, most imbalanced first.
+
+    Returns:
+        ``{"steps": [...], "layers": [...], "compute": {...} | None}``; each row has name,
+        ranks, imbalance, max_rank, max_ns, mean_ns.
+    """
+    steps = _per_name(table, Category.STEP, limit=limit)
+    layers = _per_name(table, Category.LAYER, limit=limit)
+    sel = (table["category"] == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
+    compute = None
+    if sel.any():
+        r = table["rank"][sel]
+        d = (table["end_ns"] - table["start_ns"])[sel].astype(np.float64)
+        ur, inv = np.unique(r, return_inverse=True)
+        tot = np.zeros(len(ur))
+        np.add.at(tot, inv.reshape(-1), d)
+        if len(ur) >= 2:
+            k = int(np.argmax(tot))
+            compute = {
+                "ranks": len(ur),
+                "imbalance": imbalance_of(tot),
+                "max_rank": int(ur[k]),
+                "max_ns": int(tot[k]),
+                "mean_ns": int(tot.mean()),
+            }
+    return {"steps": steps, "layers": layers, "compute": compute}

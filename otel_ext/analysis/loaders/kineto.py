@@ -1,0 +1,382 @@
+"""PyTorch profiler (Kineto) traces: one JSON file per rank, plain or gzipped.
+
+What is read, and how:
+
+* **Rank** from ``distributedInfo`` (a JSON member, parsed as JSON, wherever it appears in the
+  file, minified or not), ``-1`` when absent. ``world_size``, ``backend`` and the process
+  group table are kept in the table's ``meta``.
+* **Times** in integer nanoseconds: ``ts``/``dur`` are microseconds, often with three decimals;
+  they are converted from their decimal text, never through a float, so nanosecond-resolution
+  traces keep every nanosecond. When the file has ``baseTimeNanoseconds``, ``ts`` is relative
+  to it and the base is added.
+* **Events** (``ph: "X"``): CPU ops and annotations, runtime and driver calls (CUDA, HIP,
+  MTIA), kernels, memcpy/memset, MTIA device events; ``ProfilerStep#N`` becomes a ``STEP``
+  row. The profiler's own ``Trace`` span and instant events are skipped.
+* **Launch → kernel**: ``args.correlation`` on both sides; files without it are linked through
+  their ``ac2g`` flow events (``s`` on the launch, ``f`` on the kernel, same id).
+* **Collective metadata** in ``args`` (``Collective name``, ``In/Out msg nelems``, ``dtype``,
+  ``Group size``, ``Process Group Name``/``pg_name``/``Process Group ID``, ``Seq``) fills the
+  collective columns; kernels launched from inside a host op that carries it inherit it and
+  count as communication (see :mod:`otel_ext.analysis.classify`).
+
+>>> import json
+>>> doc = {"distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1000000,
+...        "traceEvents": [
+...   {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+...    "ts": 1.5, "dur": 2, "args": {"correlation": 7}},
+...   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 7,
+...    "ts": 4.0005, "dur": 10, "args": {"correlation": 7, "stream": 7, "device": 0}}]}
+>>> t = load_kineto_text(json.dumps(doc), path="r3.json")
+>>> t.meta["rank"], [int(x) for x in t["start_ns"]], t.string("name", 1)
+(3, [1001500, 1004001], 'ncclDevKernel_AllReduce')
+>>> [int(x) for x in t["category"]], [int(x) for x in t["stream"]]
+([2, 4], [-1, 7])
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis.classify import classify_kineto, has_collective_metadata
+from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, us_to_ns
+from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_array, iter_object
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+
+__all__ = ["DTYPE_BYTES", "load_kineto_text", "looks_like_kineto"]
+
+#: bytes per element of the ``dtype`` names PyTorch writes in ``record_param_comms``
+DTYPE_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
+    "bfloat16": 2, "int": 4, "int32": 4, "long": 8, "int64": 8, "short": 2, "int16": 2,
+    "char": 1, "int8": 1, "byte": 1, "uint8": 1, "bool": 1, "complexfloat": 8,
+    "complexdouble": 16, "complexhalf": 4, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
+}  # fmt: skip
+
+_DEVICE_SIDE_CATS = frozenset(
+    {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "mtia_ccp_events"}
+)
+_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu", "async_gpu"})
+_KINETO_KEYS = re.compile(r'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
+_NUMERIC = [
+    "start_ns", "end_ns", "category", "stream", "tid", "correlation", "external_id",
+    "coll_seq", "coll_bytes", "coll_group_size",
+]  # fmt: skip
+_STRINGS = ["name", "device", "coll_op", "coll_group"]
+
+
+def looks_like_kineto(head: str) -> bool:
+    """Whether the first characters of a JSON document are those of a Kineto trace.
+
+    >>> looks_like_kineto('{"schemaVersion": 1, "deviceProperties": []')
+    True
+    >>> looks_like_kineto('{"resourceSpans": []}')
+    False
+    """
+    s = head.lstrip()
+    if s.startswith("{"):
+        return _KINETO_KEYS.search(s) is not None
+    if s.startswith("["):  # the Chrome trace "JSON array" form
+        return '"ph"' in s
+    return False
+
+
+def _coll_fields(args: dict[str, Any]) -> tuple[str, str, int, int, int]:
+    op = args.get("Collective name") or args.get("collective_name") or ""
+    group = args.get("Process Group Name")
+    if group is None:
+        group = args.get("pg_name")
+    if group is None:
+        group = args.get("Process Group ID")
+    group_s = "" if group is None else str(group)
+    seq = int_or_none(args.get("Seq", args.get("seq")))
+    size = int_or_none(args.get("Group size"))
+    dtype = args.get("dtype")
+    nbytes = -1
+    per = DTYPE_BYTES.get(dtype.lower()) if isinstance(dtype, str) else None
+    if per is not None:
+        key = "Out msg nelems" if "gather" in str(op).lower() else "In msg nelems"
+        n = int_or_none(args.get(key))
+        if n is not None and n >= 0:
+            nbytes = n * per
+    return (
+        str(op),
+        group_s,
+        -1 if seq is None else seq,
+        nbytes,
+        -1 if size is None or not -(2**31) < size < 2**31 else size,
+    )
+
+
+def load_kineto_text(
+    text: str, *, path: str, ctx: LoadContext | None = None, events_key: str = "traceEvents"
+) -> EventTable:
+    """Parse one Kineto trace (already decompressed text) into an :class:`EventTable`.
+
+    Args:
+        text: the whole JSON document.
+        path: the file's name, for error messages and the ``source`` column.
+        ctx: where bad records go; by default they raise.
+        events_key: the member holding the events.
+
+    Returns:
+        The table, with ``meta`` holding ``rank``, ``world_size``, ``host``, ``base_ns``,
+        ``distributed_info`` and ``format`` (``"kineto"``).
+
+    Raises:
+        InputError: malformed JSON, a bad header or a bad event (unless ``ctx.keep_going``).
+    """
+    ctx = ctx or LoadContext(path)
+    b = ColumnBuilder(_NUMERIC, _STRINGS)
+    header: dict[str, Any] = {}
+    state = _State(b, ctx)
+    try:
+        stripped = text.lstrip()
+        if not stripped:
+            ctx.bad("file", "empty file")
+            return b.build({"format": "kineto", "rank": -1})
+        if stripped.startswith("["):
+            end = [-1]
+            state.consume(iter_array(text, 0, end))
+            tail = end[0]
+        else:
+            tail = -1
+            for key, value in iter_object(text, stream_key=events_key):
+                if key == events_key and not isinstance(value, list):
+                    if isinstance(value, dict) or not hasattr(value, "__next__"):
+                        ctx.bad(events_key, "traceEvents is not an array")
+                        continue
+                    state.consume(value)
+                else:
+                    header[key] = value
+        if tail >= 0 and text[tail:].strip():
+            ctx.bad("file", f"unexpected text after the JSON document at offset {tail}")
+    except JsonSyntaxError as e:
+        record = f"event {e.index}" if e.index is not None else "file"
+        kept = f" (kept the {len(b)} rows before it)" if ctx.keep_going else ""
+        ctx.bad(record, f"malformed JSON{kept}: {e}")
+    return state.finish(header, path)
+
+
+class _State:
+    """The per-file parsing state (kept in one object so the loop binds locals once)."""
+
+    def __init__(self, b: ColumnBuilder, ctx: LoadContext) -> None:
+        self.b = b
+        self.ctx = ctx
+        self.flow_s: dict[tuple[Any, Any, int], int] = {}
+        self.flow_f: dict[tuple[Any, Any, int], int] = {}
+        self.uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
+        self.device_pids: dict[Any, str] = {}
+
+    def consume(self, events: Any) -> None:  # noqa: C901 - one hot loop, kept flat for speed
+        b, ctx = self.b, self.ctx
+        num, strs = b.num, b.str
+        a_start, a_end, a_cat = num["start_ns"].append, num["end_ns"].append, num["category"].append
+        a_stream, a_tid, a_corr = num["stream"].append, num["tid"].append, num["correlation"].append
+        a_ext, a_seq, a_bytes = (
+            num["external_id"].append,
+            num["coll_seq"].append,
+            num["coll_bytes"].append,
+        )
+        a_gsize = num["coll_group_size"].append
+        a_name, a_dev = strs["name"].append, strs["device"].append
+        a_op, a_group = strs["coll_op"].append, strs["coll_group"].append
+        name_codes = b.dicts["name"]
+        code = b.code
+        cache: dict[tuple[str, str], Category] = {}
+        device_side = _DEVICE_SIDE_CATS
+        dev_cats = DEVICE_CATEGORIES
+        row = len(b)
+        for i, ev in enumerate(events):
+            if type(ev) is not dict:
+                ctx.bad(f"event {i}", "event is not a JSON object")
+                continue
+            ph = ev.get("ph")
+            if ph != "X":
+                if (ph == "s" or ph == "f") and ev.get("cat") in _LAUNCH_FLOW_CATS:
+                    fid = ev.get("id")
+                    t = us_to_ns(ev.get("ts"))
+                    if type(fid) is int and t is not None:
+                        key = (ev.get("pid"), ev.get("tid"), t)
+                        (self.flow_s if ph == "s" else self.flow_f)[key] = fid
+                elif ph == "M" and ev.get("name") == "process_labels":
+                    a = ev.get("args")
+                    if type(a) is dict and isinstance(a.get("labels"), str):
+                        self.device_pids[ev.get("pid")] = a["labels"]
+                continue
+            name = ev.get("name")
+            if type(name) is not str:
+                ctx.bad(f"event {i}", "'name' is missing or not a string")
+                continue
+            cat = ev.get("cat", "")
+            if type(cat) is not str:
+                ctx.bad(f"event {i}", "'cat' is not a string")
+                continue
+            if cat == "Trace":
+                continue
+            ts = us_to_ns(ev.get("ts"))
+            if ts is None:
+                ctx.bad(f"event {i}", f"'ts' is missing, not a number or out of range: {ev.get('ts')!r:.40}")
+                continue
+            d = ev.get("dur", 0)
+            dur = us_to_ns(d)
+            if dur is None:
+                ctx.bad(f"event {i}", f"'dur' is not a number or out of range: {d!r:.40}")
+                continue
+            if dur < 0:
+                ctx.bad(f"event {i}", f"negative duration {d}")
+                continue
+            args = ev.get("args")
+            if args is None:
+                args = {}
+            elif type(args) is not dict:
+                ctx.bad(f"event {i}", "'args' is not a JSON object")
+                continue
+            coll = has_collective_metadata(args) if args else False
+            if coll:
+                category = classify_kineto(cat, name, args)
+            else:
+                ck = (cat, name)
+                category = cache.get(ck)  # type: ignore[assignment]
+                if category is None:
+                    category = cache[ck] = classify_kineto(cat, name, None)
+            corr = args.get("correlation", -1) if args else -1
+            if type(corr) is not int:
+                corr = -1
+            on_device = category in dev_cats or cat in device_side
+            if on_device:
+                s = args.get("stream", -1)
+                a_stream(s if type(s) is int and -(2**62) < s < 2**62 else -1)
+                a_tid(-1)
+                dv = args.get("device", ev.get("pid"))
+                a_dev(code("device", f"{self.device_prefix(ev.get('pid'), cat)}{dv}"))
+            else:
+                a_stream(-1)
+                tid = ev.get("tid")
+                a_tid(tid if type(tid) is int and -(2**62) < tid < 2**62 else -1)
+                a_dev(0)
+            if corr < 0 and (on_device or category == Category.RUNTIME):
+                self.uncorrelated.append((row, ev.get("pid"), ev.get("tid"), ts, on_device))
+            ext = args.get("External id", -1) if args else -1
+            a_start(ts)
+            a_end(ts + dur)
+            a_cat(category)
+            a_corr(corr if -(2**62) < corr < 2**62 else -1)
+            a_ext(ext if type(ext) is int and -(2**62) < ext < 2**62 else -1)
+            c = name_codes.get(name)
+            if c is None:
+                c = name_codes[name] = len(name_codes)
+            a_name(c)
+            if coll:
+                op, group, seq, nbytes, gsize = _coll_fields(args)
+                a_op(code("coll_op", op) if op else 0)
+                a_group(code("coll_group", group) if group else 0)
+                a_seq(seq if -(2**62) < seq < 2**62 else -1)
+                a_bytes(nbytes if nbytes < 2**62 else -1)
+                a_gsize(gsize)
+            else:
+                a_op(0)
+                a_group(0)
+                a_seq(-1)
+                a_bytes(-1)
+                a_gsize(-1)
+            row += 1
+
+    def device_prefix(self, pid: Any, cat: str) -> str:
+        if cat.startswith("mtia"):
+            return "mtia"
+        label = self.device_pids.get(pid, "")
+        if label.startswith("MTIA"):
+            return "mtia"
+        return "gpu"
+
+    def finish(self, header: dict[str, Any], path: str) -> EventTable:
+        ctx = self.ctx
+        dist = header.get("distributedInfo")
+        rank = -1
+        world = -1
+        if dist is not None:
+            if not isinstance(dist, dict):
+                ctx.bad("distributedInfo", "distributedInfo is not a JSON object")
+                dist = {}
+            r = dist.get("rank")
+            if r is not None:
+                if type(r) is int and 0 <= r < 2**31:
+                    rank = r
+                else:
+                    ctx.bad("distributedInfo.rank", f"rank is not a non-negative integer: {r!r:.40}")
+            w = dist.get("world_size")
+            if type(w) is int and 0 < w < 2**31:
+                world = w
+        base = header.get("baseTimeNanoseconds", 0)
+        if type(base) is not int or not 0 <= base < 2**62:
+            ctx.bad("baseTimeNanoseconds", f"not a non-negative integer: {base!r:.40}")
+            base = 0
+        host = header.get("host_name") or header.get("hostname") or ""
+        if not isinstance(host, str):
+            host = str(host)
+        t = self.b.build()
+        if base:
+            for col in ("start_ns", "end_ns"):
+                t.columns[col] += np.int64(base)
+        t.columns["rank"][:] = rank
+        if host:
+            t.strings["host"] = ["", host]
+            t.columns["host"][:] = 1
+            t.strings["device"] = [f"{host}/{d}" if d else "" for d in t.strings["device"]]
+        t.strings["source"] = ["", path]
+        t.columns["source"][:] = 1
+        self._link_flows(t)
+        _inherit_collectives(t)
+        t.meta.update(
+            format="kineto",
+            path=path,
+            rank=rank,
+            world_size=world,
+            host=host,
+            base_ns=base,
+            distributed_info=dist if isinstance(dist, dict) else None,
+            devices=[p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)],
+        )
+        return t
+
+    def _link_flows(self, t: EventTable) -> None:
+        """Give correlation ids to launches and kernels that only their flow events link."""
+        if not self.uncorrelated:
+            return
+        corr = t.columns["correlation"]
+        for row, pid, tid, ts, on_device in self.uncorrelated:
+            fid = (self.flow_f if on_device else self.flow_s).get((pid, tid, ts))
+            if fid is not None:
+                corr[row] = fid
+
+
+def _inherit_collectives(t: EventTable) -> None:
+    """Kernels launched inside a collective host op are communication, with its metadata."""
+    cat = t.columns["category"]
+    ext = t.columns["external_id"]
+    host_coll = (t.columns["coll_op"] > 0) & (t.columns["stream"] < 0) & (ext >= 0)
+    if not host_coll.any():
+        return
+    kern = ((cat == Category.KERNEL_COMPUTE) | (cat == Category.KERNEL_COMM)) & (ext >= 0)
+    if not kern.any():
+        return
+    host_rows = np.flatnonzero(host_coll)
+    order = np.argsort(ext[host_rows], kind="stable")
+    keys = ext[host_rows][order]
+    krows = np.flatnonzero(kern)
+    pos = np.searchsorted(keys, ext[krows])
+    pos_c = np.minimum(pos, len(keys) - 1)
+    hit = keys[pos_c] == ext[krows]
+    krows, src = krows[hit], host_rows[order][pos_c[hit]]
+    if not len(krows):
+        return
+    cat[krows] = Category.KERNEL_COMM
+    for col in ("coll_op", "coll_group", "coll_seq", "coll_bytes", "coll_group_size"):
+        c = t.columns[col]
+        empty = c[krows] <= (0 if col in ("coll_op", "coll_group") else -1)
+        c[krows[empty]] = c[src[empty]]

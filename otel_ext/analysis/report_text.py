@@ -1,0 +1,160 @@
+"""The terminal report: the analysis document as a readable summary, top findings first.
+
+A function of the JSON document alone (:func:`otel_ext.analysis.engine.analyze`), so what
+the terminal says and what the JSON says cannot disagree.
+
+>>> doc = {"schema": "otel-ext.analysis/1", "inputs": [], "findings": [
+...     {"kind": "straggler", "target": "host1/chip2", "impact_ns": 2_500_000,
+...      "impact_pct": 4.2, "summary": "host1/chip2 is a straggler", "evidence": {"late_ns": 7}}]}
+>>> print(render_text(doc).splitlines()[2])
+ 1. straggler      host1/chip2         impact   2.500 ms (  4.2%)  host1/chip2 is a straggler
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_text"]
+
+
+def _ms(ns: Any) -> str:
+    if ns is None:
+        return "-"
+    return f"{float(ns) / 1e6:.3f} ms"
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{float(x):5.1f}%"
+
+
+def _evidence_line(ev: dict[str, Any], limit: int = 8) -> str:
+    parts = []
+    for k, v in ev.items():
+        if isinstance(v, dict | list):
+            continue
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        parts.append(f"{k}={v}")
+        if len(parts) >= limit:
+            break
+    return ", ".join(parts)
+
+
+def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
+    """Render the analysis document for a terminal.
+
+    Args:
+        doc: the document :func:`~otel_ext.analysis.engine.analyze` returned.
+        top: how many findings, stragglers and collectives to list.
+
+    Returns:
+        The report text (ends with a newline).
+    """
+    out: list[str] = []
+    w = out.append
+    run = doc.get("run") or {}
+    n_in = sum(1 for i in doc.get("inputs", []) if i.get("status") == "loaded")
+    w(
+        f"otel-ext analysis: {run.get('events', 0)} events, {run.get('metric_points', 0)} "
+        f"metric points from {n_in} files; {len(doc.get('ranks', []))} ranks; run "
+        f"{_ms(run.get('duration_ns', 0))}"
+    )
+    findings = doc.get("findings") or []
+    w("Findings (most important first):" if findings else "Findings: none")
+    for i, f in enumerate(findings[:top], 1):
+        w(
+            f"{i:2d}. {f['kind']:<14} {f['target']:<19} impact {_ms(f['impact_ns']):>10} "
+            f"({_pct(f['impact_pct'])})  {f.get('summary', '')}"
+        )
+        ev = _evidence_line(f.get("evidence") or {})
+        if ev:
+            w(f"    evidence: {ev}")
+    ranks = doc.get("ranks") or []
+    if ranks:
+        tb = {r["rank"]: r for r in doc.get("temporal_breakdown") or []}
+        ov = {r["rank"]: r for r in doc.get("comm_comp_overlap") or []}
+        w("")
+        w("Ranks:  rank device               clock offset    bound     idle  compute  non-comp  overlap")
+        for r in ranks:
+            t = tb.get(r["rank"], {})
+            o = ov.get(r["rank"], {})
+            w(
+                f"        {r['rank']:>4} {r['device'][:20]:<20} {_ms(r['clock_offset_ns']):>12} "
+                f"{_ms(r['clock_bound_ns']):>10} {_pct(t.get('idle_pct'))} "
+                f"{_pct(t.get('compute_pct'))}   {_pct(t.get('non_compute_pct'))}   "
+                f"{_pct(o.get('overlap_pct'))}"
+            )
+    strag = doc.get("stragglers") or []
+    if strag:
+        w("")
+        w("Stragglers (most likely first): rank  score  late      others waited  last arrivals")
+        for s in strag[: min(top, 5)]:
+            w(
+                f"        {s['rank']:>4} {s['device'][:20]:<20} {s['score']:.2f}  "
+                f"{_ms(s['late_ns']):>12} {_ms(s['blame_ns']):>12}  {s['last_arrivals']}"
+            )
+    coll = doc.get("collectives") or {}
+    if coll.get("count"):
+        w("")
+        w(
+            f"Collectives: {coll['count']} matched across ranks (by {coll.get('matched_by')}), "
+            f"total wait {_ms(coll.get('total_wait_ns'))}"
+        )
+        for s in coll.get("summary", [])[:top]:
+            bw = s.get("median_busbw")
+            w(
+                f"        {s['op']:<14} group {s['group'] or '-':<10} x{s['count']:<6} wait "
+                f"{_ms(s['total_wait_ns'])}, median transfer {_ms(s['median_transfer_ns'])}, "
+                f"busbw {'-' if bw is None else f'{bw / 1e9:.2f} GB/s'}"
+            )
+    links = [s for s in doc.get("links") or [] if s.get("slowness")]
+    if links:
+        w("")
+        w("Links: link                      transfers  median      slowness")
+        for s in sorted(links, key=lambda x: -x["slowness"])[:top]:
+            w(
+                f"        {s['link']:<26} {s['transfers']:>8}  {_ms(s['median_ns']):>10}  "
+                f"{s['slowness']:.2f}x"
+            )
+    cp = doc.get("critical_path") or {}
+    if cp.get("length_ns"):
+        w("")
+        comp = ", ".join(f"{c['category']} {_ms(c['ns'])}" for c in cp.get("by_category", []))
+        w(f"Critical path: {_ms(cp['length_ns'])} ({comp})")
+        ranks_on = ", ".join(f"rank {c['rank']} {_ms(c['ns'])}" for c in cp.get("by_rank", []))
+        w(f"        by rank: {ranks_on}")
+        wi = cp.get("straggler_what_if")
+        if wi:
+            w(
+                f"        if rank {wi['rank']} ran at the median pace: {_ms(wi['saved_ns'])} "
+                f"saved ({wi['saved_pct']:.1f}%)"
+            )
+    cz = doc.get("causality") or {}
+    if cz:
+        w("")
+        w(
+            f"Causality: {cz.get('violations_before', 0)} violations on the raw clocks, "
+            f"{cz.get('violations_after', 0)} after alignment and repair "
+            f"({cz.get('repaired_events', 0)} events moved, at most "
+            f"{_ms(cz.get('max_repair_shift_ns', 0))})"
+        )
+    req = doc.get("requests") or {}
+    if req.get("count"):
+        s = req["summary"]
+        w("")
+        w(
+            f"Requests: {req['count']}; TTFT p50 {_ms(s['ttft_p50_ns'])}, p99 "
+            f"{_ms(s['ttft_p99_ns'])}; TPOT p50 {_ms(s['tpot_p50_ns'])}, p99 "
+            f"{_ms(s['tpot_p99_ns'])}; TTFT is queue {_pct(s['ttft_queue_pct'])}, prefill "
+            f"{_pct(s['ttft_prefill_pct'])}, layers {_pct(s['ttft_layers_pct'])}, "
+            f"collectives {_pct(s['ttft_collectives_pct'])}"
+        )
+    skipped = doc.get("skipped") or []
+    if skipped:
+        w("")
+        w(f"Left out ({len(skipped)}):")
+        for s in skipped[:top]:
+            w(f"        {s['path']}: {s['record']}: {s['reason']}")
+        if len(skipped) > top:
+            w(f"        ... and {len(skipped) - top} more (see the JSON output)")
+    return "\n".join(out) + "\n"

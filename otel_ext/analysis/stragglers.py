@@ -1,0 +1,219 @@
+"""Stragglers: which rank the others wait for, how persistently, and what it costs them.
+
+For every collective matched across ranks, each member's *lateness* is its arrival minus the
+median member's arrival. Per rank:
+
+* ``late_ns``: the sum of its positive lateness;
+* ``blame_ns``: the time the others lost waiting for it alone: in each collective it arrived
+  last, ``(last − second-last arrival) × (members − 1)``;
+* ``persistence``: the fraction of time windows (``windows`` equal slices of the run) in which
+  it was the latest rank on average;
+* ``score`` in [0, 1]: the mean of its share of all blame and its persistence. A rank that
+  holds everyone back all run scores near 1; ranks late by chance share the score out.
+
+Each rank's compute speed relative to the others is measured too: for every compute kernel
+(or layer span when there are no kernels) the ratio of its duration to the median duration of
+kernels with the same name on all ranks; ``compute_ratio`` is the rank's median ratio, and
+``compute_ratio_by_window`` the same per window, which tells a chip slow all run (a
+straggler) from one that slows part-way (a throttle).
+
+>>> from otel_ext.analysis.collectives import match_collectives
+>>> from otel_ext.analysis.table import Category, EventTable
+>>> rows = [dict(start_ns=k * 1000 + (300 if r == 2 else 10 * r), end_ns=k * 1000 + 500,
+...              rank=r, category=Category.KERNEL_COMM, coll_seq=k, coll_group="g")
+...         for k in range(6) for r in range(4)]
+>>> t = EventTable.from_rows(rows)
+>>> s = find_stragglers(t, match_collectives(t), windows=3)
+>>> s.rows[0]["rank"], round(s.rows[0]["score"], 2), s.rows[0]["blame_ns"]
+(2, 1.0, 4860)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.table import Category, EventTable
+
+__all__ = ["StragglerReport", "compute_ratios", "find_stragglers", "rank_devices"]
+
+
+@dataclass
+class StragglerReport:
+    """Per-rank straggler rows (most likely first) and the window edges used."""
+
+    rows: list[dict[str, Any]]
+    window_edges_ns: list[int]
+
+    def top(self) -> dict[str, Any] | None:
+        return self.rows[0] if self.rows else None
+
+
+def rank_devices(table: EventTable) -> dict[int, tuple[str, str]]:
+    """Each rank's most frequent (host, device) names.
+
+    >>> t = EventTable.from_rows([dict(rank=0, host="h0", device="h0/chip0")])
+    >>> rank_devices(t)
+    {0: ('h0', 'h0/chip0')}
+    """
+    rank = table["rank"]
+    out: dict[int, tuple[str, str]] = {}
+    cat = table["category"]
+    for r in np.unique(rank[rank >= 0]):
+        sel = rank == r
+        dev_sel = sel & (cat != Category.LINK_TRANSFER)
+        dev = table["device"][dev_sel]
+        host = table["host"][sel]
+        dev = dev[dev > 0]
+        host = host[host > 0]
+        d = table.strings["device"][int(np.bincount(dev).argmax())] if len(dev) else ""
+        h = table.strings["host"][int(np.bincount(host).argmax())] if len(host) else ""
+        if not h and "/" in d:
+            h = d.split("/", 1)[0]
+        out[int(r)] = (h, d)
+    return out
+
+
+def compute_ratios(
+    table: EventTable, edges: np.ndarray
+) -> tuple[dict[int, float], dict[int, list[float | None]]]:
+    """Per rank: median duration ratio vs same-named compute work on all ranks, overall and per window.
+
+    Args:
+        table: the (aligned) event table.
+        edges: window edges in ns (``len(edges) - 1`` windows).
+
+    Returns:
+        ``(overall, by_window)`` keyed by rank; a window with no work is ``None``.
+    """
+    cat = table["category"]
+    sel = (cat == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
+    if not sel.any():
+        sel = (cat == Category.LAYER) & (table["rank"] >= 0)
+    rows = np.flatnonzero(sel)
+    if len(rows) == 0:
+        return {}, {}
+    name = table["name"][rows]
+    dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
+    rank = table["rank"][rows]
+    # median duration per name, over all ranks
+    order = np.lexsort((dur, name))
+    uname, first, counts = np.unique(name[order], return_index=True, return_counts=True)
+    med = (dur[order][first + (counts - 1) // 2] + dur[order][first + counts // 2]) / 2
+    med_of_row = med[np.searchsorted(uname, name)]
+    n_ranks_of_name = np.zeros(len(uname), dtype=np.int64)
+    for i, nm in enumerate(uname):
+        n_ranks_of_name[i] = len(np.unique(rank[name == nm])) if counts[i] < 10_000 else 2
+    usable = (med_of_row > 0) & (n_ranks_of_name[np.searchsorted(uname, name)] >= 2)
+    ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)
+    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
+    win = np.minimum(win, max(len(edges) - 2, 0))
+    overall: dict[int, float] = {}
+    by_window: dict[int, list[float | None]] = {}
+    for r in np.unique(rank):
+        rs = (rank == r) & np.isfinite(ratio)
+        if not rs.any():
+            continue
+        overall[int(r)] = float(np.median(ratio[rs]))
+        vals: list[float | None] = []
+        for w in range(max(len(edges) - 1, 1)):
+            ws = rs & (win == w)
+            vals.append(float(np.median(ratio[ws])) if ws.any() else None)
+        by_window[int(r)] = vals
+    return overall, by_window
+
+
+def find_stragglers(
+    table: EventTable,
+    match: CollectiveMatch,
+    *,
+    windows: int = 8,
+) -> StragglerReport:
+    """Score every rank as a straggler candidate.
+
+    Args:
+        table: the aligned event table (for names and compute ratios).
+        match: collectives matched on the aligned table.
+        windows: how many equal time slices persistence and compute ratios are measured over.
+
+    Returns:
+        A :class:`StragglerReport`, rows sorted most likely first.
+    """
+    ranks = sorted(int(r) for r in np.unique(table["rank"]) if r >= 0)
+    devices = rank_devices(table)
+    dev_rows = table["rank"] >= 0
+    if dev_rows.any():
+        lo = int(table["start_ns"][dev_rows].min())
+        hi = int(table["end_ns"][dev_rows].max())
+    else:
+        lo = hi = 0
+    edges = np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
+    ratio, ratio_w = compute_ratios(table, edges)
+    late = {r: 0 for r in ranks}
+    blame = {r: 0 for r in ranks}
+    last_count = {r: 0 for r in ranks}
+    med_late = {r: 0.0 for r in ranks}
+    persistence = {r: 0.0 for r in ranks}
+    if match.n_instances:
+        inst = match.member_instance
+        start = match.member_start_ns
+        # median start per instance
+        order = np.lexsort((start, inst))
+        counts = np.bincount(inst, minlength=match.n_instances)
+        firsts = np.r_[0, np.cumsum(counts)[:-1]]
+        med = (start[order[firsts + (counts - 1) // 2]] + start[order[firsts + counts // 2]]) / 2
+        lateness = start - med[inst]
+        mrank = match.member_rank
+        gap = match.last_arrival_ns - match.second_last_arrival_ns
+        inst_blame = gap * (match.n_ranks - 1)
+        win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
+        win = np.minimum(win, windows - 1)
+        present_windows = np.unique(win)
+        for r in ranks:
+            sel = mrank == r
+            if not sel.any():
+                continue
+            lr = lateness[sel]
+            late[r] = int(np.clip(lr, 0, None).sum())
+            med_late[r] = float(np.median(lr))
+            is_last = match.last_rank == r
+            last_count[r] = int(is_last.sum())
+            blame[r] = int(inst_blame[is_last].sum())
+        # persistence: per window, the rank with the largest mean lateness
+        mwin = win[inst]
+        wins_led = {r: 0 for r in ranks}
+        for w in present_windows:
+            ws = mwin == w
+            rr = mrank[ws]
+            ll = lateness[ws]
+            ur = np.unique(rr)
+            means = np.array([ll[rr == x].mean() for x in ur])
+            if len(means) and means.max() > 0:
+                wins_led[int(ur[int(means.argmax())])] += 1
+        for r in ranks:
+            persistence[r] = wins_led[r] / max(len(present_windows), 1)
+    total_blame = sum(blame.values())
+    rows = []
+    for r in ranks:
+        share = blame[r] / total_blame if total_blame > 0 else 0.0
+        host, device = devices.get(r, ("", ""))
+        rows.append(
+            {
+                "rank": r,
+                "host": host,
+                "device": device,
+                "score": 0.5 * share + 0.5 * persistence[r],
+                "late_ns": late[r],
+                "blame_ns": blame[r],
+                "last_arrivals": last_count[r],
+                "median_lateness_ns": med_late[r],
+                "persistence": persistence[r],
+                "compute_ratio": ratio.get(r),
+                "compute_ratio_by_window": ratio_w.get(r, []),
+            }
+        )
+    rows.sort(key=lambda x: (-x["score"], -x["blame_ns"], -x["late_ns"], x["rank"]))
+    return StragglerReport(rows, [int(e) for e in edges])

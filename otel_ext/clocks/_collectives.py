@@ -1,0 +1,254 @@
+"""Per-rank clock offsets (and drift) from collectives, for traces without clock samples.
+
+All members of one collective leave it at nearly the same instant (the last arrival releases
+everyone), so differences between the members' local exit times measure their clock offsets.
+A robust alternating least-squares fit solves for each collective's common exit time and
+each rank's offset (and, on long traces, drift) against a reference rank.
+
+Causality gives hard limits as well: no member leaves before every member entered, and no
+receive ends before its send started. Each such fact is a difference constraint
+``o_r - o_s <= w``; shortest paths over them give an interval that must contain the true
+offset. The reported bound is the smaller of the statistical bound and what that interval
+allows.
+
+>>> import numpy as np
+>>> rank = np.array([0, 1, 0, 1, 0, 1])
+>>> key = np.array([7, 7, 8, 8, 9, 9])
+>>> enter = np.array([100, 5_050, 1_000, 5_900, 2_000, 6_950])   # rank 1 is 5 µs ahead
+>>> exit_ = np.array([200, 5_200, 1_100, 6_100, 2_100, 7_100])
+>>> est = estimate_offsets_from_collectives(rank, key, enter, exit_)
+>>> est.offset_ns.round().tolist()
+[0.0, 5000.0]
+>>> [int(v) for v in est.to_reference_ns(1, [5_200])]
+[200]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from otel_ext.errors import InputError
+
+__all__ = ["CollectiveOffsets", "estimate_offsets_from_collectives", "pair_indices"]
+
+
+@dataclass(frozen=True)
+class CollectiveOffsets:
+    """Per-rank clock estimate: ``local = true + offset + drift * (true - reference_time)``.
+
+    Attributes:
+        ranks: the ranks, ascending.
+        offset_ns: offset of each rank's clock from the reference rank's, at ``reference_time_ns``.
+        drift_ppm: rate error against the reference rank (0 unless drift was fitted).
+        bound_ns: bound on the offset error (statistical, capped by the causal interval).
+        lower_ns: smallest offset causality allows (``-inf`` when unconstrained).
+        upper_ns: largest offset causality allows (``inf`` when unconstrained).
+        collectives: collectives each rank took part in.
+        reference_rank: the rank whose clock is the reference (offset 0).
+        reference_time_ns: where offsets are evaluated when drift is fitted.
+        consistent: ``False`` when the causal constraints contradict each other (then
+            ``lower_ns``/``upper_ns`` are infinite).
+    """
+
+    ranks: NDArray[np.int64]
+    offset_ns: NDArray[np.float64]
+    drift_ppm: NDArray[np.float64]
+    bound_ns: NDArray[np.float64]
+    lower_ns: NDArray[np.float64]
+    upper_ns: NDArray[np.float64]
+    collectives: NDArray[np.int64]
+    reference_rank: int
+    reference_time_ns: float
+    consistent: bool
+
+    def to_reference_ns(self, rank: ArrayLike, local_ns: ArrayLike) -> NDArray[np.int64]:
+        """Local times of the given ranks on the reference rank's timeline (int64 ns)."""
+        r = np.searchsorted(self.ranks, np.asarray(rank))
+        r = np.clip(r, 0, self.ranks.size - 1)
+        t = np.asarray(local_ns, dtype=np.float64)
+        d = self.drift_ppm[r] * 1e-6
+        return np.rint((t - self.offset_ns[r] + d * self.reference_time_ns) / (1.0 + d)).astype(
+            np.int64
+        )
+
+
+def pair_indices(groups: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """All ordered pairs ``(i, j)``, ``i != j``, of rows sharing a group id (ids < 0 skipped).
+
+    >>> i, j = pair_indices(np.array([3, -1, 3, 3]))
+    >>> sorted(zip(i.tolist(), j.tolist()))
+    [(0, 2), (0, 3), (2, 0), (2, 3), (3, 0), (3, 2)]
+    """
+    rows = np.flatnonzero(groups >= 0)
+    if rows.size == 0:
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty
+    rows = rows[np.argsort(groups[rows], kind="stable")]
+    g = groups[rows]
+    starts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+    sizes = np.diff(np.concatenate([starts, [rows.size]]))
+    member_size = np.repeat(sizes, sizes)
+    member_start = np.repeat(starts, sizes)
+    total = int(member_size.sum())
+    i_pos = np.repeat(np.arange(rows.size), member_size)
+    within = np.arange(total) - np.repeat(np.cumsum(member_size) - member_size, member_size)
+    j_pos = np.repeat(member_start, member_size) + within
+    keep = i_pos != j_pos
+    return rows[i_pos[keep]], rows[j_pos[keep]]
+
+
+def _shortest_paths(w: NDArray[np.float64]) -> NDArray[np.float64]:
+    d = w.copy()
+    np.fill_diagonal(d, np.minimum(np.diag(d), 0.0))
+    for k in range(d.shape[0]):
+        d = np.minimum(d, d[:, k : k + 1] + d[k : k + 1, :])
+    return d
+
+
+def estimate_offsets_from_collectives(
+    rank: ArrayLike,
+    coll_key: ArrayLike,
+    enter_ns: ArrayLike,
+    exit_ns: ArrayLike,
+    *,
+    send_rank: ArrayLike | None = None,
+    send_start_ns: ArrayLike | None = None,
+    recv_rank: ArrayLike | None = None,
+    recv_end_ns: ArrayLike | None = None,
+    reference_rank: int | None = None,
+    fit_drift: bool | None = None,
+    iterations: int = 12,
+) -> CollectiveOffsets:
+    """Estimate each rank's clock offset (and drift) from collective exits.
+
+    Args:
+        rank: rank of each collective participation (one row per rank and collective).
+        coll_key: id of the collective instance; equal across its members.
+        enter_ns: local time each member entered the collective.
+        exit_ns: local time each member left it.
+        send_rank: for point-to-point messages (optional): the sender's rank ...
+        send_start_ns: ... the send's local start time ...
+        recv_rank: ... the receiver's rank ...
+        recv_end_ns: ... and the receive's local end time (adds causal limits only).
+        reference_rank: rank whose clock is the reference (default: the smallest).
+        fit_drift: fit a drift per rank; default when the trace spans over 10 s and every
+            rank has at least 10 collectives.
+        iterations: rounds of the alternating fit.
+
+    Returns:
+        :class:`CollectiveOffsets`.
+
+    Raises:
+        InputError: mismatched lengths, or no collective with two or more members.
+    """
+    r = np.asarray(rank, dtype=np.int64)
+    key = np.asarray(coll_key, dtype=np.int64)
+    ent = np.asarray(enter_ns, dtype=np.float64)
+    ext = np.asarray(exit_ns, dtype=np.float64)
+    if not (r.shape == key.shape == ent.shape == ext.shape) or r.ndim != 1:
+        raise InputError("rank, coll_key, enter_ns and exit_ns must be 1-D arrays of one length")
+    if not (np.all(np.isfinite(ent)) and np.all(np.isfinite(ext))):
+        raise InputError("collective times contain NaN or infinity")
+    ranks, rix = np.unique(r, return_inverse=True)
+    keys, gix = np.unique(key, return_inverse=True)
+    sizes = np.bincount(gix, minlength=keys.size)
+    use = sizes[gix] >= 2
+    if not use.any():
+        raise InputError("no collective has two or more members; offsets cannot be estimated")
+    nr = ranks.size
+    ref = int(ranks[0]) if reference_rank is None else int(reference_rank)
+    if ref not in ranks:
+        raise InputError(f"reference rank {ref} has no collectives")
+    ref_i = int(np.searchsorted(ranks, ref))
+    per_rank = np.bincount(rix[use], minlength=nr)
+    t_ref = float(np.median(ext[use]))
+    span = float(ext[use].max() - ext[use].min())
+    if fit_drift is None:
+        fit_drift = span > 10e9 and bool(per_rank.min() >= 10)
+
+    ri, gi, xe = rix[use], gix[use], ext[use]
+    o = np.zeros(nr)
+    d = np.zeros(nr)
+    w = np.ones(xe.size)
+    for _ in range(iterations):
+        corrected = xe - o[ri] - d[ri] * (xe - t_ref)
+        wsum = np.bincount(gi, weights=w, minlength=keys.size)
+        tc = np.bincount(gi, weights=w * corrected, minlength=keys.size) / np.maximum(wsum, 1e-300)
+        resid = xe - tc[gi]
+        u = tc[gi] - t_ref
+        sw = np.bincount(ri, weights=w, minlength=nr)
+        sy = np.bincount(ri, weights=w * resid, minlength=nr)
+        if fit_drift:
+            su = np.bincount(ri, weights=w * u, minlength=nr)
+            suu = np.bincount(ri, weights=w * u * u, minlength=nr)
+            suy = np.bincount(ri, weights=w * u * resid, minlength=nr)
+            det = sw * suu - su * su
+            ok = det > 1e-12 * np.maximum(sw * suu, 1e-300)
+            d = np.where(ok, (sw * suy - su * sy) / np.where(ok, det, 1.0), 0.0)
+            o = np.where(ok, (sy - d * su) / np.maximum(sw, 1e-300), sy / np.maximum(sw, 1e-300))
+        else:
+            o = sy / np.maximum(sw, 1e-300)
+        o, d = o - o[ref_i], d - d[ref_i]
+        res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]
+        mad = np.median(np.abs(res)) * 1.4826 + 1e-9
+        w = np.minimum(1.0, 3.0 * mad / np.maximum(np.abs(res), 1e-300))
+
+    res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]
+    sigma = np.sqrt(np.bincount(ri, weights=res**2, minlength=nr) / np.maximum(per_rank, 1))
+    # members per collective share the estimate of its exit time: both terms count
+    stat = 4.0 * sigma / np.sqrt(np.maximum(per_rank, 1)) + 4.0 * sigma[ref_i] / np.sqrt(
+        max(per_rank[ref_i], 1)
+    )
+    stat = stat + np.abs(res).max() / np.sqrt(np.maximum(per_rank, 1))
+
+    # causal limits on drift-corrected times: o_a - o_b <= local_a(after) - local_b(before)
+    def corr(idx: NDArray[np.intp], t: NDArray[np.float64]) -> NDArray[np.float64]:
+        return t - d[idx] * (t - t_ref)
+
+    lim = np.full((nr, nr), np.inf)
+    pi, pj = pair_indices(np.where(use, gix, -1))
+    if pi.size:
+        np.minimum.at(lim, (rix[pi], rix[pj]), corr(rix[pi], ext[pi]) - corr(rix[pj], ent[pj]))
+    if (
+        send_rank is not None
+        and recv_rank is not None
+        and send_start_ns is not None
+        and recv_end_ns is not None
+    ):
+        sr = np.searchsorted(ranks, np.asarray(send_rank, dtype=np.int64))
+        rr = np.searchsorted(ranks, np.asarray(recv_rank, dtype=np.int64))
+        known = (sr < nr) & (rr < nr)
+        sr, rr = np.clip(sr, 0, nr - 1), np.clip(rr, 0, nr - 1)
+        known &= (ranks[sr] == np.asarray(send_rank)) & (ranks[rr] == np.asarray(recv_rank))
+        ss = np.asarray(send_start_ns, dtype=np.float64)
+        re_ = np.asarray(recv_end_ns, dtype=np.float64)
+        np.minimum.at(
+            lim, (rr[known], sr[known]), corr(rr[known], re_[known]) - corr(sr[known], ss[known])
+        )
+    paths = _shortest_paths(lim)
+    consistent = bool(np.all(np.diag(paths) >= 0))
+    if consistent:
+        upper = paths[:, ref_i].copy()
+        lower = -paths[ref_i, :].copy()
+    else:
+        upper, lower = np.full(nr, np.inf), np.full(nr, -np.inf)
+    upper[ref_i] = lower[ref_i] = 0.0
+    o = np.clip(o, lower, upper)
+    hard = np.maximum(o - lower, upper - o)
+    bound = np.minimum(stat, hard)
+    bound[ref_i] = 0.0
+    return CollectiveOffsets(
+        ranks=ranks,
+        offset_ns=o,
+        drift_ppm=d * 1e6,
+        bound_ns=bound,
+        lower_ns=lower,
+        upper_ns=upper,
+        collectives=per_rank.astype(np.int64),
+        reference_rank=ref,
+        reference_time_ns=t_ref,
+        consistent=consistent,
+    )

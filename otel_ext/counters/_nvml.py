@@ -1,0 +1,344 @@
+"""NVIDIA GPUs through NVML (``nvidia-ml-py``, imported lazily).
+
+Reads per GPU: utilization, SM and memory clocks, power (mW -> W), total energy (mJ -> J),
+temperature, memory used and total, PCIe throughput (KB/s -> By/s) and, where the driver
+has them, PCIe byte counters and NVLink data counters through field values (KiB -> By),
+volatile ECC error counts and the clock throttle (event) reasons bitmask.
+
+Without the library or the driver, :meth:`NvmlSource.open` raises
+:class:`~otel_ext.errors.SourceUnavailableError` with a one-line reason (no traceback). A GPU
+that is lost mid-run (``NVML_ERROR_GPU_IS_LOST``) is marked lost: its series go stale and
+disappear, the other GPUs keep being read. A reading the GPU does not support
+(``NVML_ERROR_NOT_SUPPORTED``) is skipped from then on.
+
+Devices are named ``HOST/gpuN`` (``accel.device.id``) with ``hw.id`` the GPU UUID, and
+``accel.device.model`` the device-spec row matched from the NVML product name (the row whose
+model token, such as ``H100``, appears in the name, the nearest memory size winning).
+
+Tests inject a fake ``pynvml`` module object (``nvml=``); the suite never needs a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from otel_ext.counters._source import (
+    CLOCK_HOST_REALTIME,
+    AttributeValue,
+    BaseSource,
+    Sample,
+    SeriesDescription,
+)
+from otel_ext.errors import SourceUnavailableError
+from semantic_conventions.attributes import (
+    ACCEL_DEVICE_ID,
+    ACCEL_DEVICE_INDEX,
+    ACCEL_DEVICE_MODEL,
+    ACCEL_HOST_ID,
+    ACCEL_LINK_ID,
+    ERROR_TYPE,
+    HW_ID,
+    NETWORK_IO_DIRECTION,
+)
+from semantic_conventions.metrics import (
+    METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY,
+    METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY,
+    METRIC_ACCEL_DEVICE_THROTTLE_REASONS,
+    METRIC_ACCEL_LINK_IO,
+    METRIC_ACCEL_MEMORY_ECC_ERRORS,
+    METRIC_ACCEL_PCIE_IO,
+    METRIC_ACCEL_PCIE_THROUGHPUT,
+    METRIC_HW_ENERGY,
+    METRIC_HW_GPU_MEMORY_LIMIT,
+    METRIC_HW_GPU_MEMORY_USAGE,
+    METRIC_HW_GPU_UTILIZATION,
+    METRIC_HW_POWER,
+    METRIC_HW_TEMPERATURE,
+)
+
+__all__ = ["NvmlSource", "match_device_model"]
+
+_log = logging.getLogger(__name__)
+_KIB = 1024
+
+
+def match_device_model(
+    product_name: str, memory_bytes: float | None, table: Mapping[str, Mapping[str, Any]]
+) -> str:
+    """The device-spec row for an NVML product name, or the name itself when none fits.
+
+    Args:
+        product_name: what ``nvmlDeviceGetName`` returns (``NVIDIA H100 80GB HBM3``).
+        memory_bytes: the GPU's memory size, to tell variants apart.
+        table: model -> spec row (with ``vendor`` and ``memory_size``).
+
+    >>> from semantic_conventions.registry import load_registry
+    >>> t = load_registry().device_specs
+    >>> match_device_model("NVIDIA H100 80GB HBM3", 85e9, t)
+    'H100-SXM5-80GB'
+    >>> match_device_model("Tesla T4", 16e9, t)
+    'Tesla T4'
+    """
+    best: tuple[float, str] | None = None
+    for model, row in table.items():
+        if str(row.get("vendor", "")).lower() != "nvidia":
+            continue
+        token = model.split("-", 1)[0]
+        if not re.search(rf"(?<![A-Za-z0-9]){re.escape(token)}(?![0-9])", product_name):
+            continue
+        size = float(row.get("memory_size", 0.0) or 0.0)
+        dist = abs(size - memory_bytes) if memory_bytes else 0.0
+        if best is None or dist < best[0]:
+            best = (dist, model)
+    return best[1] if best else product_name
+
+
+def _default_table() -> Mapping[str, Mapping[str, Any]]:
+    from semantic_conventions.registry import load_registry
+
+    return load_registry().device_specs
+
+
+class _Device:
+    __slots__ = ("attrs", "handle", "hw_attrs", "index", "lost", "nvlinks", "unsupported")
+
+    def __init__(self, index: int, handle: Any, attrs: dict[str, AttributeValue], uuid: str):
+        self.index = index
+        self.handle = handle
+        self.attrs = attrs
+        self.hw_attrs = {**attrs, HW_ID: uuid}
+        self.lost = False
+        self.unsupported: set[str] = set()
+        self.nvlinks: int | None = None
+
+
+class NvmlSource(BaseSource):
+    """Counters of the NVIDIA GPUs of this host.
+
+    Args:
+        nvml: the ``pynvml`` module (imported lazily when ``None``; tests pass a fake).
+        host: ``accel.host.id`` (default: the host name).
+        indices: GPU indices to read (default: all).
+        clock: timestamps in nanoseconds (``time.time_ns``, domain ``host.realtime``).
+        device_specs: model -> spec row, to name ``accel.device.model`` (the registry's).
+    """
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        *,
+        nvml: Any = None,
+        host: str | None = None,
+        indices: list[int] | None = None,
+        clock: Callable[[], int] = time.time_ns,
+        device_specs: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
+        self._nvml = nvml
+        self.host = host or socket.gethostname()
+        self._indices = indices
+        self._clock = clock
+        self._table = device_specs
+        self.devices: list[_Device] = []
+        self._opened = False
+
+    def _err_code(self, exc: BaseException) -> int | None:
+        return getattr(exc, "value", None)
+
+    def open(self) -> None:
+        """Load NVML and enumerate the GPUs.
+
+        Raises:
+            SourceUnavailableError: ``nvidia-ml-py`` missing, no driver, or no GPU.
+        """
+        if self._nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                raise SourceUnavailableError(
+                    "nvidia-ml-py is not installed (pip install 'otel-ext[nvml]')"
+                ) from None
+            self._nvml = pynvml
+        nv = self._nvml
+        try:
+            nv.nvmlInit()
+        except Exception as exc:
+            raise SourceUnavailableError(f"NVML cannot start: {exc} (no NVIDIA driver?)") from None
+        self._opened = True
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+            table = self._table if self._table is not None else _default_table()
+            wanted = range(count) if self._indices is None else self._indices
+            for i in wanted:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                name = nv.nvmlDeviceGetName(h)
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                uuid = nv.nvmlDeviceGetUUID(h)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                attrs: dict[str, AttributeValue] = {
+                    ACCEL_DEVICE_ID: f"{self.host}/gpu{i}",
+                    ACCEL_HOST_ID: self.host,
+                    ACCEL_DEVICE_MODEL: match_device_model(name, float(mem.total), table),
+                    ACCEL_DEVICE_INDEX: i,
+                }
+                self.devices.append(_Device(i, h, attrs, uuid))
+        except Exception as exc:
+            self.close()
+            raise SourceUnavailableError(f"NVML cannot enumerate GPUs: {exc}") from None
+        if not self.devices:
+            self.close()
+            raise SourceUnavailableError("NVML found no GPU")
+
+    def close(self) -> None:
+        """Shut NVML down (once)."""
+        if self._opened and self._nvml is not None:
+            self._opened = False
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception as exc:
+                _log.debug("nvmlShutdown failed: %r", exc)
+
+    def describe(self) -> list[SeriesDescription]:
+        dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, ACCEL_DEVICE_INDEX)
+        hw = (*dev, HW_ID)
+        return [
+            SeriesDescription(METRIC_HW_GPU_UTILIZATION, hw, "nvmlDeviceGetUtilizationRates().gpu / 100"),
+            SeriesDescription(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, dev, "NVML_CLOCK_SM, MHz -> Hz"),
+            SeriesDescription(METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY, dev, "NVML_CLOCK_MEM, MHz -> Hz"),
+            SeriesDescription(METRIC_HW_POWER, hw, "nvmlDeviceGetPowerUsage, mW -> W"),
+            SeriesDescription(METRIC_HW_ENERGY, hw, "nvmlDeviceGetTotalEnergyConsumption, mJ -> J"),
+            SeriesDescription(METRIC_HW_TEMPERATURE, hw, "NVML_TEMPERATURE_GPU, Cel"),
+            SeriesDescription(METRIC_HW_GPU_MEMORY_USAGE, hw, "nvmlDeviceGetMemoryInfo().used"),
+            SeriesDescription(METRIC_HW_GPU_MEMORY_LIMIT, hw, "nvmlDeviceGetMemoryInfo().total"),
+            SeriesDescription(METRIC_ACCEL_PCIE_THROUGHPUT, (*dev, NETWORK_IO_DIRECTION), "KB/s -> By/s"),
+            SeriesDescription(METRIC_ACCEL_PCIE_IO, (*dev, NETWORK_IO_DIRECTION), "NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES"),
+            SeriesDescription(METRIC_ACCEL_LINK_IO, (ACCEL_LINK_ID, *dev, NETWORK_IO_DIRECTION), "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB -> By"),
+            SeriesDescription(METRIC_ACCEL_MEMORY_ECC_ERRORS, (*dev, ERROR_TYPE), "volatile ECC counts"),
+            SeriesDescription(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, dev, "clocks event reasons bitmask"),
+        ]
+
+    # ---- sampling ----------------------------------------------------------------------
+    def sample(self) -> list[Sample]:
+        """Read every GPU that is not lost; a GPU lost now is marked and skipped."""
+        out: list[Sample] = []
+        nv = self._nvml
+        lost_code = getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15)
+        for dev in self.devices:
+            if dev.lost:
+                continue
+            got: list[Sample] = []
+            try:
+                self._read_device(dev, got)
+            except Exception as exc:
+                if self._err_code(exc) == lost_code:
+                    dev.lost = True
+                    _log.warning(
+                        "GPU %s is lost; its series are dropped, the others keep going",
+                        dev.attrs[ACCEL_DEVICE_ID],
+                    )
+                    continue
+                raise
+            out.extend(got)
+        return out
+
+    def _try(self, dev: _Device, what: str, fn: Callable[[], Any]) -> Any:
+        """Call an NVML getter; ``None`` (and remembered) when not supported."""
+        if what in dev.unsupported:
+            return None
+        nv = self._nvml
+        try:
+            return fn()
+        except Exception as exc:
+            code = self._err_code(exc)
+            if code == getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15) or not isinstance(exc, nv.NVMLError):
+                raise
+            if code in (getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)):
+                dev.unsupported.add(what)
+                _log.info("GPU %s: %s not supported", dev.attrs[ACCEL_DEVICE_ID], what)
+            return None
+
+    def _read_device(self, dev: _Device, out: list[Sample]) -> None:
+        nv, h, a, hw = self._nvml, dev.handle, dev.attrs, dev.hw_attrs
+        now = self._clock()
+
+        def add(metric: str, attrs: Mapping[str, AttributeValue], value: float, ts: int = now) -> None:
+            out.append(Sample(metric, attrs, float(value), ts, CLOCK_HOST_REALTIME))
+
+        util = self._try(dev, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
+        if util is not None:
+            add(METRIC_HW_GPU_UTILIZATION, hw, util.gpu / 100.0)
+        sm = self._try(dev, "clock.sm", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
+        if sm is not None:
+            add(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, sm * 1e6)
+        memclk = self._try(dev, "clock.mem", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+        if memclk is not None:
+            add(METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY, a, memclk * 1e6)
+        power = self._try(dev, "power", lambda: nv.nvmlDeviceGetPowerUsage(h))
+        if power is not None:
+            add(METRIC_HW_POWER, hw, power / 1000.0)
+        energy = self._try(dev, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h))
+        if energy is not None:
+            add(METRIC_HW_ENERGY, hw, energy / 1000.0)
+        temp = self._try(dev, "temperature", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+        if temp is not None:
+            add(METRIC_HW_TEMPERATURE, hw, temp)
+        mem = self._try(dev, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+        if mem is not None:
+            add(METRIC_HW_GPU_MEMORY_USAGE, hw, mem.used)
+            add(METRIC_HW_GPU_MEMORY_LIMIT, hw, mem.total)
+        for direction, counter in (("transmit", "NVML_PCIE_UTIL_TX_BYTES"), ("receive", "NVML_PCIE_UTIL_RX_BYTES")):
+            kbs = self._try(dev, f"pcie.{direction}", lambda c=counter: nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c)))
+            if kbs is not None:
+                add(METRIC_ACCEL_PCIE_THROUGHPUT, {**a, NETWORK_IO_DIRECTION: direction}, kbs * _KIB)
+        for etype, const in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"), ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
+            n = self._try(dev, f"ecc.{etype}", lambda c=const: nv.nvmlDeviceGetTotalEccErrors(h, getattr(nv, c), nv.NVML_VOLATILE_ECC))
+            if n is not None:
+                add(METRIC_ACCEL_MEMORY_ECC_ERRORS, {**a, ERROR_TYPE: etype}, n)
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = self._try(dev, "throttle", lambda: getter(h))
+        if reasons is not None:
+            add(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, a, reasons)
+        self._read_fields(dev, out, now)
+
+    def _read_fields(self, dev: _Device, out: list[Sample], now: int) -> None:
+        nv, h, a = self._nvml, dev.handle, dev.attrs
+        if dev.nvlinks is None:
+            res = self._try(dev, "fields.nvlink_count", lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT]))
+            ok = res is not None and res[0].nvmlReturn == 0
+            dev.nvlinks = int(_field_value(res[0])) if ok else 0
+        ids: list[tuple[int, int]] = [
+            (nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, 0),
+            (nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, 0),
+        ]
+        for link in range(dev.nvlinks):
+            ids.append((nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
+            ids.append((nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
+        res = self._try(dev, "fields", lambda: nv.nvmlDeviceGetFieldValues(h, ids))
+        if res is None:
+            return
+        tx_ids = (nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX)
+        for fv in res:
+            if fv.nvmlReturn != 0:
+                continue
+            ts = int(fv.timestamp) * 1000 if getattr(fv, "timestamp", 0) else now
+            direction = "transmit" if fv.fieldId in tx_ids else "receive"
+            value = _field_value(fv)
+            if fv.fieldId in (nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES):
+                out.append(Sample(METRIC_ACCEL_PCIE_IO, {**a, NETWORK_IO_DIRECTION: direction}, value, ts, CLOCK_HOST_REALTIME))
+            else:
+                link_attrs = {**a, ACCEL_LINK_ID: f"{a[ACCEL_DEVICE_ID]}-nvlink{fv.scopeId}", NETWORK_IO_DIRECTION: direction}
+                out.append(Sample(METRIC_ACCEL_LINK_IO, link_attrs, value * _KIB, ts, CLOCK_HOST_REALTIME))
+
+
+def _field_value(fv: Any) -> float:
+    """The number in an ``nvmlFieldValue_t`` according to its ``valueType``."""
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
+        int(fv.valueType), "ullVal"
+    )
+    return float(getattr(fv.value, member))

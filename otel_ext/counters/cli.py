@@ -1,0 +1,140 @@
+"""``otel-ext exporter``: the node agent serving counters on ``/metrics`` (like dcgm-exporter).
+
+``otel-ext exporter --source nvml|host|infiniband|sim [--source ...] --listen HOST:PORT
+[--interval SECONDS] [--otlp] [--tls-cert FILE --tls-key FILE] [--basic-auth USER:PASS|FILE]``
+
+Binds ``127.0.0.1`` unless told otherwise; serves ``/metrics`` and ``/healthz`` until
+SIGTERM or SIGINT, then shuts down cleanly (stops sampling, closes the sources, flushes
+OTLP). A source that cannot start is skipped with a warning when another works; when none
+works the command fails with one line (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from otel_ext import config
+from otel_ext.errors import ConfigError
+
+__all__ = ["SOURCES", "add_arguments", "build_sources", "run"]
+
+_log = logging.getLogger("otel_ext.counters")
+SOURCES = ("nvml", "host", "infiniband", "sim")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``exporter`` options."""
+    parser.add_argument("--source", action="append", choices=SOURCES, dest="sources",
+                        help="counter source (repeat for several; default: sim)")
+    parser.add_argument("--listen", default=None,
+                        help="HOST:PORT to serve on (default OTEL_EXT_PROMETHEUS_LISTEN, 127.0.0.1:9464)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between samples (default OTEL_EXT_COUNTER_INTERVAL_S, 1)")
+    parser.add_argument("--window", type=float, default=None,
+                        help="rate window in seconds for derived metrics (default: one interval)")
+    parser.add_argument("--otlp", action="store_true",
+                        help="also export the samples over OTLP (standard OTEL_EXPORTER_OTLP_* settings)")
+    parser.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
+    parser.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
+    parser.add_argument("--basic-auth", default=None, help="USER:PASS, or a file holding it, required on /metrics")
+    parser.add_argument("--pid", type=int, default=None, help="workload pid for per-process CPU (host source)")
+    parser.add_argument("--proc-root", default="/proc", help="/proc root (host source)")
+    parser.add_argument("--sysfs-root", default="/sys/class/infiniband", help="InfiniBand sysfs root")
+    parser.add_argument("--sim-chips", type=int, default=8, help="chips of the built-in simulated model")
+    parser.add_argument("--sim-constant", action="store_true",
+                        help="built-in simulated model with constant rates (known derived values)")
+    parser.add_argument("--host-id", default=None, help="accel.host.id (default: the host name)")
+
+
+def build_sources(args: argparse.Namespace) -> list[Any]:
+    """The sources named on the command line (not opened)."""
+    from otel_ext.counters import (
+        BuiltinSimModel,
+        HostSource,
+        InfinibandSource,
+        NvmlSource,
+        SimulatedSource,
+    )
+
+    out: list[Any] = []
+    for name in dict.fromkeys(args.sources or ["sim"]):
+        if name == "nvml":
+            out.append(NvmlSource(host=args.host_id))
+        elif name == "host":
+            out.append(HostSource(proc_root=args.proc_root, pid=args.pid, host=args.host_id))
+        elif name == "infiniband":
+            out.append(InfinibandSource(root=args.sysfs_root, host=args.host_id))
+        else:
+            model = BuiltinSimModel(chips=args.sim_chips, host=args.host_id or "host0",
+                                    varying=not args.sim_constant)
+            out.append(SimulatedSource(model))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the daemon until SIGTERM/SIGINT; return the exit status.
+
+    Raises:
+        ConfigError: bad listen address, TLS files or basic-auth value.
+        SourceUnavailableError: no source could start.
+    """
+    from exporters.prometheus import PrometheusExpositionServer, parse_basic_auth, parse_listen
+    from otel_ext.counters import CounterBridge, CounterCollector, OtlpCounterBridge
+
+    logging.basicConfig(level=logging.INFO, format="otel-ext exporter: %(message)s")
+    host, port = parse_listen(config.resolve(config.PROMETHEUS_LISTEN, args.listen))
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if args.interval is not None and args.interval <= 0:
+        raise ConfigError("--interval must be positive")
+    auth = parse_basic_auth(args.basic_auth) if args.basic_auth else None
+
+    bridge = CounterBridge(build_sources(args), interval_s=args.interval, window_s=args.window)
+    started = bridge.open()
+    provider = None
+    if args.otlp:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
+        OtlpCounterBridge(bridge, meter_provider=provider)
+    bridge.sample_once()
+    server = PrometheusExpositionServer(
+        [CounterCollector(bridge)], host=host, port=port, certfile=args.tls_cert,
+        keyfile=args.tls_key, basic_auth=auth, health=bridge.health,
+    )
+    try:
+        bound_host, bound_port = server.start()
+    except ConfigError:
+        bridge.stop()
+        raise
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    bridge.start()
+    print(
+        f"otel-ext exporter: serving {server.scheme}://{bound_host}:{bound_port}/metrics "
+        f"(sources: {', '.join(started)}; every {bridge.interval_s:g}s)",
+        file=sys.stderr, flush=True,
+    )
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        server.stop()
+        bridge.stop()
+        if provider is not None:
+            provider.shutdown()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    print("otel-ext exporter: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,125 @@
+"""Shared plumbing of the instrumentations: never-raise guards, device identity, tracers.
+
+Everything here runs on (or next to) the workload's hot path, so nothing raises: a failure
+is logged once per call site and counted in :data:`DROPS`.
+
+>>> DROPS.reset()
+>>> guarded("demo", lambda: 1 / 0) is None
+True
+>>> DROPS.totals()
+{'demo': 1}
+>>> DROPS.reset()
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import Tracer, TracerProvider
+
+from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_RANK
+
+__all__ = [
+    "DROPS",
+    "INSTRUMENTATION_NAME",
+    "DropTally",
+    "device_attributes",
+    "get_tracer",
+    "guarded",
+    "log_once",
+]
+
+INSTRUMENTATION_NAME = "otel_ext.instrumentation"
+_log = logging.getLogger(INSTRUMENTATION_NAME)
+T = TypeVar("T")
+
+
+class DropTally:
+    """Counts, per call site, the telemetry operations that failed and were skipped.
+
+    Thread-safe; :meth:`add` never raises.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[str, int] = {}
+
+    def add(self, site: str, count: int = 1) -> None:
+        """Count ``count`` drops at ``site``."""
+        with self._lock:
+            self._totals[site] = self._totals.get(site, 0) + count
+
+    def totals(self) -> dict[str, int]:
+        """A copy of the drop counts per site."""
+        with self._lock:
+            return dict(self._totals)
+
+    def reset(self) -> None:
+        """Forget every count (tests)."""
+        with self._lock:
+            self._totals.clear()
+
+
+DROPS = DropTally()
+_logged: set[str] = set()
+
+
+def log_once(site: str, message: str, *args: object, exc_info: bool = True) -> None:
+    """Log ``message`` the first time ``site`` fails; later failures are only counted."""
+    DROPS.add(site)
+    if site in _logged:
+        return
+    _logged.add(site)
+    try:
+        _log.warning("otel-ext instrumentation (%s): " + message, site, *args, exc_info=exc_info)
+    except Exception:  # pragma: no cover - a broken log handler must not reach the workload
+        pass
+
+
+def guarded(site: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """Call ``func(*args, **kwargs)``; on any exception log once, count, return ``None``."""
+    try:
+        return func(*args, **kwargs)
+    except Exception as exc:
+        log_once(site, "%s: %s", type(exc).__name__, exc)
+        return None
+
+
+def get_tracer(tracer_provider: TracerProvider | None = None, version: str = "0.1.0") -> Tracer:
+    """The instrumentation's tracer from ``tracer_provider`` (the global one when ``None``).
+
+    >>> get_tracer() is not None
+    True
+    """
+    return trace.get_tracer(INSTRUMENTATION_NAME, version, tracer_provider=tracer_provider)
+
+
+def device_attributes(
+    device: str | None = None, *, host_id: str | None = None, rank: int | None = None
+) -> dict[str, Any]:
+    """The identity attributes every span carries: ``accel.device.id``, ``accel.host.id``, ``accel.rank``.
+
+    Args:
+        device: the chip on this host (``cuda:0``, ``chip2``, ``cpu``); ``None`` leaves
+            ``accel.device.id`` out.
+        host_id: the host name as the cluster names it; defaults to this machine's name.
+        rank: global rank in the distributed job, when there is one.
+
+    Returns:
+        A new attribute dictionary; the device id is ``HOST/CHIP``.
+
+    >>> device_attributes("chip2", host_id="host1", rank=5)
+    {'accel.host.id': 'host1', 'accel.device.id': 'host1/chip2', 'accel.rank': 5}
+    """
+    host = host_id if host_id is not None else socket.gethostname()
+    attrs: dict[str, Any] = {ACCEL_HOST_ID: host}
+    if device is not None:
+        attrs[ACCEL_DEVICE_ID] = device if "/" in device else f"{host}/{device}"
+    if rank is not None:
+        attrs[ACCEL_RANK] = int(rank)
+    return attrs

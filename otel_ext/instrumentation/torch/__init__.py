@@ -1,0 +1,14 @@
+"""PyTorch instrumentation: ``TorchLayerInstrumentor`` and ``TorchDistributedInstrumentor``.
+
+Both are OpenTelemetry ``BaseInstrumentor`` subclasses (``instrument(tracer_provider=...)``,
+``uninstrument()``), registered as ``opentelemetry_instrumentor`` entry points
+(``otel_ext_torch_layers``, ``otel_ext_torch_distributed``) so ``opentelemetry-instrument``
+can enable them. Importing this package imports PyTorch.
+"""
+
+from __future__ import annotations
+
+from otel_ext.instrumentation.torch._distributed import TorchDistributedInstrumentor
+from otel_ext.instrumentation.torch._layers import TorchLayerInstrumentor
+
+__all__ = ["TorchDistributedInstrumentor", "TorchLayerInstrumentor"]

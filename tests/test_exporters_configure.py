@@ -1,0 +1,206 @@
+"""configure(): precedence of code, environment and defaults; resource; exporter choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from exporters import (
+    accelerator_attributes,
+    configure,
+    read_metrics,
+    read_spans,
+    register_metrics_exporter,
+)
+from exporters._configure import _otlp
+from otel_ext.errors import ConfigError
+from semantic_conventions.attributes import (
+    ACCEL_DEVICE_ID,
+    ACCEL_HOST_ID,
+    ACCEL_LOCAL_RANK,
+    ACCEL_RANK,
+    ACCEL_WORLD_SIZE,
+)
+
+
+def test_env_selects_file_exporters_under_the_file_dir(tmp_path):
+    env = {
+        "OTEL_TRACES_EXPORTER": "file",
+        "OTEL_METRICS_EXPORTER": "file",
+        "OTEL_EXT_FILE_DIR": str(tmp_path),
+        "OTEL_SERVICE_NAME": "trainer",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test,service.name=ignored,team=ml%20infra",
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+    }
+    telemetry = configure(set_global=False, env=env)
+    with telemetry.tracer_provider.get_tracer("t").start_as_current_span("step"):
+        pass
+    telemetry.meter_provider.get_meter("m").create_counter("items").add(2)
+    assert telemetry.shutdown(timeout_s=10)
+    (span,) = read_spans(tmp_path / "traces.jsonl")
+    host = span.resource[ACCEL_HOST_ID]
+    expected = {
+        "service.name": "trainer",
+        "deployment.environment": "test",
+        "team": "ml infra",
+        ACCEL_HOST_ID: host,
+        ACCEL_RANK: 3,
+        ACCEL_WORLD_SIZE: 8,
+        ACCEL_LOCAL_RANK: 1,
+        ACCEL_DEVICE_ID: f"{host}/chip1",
+    }
+    assert {k: span.resource[k] for k in expected} == expected
+    points = [p for p in read_metrics(tmp_path / "metrics.jsonl") if p.name == "items"]
+    assert points and points[-1].value == 2
+
+
+def test_code_arguments_win_over_the_environment(tmp_path):
+    env = {
+        "OTEL_SERVICE_NAME": "from-env",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_EXT_FILE_DIR": "/nonexistent",
+    }
+    telemetry = configure(
+        service_name="from-code",
+        resource_attributes={ACCEL_RANK: 7},
+        traces_exporter="file",
+        metrics_exporter="none",
+        file_dir=tmp_path,
+        set_global=False,
+        env=env,
+    )
+    assert telemetry.resource.attributes["service.name"] == "from-code"
+    assert telemetry.resource.attributes[ACCEL_RANK] == 7
+    assert list(telemetry.span_exporters) == ["file"]
+    assert telemetry.shutdown()
+
+
+def test_otlp_settings_from_the_standard_variables():
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318/",
+        "OTEL_EXPORTER_OTLP_HEADERS": "api-key=secret,x-tenant=a%20b",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://metrics:9000/custom",
+        "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": "/ca.pem",
+    }
+    args = dict(
+        protocol=None,
+        endpoint=None,
+        headers={"x-tenant": "code"},
+        insecure=None,
+        certificate_file=None,
+        client_key_file=None,
+        client_certificate_file=None,
+        compression=None,
+        timeout_s=3.0,
+    )
+    traces = _otlp(env, "traces", **args)
+    assert traces.protocol == "http/protobuf"
+    assert traces.endpoint == "https://collector:4318/v1/traces"
+    assert traces.headers == {"api-key": "secret", "x-tenant": "code"}
+    assert (
+        traces.insecure is False
+        and traces.compression == "gzip"
+        and traces.certificate_file == "/ca.pem"
+    )
+    metrics = _otlp(env, "metrics", **args)
+    assert metrics.endpoint == "http://metrics:9000/custom"
+    grpc = _otlp({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "traces", **args)
+    assert (grpc.endpoint, grpc.insecure) == ("http://localhost:4317", True)
+    with pytest.raises(ConfigError, match="protocol"):
+        _otlp({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "traces", **args)
+
+
+def test_default_is_file_without_an_endpoint_and_otlp_with_one(tmp_path):
+    telemetry = configure(file_dir=tmp_path, set_global=False, env={})
+    assert list(telemetry.span_exporters) == ["file"] and list(telemetry.metric_readers) == ["file"]
+    telemetry.shutdown()
+    telemetry = configure(
+        set_global=False,
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"},
+        export_timeout_s=0.5,
+    )
+    assert list(telemetry.span_exporters) == ["otlp"]
+    telemetry.shutdown(timeout_s=3)
+
+
+def test_disabled_sdk_gives_no_op_providers():
+    telemetry = configure(set_global=False, env={"OTEL_SDK_DISABLED": "true"})
+    assert isinstance(telemetry.tracer_provider, trace_api.NoOpTracerProvider)
+    assert telemetry.shutdown()
+
+
+def test_unknown_and_contradictory_exporters_raise():
+    with pytest.raises(ConfigError, match="unknown exporter 'zipkinz'"):
+        configure(traces_exporter="zipkinz", set_global=False, env={})
+    with pytest.raises(ConfigError, match="'none' cannot be combined"):
+        configure(traces_exporter="none,file", set_global=False, env={})
+
+
+def test_registered_metrics_exporters_plug_in():
+    created = []
+
+    def factory(settings):
+        created.append(settings.resource.attributes["service.name"])
+        return InMemoryMetricReader()
+
+    register_metrics_exporter("test-memory", factory)
+    telemetry = configure(
+        traces_exporter="none",
+        metrics_exporter="test-memory",
+        service_name="s",
+        set_global=False,
+        env={},
+    )
+    telemetry.meter_provider.get_meter("m").create_counter("c").add(1)
+    reader = telemetry.metric_readers["test-memory"]
+    assert [
+        m.name
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    ] == ["c"]
+    assert created == ["s"]
+    telemetry.shutdown()
+
+
+def test_perfetto_exporter_writes_spans_and_counters(tmp_path):
+    telemetry = configure(
+        traces_exporter="file,perfetto",
+        metrics_exporter="perfetto",
+        file_dir=tmp_path,
+        set_global=False,
+        env={},
+    )
+    with telemetry.tracer_provider.get_tracer("t").start_as_current_span(
+        "step", attributes={ACCEL_RANK: 0}
+    ):
+        pass
+    telemetry.meter_provider.get_meter("m").create_gauge("accel.power").set(100.0)
+    assert telemetry.shutdown()
+    trace = json.loads((tmp_path / "trace.perfetto.json").read_text())
+    assert {e["ph"] for e in trace["traceEvents"]} == {"M", "X", "C"}
+    assert [r.name for r in read_spans(tmp_path)] == ["step"]
+
+
+def test_accelerator_attributes_prefer_an_initialised_process_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1
+    )
+    try:
+        attrs = accelerator_attributes(env={"RANK": "4", "WORLD_SIZE": "9"}, hostname="h")
+    finally:
+        dist.destroy_process_group()
+    assert attrs == {ACCEL_HOST_ID: "h", ACCEL_RANK: 0, ACCEL_WORLD_SIZE: 1}
+    assert accelerator_attributes(env={"RANK": "4", "WORLD_SIZE": "9"}, hostname="h") == {
+        ACCEL_HOST_ID: "h",
+        ACCEL_RANK: 4,
+        ACCEL_WORLD_SIZE: 9,
+    }

@@ -1,0 +1,287 @@
+"""TorchDistributedInstrumentor on a real 4-rank gloo job (torch.multiprocessing, spawn).
+
+Every rank runs every wrapped op, sync and async, with its own tracer provider and an
+in-memory exporter, and writes its finished spans to a JSON file; the test then checks the
+spans of all ranks together: sequence numbers and collective ids agree across ranks, bytes
+are the buffer sizes, the ops' results are what plain torch.distributed gives, and async
+spans end when the work completes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from otel_ext.instrumentation.collectives import bus_factor  # noqa: E402
+
+WORLD = 4
+N = 6  # elements per rank buffer (float32): 24 bytes
+COLLECTIVES = [
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "reduce",
+    "barrier",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run_op(op: str, rank: int, async_op: bool) -> tuple[str, Any]:
+    """Run one collective; return ("ok", result) or ("error", exception class name)."""
+    t = torch.full((N,), float(rank + 1))
+    try:
+        if op == "all_reduce":
+            w = dist.all_reduce(t, async_op=async_op)
+            out: Any = t
+        elif op == "all_gather":
+            out = [torch.empty(N) for _ in range(WORLD)]
+            w = dist.all_gather(out, t, async_op=async_op)
+        elif op == "all_gather_into_tensor":
+            out = torch.empty(N * WORLD)
+            w = dist.all_gather_into_tensor(out, t, async_op=async_op)
+        elif op == "reduce_scatter":
+            out = torch.empty(N)
+            w = dist.reduce_scatter(out, [t.clone() for _ in range(WORLD)], async_op=async_op)
+        elif op == "reduce_scatter_tensor":
+            out = torch.empty(N)
+            w = dist.reduce_scatter_tensor(out, torch.cat([t] * WORLD), async_op=async_op)
+        elif op == "all_to_all":
+            out = [torch.empty(N) for _ in range(WORLD)]
+            w = dist.all_to_all(out, [t.clone() for _ in range(WORLD)], async_op=async_op)
+        elif op == "all_to_all_single":
+            out = torch.empty(N * WORLD)
+            w = dist.all_to_all_single(out, torch.cat([t] * WORLD), async_op=async_op)
+        elif op == "broadcast":
+            w = dist.broadcast(t, src=0, async_op=async_op)
+            out = t
+        elif op == "reduce":
+            w = dist.reduce(t, dst=0, async_op=async_op)
+            out = t
+        else:
+            w = dist.barrier(async_op=async_op)
+            out = None
+        if async_op:
+            w.wait()
+        if isinstance(out, list):
+            out = torch.cat(out)
+        return "ok", None if out is None else out.tolist()
+    except Exception as exc:
+        return "error", type(exc).__name__
+
+
+def _span_json(span: Any) -> dict[str, Any]:
+    return {
+        "name": span.name,
+        "attributes": dict(span.attributes),
+        "start": span.start_time,
+        "end": span.end_time,
+        "span_id": span.context.span_id,
+        "parent": span.parent.span_id if span.parent else None,
+        "status": span.status.status_code.name,
+    }
+
+
+def _run_all(rank: int, exporter: Any) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for async_op in (False, True):
+        for op in COLLECTIVES:
+            results[f"{op}:{async_op}"] = _run_op(op, rank, async_op)
+    # Point-to-point, sync: even ranks send to the next rank, odd ranks receive.
+    t = torch.full((N,), float(rank + 1))
+    if rank % 2 == 0:
+        dist.send(t, dst=rank + 1)
+    else:
+        dist.recv(t, src=rank - 1)
+    results["send_recv"] = t.tolist()
+    # Async: the receiver checks its span is still open until the sender has been released.
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((N,), float(rank + 1))
+    open_before_send = None
+    if rank % 2 == 0:
+        store.wait([f"posted{rank + 1}"])
+        dist.isend(t, dst=rank + 1).wait()
+    else:
+        w = dist.irecv(t, src=rank - 1)
+        open_before_send = not any(
+            s.attributes.get("accel.collective.op") == "irecv" for s in exporter.get_finished_spans()
+        )
+        released = time.time_ns()
+        store.set(f"posted{rank}", "1")
+        w.wait()
+        results["irecv_released_ns"] = released
+    results["irecv_open_before_send"] = open_before_send
+    results["isend_irecv"] = t.tolist()
+    # Batched ring exchange.
+    send = torch.full((N,), float(rank + 1))
+    recv = torch.empty(N)
+    ops = [
+        dist.P2POp(dist.isend, send, (rank + 1) % WORLD),
+        dist.P2POp(dist.irecv, recv, (rank - 1) % WORLD),
+    ]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    results["batch"] = recv.tolist()
+    return results
+
+
+def _worker(rank: int, port: int, out_dir: str) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
+    )
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    original = dist.all_reduce
+    plain = _run_all(rank, exporter)
+    dist.barrier()
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(tracer_provider=provider, host_id=f"host{rank}", device="cpu")
+    traced = _run_all(rank, exporter)
+    dist.barrier()
+    inst.uninstrument()
+    traced["restored"] = dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+    spans = [_span_json(s) for s in exporter.get_finished_spans()]
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps({"spans": spans, "results": traced, "plain": plain})
+    )
+    dist.destroy_process_group()
+    provider.shutdown()
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("gloo")
+    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_results_unchanged_by_instrumentation(job: Any) -> None:
+    for r in range(WORLD):
+        skip = ("irecv_released_ns", "restored", "irecv_open_before_send")
+        t_res = {k: v for k, v in job[r]["results"].items() if k not in skip}
+        p_res = {k: v for k, v in job[r]["plain"].items() if k not in skip}
+        assert t_res == p_res
+        assert job[r]["results"]["restored"] is True
+    # The values themselves: all_reduce sums 1+2+3+4; the batched ring receives rank-1's value.
+    assert job[2]["results"]["all_reduce:False"] == ["ok", [10.0] * N]
+    assert job[1]["results"]["all_gather:True"][1] == [float(v) for v in range(1, WORLD + 1) for _ in range(N)]
+    assert job[1]["results"]["batch"] == [1.0] * N
+
+
+def _expected_bytes(op: str) -> int:
+    per = N * 4
+    if op in ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+              "all_to_all", "all_to_all_single"):  # fmt: skip
+        return per * WORLD
+    return 0 if op == "barrier" else per
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_collective_spans_match_across_ranks(job: Any) -> None:
+    traced = job
+    by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in range(WORLD):
+        spans = [s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] in COLLECTIVES]
+        ops_seen = [(s["attributes"]["accel.collective.op"], s["attributes"]["accel.collective.async"]) for s in spans]
+        assert sorted(ops_seen) == sorted((op, a) for a in (False, True) for op in COLLECTIVES)
+        for s in spans:
+            a = s["attributes"]
+            op = a["accel.collective.op"]
+            outcome = traced[r]["results"][f"{op}:{a['accel.collective.async']}"]
+            assert s["status"] == ("ERROR" if outcome[0] == "error" else "UNSET")
+            duration = s["end"] - s["start"]
+            algbw = _expected_bytes(op) * 1e9 / duration
+            assert a == {
+                "accel.collective.op": op,
+                "accel.collective.group": "default_pg",
+                "accel.collective.group_size": WORLD,
+                "accel.collective.rank": r,
+                "accel.collective.seq": a["accel.collective.seq"],
+                "accel.collective.id": f"default_pg:{a['accel.collective.seq']}",
+                "accel.collective.bytes": _expected_bytes(op),
+                "accel.collective.async": a["accel.collective.async"],
+                **({} if op == "barrier" else {"accel.collective.dtype": "float32"}),
+                "accel.collective.algbw": pytest.approx(algbw),
+                "accel.collective.busbw": pytest.approx(algbw * bus_factor(op, WORLD)),
+                "accel.host.id": f"host{r}",
+                "accel.device.id": f"host{r}/cpu",
+                "accel.rank": r,
+                **({"error.type": outcome[1]} if outcome[0] == "error" else {}),
+            }
+            by_id[a["accel.collective.id"]].append(s)
+        seqs = [s["attributes"]["accel.collective.seq"] for s in spans]
+        assert sorted(seqs) == list(range(len(COLLECTIVES) * 2))
+    # One id names the same op on every rank.
+    for _cid, members in by_id.items():
+        assert len(members) == WORLD
+        assert len({(m["attributes"]["accel.collective.op"], m["attributes"]["accel.collective.async"]) for m in members}) == 1
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_point_to_point_spans_pair_up(job: Any) -> None:
+    traced = job
+    p2p: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for r in range(WORLD):
+        for s in traced[r]["spans"]:
+            a = s["attributes"]
+            if a["accel.collective.op"] in ("send", "recv", "isend", "irecv"):
+                assert a["accel.collective.bytes"] == N * 4
+                p2p[a["accel.collective.id"]].append((r, s))
+        batch = [s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] == "batch_isend_irecv"]
+        assert len(batch) == 1 and batch[0]["attributes"]["accel.collective.bytes"] == 2 * N * 4
+        children = [s for s in traced[r]["spans"] if s["parent"] == batch[0]["span_id"]]
+        assert sorted(c["attributes"]["accel.collective.op"] for c in children) == ["irecv", "isend"]
+    for cid, ends in p2p.items():
+        assert len(ends) == 2, cid
+        (ra, a), (rb, b) = sorted(ends, key=lambda e: e[0])
+        ops = {a["attributes"]["accel.collective.op"], b["attributes"]["accel.collective.op"]}
+        assert ops in ({"send", "recv"}, {"isend", "irecv"})
+        assert a["attributes"]["accel.collective.peer"] == rb or b["attributes"]["accel.collective.peer"] == ra
+    # 2 sync pairs + 2 async pairs + 4 batched pairs.
+    assert len(p2p) == 8
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_async_span_ends_when_work_completes(job: Any) -> None:
+    traced = job
+    for r in (1, 3):
+        res = traced[r]["results"]
+        assert res["irecv_open_before_send"] is True
+        (irecv,) = [
+            s
+            for s in traced[r]["spans"]
+            if s["attributes"]["accel.collective.op"] == "irecv" and s["parent"] is None
+        ]
+        assert irecv["attributes"]["accel.collective.async"] is True
+        assert irecv["end"] >= res["irecv_released_ns"]
