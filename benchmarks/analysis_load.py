@@ -97,7 +97,17 @@ def main() -> None:
     ap.add_argument("--scale-ranks", type=int, default=100)
     ap.add_argument("--scale-events", type=int, default=20_000)
     ap.add_argument("--full", action="store_true", help="scaling at 1,000 ranks x 20,000 events")
-    ap.add_argument("--cases", nargs="*", default=["two_rank", "a100_train", "v100_train", "diff_a100_vs_v100", "deepseek_v3_train_ep64"])
+    ap.add_argument(
+        "--cases",
+        nargs="*",
+        default=[
+            "two_rank",
+            "a100_train",
+            "v100_train",
+            "diff_a100_vs_v100",
+            "deepseek_v3_train_ep64",
+        ],
+    )
     args = ap.parse_args()
     env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="1")
     have_hta = HTA_PY.exists()
@@ -112,9 +122,15 @@ def main() -> None:
             cases.append(("64 ranks (copies of two_rank rank 0)", [d64]))
         for name, paths in cases:
             ours = run([sys.executable, "-c", OURS, *map(str, paths)])
-            hta = run([str(HTA_PY), str(ROOT / "benchmarks" / "hta_runner.py"), str(paths[0])], env) if have_hta else {}
+            hta = (
+                run([str(HTA_PY), str(ROOT / "benchmarks" / "hta_runner.py"), str(paths[0])], env)
+                if have_hta
+                else {}
+            )
             rows.append((name, ours, hta))
-    print(f"{'case':45} {'ours s':>8} {'HTA s':>8} {'speed-up':>9} {'ours MB':>8} {'HTA MB':>8} {'mem ratio':>9}")
+    print(
+        f"{'case':45} {'ours s':>8} {'HTA s':>8} {'speed-up':>9} {'ours MB':>8} {'HTA MB':>8} {'mem ratio':>9}"
+    )
     for name, o, h in rows:
         omb = max(o.get("maxrss_kb", 0), o.get("children_kb", 0)) / 1024
         hmb = h.get("maxrss_kb", 0) / 1024
@@ -125,8 +141,10 @@ def main() -> None:
     ranks = 1000 if args.full else args.scale_ranks
     for r in sorted({max(1, ranks // 10), ranks}):
         s = run([sys.executable, "-c", SCALE, str(r), str(args.scale_events)])
-        print(f"scaling: {r} ranks x {args.scale_events} events: analyses {s.get('seconds', 0):.2f} s, "
-              f"peak {s.get('maxrss_kb', 0) / 1024:.0f} MB, {s.get('error', '')}")
+        print(
+            f"scaling: {r} ranks x {args.scale_events} events: analyses {s.get('seconds', 0):.2f} s, "
+            f"peak {s.get('maxrss_kb', 0) / 1024:.0f} MB, {s.get('error', '')}"
+        )
 
 
 if __name__ == "__main__":

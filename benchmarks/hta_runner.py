@@ -27,7 +27,12 @@ def main() -> None:
     try:
         ov = analyzer.get_comm_comp_overlap(visualize=False)
         overlap = [
-            {"rank": int(r["rank"]), "overlap_pct": None if r["comp_comm_overlap_pctg"] != r["comp_comm_overlap_pctg"] else float(r["comp_comm_overlap_pctg"])}
+            {
+                "rank": int(r["rank"]),
+                "overlap_pct": None
+                if r["comp_comm_overlap_pctg"] != r["comp_comm_overlap_pctg"]
+                else float(r["comp_comm_overlap_pctg"]),
+            }
             for _, r in ov.iterrows()
         ]
     except Exception as e:  # HTA fails on ranks without communication
@@ -47,7 +52,11 @@ def main() -> None:
         for _, r in tb.iterrows()
     ]
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"temporal": temporal, "overlap": overlap, "seconds": seconds, "maxrss_kb": maxrss}))
+    print(
+        json.dumps(
+            {"temporal": temporal, "overlap": overlap, "seconds": seconds, "maxrss_kb": maxrss}
+        )
+    )
 
 
 if __name__ == "__main__":

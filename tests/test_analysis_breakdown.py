@@ -20,7 +20,11 @@ from otel_ext.analysis.table import Category, EventTable
 DEV = [Category.KERNEL_COMPUTE, Category.KERNEL_COMM, Category.MEMCPY, Category.MEMSET]
 
 _event = st.tuples(
-    st.integers(0, 300), st.integers(0, 60), st.sampled_from(DEV), st.integers(0, 2), st.integers(0, 2)
+    st.integers(0, 300),
+    st.integers(0, 60),
+    st.sampled_from(DEV),
+    st.integers(0, 2),
+    st.integers(0, 2),
 )
 
 
@@ -89,7 +93,11 @@ def test_shift_invariance_and_scale() -> None:
         r["start_ns"] += 1_700_000_000_000_000_000
         r["end_ns"] += 1_700_000_000_000_000_000
     b = temporal_breakdown(EventTable.from_rows(rows))[0]
-    assert (a.idle_ns, a.compute_ns, a.non_compute_ns) == (b.idle_ns, b.compute_ns, b.non_compute_ns)
+    assert (a.idle_ns, a.compute_ns, a.non_compute_ns) == (
+        b.idle_ns,
+        b.compute_ns,
+        b.non_compute_ns,
+    )
 
 
 def test_idle_breakdown_classes() -> None:
@@ -117,13 +125,21 @@ def test_idle_breakdown_classes() -> None:
 
 def test_kernel_breakdown_totals() -> None:
     C = Category
-    rows = [dict(start_ns=0, end_ns=10 * (i + 1), category=C.KERNEL_COMPUTE, name=f"k{i}", rank=0) for i in range(5)]
-    rows.append(dict(start_ns=0, end_ns=100, category=C.KERNEL_COMM, name="ncclDevKernel_X", rank=0))
+    rows = [
+        dict(start_ns=0, end_ns=10 * (i + 1), category=C.KERNEL_COMPUTE, name=f"k{i}", rank=0)
+        for i in range(5)
+    ]
+    rows.append(
+        dict(start_ns=0, end_ns=100, category=C.KERNEL_COMM, name="ncclDevKernel_X", rank=0)
+    )
     kb = kernel_breakdown(EventTable.from_rows(rows), top=2)
     assert [r["name"] for r in kb.by_name] == ["ncclDevKernel_X", "k4", "others"]
     assert kb.by_name[-1]["total_ns"] == 10 + 20 + 30 + 40
     assert sum(r["total_ns"] for r in kb.by_name) == 250
-    assert {r["category"]: r["total_ns"] for r in kb.by_category} == {"communication": 100, "compute": 150}
+    assert {r["category"]: r["total_ns"] for r in kb.by_category} == {
+        "communication": 100,
+        "compute": 150,
+    }
 
 
 def test_drop_last_step_keeps_what_hta_keeps() -> None:
@@ -134,8 +150,24 @@ def test_drop_last_step_keeps_what_hta_keeps() -> None:
         dict(start_ns=10, end_ns=11, category=C.RUNTIME, correlation=1, rank=0, source="f"),
         dict(start_ns=150, end_ns=151, category=C.RUNTIME, correlation=2, rank=0, source="f"),
         # launched in step 1, runs during step 2: kept
-        dict(start_ns=120, end_ns=130, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7, source="f"),
-        dict(start_ns=160, end_ns=170, category=C.KERNEL_COMPUTE, correlation=2, rank=0, stream=7, source="f"),
+        dict(
+            start_ns=120,
+            end_ns=130,
+            category=C.KERNEL_COMPUTE,
+            correlation=1,
+            rank=0,
+            stream=7,
+            source="f",
+        ),
+        dict(
+            start_ns=160,
+            end_ns=170,
+            category=C.KERNEL_COMPUTE,
+            correlation=2,
+            rank=0,
+            stream=7,
+            source="f",
+        ),
     ]
     kept = drop_last_step(EventTable.from_rows(rows))
     assert sorted(kept["start_ns"].tolist()) == [0, 10, 120]

@@ -20,7 +20,9 @@ from otel_ext.errors import InputError
 
 def _pingpong(offset_ns: int, skew_ppm: float, n: int, seed: int):
     rng = np.random.default_rng(seed)
-    b = SyntheticClock(offset_ticks=offset_ns, skew_ppm=skew_ppm, wander_ppm=2.0, wander_period_s=60.0)
+    b = SyntheticClock(
+        offset_ticks=offset_ns, skew_ppm=skew_ppm, wander_ppm=2.0, wander_period_s=60.0
+    )
     t1_true = np.arange(n) * 2e8 + 1e6
     fwd = 20_000 + rng.exponential(3_000, n)  # asymmetric paths
     back = 35_000 + rng.exponential(8_000, n)
@@ -30,7 +32,14 @@ def _pingpong(offset_ns: int, skew_ppm: float, n: int, seed: int):
     t4_true = t3_true + back
     t2 = b.ticks_at(t2_true).astype(np.int64)
     t3 = b.ticks_at(t3_true).astype(np.int64)
-    return b, np.floor(t1_true).astype(np.int64), t2, t3, np.floor(t4_true).astype(np.int64), t2_true
+    return (
+        b,
+        np.floor(t1_true).astype(np.int64),
+        t2,
+        t3,
+        np.floor(t4_true).astype(np.int64),
+        t2_true,
+    )
 
 
 def test_pingpong_known_offset_bound_holds() -> None:
@@ -52,7 +61,9 @@ def test_pingpong_known_offset_bound_holds() -> None:
 def _collective_trace(seed: int, ranks: int = 6, n: int = 300, drift: bool = False):
     rng = np.random.default_rng(seed)
     offsets = np.concatenate([[0.0], rng.uniform(-5e6, 5e6, ranks - 1)])
-    drifts = np.concatenate([[0.0], rng.uniform(-30e-6, 30e-6, ranks - 1)]) if drift else np.zeros(ranks)
+    drifts = (
+        np.concatenate([[0.0], rng.uniform(-30e-6, 30e-6, ranks - 1)]) if drift else np.zeros(ranks)
+    )
     starts = np.arange(n) * (2e8 if drift else 1e6) + 1e9
     rows = []
     for c, t in enumerate(starts):
@@ -90,7 +101,9 @@ def test_collective_offsets_with_drift() -> None:
     assert np.all(np.abs(est.offset_ns - truth) <= est.bound_ns + 1e-6)
     assert np.allclose(est.drift_ppm, drifts * 1e6, atol=0.1)
     aligned = est.to_reference_ns(rank, exit_)
-    assert np.all(np.abs(aligned.reshape(-1, 6) - aligned.reshape(-1, 6).mean(axis=1, keepdims=True)) < 3_000)
+    assert np.all(
+        np.abs(aligned.reshape(-1, 6) - aligned.reshape(-1, 6).mean(axis=1, keepdims=True)) < 3_000
+    )
 
 
 def test_collective_offsets_need_collectives() -> None:
@@ -131,14 +144,19 @@ def test_repair_removes_every_reversal_and_keeps_order(seed: int) -> None:
     moved = (rep.shift_start_ns != 0) | (rep.shift_end_ns != 0)
     reported = {r["event"] for r in rep.report() if r["kind"] == "event"}
     offsets = dict(zip(rep.domains.tolist(), rep.domain_offset_ns.tolist()))
-    beyond = moved & ((rep.shift_start_ns != np.vectorize(offsets.get)(dom)) | (rep.shift_end_ns != np.vectorize(offsets.get)(dom)))
+    beyond = moved & (
+        (rep.shift_start_ns != np.vectorize(offsets.get)(dom))
+        | (rep.shift_end_ns != np.vectorize(offsets.get)(dom))
+    )
     assert set(np.flatnonzero(beyond).tolist()) <= reported
 
 
 def test_repair_is_minimal_when_already_causal() -> None:
     dom, start, end, send, recv = _exchange(0)
     fixed = repair_causality(dom, start, end, send_event=send, recv_event=recv, min_latency_ns=100)
-    again = repair_causality(dom, fixed.start_ns, fixed.end_ns, send_event=send, recv_event=recv, min_latency_ns=100)
+    again = repair_causality(
+        dom, fixed.start_ns, fixed.end_ns, send_event=send, recv_event=recv, min_latency_ns=100
+    )
     assert again.violations_before == 0
     assert not again.shift_start_ns.any() and not again.shift_end_ns.any() and again.report() == []
 
@@ -162,7 +180,9 @@ def test_repair_property(seed: int, n: int, gamma: float) -> None:
     end = start + rng.integers(0, 50_000, 4 * n)
     send = rng.choice(4 * n, n, replace=False)
     recv = rng.choice(np.setdiff1d(np.arange(4 * n), send), n, replace=False)
-    rep = repair_causality(dom, start, end, send_event=send, recv_event=recv, min_latency_ns=10, gamma=gamma)
+    rep = repair_causality(
+        dom, start, end, send_event=send, recv_event=recv, min_latency_ns=10, gamma=gamma
+    )
     if rep.unresolved == 0:
         assert rep.violations_after == 0
     for k in range(d):

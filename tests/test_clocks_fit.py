@@ -26,14 +26,18 @@ from otel_ext.clocks.synthetic import (
 
 def _fit(s, **kw):
     b = s.brackets
-    return fit_clock(b.host_before_ns, b.device_ticks, b.host_after_ns, counter_bits=s.clock.counter_bits, **kw)
+    return fit_clock(
+        b.host_before_ns, b.device_ticks, b.host_after_ns, counter_bits=s.clock.counter_bits, **kw
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_issue_scenario_bound_holds_and_error_small(seed: int) -> None:
     s = alignment_scenario(seed=seed, events=20_000)
     m = _fit(s)
-    hint = np.rint(s.event_true_ns + np.random.default_rng(seed).uniform(-4e8, 4e8, s.event_true_ns.size))
+    hint = np.rint(
+        s.event_true_ns + np.random.default_rng(seed).uniform(-4e8, 4e8, s.event_true_ns.size)
+    )
     host, bound = m.align(s.event_ticks, hint.astype(np.int64))
     err = np.abs(host - s.event_true_ns)
     assert np.all(err <= bound)
@@ -119,7 +123,11 @@ def test_degrades_explicitly() -> None:
     zero = t + 1000
     zero[5] = t[5] - 2000  # non-monotonic host reads in one bracket
     m = fit_clock(t - 1000, t, zero)
-    assert m.quality == "low" and m.samples_rejected == 1 and "host_after <= host_before" in m.issues[0]
+    assert (
+        m.quality == "low"
+        and m.samples_rejected == 1
+        and "host_after <= host_before" in m.issues[0]
+    )
     back = t.copy()
     back[7] = back[6] - 50_000  # device ticks ran backwards
     m = fit_clock(t - 1000, back, t + 1000)
@@ -147,7 +155,9 @@ def test_composition_device_host_reference() -> None:
     ha_b = host_b.ticks_at(b.host_after_ns).astype(np.int64) + 1
     dev_to_b = fit_clock(hb_b, b.device_ticks, ha_b)
     b_brackets = simulate_brackets(host_b, reads, seed=2)
-    b_to_ref = fit_clock(b_brackets.host_before_ns, b_brackets.device_ticks, b_brackets.host_after_ns)
+    b_to_ref = fit_clock(
+        b_brackets.host_before_ns, b_brackets.device_ticks, b_brackets.host_after_ns
+    )
     chain = compose(dev_to_b, b_to_ref)
     true_ns, ticks = simulate_events(dev, 500, 1e8, 4.8e9, seed=3)
     host, bound = chain.align(ticks)
@@ -198,18 +208,27 @@ def test_input_order_does_not_matter(cs: tuple[SyntheticClock, int], rnd) -> Non
     rnd.shuffle(perm)
     bits = clock.counter_bits
     m1 = fit_clock(b.host_before_ns, b.device_ticks, b.host_after_ns, counter_bits=bits)
-    m2 = fit_clock(b.host_before_ns[perm], b.device_ticks[perm], b.host_after_ns[perm], counter_bits=bits)
+    m2 = fit_clock(
+        b.host_before_ns[perm], b.device_ticks[perm], b.host_after_ns[perm], counter_bits=bits
+    )
     true_ns, ticks = simulate_events(clock, 100, 0.0, 3e9, seed=seed)
-    assert np.array_equal(m1.to_host_ns(ticks, true_ns.astype(np.int64)), m2.to_host_ns(ticks, true_ns.astype(np.int64)))
+    assert np.array_equal(
+        m1.to_host_ns(ticks, true_ns.astype(np.int64)),
+        m2.to_host_ns(ticks, true_ns.astype(np.int64)),
+    )
 
 
 @_settings
 @given(clocks(), st.floats(0.0, 0.3))
-def test_monotonic_and_bound_holds_on_every_event(cs: tuple[SyntheticClock, int], outliers: float) -> None:
+def test_monotonic_and_bound_holds_on_every_event(
+    cs: tuple[SyntheticClock, int], outliers: float
+) -> None:
     clock, seed = cs
     delays = DelayModel(outlier_fraction=outliers)
     b = simulate_brackets(clock, np.arange(0.0, 8e9, 1e8), delays=delays, seed=seed)
-    m = fit_clock(b.host_before_ns, b.device_ticks, b.host_after_ns, counter_bits=clock.counter_bits)
+    m = fit_clock(
+        b.host_before_ns, b.device_ticks, b.host_after_ns, counter_bits=clock.counter_bits
+    )
     true_ns, ticks = simulate_events(clock, 2_000, -1e8, 8.1e9, seed=seed + 1)
     host, bound = m.align(ticks, true_ns.astype(np.int64))
     assert np.all(np.abs(host - true_ns) <= bound)
@@ -218,7 +237,9 @@ def test_monotonic_and_bound_holds_on_every_event(cs: tuple[SyntheticClock, int]
 
 @_settings
 @given(clocks(), st.integers(-(10**12), 10**12))
-def test_constant_host_offset_shifts_output_by_that_constant(cs: tuple[SyntheticClock, int], c: int) -> None:
+def test_constant_host_offset_shifts_output_by_that_constant(
+    cs: tuple[SyntheticClock, int], c: int
+) -> None:
     clock, seed = cs
     b = simulate_brackets(clock, np.arange(0.0, 3e9, 1e8), seed=seed)
     bits = clock.counter_bits

@@ -50,7 +50,10 @@ TOL = 0.5
 def hta_python() -> Path:
     """The HTA venv's interpreter, created (once) when missing."""
     py = HTA_VENV / "bin" / "python"
-    ok = py.exists() and subprocess.run([str(py), "-c", "import hta"], capture_output=True).returncode == 0
+    ok = (
+        py.exists()
+        and subprocess.run([str(py), "-c", "import hta"], capture_output=True).returncode == 0
+    )
     if not ok:
         try:
             subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True, timeout=300)
@@ -86,7 +89,9 @@ def _by_rank(rows, n_files: int) -> dict:
 
 
 @pytest.mark.parametrize("name", AGREE)
-def test_agrees_with_hta_where_hta_is_right(hta_python: Path, shared_traces: Path, name: str) -> None:
+def test_agrees_with_hta_where_hta_is_right(
+    hta_python: Path, shared_traces: Path, name: str
+) -> None:
     folder = shared_traces / name
     hta = _hta(hta_python, folder)
     n_files = len(list(folder.glob("*.json*")))
@@ -107,7 +112,9 @@ def test_agrees_with_hta_where_hta_is_right(hta_python: Path, shared_traces: Pat
             assert o.overlap_pct is not None and abs(o.overlap_pct - h["overlap_pct"]) <= TOL
 
 
-def test_deepseek_all_to_all_is_communication_not_compute(hta_python: Path, shared_traces: Path) -> None:
+def test_deepseek_all_to_all_is_communication_not_compute(
+    hta_python: Path, shared_traces: Path
+) -> None:
     folder = shared_traces / "deepseek_v3_train_ep64"
     hta = _hta(hta_python, folder)["temporal"][0]
     table, temporal, overlap = _ours(folder)

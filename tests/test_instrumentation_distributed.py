@@ -212,7 +212,9 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
     for r in range(WORLD):
         spans = [s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] in COLLECTIVES]
         ops_seen = [(s["attributes"]["accel.collective.op"], s["attributes"]["accel.collective.async"]) for s in spans]
-        assert sorted(ops_seen) == sorted((op, a) for a in (False, True) for op in COLLECTIVES)
+        # Every op sync and async, plus the barrier that closes the traced run.
+        expected = [(op, a) for a in (False, True) for op in COLLECTIVES] + [("barrier", False)]
+        assert sorted(ops_seen) == sorted(expected)
         for s in spans:
             a = s["attributes"]
             op = a["accel.collective.op"]
@@ -239,7 +241,7 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
             }
             by_id[a["accel.collective.id"]].append(s)
         seqs = [s["attributes"]["accel.collective.seq"] for s in spans]
-        assert sorted(seqs) == list(range(len(COLLECTIVES) * 2))
+        assert sorted(seqs) == list(range(len(expected)))
     # One id names the same op on every rank.
     for _cid, members in by_id.items():
         assert len(members) == WORLD

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
-from otel_ext.analysis.table import EventTable
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.errors import OtelExtError
 
 __all__ = ["Alignment", "align_ranks", "count_violations", "estimate_rank_offsets"]
 
@@ -131,7 +132,8 @@ def estimate_rank_offsets(
     _, ipos = np.unique(instance, return_inverse=True)
     ipos = ipos.reshape(-1)
     n_inst = int(ipos.max()) + 1 if len(ipos) else 0
-    e = end_ns.astype(np.float64)
+    base = int(end_ns.min())
+    e = (end_ns - base).astype(np.float64)  # relative: float64 keeps every nanosecond
     t0 = np.array([e[rpos == i].min() for i in range(len(ranks))])
     off = np.zeros(len(ranks))
     drift = np.zeros(len(ranks))
@@ -187,7 +189,7 @@ def estimate_rank_offsets(
         {k: float(off[i]) for i, k in enumerate(keys)},
         {k: float(drift[i] * 1e6) for i, k in enumerate(keys)},
         {k: float(bounds[i]) for i, k in enumerate(keys)},
-        {k: int(t0[i]) for i, k in enumerate(keys)},
+        {k: int(t0[i]) + base for i, k in enumerate(keys)},
     )
 
 
@@ -268,12 +270,89 @@ def _push_stream(
         prev_end = end[j]
 
 
-def _clocks_estimator() -> Any:
+def _clocks_estimate(
+    match: CollectiveMatch, *, fit_drift: bool
+) -> tuple[dict[int, float], dict[int, float], dict[int, float], Any, int] | None:
+    """The clocks package's collective-based estimator on the matched members, or None."""
     try:
-        from otel_ext import clocks
-    except ImportError:  # pragma: no cover - the package always exists
+        from otel_ext.clocks import estimate_offsets_from_collectives
+    except ImportError:  # pragma: no cover - the package ships with otel-ext
         return None
-    return getattr(clocks, "estimate_offsets_from_collectives", None)
+    base = int(match.member_start_ns.min())
+    try:
+        est = estimate_offsets_from_collectives(
+            match.member_rank,
+            match.member_instance,
+            match.member_start_ns - base,  # relative: float64 keeps every nanosecond
+            match.member_end_ns - base,
+            fit_drift=None if fit_drift else False,
+        )
+    except OtelExtError as exc:
+        _log.info("clocks estimator declined (%s); using the built-in fit", exc)
+        return None
+    keys = [int(r) for r in est.ranks]
+    return (
+        {k: float(est.offset_ns[i]) for i, k in enumerate(keys)},
+        {k: float(est.drift_ppm[i]) for i, k in enumerate(keys)},
+        {k: float(est.bound_ns[i]) for i, k in enumerate(keys)},
+        est,
+        base,
+    )
+
+
+def _apply_estimate(table: EventTable, est: Any, base: int) -> EventTable:
+    """Rows of the estimated ranks moved onto the reference rank's timeline."""
+    rank = table["rank"]
+    sel = np.isin(rank, est.ranks)
+    cols = dict(table.columns)
+    for name in ("start_ns", "end_ns"):
+        col = table[name].copy()
+        col[sel] = est.to_reference_ns(rank[sel], col[sel] - base) + base
+        cols[name] = col
+    return EventTable(cols, table.strings, dict(table.meta))
+
+
+def _clocks_repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTable, int, int] | None:
+    """The clocks package's causality repair over every device event of the ranks."""
+    try:
+        from otel_ext.clocks import repair_causality
+    except ImportError:  # pragma: no cover
+        return None
+    cat = table["category"]
+    rank = table["rank"]
+    dev = (rank >= 0) & (
+        np.isin(cat, [int(c) for c in DEVICE_CATEGORIES]) | (cat == Category.COLLECTIVE)
+    )
+    dev[match.row_index] = True
+    rows = np.flatnonzero(dev)
+    coll = np.full(len(table), -1, dtype=np.int64)
+    coll[match.row_index] = match.member_instance[match.row_member]
+    base = int(table["start_ns"][rows].min()) if len(rows) else 0
+    try:
+        rep = repair_causality(
+            rank[rows],
+            table["start_ns"][rows] - base,
+            table["end_ns"][rows] - base,
+            collective=coll[rows],
+        )
+    except OtelExtError as exc:
+        _log.info("clocks repair declined (%s); using the built-in repair", exc)
+        return None
+    start = table["start_ns"].copy()
+    end = table["end_ns"].copy()
+    # phase-1 domain offsets move every row of the rank; phase-2 shifts only the events given
+    for d, off in zip(rep.domains, rep.domain_offset_ns):
+        if off:
+            same = rank == int(d)
+            start[same] += int(off)
+            end[same] += int(off)
+    start[rows] = rep.start_ns + base
+    end[rows] = rep.end_ns + base
+    cols = dict(table.columns)
+    cols["start_ns"], cols["end_ns"] = start, end
+    moved = int(len(rep.shifted)) + int(np.count_nonzero(rep.domain_offset_ns))
+    shifts = np.abs(np.r_[rep.shift_start_ns, rep.shift_end_ns, 0])
+    return EventTable(cols, table.strings, dict(table.meta)), moved, int(shifts.max())
 
 
 def align_ranks(
@@ -301,20 +380,35 @@ def align_ranks(
     if match.n_instances == 0 or len(np.unique(match.member_rank)) < 2:
         zero = {r: 0.0 for r in ranks}
         return Alignment(table, match, zero, dict(zero), dict(zero), "none", before, before)
-    offsets, drift, bounds, ref = estimate_rank_offsets(
-        match.member_rank, match.member_instance, match.member_end_ns, fit_drift=fit_drift
-    )
-    method = "collectives"
+    got = _clocks_estimate(match, fit_drift=fit_drift)
+    if got is not None:
+        offsets, drift, bounds, est, base = got
+        method = "clocks"
+        aligned = _apply_estimate(table, est, base)
+        ref: dict[int, int] = {r: int(est.reference_time_ns) + base for r in offsets}
+    else:
+        offsets, drift, bounds, ref = estimate_rank_offsets(
+            match.member_rank, match.member_instance, match.member_end_ns, fit_drift=fit_drift
+        )
+        method = "collectives"
+        aligned = _apply(table, offsets, drift, ref)
     for r in ranks:  # ranks sharing no collective keep their own clock
         offsets.setdefault(r, 0.0)
         drift.setdefault(r, 0.0)
         bounds.setdefault(r, 0.0)
-    aligned = _apply(table, offsets, drift, ref)
     amatch = match.retime(aligned)
     moved = max_shift = 0
-    if repair:
-        aligned, moved, max_shift = _repair(aligned, amatch)
-        if moved:
+    if repair and count_violations(amatch):
+        fixed = _clocks_repair(aligned, amatch)
+        if fixed is None:
+            fixed = _repair(aligned, amatch)
+        aligned, moved, max_shift = fixed
+        amatch = match.retime(aligned)
+        if count_violations(amatch):
+            # constraints the clocks repair found cyclic (e.g. sampled point-to-point pairs):
+            # finish event by event
+            aligned, moved2, shift2 = _repair(aligned, amatch)
+            moved, max_shift = moved + moved2, max(max_shift, shift2)
             amatch = match.retime(aligned)
     after = count_violations(amatch)
     return Alignment(

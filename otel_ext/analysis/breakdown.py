@@ -67,7 +67,9 @@ def device_mask(table: EventTable) -> np.ndarray:
     return np.isin(table["category"], np.asarray(DEVICE_CATEGORIES, dtype=np.int8))
 
 
-def rank_groups(table: EventTable, mask: np.ndarray | None = None) -> list[tuple[int, str, np.ndarray]]:
+def rank_groups(
+    table: EventTable, mask: np.ndarray | None = None
+) -> list[tuple[int, str, np.ndarray]]:
     """``(rank, source, rows)`` per rank; rows of unknown rank (-1) grouped per source file.
 
     ``source`` is empty for known ranks.
@@ -240,9 +242,17 @@ def idle_breakdown(
             idle = hw + kw + ot
             out.append(
                 IdleBreakdownRow(
-                    rank, source, int(st), idle, hw, kw, ot,
-                    _pct(hw, idle), _pct(kw, idle), _pct(ot, idle),
-                )  # fmt: skip
+                    rank,
+                    source,
+                    int(st),
+                    idle,
+                    hw,
+                    kw,
+                    ot,
+                    _pct(hw, idle),
+                    _pct(kw, idle),
+                    _pct(ot, idle),
+                )
             )
     return out
 
@@ -280,7 +290,7 @@ def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
         Category.MEMCPY: "memcpy",
         Category.MEMSET: "memset",
     }
-    by_cat = []
+    by_cat: list[dict[str, Any]] = []
     for c, label in labels.items():
         m = cat == c
         if m.any():
@@ -292,7 +302,7 @@ def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
     by_cat.sort(key=lambda r: -r["total_ns"])
     names = table["name"][dev]
     order, codes, slices = group_slices(names.astype(np.int64))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for code, sl in zip(codes.tolist(), slices):
         idx = order[sl]
         d = dur[idx]
@@ -305,12 +315,13 @@ def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
     if len(rows) > top:
         rest = rows[top:]
         rest_total = sum(r["total_ns"] for r in rest)
-        rows = rows[:top] + [
-            {"name": "others", "category": "mixed", "count": sum(r["count"] for r in rest),
-             "total_ns": rest_total, "mean_ns": rest_total / max(1, sum(r["count"] for r in rest)),
-             "min_ns": min(r["min_ns"] for r in rest), "max_ns": max(r["max_ns"] for r in rest),
-             "pct": _pct(rest_total, total)}
-        ]  # fmt: skip
+        others = {
+            "name": "others", "category": "mixed", "count": sum(r["count"] for r in rest),
+            "total_ns": rest_total, "mean_ns": rest_total / max(1, sum(r["count"] for r in rest)),
+            "min_ns": min(r["min_ns"] for r in rest), "max_ns": max(r["max_ns"] for r in rest),
+            "pct": _pct(rest_total, total),
+        }  # fmt: skip
+        rows = [*rows[:top], others]
     return KernelBreakdown(by_cat, rows)
 
 

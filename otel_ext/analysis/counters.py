@@ -78,6 +78,8 @@ def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | Non
     n = len(v)
     if n < 4:
         return None
+    raw = v
+    v = v - float(np.median(v))  # centred: the sums below then cancel less
     c = np.cumsum(v)
     c2 = np.cumsum(v * v)
     k = np.arange(1, n)  # split after k points
@@ -86,7 +88,7 @@ def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | Non
     right_sum = c[-1] - c[k - 1]
     right_sse = (c2[-1] - c2[k - 1]) - right_sum**2 / right_n
     best = int(np.argmin(left_sse + right_sse)) + 1
-    return int(t[best]), float(c[best - 1] / best), float((c[-1] - c[best - 1]) / (n - best))
+    return int(t[best]), float(np.mean(raw[:best])), float(np.mean(raw[best:]))
 
 
 def _rate(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -164,7 +164,8 @@ def find_stragglers(
         order = np.lexsort((start, inst))
         counts = np.bincount(inst, minlength=match.n_instances)
         firsts = np.r_[0, np.cumsum(counts)[:-1]]
-        med = (start[order[firsts + (counts - 1) // 2]] + start[order[firsts + counts // 2]]) / 2
+        lo_s, hi_s = start[order[firsts + (counts - 1) // 2]], start[order[firsts + counts // 2]]
+        med = lo_s + (hi_s - lo_s) // 2  # integer: a float64 loses ns at epoch times
         lateness = start - med[inst]
         mrank = match.member_rank
         gap = match.last_arrival_ns - match.second_last_arrival_ns

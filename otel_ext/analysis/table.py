@@ -184,7 +184,7 @@ class TableBuilder:
             self._str[name].append(0 if not s else d.setdefault(str(s), len(d)))
 
     def build(self, meta: dict[str, Any] | None = None) -> EventTable:
-        columns = {
+        columns: dict[str, np.ndarray] = {
             name: np.asarray(self._num[name], dtype=dtype)
             for name, (dtype, _) in NUMERIC_COLUMNS.items()
         }

@@ -185,19 +185,49 @@ def _domain_offsets(
     return delta - np.median(delta)
 
 
+_INF = np.int64(1) << np.int64(60)
+
+
 def _seg_accumulate(
-    values: NDArray[np.float64], seg: NDArray[np.int64], reverse: bool
-) -> NDArray[np.float64]:
-    """Running max within segments (segments contiguous, ids non-decreasing)."""
+    values: NDArray[np.int64], seg: NDArray[np.int64], reverse: bool
+) -> NDArray[np.int64]:
+    """Running max within segments (contiguous, ids non-decreasing); exact int64 arithmetic."""
     if values.size == 0:
         return values
-    v = values[::-1] if reverse else values
+    v = np.clip(values[::-1] if reverse else values, -_INF, _INF)
     s = seg[::-1] if reverse else seg
-    order_id = s if not reverse else (s.max() - s)
-    span = float(np.max(np.abs(v[np.isfinite(v)]))) if np.isfinite(v).any() else 1.0
-    big = 4.0 * span + 1.0
+    order_id = s - s.min() if not reverse else (s.max() - s)
+    big = np.int64(2) * np.int64(np.max(np.abs(v))) + np.int64(1)
     acc = np.maximum.accumulate(v + order_id * big) - order_id * big
     return acc[::-1] if reverse else acc
+
+
+def _forward(
+    t: NDArray[np.int64],
+    ca: NDArray[np.intp],
+    cb: NDArray[np.intp],
+    cl: NDArray[np.int64],
+    order: NDArray[np.intp],
+    seg: NDArray[np.int64],
+    cost: NDArray[np.int64],
+    pos: NDArray[np.intp],
+    rounds: int,
+) -> tuple[NDArray[np.int64], bool]:
+    """Controlled-logical-clock forward pass: integer shifts, and whether it converged."""
+    delta = np.zeros(t.size, dtype=np.int64)
+    for _round in range(rounds):
+        tp = t + delta
+        need = np.full(t.size, -_INF, dtype=np.int64)
+        np.maximum.at(need, cb, tp[ca] + cl - t[cb])
+        jump = np.maximum(delta, need)
+        prop = _seg_accumulate((jump + cost[pos])[order], seg, reverse=False)
+        new = np.empty(t.size, dtype=np.int64)
+        new[order] = prop
+        new = np.maximum(new - cost[pos], 0)
+        if np.array_equal(new, delta):
+            return new, True
+        delta = new
+    return delta, False
 
 
 def repair_causality(
@@ -229,7 +259,9 @@ def repair_causality(
             of the domain, 0 only keeps order.
         domain_offsets: run phase 1 (per-domain offsets) first.
         backward: run backward amortization after the forward pass.
-        max_rounds: cap on forward iterations (a causal cycle stops here).
+        max_rounds: cap on forward iterations (also capped by the number of constraints + 2;
+            constraints still violated then form a causal cycle and are dropped, counted
+            in ``unresolved``).
 
     Returns:
         :class:`CausalityRepair`.
@@ -262,20 +294,24 @@ def repair_causality(
     domains, dom = np.unique(dom_raw, return_inverse=True)
     nd = domains.size
     pa, pb, lat = _constraints(s0, e0, send, recv, coll, min_latency_ns)
-    t0 = np.empty(2 * n, dtype=np.float64)
+    t0 = np.empty(2 * n, dtype=np.int64)
     t0[0::2], t0[1::2] = s0, e0
     pdom = np.repeat(dom, 2)
 
     offsets = np.zeros(nd)
     if domain_offsets and pa.size:
-        offsets = np.rint(_domain_offsets(dom, nd, t0[pa], t0[pb], pdom[pa], pdom[pb], lat))
-    t = t0 + offsets[pdom]
+        offsets = np.rint(
+            _domain_offsets(
+                dom, nd, t0[pa].astype(float), t0[pb].astype(float), pdom[pa], pdom[pb], lat
+            )
+        )
+    t = t0 + offsets.astype(np.int64)[pdom]
 
     # duration constraints: end >= start + duration
     ev = np.arange(n)
     ca = np.concatenate([pa, 2 * ev]).astype(np.intp)
     cb = np.concatenate([pb, 2 * ev + 1]).astype(np.intp)
-    cl = np.concatenate([lat, (e0 - s0).astype(np.float64)])
+    cl = np.concatenate([np.ceil(lat).astype(np.int64), e0 - s0])
 
     # domain sequences: points sorted by (domain, time, start-before-end, event)
     kind = np.tile([0, 1], n)
@@ -283,41 +319,43 @@ def repair_causality(
     seg = pdom[order].astype(np.int64)
     ts = t[order]
     gaps = np.diff(ts, prepend=ts[:1])
-    gaps[np.concatenate([[True], seg[1:] != seg[:-1]])] = 0.0
-    cost = np.cumsum((1.0 - gamma) * gaps)
-    # restart cost per segment is unnecessary: only differences within a segment matter
+    gaps[np.concatenate([[True], seg[1:] != seg[:-1]])] = 0
+    # integer decay per step, never more than the gap: order is preserved exactly
+    cost = np.cumsum(np.floor((1.0 - gamma) * gaps).astype(np.int64))
     pos = np.empty(2 * n, dtype=np.intp)
     pos[order] = np.arange(2 * n)
 
-    delta = np.zeros(2 * n)
+    n_cross = pa.size
+    rounds = min(max_rounds, n_cross + 2)
+    active = np.ones(ca.size, dtype=bool)
     unresolved = 0
-    for _round in range(max_rounds):
-        tp = t + delta
-        need = np.full(2 * n, -np.inf)
-        np.maximum.at(need, cb, np.ceil(tp[ca] + cl - t[cb] - 1e-6))
-        jump = np.maximum(delta, need)
-        prop = _seg_accumulate((jump + cost[pos])[order], seg, reverse=False)
-        new = np.empty(2 * n)
-        new[order] = prop
-        new = np.ceil(np.maximum(new - cost[pos], 0.0) - 1e-6)
-        if np.all(new - delta < 0.5):
-            delta = new
+    for _attempt in range(4):
+        delta, converged = _forward(
+            t, ca[active], cb[active], cl[active], order, seg, cost, pos, rounds
+        )
+        if converged:
             break
-        delta = new
-    else:
+        # a causal cycle: drop the cross-domain constraints still violated, and retry
         tp = t + delta
-        unresolved = int(np.sum(tp[cb] < tp[ca] + cl - 0.5))
+        bad = active & (tp[cb] < tp[ca] + cl)
+        bad[n_cross:] = False
+        if not bad.any():
+            break
+        unresolved += int(bad.sum())
+        active &= ~bad
+    else:
+        delta = np.zeros(2 * n, dtype=np.int64)
 
-    if backward and unresolved == 0 and gamma < 1.0:
+    if backward and gamma < 1.0:
         barrier = np.zeros(2 * n, dtype=bool)
         for _round in range(200):
             tp = t + delta
-            cap = np.full(2 * n, np.inf)
-            np.minimum.at(cap, ca, tp[cb] - cl - t[ca])
+            cap = np.full(2 * n, _INF, dtype=np.int64)
+            np.minimum.at(cap, ca[active], tp[cb[active]] - cl[active] - t[ca[active]])
             # never pass the next point of the same domain
-            nxt = np.full(2 * n, np.inf)
+            nxt = np.full(2 * n, _INF, dtype=np.int64)
             same = seg[1:] == seg[:-1]
-            nxt_sorted = np.where(same, tp[order][1:] - ts[:-1] - 0.0, np.inf)
+            nxt_sorted = np.where(same, tp[order][1:] - ts[:-1], _INF)
             nxt[order[:-1]] = nxt_sorted
             cap = np.minimum(cap, nxt)
             # barriers split the ramp: the segment id increments after each barrier point
@@ -325,22 +363,22 @@ def repair_causality(
             split = np.concatenate([[0], np.cumsum(bsorted[:-1] | ~same)])
             vals = (delta - cost[pos])[order]
             ramp_sorted = _seg_accumulate(vals, split.astype(np.int64), reverse=True)
-            ramp = np.empty(2 * n)
+            ramp = np.empty(2 * n, dtype=np.int64)
             ramp[order] = ramp_sorted
             ramp = ramp + cost[pos]
             capped = cap < ramp
-            new = np.maximum(delta, np.floor(np.minimum(cap, ramp) + 1e-6))
+            new = np.maximum(delta, np.minimum(cap, ramp))
             new_barrier = barrier | (capped & (ramp > delta))
-            if np.all(new - delta < 0.5) and np.array_equal(new_barrier, barrier):
+            if np.array_equal(new, delta) and np.array_equal(new_barrier, barrier):
                 break
             delta, barrier = new, new_barrier
 
-    final = np.rint(t + delta).astype(np.int64)
+    final = t + delta
     start, end = final[0::2], final[1::2]
     after = count_violations(
         start, end, send_event=send, recv_event=recv, collective=coll, min_latency_ns=min_latency_ns
     )
-    moved = np.flatnonzero((np.rint(delta[0::2]) != 0) | (np.rint(delta[1::2]) != 0))
+    moved = np.flatnonzero((delta[0::2] != 0) | (delta[1::2] != 0))
     return CausalityRepair(
         start_ns=start,
         end_ns=end,

@@ -3,7 +3,8 @@
 :func:`run_simulation` writes, into one folder:
 
 * ``traces.jsonl`` and ``metrics.jsonl``: OTLP/JSON, written by the project's file exporters;
-* ``timeline.json``: the Perfetto timeline of both, converted by the exporters' converter;
+* ``timeline.json``: the Perfetto timeline of both, streamed by the exporters' Perfetto
+  exporter from the same batches;
 * ``truth.json``: the injected faults, the true clock parameters and the true event times
   (never read by the analysis).
 """
@@ -14,10 +15,14 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ext.counters._source import Sample
 from otel_ext.errors import ConfigError
@@ -53,12 +58,55 @@ def _metric_exporter(path: Path) -> Any:
     return OtlpJsonFileMetricExporter(path)
 
 
-def _to_perfetto(inputs: list[Path], output: Path) -> Path:
+def _perfetto_exporter(path: Path) -> Any:
     try:
-        from exporters import otlp_json_to_perfetto
+        from exporters import PerfettoTraceExporter
     except ImportError:
-        from exporters._perfetto import otlp_json_to_perfetto
-    return otlp_json_to_perfetto(inputs, output, time_origin_ns=None)
+        from exporters._perfetto import PerfettoTraceExporter
+    # time zero one second before the run: host clocks sit within a millisecond of it
+    return PerfettoTraceExporter(path, time_origin_ns=EPOCH_NS - 1_000_000_000, overwrite=True)
+
+
+class _TeeSpanExporter(SpanExporter):
+    """Hands every batch to several span exporters (OTLP/JSON file and Perfetto timeline)."""
+
+    def __init__(self, exporters: list[SpanExporter]) -> None:
+        self.exporters = exporters
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = SpanExportResult.SUCCESS
+        for exporter in self.exporters:
+            if exporter.export(spans) is not SpanExportResult.SUCCESS:
+                result = SpanExportResult.FAILURE
+        return result
+
+    def shutdown(self) -> None:
+        for exporter in self.exporters:
+            exporter.shutdown()
+
+
+class _TeeMetricExporter(MetricExporter):
+    """Hands every batch of points to several metric exporters."""
+
+    def __init__(self, exporters: list[MetricExporter]) -> None:
+        super().__init__()
+        self.exporters = exporters
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: object
+    ) -> MetricExportResult:
+        result = MetricExportResult.SUCCESS
+        for exporter in self.exporters:
+            if exporter.export(metrics_data) is not MetricExportResult.SUCCESS:
+                result = MetricExportResult.FAILURE
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return all(e.force_flush() for e in self.exporters)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+        for exporter in self.exporters:
+            exporter.shutdown()
 
 
 class LiveCounters:
@@ -191,8 +239,14 @@ def run_simulation(
     )
     live = LiveCounters(counters)
     engine.counters = counters
-    span_exporter = _span_exporter(out / "traces.jsonl")
-    metric_exporter = _metric_exporter(out / "metrics.jsonl")
+    span_exporters: list[SpanExporter] = [_span_exporter(out / "traces.jsonl")]
+    metric_exporters: list[MetricExporter] = [_metric_exporter(out / "metrics.jsonl")]
+    if timeline:
+        perfetto = _perfetto_exporter(out / "timeline.json")
+        span_exporters.append(perfetto)
+        metric_exporters.append(perfetto.metric_exporter())
+    span_exporter = _TeeSpanExporter(span_exporters)
+    metric_exporter = _TeeMetricExporter(metric_exporters)
     telemetry = Telemetry(
         cfg,
         engine,
@@ -220,9 +274,7 @@ def run_simulation(
     truth_path.write_text(json.dumps(truth, separators=(",", ":")) + "\n", encoding="utf-8")
     files["truth.json"] = truth_path
     if timeline:
-        files["timeline.json"] = _to_perfetto(
-            [out / "traces.jsonl", out / "metrics.jsonl"], out / "timeline.json"
-        )
+        files["timeline.json"] = out / "timeline.json"
     steps = sum(h.step for h in engine.hosts)
     return SimResult(
         out_dir=out,

@@ -22,7 +22,7 @@ __all__ = ["JsonSyntaxError", "decode_value", "iter_array", "iter_object", "read
 
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(parse_float=str, parse_constant=str)
-_SCAN = _DECODER.scan_once
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 class JsonSyntaxError(ValueError):

@@ -169,7 +169,9 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
             record="file",
         )
     if fmt == "kineto":
-        return FileResult(ps, fmt, table=load_kineto_text(text, path=ps, ctx=ctx), skipped=ctx.skipped)
+        return FileResult(
+            ps, fmt, table=load_kineto_text(text, path=ps, ctx=ctx), skipped=ctx.skipped
+        )
     if fmt == "otlp-traces":
         from otel_ext.analysis.loaders.spans import load_otlp_traces_text
 
@@ -256,11 +258,14 @@ def load_paths(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     for p in paths:
-        if not Path(p).exists():
-            if not keep_going:
-                raise InputError("no such file or folder", path=str(p), record="file")
+        if not Path(p).exists() and not keep_going:
+            raise InputError("no such file or folder", path=str(p), record="file")
     files = _expand(p for p in paths if Path(p).exists())
-    missing = [SkippedRecord(str(p), "file", "no such file or folder") for p in paths if not Path(p).exists()]
+    missing = [
+        SkippedRecord(str(p), "file", "no such file or folder")
+        for p in paths
+        if not Path(p).exists()
+    ]
     total = len(files)
     if workers is None:
         workers = min(os.cpu_count() or 1, total) or 1

@@ -172,7 +172,7 @@ class _State:
         self.uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
         self.device_pids: dict[Any, str] = {}
 
-    def consume(self, events: Any) -> None:  # noqa: C901 - one hot loop, kept flat for speed
+    def consume(self, events: Any) -> None:
         b, ctx = self.b, self.ctx
         num, strs = b.num, b.str
         a_start, a_end, a_cat = num["start_ns"].append, num["end_ns"].append, num["category"].append
@@ -220,7 +220,10 @@ class _State:
                 continue
             ts = us_to_ns(ev.get("ts"))
             if ts is None:
-                ctx.bad(f"event {i}", f"'ts' is missing, not a number or out of range: {ev.get('ts')!r:.40}")
+                ctx.bad(
+                    f"event {i}",
+                    f"'ts' is missing, not a number or out of range: {ev.get('ts')!r:.40}",
+                )
                 continue
             d = ev.get("dur", 0)
             dur = us_to_ns(d)
@@ -308,7 +311,9 @@ class _State:
                 if type(r) is int and 0 <= r < 2**31:
                     rank = r
                 else:
-                    ctx.bad("distributedInfo.rank", f"rank is not a non-negative integer: {r!r:.40}")
+                    ctx.bad(
+                        "distributedInfo.rank", f"rank is not a non-negative integer: {r!r:.40}"
+                    )
             w = dist.get("world_size")
             if type(w) is int and 0 < w < 2**31:
                 world = w
@@ -340,7 +345,9 @@ class _State:
             host=host,
             base_ns=base,
             distributed_info=dist if isinstance(dist, dict) else None,
-            devices=[p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)],
+            devices=[
+                p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)
+            ],
         )
         return t
 

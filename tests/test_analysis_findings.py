@@ -1,0 +1,160 @@
+"""Findings on synthetic multi-rank runs with each fault pattern: the right kind and target.
+
+The generator below is a small, exact model of a tensor-parallel step loop: every chip runs
+its layers' compute kernels, then an all-reduce with the other chips of its host over a ring
+of chip-to-chip links (each link carries the same bytes; the all-reduce ends when the slowest
+link's transfer ends after the last arrival), and each host sends a KV-cache transfer over its
+network port. Faults change only what they should: a straggler's compute is slower all run;
+a throttled chip's compute slows from mid-run and its clock-frequency counter drops; a slow
+link's transfers take longer; a slow port's transfers take longer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from otel_ext.analysis.engine import analyze
+from otel_ext.analysis.loaders import LoadResult, MetricPoints
+from otel_ext.analysis.table import Category, EventTable
+from semantic_conventions import metrics as M
+
+HOSTS, CHIPS, STEPS, LAYERS = 2, 4, 40, 3
+LAYER_NS = 200_000
+LINK_BW = 100e9  # bytes/s
+NIC_BW = 25e9
+AR_BYTES = 8_000_000
+KV_BYTES = 4_000_000
+
+
+def _run(fault: str | None, target: str | None, *, seed: int = 0) -> LoadResult:
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    t = {(h, c): 1_000_000 for h in range(HOSTS) for c in range(CHIPS)}
+    mid = STEPS // 2
+    for step in range(STEPS):
+        arrivals = {}
+        for h in range(HOSTS):
+            for c in range(CHIPS):
+                dev = f"host{h}/chip{c}"
+                rank = h * CHIPS + c
+                slow = 1.0
+                if fault == "straggler" and dev == target:
+                    slow = 1.3
+                if fault == "throttle" and dev == target and step >= mid:
+                    slow = 1.45
+                now = t[(h, c)]
+                for layer in range(LAYERS):
+                    d = int(LAYER_NS * slow * (1 + 0.01 * rng.standard_normal()))
+                    rows.append(dict(start_ns=now, end_ns=now + d, rank=rank, host=f"host{h}",
+                                     device=dev, stream=7, category=Category.KERNEL_COMPUTE,
+                                     name=f"layer{layer}_gemm"))  # fmt: skip
+                    now += d + 2_000
+                arrivals[(h, c)] = now
+        for h in range(HOSTS):
+            last = max(arrivals[(h, c)] for c in range(CHIPS))
+            link_end = []
+            for c in range(CHIPS):
+                link = f"host{h}/chip{c}-chip{(c + 1) % CHIPS}"
+                bw = LINK_BW / 4 if fault == "slow-link" and link == target else LINK_BW
+                d = int(AR_BYTES / bw * 1e9)
+                rows.append(dict(start_ns=last, end_ns=last + d, host=f"host{h}", device=link,
+                                 category=Category.LINK_TRANSFER, coll_bytes=AR_BYTES,
+                                 name="accel.link.transfer"))  # fmt: skip
+                link_end.append(last + d)
+            end = max(link_end) + 5_000
+            for c in range(CHIPS):
+                rank = h * CHIPS + c
+                rows.append(dict(start_ns=arrivals[(h, c)], end_ns=end, rank=rank,
+                                 host=f"host{h}", device=f"host{h}/chip{c}", stream=9,
+                                 category=Category.KERNEL_COMM, coll_op="allreduce",
+                                 coll_group=f"tp{h}", coll_seq=step, coll_bytes=AR_BYTES,
+                                 name="allreduce"))  # fmt: skip
+                t[(h, c)] = end + 3_000
+            # the host's KV-cache transfer over its network port
+            nic = f"host{h}/nic0"
+            bw = NIC_BW / 4 if fault == "slow-nic" and f"host{h}" == target else NIC_BW
+            d = int(KV_BYTES / bw * 1e9)
+            rows.append(dict(start_ns=end, end_ns=end + d, host=f"host{h}", device=nic,
+                             category=Category.LINK_TRANSFER, coll_bytes=KV_BYTES,
+                             name="accel.link.transfer"))  # fmt: skip
+    end_all = max(t.values())
+    for k in range(50):
+        ts = 1_000_000 + (end_all - 1_000_000) * k // 49
+        for h in range(HOSTS):
+            for c in range(CHIPS):
+                dev = f"host{h}/chip{c}"
+                throttled = fault == "throttle" and dev == target and k >= 25
+                points.append(dict(name=M.METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, kind="gauge",
+                                   time_ns=ts, value=1.2e9 if throttled else 1.8e9, device=dev,
+                                   host=f"host{h}"))  # fmt: skip
+                points.append(dict(name=M.METRIC_HW_TEMPERATURE, kind="gauge", time_ns=ts,
+                                   value=88.0 if throttled else 60.0, device=dev,
+                                   host=f"host{h}"))  # fmt: skip
+    return LoadResult(EventTable.from_rows(rows), [], [], MetricPoints.from_rows(points))
+
+
+@pytest.mark.parametrize(
+    ("fault", "target"),
+    [
+        ("straggler", "host1/chip2"),
+        ("throttle", "host0/chip3"),
+        ("slow-link", "host0/chip1-chip2"),
+        ("slow-nic", "host1"),
+    ],
+)
+def test_top_finding_names_the_fault(fault: str, target: str) -> None:
+    doc = analyze(_run(fault, target))
+    top = doc["findings"][0]
+    assert (top["kind"], top["target"]) == (fault, target), doc["findings"][:3]
+    assert top["impact_ns"] > 0 and top["impact_pct"] > 0
+    assert top["evidence"]
+    # no other root cause is reported
+    causes = [f for f in doc["findings"] if f["kind"] in ("straggler", "throttle", "slow-link", "slow-nic")]
+    assert len(causes) == 1, causes
+
+
+def test_no_fault_no_root_cause() -> None:
+    doc = analyze(_run(None, None))
+    kinds = {f["kind"] for f in doc["findings"]}
+    assert not kinds & {"straggler", "throttle", "slow-link", "slow-nic"}, doc["findings"]
+
+
+def test_straggler_evidence_and_counters_normal() -> None:
+    doc = analyze(_run("straggler", "host1/chip2"))
+    ev = doc["findings"][0]["evidence"]
+    assert ev["compute_ratio"] == pytest.approx(1.3, rel=0.03)
+    assert ev["clock_ratio"] == pytest.approx(1.0)
+    assert ev["last_arrivals"] == STEPS  # last at every all-reduce of its host
+    assert doc["stragglers"][0]["device"] == "host1/chip2"
+    # what-if: the saving equals the lateness it caused, per step (exact model)
+    wi = doc["critical_path"]["straggler_what_if"]
+    assert wi["rank"] == 1 * CHIPS + 2 and wi["saved_ns"] == doc["findings"][0]["impact_ns"]
+
+
+def test_throttle_evidence_shows_the_clock_drop() -> None:
+    doc = analyze(_run("throttle", "host0/chip3"))
+    ev = doc["findings"][0]["evidence"]
+    assert ev["clock_before_hz"] == pytest.approx(1.8e9)
+    assert ev["clock_after_hz"] == pytest.approx(1.2e9)
+    assert ev["temperature_after_c"] > ev["temperature_before_c"]
+    series = ev["counters"]["series"][M.METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY]
+    assert series["peer_median"] == pytest.approx(1.8e9)
+
+
+def test_throttle_without_counters_found_from_its_onset() -> None:
+    run = _run("throttle", "host0/chip3")
+    doc = analyze(LoadResult(run.table, [], [], MetricPoints.from_rows([])))
+    top = doc["findings"][0]
+    assert (top["kind"], top["target"]) == ("throttle", "host0/chip3")
+    assert "onset_ns" in top["evidence"]
+
+
+def test_slow_link_evidence() -> None:
+    doc = analyze(_run("slow-link", "host0/chip1-chip2"))
+    ev = doc["findings"][0]["evidence"]
+    assert ev["slowness"] == pytest.approx(4.0, rel=1e-3)
+    assert ev["median_bw"] == pytest.approx(LINK_BW / 4, rel=1e-3)

@@ -1,0 +1,447 @@
+"""TorchLayerInstrumentor on a real small PyTorch model, with an in-memory exporter.
+
+Ground truth for FLOPs is ``torch.utils.flop_counter.FlopCounterMode`` (PyTorch's own
+per-module counter of matrix products), plus layer norm's element-wise work; bytes are
+recomputed here from the tensors test-side hooks saw.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from otel_ext.instrumentation.torch import TorchLayerInstrumentor  # noqa: E402
+from otel_ext.instrumentation.torch._flops import module_estimator, sdpa_estimate  # noqa: E402
+
+D, H, V, B, L = 16, 2, 32, 2, 5
+
+
+class Attn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(D, 3 * D)
+        self.proj = nn.Linear(D, D, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, l, d = x.shape
+        q, k, v = (t.reshape(b, l, H, d // H).transpose(1, 2) for t in self.qkv(x).split(d, -1))
+        o = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(o.transpose(1, 2).reshape(b, l, d))
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(D)
+        self.attn = Attn()
+        self.mlp = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln(x))
+        return x + self.mlp(x)
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.mha = nn.MultiheadAttention(D, H, batch_first=True)
+        self.conv = nn.Conv1d(D, D, 3, padding=1)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        for block in self.blocks:
+            x = block(x)
+        x = x + self.mha(x, x, x, need_weights=False)[0]
+        x = self.conv(x.transpose(1, 2)).transpose(1, 2)
+        return self.head(x)
+
+
+def _model() -> TinyLM:
+    torch.manual_seed(0)
+    return TinyLM().eval()
+
+
+IDS = torch.arange(B * L).reshape(B, L) % V
+
+
+@pytest.fixture
+def traced() -> Any:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = TorchLayerInstrumentor()
+    yield inst, provider, exporter
+    inst.uninstrument()
+    provider.shutdown()
+
+
+def _sdpa_truth(b: int, h: int, lq: int, lk: int, d: int) -> int:
+    """FLOPs of attention by its definition (PyTorch's counter skips the fused CPU kernel)."""
+    q, k, v = torch.randn(b, h, lq, d), torch.randn(b, h, lk, d), torch.randn(b, h, lk, d)
+    with FlopCounterMode(display=False) as counter:
+        torch.softmax(q @ k.transpose(-2, -1) / d**0.5, dim=-1) @ v
+    return int(counter.get_total_flops())
+
+
+def _ground_truth(model: nn.Module) -> tuple[dict[str, float], dict[str, float]]:
+    """Inclusive FLOPs and bytes per qualified name, computed independently of the instrumentor."""
+    with FlopCounterMode(display=False) as counter:
+        model(IDS)
+    root = type(model).__name__
+    flops: dict[str, float] = defaultdict(float)
+    for key, counts in counter.get_flop_counts().items():
+        if key == "Global":
+            continue
+        name = key.removeprefix(root).removeprefix(".") or root
+        flops[name] = float(sum(counts.values()))
+    flops[root] = float(sum(counter.get_flop_counts()["Global"].values()))
+    # Own bytes of the estimable leaves, from the tensors they saw.
+    own_bytes: dict[str, float] = {}
+    seen: list[tuple[str, nn.Module, Any, Any]] = []
+    handles = []
+    for qual, m in model.named_modules():
+        if isinstance(m, nn.Linear | nn.Conv1d | nn.LayerNorm | nn.Embedding | nn.MultiheadAttention):
+            handles.append(m.register_forward_hook(lambda mod, a, o, q=qual: seen.append((q, mod, a, o))))
+    sdpa_calls: list[tuple[torch.Tensor, ...]] = []
+    for qual, m in model.named_modules():
+        if isinstance(m, Attn):
+            handles.append(m.register_forward_hook(lambda mod, a, o, q=qual: sdpa_calls.append((q,))))
+    model(IDS)
+    for h in handles:
+        h.remove()
+
+    def nbytes(*ts: torch.Tensor) -> float:
+        return float(sum(t.numel() * t.element_size() for t in ts))
+
+    for qual, m, args, out in seen:
+        params = float(sum(p.numel() * 4 for p in m.parameters()))
+        if isinstance(m, nn.Embedding):
+            own_bytes[qual] = 2 * nbytes(out) + nbytes(args[0])
+        elif isinstance(m, nn.MultiheadAttention):
+            q = args[0]
+            own_bytes[qual] = params + 3 * nbytes(q) + nbytes(out[0])
+        else:
+            own_bytes[qual] = params + nbytes(args[0]) + nbytes(out)
+        if isinstance(m, nn.LayerNorm):
+            for name in list(flops) + [qual]:
+                if name == root or qual == name or qual.startswith(name + "."):
+                    flops[name] += 5.0 * args[0].numel()
+    # sdpa inside Attn and MultiheadAttention: q, k, v and the output, each (B, H, L, D/H).
+    attn_flops = _sdpa_truth(B, H, L, L, D // H)
+    for (qual,) in sdpa_calls:
+        own_bytes[qual] = own_bytes.get(qual, 0.0) + 4 * B * L * D * 4
+    for qual in [q for q, m in model.named_modules() if isinstance(m, Attn | nn.MultiheadAttention)]:
+        parts = qual.split(".")
+        for name in {root} | {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
+            flops[name] = flops.get(name, 0.0) + attn_flops
+    inclusive: dict[str, float] = defaultdict(float)
+    for qual, b in own_bytes.items():
+        inclusive[root] += b
+        parts = qual.split(".")
+        for i in range(1, len(parts) + 1):
+            inclusive[".".join(parts[:i])] += b
+    return dict(flops), dict(inclusive)
+
+
+def test_full_span_tree_and_attributes(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    expected_out = model(IDS)
+    flops, nbytes = _ground_truth(model)
+    inst.instrument(tracer_provider=provider, model=model, host_id="host0", rank=0)
+    out = model(IDS)
+    assert torch.equal(out, expected_out)
+    spans = exporter.get_finished_spans()
+    by_name = {s.attributes["accel.layer.name"]: s for s in spans}
+    assert len(by_name) == len(spans)
+    modules = dict(model.named_modules())
+    # Every module that runs gets a span (a ModuleList is never called; MultiheadAttention
+    # uses its out_proj weights without calling it).
+    called = {q: m for q, m in modules.items() if q not in ("blocks", "mha.out_proj")}
+    assert set(by_name) == {q or "TinyLM" for q in called}
+    for qual, m in called.items():
+        name = qual or "TinyLM"
+        span = by_name[name]
+        last = qual.rsplit(".", 1)[-1]
+        parent_qual = qual.rsplit(".", 1)[0] if "." in qual else ""
+        siblings = [n for n, _ in modules[parent_qual].named_children()] if qual else []
+        expected = {
+            "accel.layer.name": name,
+            "accel.layer.index": int(last) if last.isdigit() else (siblings.index(last) if qual else 0),
+            "accel.layer.type": type(m).__name__,
+            "accel.layer.depth": qual.count(".") + 1 if qual else 0,
+            "accel.layer.pass": "forward",
+            "accel.layer.parameters": sum(p.numel() for p in m.parameters()),
+            "accel.host.id": "host0",
+            "accel.device.id": "host0/cpu",
+            "accel.rank": 0,
+        }
+        if name in nbytes:
+            expected["accel.layer.flops"] = pytest.approx(flops.get(name, 0.0))
+            expected["accel.layer.bytes"] = pytest.approx(nbytes[name])
+        assert dict(span.attributes) == expected, name
+        # Nesting follows the module tree.
+        if qual:
+            parent = by_name[parent_qual or "TinyLM"]
+            assert span.parent.span_id == parent.context.span_id
+            assert parent.start_time <= span.start_time <= span.end_time <= parent.end_time
+        else:
+            assert span.parent is None
+    assert flops["TinyLM"] > 0 and by_name["blocks.0.attn"].attributes["accel.layer.flops"] > by_name[
+        "blocks.0.attn.qkv"
+    ].attributes["accel.layer.flops"] + by_name["blocks.0.attn.proj"].attributes["accel.layer.flops"]
+
+
+def test_depth_and_name_filters_keep_block_totals(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    flops, _ = _ground_truth(model)
+    inst.instrument(tracer_provider=provider, model=model, max_depth=2, exclude=["mha", "conv"])
+    model(IDS)
+    names = sorted(s.attributes["accel.layer.name"] for s in exporter.get_finished_spans())
+    assert names == sorted(
+        ["TinyLM", "emb", "head", "blocks.0", "blocks.1"]
+    )
+    spans = {s.attributes["accel.layer.name"]: s for s in exporter.get_finished_spans()}
+    # A block traced without its children still carries their estimated work.
+    assert spans["blocks.0"].attributes["accel.layer.flops"] == pytest.approx(flops["blocks.0"])
+    inst.uninstrument()
+    exporter.clear()
+    inst.instrument(tracer_provider=provider, model=model, include=["blocks.*.attn"])
+    model(IDS)
+    assert sorted(s.attributes["accel.layer.name"] for s in exporter.get_finished_spans()) == [
+        "blocks.0.attn",
+        "blocks.1.attn",
+    ]
+
+
+def test_record_shapes(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    inst.instrument(tracer_provider=provider, model=model, record_shapes=True, include=["head", "emb"])
+    model(IDS)
+    spans = {s.attributes["accel.layer.name"]: s.attributes for s in exporter.get_finished_spans()}
+    assert spans["emb"]["accel.layer.input_shapes"] == (f"[{B}, {L}]",)
+    assert spans["emb"]["accel.layer.input_dtypes"] == ("int64",)
+    assert spans["head"]["accel.layer.output_shapes"] == (f"[{B}, {L}, {V}]",)
+    assert spans["head"]["accel.layer.output_dtypes"] == ("float32",)
+
+
+def _hook_total(model: nn.Module) -> int:
+    from torch.nn.modules import module as mod
+
+    per_module = sum(
+        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + len(m._backward_pre_hooks)
+        for m in model.modules()
+    )
+    return per_module + len(mod._global_forward_hooks) + len(mod._global_forward_pre_hooks)
+
+
+def test_instrument_uninstrument_instrument_no_duplicates_no_leftovers(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    sdpa = F.scaled_dot_product_attention
+    n_modules = len(list(model.modules())) - 2  # "blocks" and "mha.out_proj" never run
+    inst.instrument(tracer_provider=provider, model=model, backward=True)
+    inst.instrument(tracer_provider=provider, model=model)  # idempotent: ignored
+    assert _hook_total(model) > 0 and F.scaled_dot_product_attention is not sdpa
+    inst.uninstrument()
+    inst.uninstrument()
+    assert _hook_total(model) == 0 and inst.hook_count == 0
+    assert F.scaled_dot_product_attention is sdpa
+    model(IDS)
+    assert exporter.get_finished_spans() == ()
+    inst.instrument(tracer_provider=provider, model=model)
+    model(IDS)
+    assert len(exporter.get_finished_spans()) == n_modules
+    inst.uninstrument()
+    assert _hook_total(model) == 0
+
+
+def test_global_hooks_trace_any_model(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    inst.instrument(tracer_provider=provider, host_id="h")
+    model(torch.zeros(3, 4))
+    inst.uninstrument()
+    spans = exporter.get_finished_spans()
+    assert [s.attributes["accel.layer.name"] for s in spans] == ["0", "1", "2", "Sequential"]
+    assert spans[0].attributes["accel.layer.flops"] == 2 * 3 * 4 * 8
+    assert _hook_total(model) == 0
+
+
+def test_deferred_mode_gives_the_same_spans(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    inst.instrument(tracer_provider=provider, model=model, host_id="h")
+    model(IDS)
+    inst.uninstrument()
+    eager = exporter.get_finished_spans()
+    exporter.clear()
+    inst.instrument(tracer_provider=provider, model=model, host_id="h", deferred=True)
+    out = model(IDS)
+    assert inst.flush()
+    inst.uninstrument()
+    deferred = exporter.get_finished_spans()
+    assert torch.equal(out, model(IDS))
+
+    def shape(spans: Any) -> dict[str, tuple[Any, ...]]:
+        ids = {s.context.span_id: s.attributes["accel.layer.name"] for s in spans}
+        return {
+            s.attributes["accel.layer.name"]: (dict(s.attributes), ids.get(s.parent.span_id) if s.parent else None)
+            for s in spans
+        }
+
+    assert shape(deferred) == shape(eager)
+    assert len({s.context.trace_id for s in deferred}) == 1
+
+
+def test_backward_spans(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    inst.instrument(tracer_provider=provider, model=model, backward=True, host_id="h")
+    x = torch.randn(5, 4, requires_grad=True)
+    model(x).sum().backward()
+    inst.uninstrument()
+    bwd = [s for s in exporter.get_finished_spans() if s.attributes["accel.layer.pass"] == "backward"]
+    names = {s.attributes["accel.layer.name"]: s for s in bwd}
+    assert set(names) == {"Sequential", "0", "1", "2"}
+    root = names["Sequential"]
+    for child in ("0", "1", "2"):
+        assert names[child].parent.span_id == root.context.span_id
+    assert names["0"].attributes["accel.layer.flops"] == 2 * (2.0 * 5 * 4 * 8)
+    assert x.grad is not None
+
+
+class _RaisingExporter(SpanExporter):
+    def export(self, spans: Any) -> SpanExportResult:
+        raise RuntimeError("collector down")
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _RaisingProcessor(SimpleSpanProcessor):
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        raise RuntimeError("processor broken")
+
+    def on_end(self, span: Any) -> None:
+        raise RuntimeError("processor broken")
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_raising_exporter_and_processor_do_not_hurt_the_model(deferred: bool) -> None:
+    model = _model()
+    expected = model(IDS)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_RaisingExporter()))
+    provider.add_span_processor(_RaisingProcessor(_RaisingExporter()))
+    inst = TorchLayerInstrumentor()
+    inst.instrument(tracer_provider=provider, model=model, deferred=deferred, backward=not deferred)
+    try:
+        for _ in range(2):
+            assert torch.equal(model(IDS), expected)
+        inst.flush()
+    finally:
+        inst.uninstrument()
+
+
+def test_down_collector_does_not_hurt_the_model() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    model = _model()
+    expected = model(IDS)
+    provider = TracerProvider()
+    # Nothing listens on port 9 (discard): every export fails.
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces", timeout=1))
+    )
+    inst = TorchLayerInstrumentor()
+    inst.instrument(tracer_provider=provider, model=model)
+    try:
+        assert torch.equal(model(IDS), expected)
+    finally:
+        inst.uninstrument()
+        provider.shutdown()
+
+
+def test_entry_points_load() -> None:
+    from importlib.metadata import entry_points
+
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    eps = {ep.name: ep for ep in entry_points(group="opentelemetry_instrumentor")}
+    assert eps["otel_ext_torch_layers"].load() is TorchLayerInstrumentor
+    assert eps["otel_ext_torch_distributed"].load() is TorchDistributedInstrumentor
+    assert list(TorchLayerInstrumentor().instrumentation_dependencies()) == ["torch >= 2.0"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    tokens=st.integers(1, 6),
+    fin=st.integers(1, 24),
+    fout=st.integers(1, 24),
+)
+def test_linear_flops_match_torch_counter(batch: int, tokens: int, fin: int, fout: int) -> None:
+    lin = nn.Linear(fin, fout)
+    x = torch.randn(batch, tokens, fin)
+    with FlopCounterMode(display=False) as counter:
+        out = lin(x)
+    est = module_estimator(lin)
+    assert est is not None
+    flops, nbytes = est(lin, (x,), {}, out)
+    assert flops == counter.get_total_flops()
+    assert nbytes == 4 * (x.numel() + fin * fout + fout + out.numel())
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    cin=st.integers(1, 6),
+    cout=st.integers(1, 6),
+    k=st.integers(1, 3),
+    size=st.integers(3, 9),
+    two_d=st.booleans(),
+    groups=st.sampled_from([1, 2]),
+)
+def test_conv_flops_match_torch_counter(cin: int, cout: int, k: int, size: int, two_d: bool, groups: int) -> None:
+    cin, cout = cin * groups, cout * groups
+    conv = (nn.Conv2d if two_d else nn.Conv1d)(cin, cout, k, groups=groups)
+    x = torch.randn(2, cin, *((size, size) if two_d else (size,)))
+    with FlopCounterMode(display=False) as counter:
+        out = conv(x)
+    est = module_estimator(conv)
+    assert est is not None
+    assert est(conv, (x,), {}, out)[0] == counter.get_total_flops()
+
+
+@settings(max_examples=20, deadline=None)
+@given(b=st.integers(1, 2), h=st.integers(1, 3), lq=st.integers(1, 7), lk=st.integers(1, 7), d=st.integers(1, 8))
+def test_attention_flops_match_torch_counter(b: int, h: int, lq: int, lk: int, d: int) -> None:
+    q, k, v = torch.randn(b, h, lq, d), torch.randn(b, h, lk, d), torch.randn(b, h, lk, d)
+    assert sdpa_estimate(q, k, v)[0] == _sdpa_truth(b, h, lq, lk, d)
+    embed = 4 * h
+    mha = nn.MultiheadAttention(embed, h, batch_first=True)
+    x, kv = torch.randn(b, lq, embed), torch.randn(b, lk, embed)
+    with FlopCounterMode(display=False) as counter:
+        out = mha(x, kv, kv, need_weights=False)
+    est = module_estimator(mha)
+    assert est is not None
+    projections = counter.get_total_flops()  # the fused attention itself is not counted on CPU
+    assert est(mha, (x, kv, kv), {}, out)[0] == projections + _sdpa_truth(b, h, lq, lk, embed // h)
