@@ -18,13 +18,22 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from exporters._prometheus_mapping import prometheus_name, sanitize_label
 from otel_ext.counters import BaseSource, CounterBridge, CounterCollector, Sample
-from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_HOST_ID, ERROR_TYPE
+from semantic_conventions.attributes import (
+    ACCEL_DEVICE_ID,
+    ACCEL_DEVICE_MODEL,
+    ACCEL_HOST_ID,
+    ERROR_TYPE,
+)
 from semantic_conventions.metrics import METRIC_SPECS
 
 
 def counter_set(n: int) -> list[tuple[str, str]]:
     """``n`` (metric, variant) pairs from the registry's base scalar metrics."""
-    base = sorted(m for m, s in METRIC_SPECS.items() if s["class"] == "base" and s["instrument"] != "histogram")
+    base = sorted(
+        m
+        for m, s in METRIC_SPECS.items()
+        if s["class"] == "base" and s["instrument"] != "histogram"
+    )
     return [(base[i % len(base)], f"v{i // len(base)}") for i in range(n)]
 
 
@@ -33,7 +42,11 @@ class SyntheticSource(BaseSource):
 
     def __init__(self, devices: int, counters: list[tuple[str, str]]):
         self.devices = [
-            {ACCEL_DEVICE_ID: f"host0/chip{d}", ACCEL_HOST_ID: "host0", ACCEL_DEVICE_MODEL: "sim-accel-v1"}
+            {
+                ACCEL_DEVICE_ID: f"host0/chip{d}",
+                ACCEL_HOST_ID: "host0",
+                ACCEL_DEVICE_MODEL: "sim-accel-v1",
+            }
             for d in range(devices)
         ]
         self.counters = counters
@@ -45,7 +58,11 @@ class SyntheticSource(BaseSource):
         out = []
         for d, attrs in enumerate(self.devices):
             for k, (metric, variant) in enumerate(self.counters):
-                out.append(Sample(metric, {**attrs, ERROR_TYPE: variant}, float(t // 1000 * (d + k + 1)), t))
+                out.append(
+                    Sample(
+                        metric, {**attrs, ERROR_TYPE: variant}, float(t // 1000 * (d + k + 1)), t
+                    )
+                )
         return out
 
 
@@ -83,7 +100,9 @@ def main() -> None:
     # naive: one Gauge per counter
     reg = CollectorRegistry()
     gauges: dict[str, Gauge] = {}
-    labelnames = [sanitize_label(k) for k in (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, ERROR_TYPE)]
+    labelnames = [
+        sanitize_label(k) for k in (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, ERROR_TYPE)
+    ]
     for metric, variant in counters:
         spec = METRIC_SPECS[metric]
         name = prometheus_name(metric, spec["unit"], "gauge").family + "_" + variant
@@ -108,15 +127,21 @@ def main() -> None:
         ("naive: one sampling round (set 3200 gauges)", sample_naive, 1.0),
         ("bridge: one sampling round (+unfold, derive)", sample_ours, sample_ours / sample_naive),
     ]
-    print(f"{args.devices} devices x {args.counters} counters = {args.devices * args.counters} input series "
-          f"({series} exposed incl. derived), median of {args.repeat}")
+    print(
+        f"{args.devices} devices x {args.counters} counters = {args.devices * args.counters} input series "
+        f"({series} exposed incl. derived), median of {args.repeat}"
+    )
     print(f"{'case':52} {'ms':>9} {'ratio':>7}")
     for name, t, ratio in rows:
         print(f"{name:52} {t * 1e3:9.2f} {ratio:7.2f}")
-    print(f"sampling cost at 10 Hz: bridge {sample_ours * 10 * 100:.1f} % of one core, "
-          f"naive {sample_naive * 10 * 100:.1f} %")
-    print(f"target scrape <= 0.5 x naive: {'met' if scrape_text <= 0.5 * scrape_naive else 'NOT met'} "
-          f"({scrape_text / scrape_naive:.2f})")
+    print(
+        f"sampling cost at 10 Hz: bridge {sample_ours * 10 * 100:.1f} % of one core, "
+        f"naive {sample_naive * 10 * 100:.1f} %"
+    )
+    print(
+        f"target scrape <= 0.5 x naive: {'met' if scrape_text <= 0.5 * scrape_naive else 'NOT met'} "
+        f"({scrape_text / scrape_naive:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,14 @@ __all__ = ["PrometheusMetricReader"]
 _log = logging.getLogger(__name__)
 _CUMULATIVE = {
     k: AggregationTemporality.CUMULATIVE
-    for k in (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
+    for k in (
+        Counter,
+        UpDownCounter,
+        Histogram,
+        ObservableCounter,
+        ObservableUpDownCounter,
+        ObservableGauge,
+    )
 }
 
 
@@ -83,7 +90,9 @@ class PrometheusMetricReader(MetricReader):
         self._data: MetricsData | None = None
         self._lock = threading.Lock()
 
-    def _receive_metrics(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> None:
+    def _receive_metrics(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> None:
         self._data = metrics_data
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
@@ -152,7 +161,9 @@ class PrometheusMetricReader(MetricReader):
                 for i, c in enumerate(p.bucket_counts):
                     acc += c
                     le = floatToGoString(bounds[i]) if i < len(bounds) else "+Inf"
-                    buckets.append((le, float(acc), by_bucket[i]) if i in by_bucket else (le, float(acc)))
+                    buckets.append(
+                        (le, float(acc), by_bucket[i]) if i in by_bucket else (le, float(acc))
+                    )
                 fam.add_metric(vals, buckets, float(p.sum))
             elif pn.type == "counter":
                 fam.add_metric(vals, float(p.value), exemplar=exemplars[-1] if exemplars else None)

@@ -226,7 +226,9 @@ class PrometheusExpositionServer:
             def log_message(self, format: str, *args: Any) -> None:
                 _log.debug("%s " + format, self.client_address[0], *args)
 
-            def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+            def _send(
+                self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -249,8 +251,12 @@ class PrometheusExpositionServer:
                     if server._auth is not None and not hmac.compare_digest(
                         (self.headers.get("Authorization") or "").encode(), server._auth.encode()
                     ):
-                        self._send(401, b"unauthorized\n", "text/plain",
-                                   {"WWW-Authenticate": 'Basic realm="otel-ext"'})
+                        self._send(
+                            401,
+                            b"unauthorized\n",
+                            "text/plain",
+                            {"WWW-Authenticate": 'Basic realm="otel-ext"'},
+                        )
                         return
                     om = wants_openmetrics(self.headers.get("Accept"))
                     body = server.render(openmetrics=om)
@@ -261,7 +267,9 @@ class PrometheusExpositionServer:
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
-            address_family = __import__("socket").AF_INET6 if ":" in self.host else __import__("socket").AF_INET
+            address_family = (
+                __import__("socket").AF_INET6 if ":" in self.host else __import__("socket").AF_INET
+            )
 
         try:
             httpd = Server((self.host, self.port), Handler)
@@ -273,11 +281,15 @@ class PrometheusExpositionServer:
                 ctx.load_cert_chain(self.certfile, self.keyfile)
             except (OSError, ssl.SSLError) as exc:
                 httpd.server_close()
-                raise ConfigError(f"cannot load TLS certificate/key: {exc}", path=self.certfile) from None
+                raise ConfigError(
+                    f"cannot load TLS certificate/key: {exc}", path=self.certfile
+                ) from None
             httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
         self._httpd = httpd
         self.port = httpd.server_address[1]
-        self._thread = threading.Thread(target=httpd.serve_forever, name="otel-ext-prometheus", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, name="otel-ext-prometheus", daemon=True
+        )
         self._thread.start()
         return self.host, self.port
 
@@ -304,7 +316,9 @@ class _ServedReader(PrometheusMetricReader):
         self.server.stop()
 
 
-def prometheus_metrics_reader(settings: Any = None, *, listen: str | None = None) -> PrometheusMetricReader:
+def prometheus_metrics_reader(
+    settings: Any = None, *, listen: str | None = None
+) -> PrometheusMetricReader:
     """The ``prometheus`` metrics exporter: an SDK reader served on ``/metrics``.
 
     Args:

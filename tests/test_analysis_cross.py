@@ -58,7 +58,9 @@ def _collective_run(
     offsets=st.lists(st.integers(-(10**9), 10**9), min_size=6, max_size=6),
     seed=st.integers(0, 1000),
 )
-def test_offsets_recovered_and_causality_repaired(n_ranks: int, offsets: list[int], seed: int) -> None:
+def test_offsets_recovered_and_causality_repaired(
+    n_ranks: int, offsets: list[int], seed: int
+) -> None:
     offsets = [0, *offsets[1:n_ranks]]
     rows, _ = _collective_run(n_ranks, 12, offsets, seed=seed)
     a = align_ranks(EventTable.from_rows(rows))
@@ -75,7 +77,9 @@ def test_offsets_recovered_and_causality_repaired(n_ranks: int, offsets: list[in
 def test_alignment_invariant_to_a_common_offset(shift: int, seed: int) -> None:
     offsets = [0, 3_000_000, -7_000_000]
     rows, _ = _collective_run(3, 10, offsets, seed=seed)
-    shifted = [{**r, "start_ns": r["start_ns"] + shift, "end_ns": r["end_ns"] + shift} for r in rows]
+    shifted = [
+        {**r, "start_ns": r["start_ns"] + shift, "end_ns": r["end_ns"] + shift} for r in rows
+    ]
     a = align_ranks(EventTable.from_rows(rows))
     b = align_ranks(EventTable.from_rows(shifted))
     assert a.offsets_ns == pytest.approx(b.offsets_ns, abs=1)
@@ -172,7 +176,12 @@ def test_critical_path_crosses_to_the_last_arrival() -> None:
 def test_link_stats_ground_truth() -> None:
     rows = []
     for i in range(5):
-        for link, bw in [("h0/chip0-chip1", 100e9), ("h0/chip1-chip2", 20e9), ("h0/chip2-chip3", 100e9), ("h0/chip3-chip0", 100e9)]:
+        for link, bw in [
+            ("h0/chip0-chip1", 100e9),
+            ("h0/chip1-chip2", 20e9),
+            ("h0/chip2-chip3", 100e9),
+            ("h0/chip3-chip0", 100e9),
+        ]:
             d = int(1e6 / bw * 1e9)
             rows.append(dict(start_ns=i * 10**6, end_ns=i * 10**6 + d, device=link,
                              category=Category.LINK_TRANSFER, coll_bytes=10**6))  # fmt: skip
@@ -204,7 +213,11 @@ def test_roofline_from_registry_specs() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(q=st.integers(0, 10**6), p=st.integers(1, 10**6), steps=st.lists(st.integers(1, 10**5), min_size=2, max_size=6))
+@given(
+    q=st.integers(0, 10**6),
+    p=st.integers(1, 10**6),
+    steps=st.lists(st.integers(1, 10**5), min_size=2, max_size=6),
+)
 def test_request_ttft_and_tpot(q: int, p: int, steps: list[int]) -> None:
     rows = [dict(start_ns=BASE, end_ns=BASE + q + p + sum(steps), category=Category.REQUEST,
                  trace_id="ab" * 16, name="accel.request"),
@@ -212,7 +225,11 @@ def test_request_ttft_and_tpot(q: int, p: int, steps: list[int]) -> None:
             dict(start_ns=BASE + q, end_ns=BASE + q + p, category=Category.PHASE, trace_id="ab" * 16, name="prefill")]  # fmt: skip
     t = BASE + q + p
     for d in steps:
-        rows.append(dict(start_ns=t, end_ns=t + d, category=Category.PHASE, trace_id="ab" * 16, name="decode"))
+        rows.append(
+            dict(
+                start_ns=t, end_ns=t + d, category=Category.PHASE, trace_id="ab" * 16, name="decode"
+            )
+        )
         t += d
     r = request_latency(EventTable.from_rows(rows))["requests"][0]
     assert r["ttft_ns"] == q + p

@@ -113,7 +113,11 @@ def test_top_finding_names_the_fault(fault: str, target: str) -> None:
     assert top["impact_ns"] > 0 and top["impact_pct"] > 0
     assert top["evidence"]
     # no other root cause is reported
-    causes = [f for f in doc["findings"] if f["kind"] in ("straggler", "throttle", "slow-link", "slow-nic")]
+    causes = [
+        f
+        for f in doc["findings"]
+        if f["kind"] in ("straggler", "throttle", "slow-link", "slow-nic")
+    ]
     assert len(causes) == 1, causes
 
 

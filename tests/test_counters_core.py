@@ -128,18 +128,25 @@ def test_derived_metrics_match_ground_truth_of_constant_sim():
     assert len(link) == 8
     for s in link:
         i = int(str(s.attributes["accel.link.id"]).split("chip")[1].rstrip("-"))
-        assert s.value == pytest.approx(model.expected(f"host0/chip{i}")["accel.link.bandwidth.utilization"])
+        assert s.value == pytest.approx(
+            model.expected(f"host0/chip{i}")["accel.link.bandwidth.utilization"]
+        )
 
 
 def test_derived_point_carries_provenance():
-    bridge = CounterBridge([SimulatedSource(BuiltinSimModel(chips=1, varying=False), clock=ticking())])
+    bridge = CounterBridge(
+        [SimulatedSource(BuiltinSimModel(chips=1, varying=False), clock=ticking())]
+    )
     bridge.open()
     bridge.sample_once()
     bridge.sample_once()
     (mbu,) = bridge.families()["accel.device.mbu"]
     p = mbu.provenance
     assert p.formula == "(rate(rd) + rate(wr)) / spec.memory_bandwidth"
-    assert [i[:2] for i in p.inputs] == [("rd", "accel.memory.io.read"), ("wr", "accel.memory.io.written")]
+    assert [i[:2] for i in p.inputs] == [
+        ("rd", "accel.memory.io.read"),
+        ("wr", "accel.memory.io.written"),
+    ]
     assert p.window_s == 1.0 and p.device_model == "sim-accel-v1"
 
 
@@ -149,18 +156,30 @@ def test_tokens_per_joule_fans_out_over_token_type():
     bridge.open()
     bridge.sample_once()
     bridge.sample_once()
-    got = {s.attributes["gen_ai.token.type"]: s.value for s in bridge.families()["accel.inference.tokens_per_joule"]}
+    got = {
+        s.attributes["gen_ai.token.type"]: s.value
+        for s in bridge.families()["accel.inference.tokens_per_joule"]
+    }
     joules_per_s = model.rates(0)["power"] + model.rates(1)["power"]
-    assert got == {"output": pytest.approx(2000 / joules_per_s), "input": pytest.approx(8000 / joules_per_s)}
+    assert got == {
+        "output": pytest.approx(2000 / joules_per_s),
+        "input": pytest.approx(8000 / joules_per_s),
+    }
 
 
 def test_unknown_device_model_skips_spec_formulas_only():
     attrs = {ACCEL_DEVICE_ID: "h/x", ACCEL_HOST_ID: "h", ACCEL_DEVICE_MODEL: "no-such-chip"}
     rounds = [
-        [Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, attrs, 0, 0), Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, attrs, 0, 0),
-         Sample(METRIC_HW_POWER, attrs, 100.0, 0)],
-        [Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, attrs, 1000, 10**9), Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, attrs, 250, 10**9),
-         Sample(METRIC_HW_POWER, attrs, 100.0, 10**9)],
+        [
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, attrs, 0, 0),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, attrs, 0, 0),
+            Sample(METRIC_HW_POWER, attrs, 100.0, 0),
+        ],
+        [
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, attrs, 1000, 10**9),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, attrs, 250, 10**9),
+            Sample(METRIC_HW_POWER, attrs, 100.0, 10**9),
+        ],
     ]
     bridge = CounterBridge([ListSource(rounds)])
     bridge.open()
@@ -203,8 +222,12 @@ def test_failing_source_series_expire_after_stale_after():
 def test_vanished_device_series_disappear_at_once():
     a = {ACCEL_DEVICE_ID: "h/c0", ACCEL_HOST_ID: "h"}
     b = {ACCEL_DEVICE_ID: "h/c1", ACCEL_HOST_ID: "h"}
-    src = ListSource([[Sample(METRIC_HW_POWER, a, 1.0, 0), Sample(METRIC_HW_POWER, b, 2.0, 0)],
-                      [Sample(METRIC_HW_POWER, a, 1.5, 1)]])
+    src = ListSource(
+        [
+            [Sample(METRIC_HW_POWER, a, 1.0, 0), Sample(METRIC_HW_POWER, b, 2.0, 0)],
+            [Sample(METRIC_HW_POWER, a, 1.5, 1)],
+        ]
+    )
     bridge = CounterBridge([src])
     bridge.open()
     bridge.sample_once()
@@ -222,7 +245,10 @@ def test_cardinality_guard_drops_and_counts():
     fams = bridge.families()
     assert len(fams[METRIC_HW_POWER]) == 5
     (dropped,) = fams["accel.counters.series.dropped"]
-    assert dict(dropped.attributes) == {"accel.counters.metric": METRIC_HW_POWER} and dropped.value == 2.0
+    assert (
+        dict(dropped.attributes) == {"accel.counters.metric": METRIC_HW_POWER}
+        and dropped.value == 2.0
+    )
 
 
 # ---- names and exposition ---------------------------------------------------------------
@@ -232,13 +258,49 @@ def test_cardinality_guard_drops_and_counts():
         ("hw.power", "W", "gauge", "hw_power_watts", "hw_power_watts"),
         ("hw.energy", "J", "counter", "hw_energy_joules", "hw_energy_joules_total"),
         ("hw.temperature", "Cel", "gauge", "hw_temperature_celsius", "hw_temperature_celsius"),
-        ("accel.device.clock.frequency", "Hz", "gauge", "accel_device_clock_frequency_hertz", "accel_device_clock_frequency_hertz"),
-        ("accel.collective.time", "s", "counter", "accel_collective_time_seconds", "accel_collective_time_seconds_total"),
-        ("accel.device.cycles.elapsed", "{cycle}", "counter", "accel_device_cycles_elapsed", "accel_device_cycles_elapsed_total"),
-        ("accel.memory.bandwidth", "By/s", "gauge", "accel_memory_bandwidth_bytes_per_second", "accel_memory_bandwidth_bytes_per_second"),
+        (
+            "accel.device.clock.frequency",
+            "Hz",
+            "gauge",
+            "accel_device_clock_frequency_hertz",
+            "accel_device_clock_frequency_hertz",
+        ),
+        (
+            "accel.collective.time",
+            "s",
+            "counter",
+            "accel_collective_time_seconds",
+            "accel_collective_time_seconds_total",
+        ),
+        (
+            "accel.device.cycles.elapsed",
+            "{cycle}",
+            "counter",
+            "accel_device_cycles_elapsed",
+            "accel_device_cycles_elapsed_total",
+        ),
+        (
+            "accel.memory.bandwidth",
+            "By/s",
+            "gauge",
+            "accel_memory_bandwidth_bytes_per_second",
+            "accel_memory_bandwidth_bytes_per_second",
+        ),
         ("accel.device.mfu", "1", "gauge", "accel_device_mfu_ratio", "accel_device_mfu_ratio"),
-        ("hw.gpu.memory.usage", "By", "updowncounter", "hw_gpu_memory_usage_bytes", "hw_gpu_memory_usage_bytes"),
-        ("accel.collective.duration", "s", "histogram", "accel_collective_duration_seconds", "accel_collective_duration_seconds"),
+        (
+            "hw.gpu.memory.usage",
+            "By",
+            "updowncounter",
+            "hw_gpu_memory_usage_bytes",
+            "hw_gpu_memory_usage_bytes",
+        ),
+        (
+            "accel.collective.duration",
+            "s",
+            "histogram",
+            "accel_collective_duration_seconds",
+            "accel_collective_duration_seconds",
+        ),
         ("x.bytes", "By", "gauge", "x_bytes", "x_bytes"),
     ],
 )
@@ -257,12 +319,30 @@ def test_mapping_helpers():
 def _tiny_bridge():
     dev = {ACCEL_DEVICE_ID: 'h0/c"0', ACCEL_HOST_ID: "h0"}
     rounds = [
-        [Sample(METRIC_HW_POWER, dev, 300.0, 0), Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, 10.0, 0),
-         Sample(METRIC_ACCEL_COLLECTIVE_DURATION, dev, HistogramValue((0.01, 0.1), (1, 0, 0), 0.005), 0)],
-        [Sample(METRIC_HW_POWER, dev, 310.5, 10**9), Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, 25.0, 10**9),
-         Sample(METRIC_ACCEL_COLLECTIVE_DURATION, dev, HistogramValue((0.01, 0.1), (1, 2, 0), 0.105, 0.05), 10**9)],
+        [
+            Sample(METRIC_HW_POWER, dev, 300.0, 0),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, 10.0, 0),
+            Sample(
+                METRIC_ACCEL_COLLECTIVE_DURATION,
+                dev,
+                HistogramValue((0.01, 0.1), (1, 0, 0), 0.005),
+                0,
+            ),
+        ],
+        [
+            Sample(METRIC_HW_POWER, dev, 310.5, 10**9),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, 25.0, 10**9),
+            Sample(
+                METRIC_ACCEL_COLLECTIVE_DURATION,
+                dev,
+                HistogramValue((0.01, 0.1), (1, 2, 0), 0.105, 0.05),
+                10**9,
+            ),
+        ],
     ]
-    bridge = CounterBridge([ListSource(rounds)], derive=False, clock=lambda: 1_700_000_000_000_000_000)
+    bridge = CounterBridge(
+        [ListSource(rounds)], derive=False, clock=lambda: 1_700_000_000_000_000_000
+    )
     bridge.open()
     ctx = SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, False, TraceFlags(1))
     bridge.sample_once()
@@ -305,7 +385,10 @@ def test_golden_openmetrics_text():
 def test_golden_text_format_has_no_exemplars():
     text = CounterCollector(_tiny_bridge()).render(openmetrics=False).decode()
     assert "# TYPE accel_device_cycles_active_total counter\n" in text
-    assert 'accel_device_cycles_active_total{accel_device_id="h0/c\\"0",accel_host_id="h0"} 25.0\n' in text
+    assert (
+        'accel_device_cycles_active_total{accel_device_id="h0/c\\"0",accel_host_id="h0"} 25.0\n'
+        in text
+    )
     assert "trace_id" not in text and "# EOF" not in text and "# UNIT" not in text
 
 

@@ -15,13 +15,12 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
+from conftest import require_binary
 
 from exporters.prometheus import PrometheusExpositionServer
 from otel_ext.counters import BuiltinSimModel, CounterBridge, CounterCollector, SimulatedSource
-from conftest import require_binary
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 30.0
@@ -61,9 +60,23 @@ def test_prometheus_scrapes_daemon_and_exemplars_point_to_exported_spans(tmp_pat
     # the daemon, in a subprocess
     dport = free_port()
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "otel_ext.cli", "exporter", "--source", "sim", "--sim-constant",
-         "--sim-chips", "4", "--listen", f"127.0.0.1:{dport}", "--interval", "0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "otel_ext.cli",
+            "exporter",
+            "--source",
+            "sim",
+            "--sim-constant",
+            "--sim-chips",
+            "4",
+            "--listen",
+            f"127.0.0.1:{dport}",
+            "--interval",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     # an in-process bridge whose exemplars come from real spans
     model = BuiltinSimModel(chips=2, host="inproc", varying=True)
@@ -80,14 +93,22 @@ def test_prometheus_scrapes_daemon_and_exemplars_point_to_exported_spans(tmp_pat
         f"  - {{job_name: inproc, static_configs: [{{targets: ['127.0.0.1:{iport}']}}]}}\n"
     )
     promproc = subprocess.Popen(
-        [prom, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{pport}", "--enable-feature=exemplar-storage"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            prom,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{pport}",
+            "--enable-feature=exemplar-storage",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     api = f"http://127.0.0.1:{pport}/api/v1"
     trace_ids: set[str] = set()
     try:
-        poll("daemon /healthz", lambda: get_json(f"http://127.0.0.1:{dport}/healthz")["ok"], deadline)
+        poll(
+            "daemon /healthz", lambda: get_json(f"http://127.0.0.1:{dport}/healthz")["ok"], deadline
+        )
         bridge.start()
 
         def query(q: str) -> list:
@@ -100,14 +121,28 @@ def test_prometheus_scrapes_daemon_and_exemplars_point_to_exported_spans(tmp_pat
                 trace_ids.add(format(span.get_span_context().trace_id, "032x"))
                 span.end()
             now = time.time()
-            q = urllib.parse.quote('{__name__=~"accel_device_cycles_active_total|accel_collective_duration_seconds_bucket",job="inproc"}')
-            data = get_json(f"{api}/query_exemplars?query={q}&start={now - 60}&end={now + 5}")["data"]
+            q = urllib.parse.quote(
+                '{__name__=~"accel_device_cycles_active_total|accel_collective_duration_seconds_bucket",job="inproc"}'
+            )
+            data = get_json(f"{api}/query_exemplars?query={q}&start={now - 60}&end={now + 5}")[
+                "data"
+            ]
             names = {d["seriesLabels"]["__name__"] for d in data if d["exemplars"]}
-            return data if names == {"accel_device_cycles_active_total", "accel_collective_duration_seconds_bucket"} else None
+            return (
+                data
+                if names
+                == {"accel_device_cycles_active_total", "accel_collective_duration_seconds_bucket"}
+                else None
+            )
 
         exemplar_data = poll("exemplars in Prometheus", spans_and_exemplars, deadline)
-        util = poll("daemon utilization series",
-                    lambda: (r := query('accel_device_utilization_ratio{job="daemon"}')) and len(r) == 4 and r, deadline)
+        util = poll(
+            "daemon utilization series",
+            lambda: (
+                (r := query('accel_device_utilization_ratio{job="daemon"}')) and len(r) == 4 and r
+            ),
+            deadline,
+        )
         mfu = query('accel_device_mfu_ratio{job="daemon"}')
         ratio = query('accel_device_clock_ratio{job="daemon"}')
         power = query('hw_power_watts{job="daemon"}')
@@ -122,11 +157,16 @@ def test_prometheus_scrapes_daemon_and_exemplars_point_to_exported_spans(tmp_pat
     assert "stopped" in out
 
     truth = BuiltinSimModel(chips=4, varying=False)
-    for name, result in (("accel.device.utilization", util), ("accel.device.mfu", mfu),
-                         ("accel.device.clock.ratio", ratio)):
+    for name, result in (
+        ("accel.device.utilization", util),
+        ("accel.device.mfu", mfu),
+        ("accel.device.clock.ratio", ratio),
+    ):
         got = {r["metric"]["accel_device_id"]: float(r["value"][1]) for r in result}
-        assert got == {d: pytest.approx(truth.expected(d)[name], rel=1e-6) for d in
-                       (f"host0/chip{i}" for i in range(4))}, name
+        assert got == {
+            d: pytest.approx(truth.expected(d)[name], rel=1e-6)
+            for d in (f"host0/chip{i}" for i in range(4))
+        }, name
     assert {float(r["value"][1]) for r in power} == {truth.rates(i)["power"] for i in range(4)}
 
     exported = {format(s.context.trace_id, "032x") for s in exporter.get_finished_spans()}

@@ -10,11 +10,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import require_binary
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from conftest import require_binary
 from exporters.prometheus import (
     PrometheusExpositionServer,
     PrometheusMetricReader,
@@ -23,7 +23,13 @@ from exporters.prometheus import (
     prometheus_metrics_reader,
 )
 from otel_ext.cli import main
-from otel_ext.counters import BuiltinSimModel, CounterBridge, CounterCollector, OtlpCounterBridge, SimulatedSource
+from otel_ext.counters import (
+    BuiltinSimModel,
+    CounterBridge,
+    CounterCollector,
+    OtlpCounterBridge,
+    SimulatedSource,
+)
 from otel_ext.errors import ConfigError
 
 
@@ -55,8 +61,10 @@ def test_content_negotiation_and_health():
         assert host == "127.0.0.1"
         _, ctype, text = fetch(f"http://{host}:{port}/metrics")
         assert ctype.startswith("text/plain; version=0.0.4") and "# EOF" not in text
-        _, ctype, om = fetch(f"http://{host}:{port}/metrics",
-                             {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"})
+        _, ctype, om = fetch(
+            f"http://{host}:{port}/metrics",
+            {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"},
+        )
         assert ctype.startswith("application/openmetrics-text; version=1.0.0")
         families = {f.name: f for f in text_string_to_metric_families(om)}  # parses strictly
         assert families["accel_device_utilization_ratio"].unit == "ratio"
@@ -70,7 +78,9 @@ def test_content_negotiation_and_health():
 
 
 def test_basic_auth_required_on_metrics_only(tmp_path):
-    server = PrometheusExpositionServer([CounterCollector(sim_bridge())], port=0, basic_auth=("prom", "pw"))
+    server = PrometheusExpositionServer(
+        [CounterCollector(sim_bridge())], port=0, basic_auth=("prom", "pw")
+    )
     host, port = server.start()
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
@@ -95,12 +105,33 @@ def test_basic_auth_required_on_metrics_only(tmp_path):
 def test_tls(tmp_path):
     openssl = require_binary("openssl")
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
-                    "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     bridge = sim_bridge()
     bridge.sample_once()
-    server = PrometheusExpositionServer([CounterCollector(bridge)], port=0, certfile=str(cert), keyfile=str(key))
+    server = PrometheusExpositionServer(
+        [CounterCollector(bridge)], port=0, certfile=str(cert), keyfile=str(key)
+    )
     host, port = server.start()
     try:
         ctx = ssl.create_default_context(cafile=str(cert))
@@ -109,7 +140,9 @@ def test_tls(tmp_path):
     finally:
         server.stop()
     with pytest.raises(ConfigError, match="TLS"):
-        PrometheusExpositionServer([], port=0, certfile=str(tmp_path / "missing.pem"), keyfile=str(key)).start()
+        PrometheusExpositionServer(
+            [], port=0, certfile=str(tmp_path / "missing.pem"), keyfile=str(key)
+        ).start()
 
 
 def test_parse_listen_errors():
@@ -130,7 +163,9 @@ def test_sdk_reader_serves_histogram_exemplars(span_exporter):
     server = PrometheusExpositionServer([reader], port=0)
     host, port = server.start()
     try:
-        _, _, om = fetch(f"http://{host}:{port}/metrics", {"Accept": "application/openmetrics-text"})
+        _, _, om = fetch(
+            f"http://{host}:{port}/metrics", {"Accept": "application/openmetrics-text"}
+        )
     finally:
         server.stop()
         mp.shutdown()
@@ -170,14 +205,27 @@ def test_otlp_bridge_observations_carry_exemplars(span_exporter):
     metric, pts = points["accel.device.cycles.active"]
     assert metric.data.is_monotonic and metric.unit == "{cycle}"
     assert pts[0].exemplars and pts[0].exemplars[0].trace_id == span.get_span_context().trace_id
-    want = {s.attributes["accel.device.id"]: s.value for s in bridge.families()["accel.device.utilization"]}
+    want = {
+        s.attributes["accel.device.id"]: s.value
+        for s in bridge.families()["accel.device.utilization"]
+    }
     got = {p.attributes["accel.device.id"]: p.value for p in points["accel.device.utilization"][1]}
     assert got == want
     mp.shutdown()
 
 
 def test_cli_no_source_is_one_line_error(capsys, tmp_path):
-    rc = main(["exporter", "--source", "infiniband", "--sysfs-root", str(tmp_path), "--listen", "127.0.0.1:0"])
+    rc = main(
+        [
+            "exporter",
+            "--source",
+            "infiniband",
+            "--sysfs-root",
+            str(tmp_path),
+            "--listen",
+            "127.0.0.1:0",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and err[-1].startswith("otel-ext exporter: error: no counter source could start")
     assert "Traceback" not in "\n".join(err)

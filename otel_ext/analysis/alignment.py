@@ -350,7 +350,7 @@ def _clocks_repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTabl
     end[rows] = rep.end_ns + base
     cols = dict(table.columns)
     cols["start_ns"], cols["end_ns"] = start, end
-    moved = int(len(rep.shifted)) + int(np.count_nonzero(rep.domain_offset_ns))
+    moved = len(rep.shifted) + int(np.count_nonzero(rep.domain_offset_ns))
     shifts = np.abs(np.r_[rep.shift_start_ns, rep.shift_end_ns, 0])
     return EventTable(cols, table.strings, dict(table.meta)), moved, int(shifts.max())
 

@@ -46,9 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device-model", default=None, help="device model for roofline peaks (registry name)"
     )
-    parser.add_argument(
-        "--quiet", action="store_true", help="no progress or notes on stderr"
-    )
+    parser.add_argument("--quiet", action="store_true", help="no progress or notes on stderr")
 
 
 class ProgressBar:
@@ -131,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         for item in doc.get("inputs", []):
             if item.get("status") != "loaded" and item.get("note"):
                 print(f"left out {item['path']}: {item['note']}", file=sys.stderr)
-        bad = [s for s in doc.get("skipped", []) if not str(s.get("reason", "")).startswith("left out")]
+        bad = [
+            s for s in doc.get("skipped", []) if not str(s.get("reason", "")).startswith("left out")
+        ]
         if bad:
             print(f"skipped {len(bad)} bad files or records (--keep-going):", file=sys.stderr)
             for s in bad[:20]:

@@ -181,7 +181,7 @@ def analyze(
     if step_rows.any():
         ranks_with = aligned["rank"][step_rows]
         r0 = int(ranks_with.min())
-        steps = int(len(np.unique(aligned["name"][step_rows & (aligned["rank"] == r0)])))
+        steps = len(np.unique(aligned["name"][step_rows & (aligned["rank"] == r0)]))
     top = strag.top()
     cp = critical_path(
         aligned,

@@ -214,7 +214,7 @@ def build_findings(
             "blame_ns": r["blame_ns"],
             "blame_share": round(r["blame_share"], 4),
             "last_arrivals": r["last_arrivals"],
-            "collectives": match.n_instances,
+            "collectives": int(np.count_nonzero(match.member_rank == rank)),
             "persistence": round(r["persistence"], 4),
             "score": round(r["score"], 4),
         }
@@ -231,7 +231,8 @@ def build_findings(
             kind = "throttle" if throttled else "straggler"
         else:
             kind = "throttle" if onset is not None else "straggler"
-        last_pct = 100.0 * r["last_arrivals"] / n_inst
+        own = int(np.count_nonzero(match.member_rank == rank)) or n_inst
+        last_pct = 100.0 * r["last_arrivals"] / own
         if kind == "throttle":
             why = (
                 f"clock {evidence['clock_before_hz'] / 1e9:.2f} -> "

@@ -4,9 +4,10 @@ When ranks must meet at every collective, the slowest sets the pace: the imbalan
 fraction of the mean rank's time that the slowest rank adds. 0 means perfectly balanced;
 0.25 means the slowest rank took a quarter longer than the mean.
 
-* per step: the duration of each step annotation (``ProfilerStep#N``, engine steps) on
-  every rank that has it;
-* per layer: the summed duration of each layer's spans on every rank;
+* per step: the (mean) duration of each step annotation (``ProfilerStep#N``, engine
+  steps) on every rank that has it;
+* per layer: the mean duration of each layer's spans on every rank (ranks may record
+  different numbers of spans when steps are sampled);
 * compute: the summed duration of compute kernels on every rank.
 
 >>> from otel_ext.analysis.table import Category as C, EventTable
@@ -52,6 +53,8 @@ def _per_name(table: EventTable, category: Category, *, limit: int) -> list[dict
     ukey, inv = np.unique(key, axis=0, return_inverse=True)
     tot = np.zeros(len(ukey))
     np.add.at(tot, inv.reshape(-1), dur)
+    # per span: ranks may record different numbers of spans of a layer (sampled steps)
+    tot /= np.bincount(inv.reshape(-1), minlength=len(ukey))
     out = []
     bounds = np.flatnonzero(np.r_[True, ukey[1:, 0] != ukey[:-1, 0]])
     for b, e in zip(bounds, np.r_[bounds[1:], len(ukey)]):

@@ -156,7 +156,9 @@ def _critical_path_svg(doc: dict[str, Any]) -> str:
     width, left, h = 900, 70, 16
     parts = [f'<svg width="{left + width + 20}" height="{len(ranks) * (h + 6) + 30}" role="img">']
     for r, i in lane.items():
-        parts.append(f'<text x="{left - 6}" y="{8 + i * (h + 6) + 12}" text-anchor="end">rank {r}</text>')
+        parts.append(
+            f'<text x="{left - 6}" y="{8 + i * (h + 6) + 12}" text-anchor="end">rank {r}</text>'
+        )
     prev = None
     for s in segs:
         x = left + width * (s["start_ns"] - t0) / span
@@ -281,18 +283,34 @@ Schema {_e(doc.get("schema", ""))}.</p>
 <h2>Collective wait (ranks × time)</h2><div id="heatmap"></div>
 <h2>Critical path</h2>
 <p class="muted">Length {_e(_ms(cp.get("length_ns")))}.{
-        "" if not wi else f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved ({float(wi['saved_pct']):.1f}%)."
+        ""
+        if not wi
+        else f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved ({float(wi['saved_pct']):.1f}%)."
     }</p>{_critical_path_svg(doc)}
 <h2>Counters of the implicated target{counters_title}</h2><div id="counters"></div>
-<h2>Stragglers</h2>{_table(strag_rows, ["rank", "device", "score", "late", "others waited", "last arrivals", "compute ratio"], {0, 2, 3, 4, 5, 6})}
-<h2>Collectives</h2>{_table(coll_rows, ["op", "group", "count", "total wait", "median transfer", "median busbw"], {2, 3, 4, 5})}
-<h2>Clocks and causality</h2>{_table(rank_rows, ["rank", "host", "device", "clock offset", "bound"], {0, 3, 4})}
+<h2>Stragglers</h2>{
+        _table(
+            strag_rows,
+            ["rank", "device", "score", "late", "others waited", "last arrivals", "compute ratio"],
+            {0, 2, 3, 4, 5, 6},
+        )
+    }
+<h2>Collectives</h2>{
+        _table(
+            coll_rows,
+            ["op", "group", "count", "total wait", "median transfer", "median busbw"],
+            {2, 3, 4, 5},
+        )
+    }
+<h2>Clocks and causality</h2>{
+        _table(rank_rows, ["rank", "host", "device", "clock offset", "bound"], {0, 3, 4})
+    }
 <p>Causality violations: {_e(cz.get("violations_before", 0))} on the raw clocks,
 {_e(cz.get("violations_after", 0))} after alignment and repair.</p>
 <h2>Requests</h2>{req_html}
 """
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}"
         f'<script type="application/json" id="report-data">{blob}</script>'
         f"<script>{_JS}</script></body></html>\n"

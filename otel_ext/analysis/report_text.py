@@ -74,7 +74,9 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         tb = {r["rank"]: r for r in doc.get("temporal_breakdown") or []}
         ov = {r["rank"]: r for r in doc.get("comm_comp_overlap") or []}
         w("")
-        w("Ranks:  rank device               clock offset    bound     idle  compute  non-comp  overlap")
+        w(
+            "Ranks:  rank device               clock offset    bound     idle  compute  non-comp  overlap"
+        )
         for r in ranks:
             t = tb.get(r["rank"], {})
             o = ov.get(r["rank"], {})

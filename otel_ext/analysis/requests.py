@@ -123,9 +123,7 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
     out = []
     for r in req_rows.tolist():
         tcode = int(trace[r])
-        phases = [
-            p for p in by_trace.get(tcode, []) if tcode > 0 or parent[p] == span[r]
-        ]
+        phases = [p for p in by_trace.get(tcode, []) if tcode > 0 or parent[p] == span[r]]
         phases.sort(key=lambda p: int(start[p]))
         labelled: list[tuple[str, int]] = []
         for k, p in enumerate(phases):

@@ -35,8 +35,8 @@ def peak_of(device_model: str, *, dtype: str = "bf16") -> tuple[float, float] | 
     >>> peak_of("no-such-chip") is None
     True
     """
-    from semantic_conventions.registry import device_specs
     from otel_ext.errors import RegistryError
+    from semantic_conventions.registry import device_specs
 
     try:
         spec = device_specs(device_model)

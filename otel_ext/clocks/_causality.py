@@ -326,9 +326,10 @@ def repair_causality(
     pos[order] = np.arange(2 * n)
 
     n_cross = pa.size
-    rounds = min(max_rounds, n_cross + 2)
+    rounds = min(max_rounds, ca.size + 2)
     active = np.ones(ca.size, dtype=bool)
     unresolved = 0
+    converged = False
     for _attempt in range(4):
         delta, converged = _forward(
             t, ca[active], cb[active], cl[active], order, seg, cost, pos, rounds
@@ -343,8 +344,15 @@ def repair_causality(
             break
         unresolved += int(bad.sum())
         active &= ~bad
-    else:
+    if not converged:
+        # give up on phase 2 rather than return half-propagated shifts
         delta = np.zeros(2 * n, dtype=np.int64)
+        tp = t + delta
+        unresolved = max(
+            unresolved, int(np.sum(tp[cb[:n_cross]] < tp[ca[:n_cross]] + cl[:n_cross])), 1
+        )
+        active = np.zeros(ca.size, dtype=bool)
+        active[n_cross:] = True
 
     if backward and gamma < 1.0:
         barrier = np.zeros(2 * n, dtype=bool)

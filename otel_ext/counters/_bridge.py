@@ -38,7 +38,13 @@ from otel_ext import config
 from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeries, Provenance
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef
 from otel_ext.counters._rates import CounterTracker
-from otel_ext.counters._source import AttributeValue, CounterSource, HistogramValue, Sample, SeriesKey
+from otel_ext.counters._source import (
+    AttributeValue,
+    CounterSource,
+    HistogramValue,
+    Sample,
+    SeriesKey,
+)
 from otel_ext.errors import SourceUnavailableError
 from semantic_conventions.attributes import (
     ACCEL_COUNTERS_METRIC,
@@ -166,6 +172,7 @@ class CounterBridge:
         self._dropped: dict[str, set[SeriesKey]] = {}
         self._dropped_total = 0
         self._warned: dict[str, int] = {}
+        self._refs: dict[str, ExemplarRef | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rounds = 0
@@ -197,7 +204,9 @@ class CounterBridge:
             self._up[src.name] = 1
             self._errors.setdefault(src.name, 0)
         if not self._active:
-            raise SourceUnavailableError("no counter source could start (" + "; ".join(reasons) + ")")
+            raise SourceUnavailableError(
+                "no counter source could start (" + "; ".join(reasons) + ")"
+            )
         return [s.name for s in self._active]
 
     def start(self) -> None:
@@ -237,7 +246,8 @@ class CounterBridge:
         count = self._warned.get(key, 0)
         self._warned[key] = count + 1
         if count == 0 or count in (10, 100, 1000):
-            _log.warning(msg + (" (%d times)" % (count + 1) if count else ""), *args)
+            suffix = f" ({count + 1} times)" if count else ""
+            _log.warning(msg + suffix, *args)
 
     def sample_once(self) -> None:
         """Run one round: sample every source, update series, derive. Never raises."""
@@ -271,6 +281,7 @@ class CounterBridge:
 
     def _apply(self, source: str, samples: Iterable[Sample], now: int) -> None:
         seen: set[SeriesKey] = set()
+        self._refs = {}  # one span lookup per device per round
         for s in samples:
             try:
                 key = s.key()
@@ -308,11 +319,16 @@ class CounterBridge:
             if not fam:
                 del self._families[metric]
 
-    def _device_of(self, attrs: Mapping[str, AttributeValue]) -> str | None:
+    def _ref_of(self, attrs: Mapping[str, AttributeValue]) -> ExemplarRef | None:
         dev = attrs.get(ACCEL_DEVICE_ID)
         if dev is None:
             dev = attrs.get(ACCEL_LINK_ID)
-        return None if dev is None else str(dev)
+        if dev is None:
+            return None
+        key = str(dev)
+        if key not in self._refs:
+            self._refs[key] = self.active_spans.lookup(key)
+        return self._refs[key]
 
     def _update(self, st: SeriesState, s: Sample, now: int) -> None:
         st.timestamp_ns = s.timestamp_ns
@@ -322,11 +338,13 @@ class CounterBridge:
         if isinstance(value, HistogramValue):
             st.value = value
             if value.last_observation is not None:
-                dev = self._device_of(s.attributes)
-                ref = self.active_spans.lookup(dev) if dev is not None else None
+                ref = self._ref_of(s.attributes)
                 if ref is not None:
                     st.exemplar = Exemplar(
-                        ref, value.last_observation, now / 1e9, value.bucket_of(value.last_observation)
+                        ref,
+                        value.last_observation,
+                        now / 1e9,
+                        value.bucket_of(value.last_observation),
                     )
             return
         v = float(value)
@@ -336,8 +354,7 @@ class CounterBridge:
             st.value = st.tracker.total
             delta = st.tracker.last_delta
             if delta > 0:
-                dev = self._device_of(s.attributes)
-                ref = self.active_spans.lookup(dev) if dev is not None else None
+                ref = self._ref_of(s.attributes)
                 if ref is not None:
                     st.exemplar = Exemplar(ref, delta, now / 1e9)
         else:
@@ -407,13 +424,25 @@ class CounterBridge:
     def _bridge_stats(self, now: int) -> None:
         stats: list[tuple[str, dict[str, AttributeValue], float, str]] = []
         for name in sorted(self._up):
-            stats.append((METRIC_ACCEL_COUNTERS_SOURCE_UP, {ACCEL_SOURCE: name}, self._up[name], "gauge"))
             stats.append(
-                (METRIC_ACCEL_COUNTERS_SOURCE_ERRORS, {ACCEL_SOURCE: name}, self._errors.get(name, 0), "counter")
+                (METRIC_ACCEL_COUNTERS_SOURCE_UP, {ACCEL_SOURCE: name}, self._up[name], "gauge")
+            )
+            stats.append(
+                (
+                    METRIC_ACCEL_COUNTERS_SOURCE_ERRORS,
+                    {ACCEL_SOURCE: name},
+                    self._errors.get(name, 0),
+                    "counter",
+                )
             )
         for metric, keys in sorted(self._dropped.items()):
             stats.append(
-                (METRIC_ACCEL_COUNTERS_SERIES_DROPPED, {ACCEL_COUNTERS_METRIC: metric}, len(keys), "counter")
+                (
+                    METRIC_ACCEL_COUNTERS_SERIES_DROPPED,
+                    {ACCEL_COUNTERS_METRIC: metric},
+                    len(keys),
+                    "counter",
+                )
             )
         for metric, attrs, value, instrument in stats:
             key: SeriesKey = (metric, tuple(sorted(attrs.items())))
@@ -444,8 +473,11 @@ class CounterBridge:
                 for st in fam.values():
                     counts[st.source] = counts.get(st.source, 0) + 1
             sources = {
-                name: {"up": bool(self._up.get(name)), "errors": self._errors.get(name, 0),
-                       "series": counts.get(name, 0)}
+                name: {
+                    "up": bool(self._up.get(name)),
+                    "errors": self._errors.get(name, 0),
+                    "series": counts.get(name, 0),
+                }
                 for name in self._up
             }
             return {

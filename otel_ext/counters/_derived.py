@@ -61,13 +61,13 @@ class Provenance:
 
     Attributes:
         formula: the registry formula.
-        inputs: ``(input name, metric, attributes of each series used)`` per input.
+        inputs: ``(input name, metric, the attributes of each series used)`` per input.
         window_s: the longest rate window used (0 when the formula has no rate).
         device_model: the device-spec row used, if the formula reads ``spec.*``.
     """
 
     formula: str
-    inputs: tuple[tuple[str, str, tuple[tuple[tuple[str, AttributeValue], ...], ...]], ...]
+    inputs: tuple[tuple[str, str, tuple[Mapping[str, AttributeValue], ...]], ...]
     window_s: float
     device_model: str | None = None
 
@@ -198,13 +198,13 @@ class DerivedEvaluator:
             grouped.append(g)
         out: list[DerivedPoint] = []
         for gkey in sorted(grouped[0], key=repr):
-            members = [g.get(gkey) for g in grouped]
+            members = [g.get(gkey) or [] for g in grouped]
             if any(not m for m in members):
                 continue
-            fan = next((i for i, m in enumerate(members) if m is not None and len(m) > 1), None)
-            fan_list: list[InputSeries | None] = list(members[fan]) if fan is not None else [None]  # type: ignore[index]
+            fan = next((i for i, m in enumerate(members) if len(m) > 1), None)
+            fan_list: list[InputSeries | None] = list(members[fan]) if fan is not None else [None]
             for fanned in fan_list:
-                point = self._point(d, join, gkey, members, fan, fanned)  # type: ignore[arg-type]
+                point = self._point(d, join, gkey, members, fan, fanned)
                 if point is not None:
                     out.append(point)
         return out
@@ -245,7 +245,7 @@ class DerivedEvaluator:
                 rates[name] = rate_total
             elif name in d.formula.rate_names:
                 return None
-            used.append((name, metric, tuple(tuple(sorted(s.attributes.items())) for s in chosen)))  # type: ignore[union-attr]
+            used.append((name, metric, tuple(s.attributes for s in chosen)))  # type: ignore[union-attr]
             if i == fan and fanned is not None:
                 attrs.update(fanned.attributes)
         spec: Mapping[str, Any] = {}
@@ -253,7 +253,12 @@ class DerivedEvaluator:
             got = self._spec(model)
             if got is None:
                 if model is None:
-                    self._warn(f"nomodel:{d.metric}", "%s needs %s on its inputs", d.metric, ACCEL_DEVICE_MODEL)
+                    self._warn(
+                        f"nomodel:{d.metric}",
+                        "%s needs %s on its inputs",
+                        d.metric,
+                        ACCEL_DEVICE_MODEL,
+                    )
                 return None
             spec = got
         value = d.formula.evaluate(values=values, rates=rates, spec=spec)

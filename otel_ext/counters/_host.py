@@ -27,9 +27,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from otel_ext.counters._source import CLOCK_HOST_REALTIME, BaseSource, Sample, SeriesDescription
+from otel_ext.counters._source import (
+    CLOCK_HOST_REALTIME,
+    AttributeValue,
+    BaseSource,
+    Sample,
+    SeriesDescription,
+)
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import ACCEL_HOST_ID, CPU_MODE, PROCESS_PID, SYSTEM_MEMORY_STATE
+from semantic_conventions.attributes import (
+    ACCEL_HOST_ID,
+    CPU_MODE,
+    PROCESS_PID,
+    SYSTEM_MEMORY_STATE,
+)
 from semantic_conventions.metrics import (
     METRIC_PROCESS_CPU_TIME,
     METRIC_SYSTEM_CPU_TIME,
@@ -141,30 +152,50 @@ class HostSource(BaseSource):
 
     def sample(self) -> list[Sample]:
         now = self._clock()
-        host = {ACCEL_HOST_ID: self.host}
+        host: dict[str, AttributeValue] = {ACCEL_HOST_ID: self.host}
         out: list[Sample] = []
         ticks = parse_proc_stat((self.root / "stat").read_text())
         for mode, t in ticks.items():
-            out.append(Sample(METRIC_SYSTEM_CPU_TIME, {**host, CPU_MODE: mode}, t / self.hz, now, CLOCK_HOST_REALTIME))
+            out.append(
+                Sample(
+                    METRIC_SYSTEM_CPU_TIME,
+                    {**host, CPU_MODE: mode},
+                    t / self.hz,
+                    now,
+                    CLOCK_HOST_REALTIME,
+                )
+            )
         if self._prev is not None:
             total = sum(ticks.values()) - sum(self._prev.values())
             idle = sum(ticks[m] - self._prev.get(m, 0) for m in _IDLE_MODES if m in ticks)
             if total > 0:
                 busy = min(1.0, max(0.0, 1.0 - idle / total))
-                out.append(Sample(METRIC_SYSTEM_CPU_UTILIZATION, host, busy, now, CLOCK_HOST_REALTIME))
+                out.append(
+                    Sample(METRIC_SYSTEM_CPU_UTILIZATION, host, busy, now, CLOCK_HOST_REALTIME)
+                )
         self._prev = ticks
         mem = parse_meminfo((self.root / "meminfo").read_text())
         total_b = mem.get("MemTotal", 0)
         free, buffers = mem.get("MemFree", 0), mem.get("Buffers", 0)
         cached = mem.get("Cached", 0) + mem.get("SReclaimable", 0)
-        out.append(Sample(METRIC_SYSTEM_MEMORY_LIMIT, host, float(total_b), now, CLOCK_HOST_REALTIME))
+        out.append(
+            Sample(METRIC_SYSTEM_MEMORY_LIMIT, host, float(total_b), now, CLOCK_HOST_REALTIME)
+        )
         for state, value in (
             ("used", max(0, total_b - free - buffers - cached)),
             ("free", free),
             ("buffers", buffers),
             ("cached", cached),
         ):
-            out.append(Sample(METRIC_SYSTEM_MEMORY_USAGE, {**host, SYSTEM_MEMORY_STATE: state}, float(value), now, CLOCK_HOST_REALTIME))
+            out.append(
+                Sample(
+                    METRIC_SYSTEM_MEMORY_USAGE,
+                    {**host, SYSTEM_MEMORY_STATE: state},
+                    float(value),
+                    now,
+                    CLOCK_HOST_REALTIME,
+                )
+            )
         if self.pid is not None:
             try:
                 utime, stime = parse_pid_stat((self.root / str(self.pid) / "stat").read_text())
@@ -173,7 +204,23 @@ class HostSource(BaseSource):
                     self._pid_warned = True
                     _log.warning("workload pid %s cannot be read (exited?): %s", self.pid, exc)
             else:
-                pa = {**host, PROCESS_PID: self.pid}
-                out.append(Sample(METRIC_PROCESS_CPU_TIME, {**pa, CPU_MODE: "user"}, utime / self.hz, now, CLOCK_HOST_REALTIME))
-                out.append(Sample(METRIC_PROCESS_CPU_TIME, {**pa, CPU_MODE: "system"}, stime / self.hz, now, CLOCK_HOST_REALTIME))
+                pa: dict[str, AttributeValue] = {**host, PROCESS_PID: self.pid}
+                out.append(
+                    Sample(
+                        METRIC_PROCESS_CPU_TIME,
+                        {**pa, CPU_MODE: "user"},
+                        utime / self.hz,
+                        now,
+                        CLOCK_HOST_REALTIME,
+                    )
+                )
+                out.append(
+                    Sample(
+                        METRIC_PROCESS_CPU_TIME,
+                        {**pa, CPU_MODE: "system"},
+                        stime / self.hz,
+                        now,
+                        CLOCK_HOST_REALTIME,
+                    )
+                )
         return out

@@ -28,8 +28,17 @@ from pathlib import Path
 
 from otel_ext.counters._source import CLOCK_HOST_REALTIME, BaseSource, Sample, SeriesDescription
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import ACCEL_HOST_ID, ACCEL_LINK_ID, ERROR_TYPE, NETWORK_IO_DIRECTION
-from semantic_conventions.metrics import METRIC_HW_ERRORS, METRIC_HW_NETWORK_IO, METRIC_HW_NETWORK_PACKETS
+from semantic_conventions.attributes import (
+    ACCEL_HOST_ID,
+    ACCEL_LINK_ID,
+    ERROR_TYPE,
+    NETWORK_IO_DIRECTION,
+)
+from semantic_conventions.metrics import (
+    METRIC_HW_ERRORS,
+    METRIC_HW_NETWORK_IO,
+    METRIC_HW_NETWORK_PACKETS,
+)
 
 __all__ = ["InfinibandSource"]
 
@@ -81,7 +90,7 @@ class InfinibandSource(BaseSource):
 
     def ports(self) -> list[tuple[str, str, Path]]:
         """``(hca, port, counters folder)`` of every port present now, sorted."""
-        out = []
+        out: list[tuple[str, str, Path]] = []
         if not self.root.is_dir():
             return out
         for hca in sorted(p for p in self.root.iterdir() if (p / "ports").is_dir()):
@@ -103,7 +112,9 @@ class InfinibandSource(BaseSource):
     def describe(self) -> list[SeriesDescription]:
         link = (ACCEL_LINK_ID, ACCEL_HOST_ID)
         return [
-            SeriesDescription(METRIC_HW_NETWORK_IO, (*link, NETWORK_IO_DIRECTION), "port_{xmit,rcv}_data x 4"),
+            SeriesDescription(
+                METRIC_HW_NETWORK_IO, (*link, NETWORK_IO_DIRECTION), "port_{xmit,rcv}_data x 4"
+            ),
             SeriesDescription(METRIC_HW_NETWORK_PACKETS, (*link, NETWORK_IO_DIRECTION)),
             SeriesDescription(METRIC_HW_ERRORS, (*link, ERROR_TYPE)),
         ]
@@ -116,11 +127,27 @@ class InfinibandSource(BaseSource):
             for fname, (metric, direction, mult) in _COUNTERS.items():
                 v = self._read(folder / fname)
                 if v is not None:
-                    out.append(Sample(metric, {**base, NETWORK_IO_DIRECTION: direction}, float(v * mult), now, CLOCK_HOST_REALTIME))
+                    out.append(
+                        Sample(
+                            metric,
+                            {**base, NETWORK_IO_DIRECTION: direction},
+                            float(v * mult),
+                            now,
+                            CLOCK_HOST_REALTIME,
+                        )
+                    )
             for fname in _ERRORS:
                 v = self._read(folder / fname)
                 if v is not None:
-                    out.append(Sample(METRIC_HW_ERRORS, {**base, ERROR_TYPE: fname}, float(v), now, CLOCK_HOST_REALTIME))
+                    out.append(
+                        Sample(
+                            METRIC_HW_ERRORS,
+                            {**base, ERROR_TYPE: fname},
+                            float(v),
+                            now,
+                            CLOCK_HOST_REALTIME,
+                        )
+                    )
         return out
 
     def _read(self, path: Path) -> int | None:

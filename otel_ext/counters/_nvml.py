@@ -20,6 +20,7 @@ Tests inject a fake ``pynvml`` module object (``nvml=``); the suite never needs 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import socket
@@ -208,19 +209,37 @@ class NvmlSource(BaseSource):
         dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, ACCEL_DEVICE_INDEX)
         hw = (*dev, HW_ID)
         return [
-            SeriesDescription(METRIC_HW_GPU_UTILIZATION, hw, "nvmlDeviceGetUtilizationRates().gpu / 100"),
+            SeriesDescription(
+                METRIC_HW_GPU_UTILIZATION, hw, "nvmlDeviceGetUtilizationRates().gpu / 100"
+            ),
             SeriesDescription(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, dev, "NVML_CLOCK_SM, MHz -> Hz"),
-            SeriesDescription(METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY, dev, "NVML_CLOCK_MEM, MHz -> Hz"),
+            SeriesDescription(
+                METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY, dev, "NVML_CLOCK_MEM, MHz -> Hz"
+            ),
             SeriesDescription(METRIC_HW_POWER, hw, "nvmlDeviceGetPowerUsage, mW -> W"),
             SeriesDescription(METRIC_HW_ENERGY, hw, "nvmlDeviceGetTotalEnergyConsumption, mJ -> J"),
             SeriesDescription(METRIC_HW_TEMPERATURE, hw, "NVML_TEMPERATURE_GPU, Cel"),
             SeriesDescription(METRIC_HW_GPU_MEMORY_USAGE, hw, "nvmlDeviceGetMemoryInfo().used"),
             SeriesDescription(METRIC_HW_GPU_MEMORY_LIMIT, hw, "nvmlDeviceGetMemoryInfo().total"),
-            SeriesDescription(METRIC_ACCEL_PCIE_THROUGHPUT, (*dev, NETWORK_IO_DIRECTION), "KB/s -> By/s"),
-            SeriesDescription(METRIC_ACCEL_PCIE_IO, (*dev, NETWORK_IO_DIRECTION), "NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES"),
-            SeriesDescription(METRIC_ACCEL_LINK_IO, (ACCEL_LINK_ID, *dev, NETWORK_IO_DIRECTION), "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB -> By"),
-            SeriesDescription(METRIC_ACCEL_MEMORY_ECC_ERRORS, (*dev, ERROR_TYPE), "volatile ECC counts"),
-            SeriesDescription(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, dev, "clocks event reasons bitmask"),
+            SeriesDescription(
+                METRIC_ACCEL_PCIE_THROUGHPUT, (*dev, NETWORK_IO_DIRECTION), "KB/s -> By/s"
+            ),
+            SeriesDescription(
+                METRIC_ACCEL_PCIE_IO,
+                (*dev, NETWORK_IO_DIRECTION),
+                "NVML_FI_DEV_PCIE_COUNT_{TX,RX}_BYTES",
+            ),
+            SeriesDescription(
+                METRIC_ACCEL_LINK_IO,
+                (ACCEL_LINK_ID, *dev, NETWORK_IO_DIRECTION),
+                "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB -> By",
+            ),
+            SeriesDescription(
+                METRIC_ACCEL_MEMORY_ECC_ERRORS, (*dev, ERROR_TYPE), "volatile ECC counts"
+            ),
+            SeriesDescription(
+                METRIC_ACCEL_DEVICE_THROTTLE_REASONS, dev, "clocks event reasons bitmask"
+            ),
         ]
 
     # ---- sampling ----------------------------------------------------------------------
@@ -256,9 +275,14 @@ class NvmlSource(BaseSource):
             return fn()
         except Exception as exc:
             code = self._err_code(exc)
-            if code == getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15) or not isinstance(exc, nv.NVMLError):
+            if code == getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15) or not isinstance(
+                exc, nv.NVMLError
+            ):
                 raise
-            if code in (getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3), getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)):
+            if code in (
+                getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3),
+                getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+            ):
                 dev.unsupported.add(what)
                 _log.info("GPU %s: %s not supported", dev.attrs[ACCEL_DEVICE_ID], what)
             return None
@@ -267,7 +291,9 @@ class NvmlSource(BaseSource):
         nv, h, a, hw = self._nvml, dev.handle, dev.attrs, dev.hw_attrs
         now = self._clock()
 
-        def add(metric: str, attrs: Mapping[str, AttributeValue], value: float, ts: int = now) -> None:
+        def add(
+            metric: str, attrs: Mapping[str, AttributeValue], value: float, ts: int = now
+        ) -> None:
             out.append(Sample(metric, attrs, float(value), ts, CLOCK_HOST_REALTIME))
 
         util = self._try(dev, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
@@ -276,7 +302,9 @@ class NvmlSource(BaseSource):
         sm = self._try(dev, "clock.sm", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
         if sm is not None:
             add(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, sm * 1e6)
-        memclk = self._try(dev, "clock.mem", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))
+        memclk = self._try(
+            dev, "clock.mem", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+        )
         if memclk is not None:
             add(METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY, a, memclk * 1e6)
         power = self._try(dev, "power", lambda: nv.nvmlDeviceGetPowerUsage(h))
@@ -285,22 +313,45 @@ class NvmlSource(BaseSource):
         energy = self._try(dev, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h))
         if energy is not None:
             add(METRIC_HW_ENERGY, hw, energy / 1000.0)
-        temp = self._try(dev, "temperature", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
+        temp = self._try(
+            dev, "temperature", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+        )
         if temp is not None:
             add(METRIC_HW_TEMPERATURE, hw, temp)
         mem = self._try(dev, "memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
         if mem is not None:
             add(METRIC_HW_GPU_MEMORY_USAGE, hw, mem.used)
             add(METRIC_HW_GPU_MEMORY_LIMIT, hw, mem.total)
-        for direction, counter in (("transmit", "NVML_PCIE_UTIL_TX_BYTES"), ("receive", "NVML_PCIE_UTIL_RX_BYTES")):
-            kbs = self._try(dev, f"pcie.{direction}", lambda c=counter: nv.nvmlDeviceGetPcieThroughput(h, getattr(nv, c)))
+        for direction, counter in (
+            ("transmit", "NVML_PCIE_UTIL_TX_BYTES"),
+            ("receive", "NVML_PCIE_UTIL_RX_BYTES"),
+        ):
+            kbs = self._try(
+                dev,
+                f"pcie.{direction}",
+                functools.partial(nv.nvmlDeviceGetPcieThroughput, h, getattr(nv, counter)),
+            )
             if kbs is not None:
-                add(METRIC_ACCEL_PCIE_THROUGHPUT, {**a, NETWORK_IO_DIRECTION: direction}, kbs * _KIB)
-        for etype, const in (("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"), ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")):
-            n = self._try(dev, f"ecc.{etype}", lambda c=const: nv.nvmlDeviceGetTotalEccErrors(h, getattr(nv, c), nv.NVML_VOLATILE_ECC))
+                add(
+                    METRIC_ACCEL_PCIE_THROUGHPUT, {**a, NETWORK_IO_DIRECTION: direction}, kbs * _KIB
+                )
+        for etype, const in (
+            ("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+            ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+        ):
+            n = self._try(
+                dev,
+                f"ecc.{etype}",
+                functools.partial(
+                    nv.nvmlDeviceGetTotalEccErrors, h, getattr(nv, const), nv.NVML_VOLATILE_ECC
+                ),
+            )
             if n is not None:
                 add(METRIC_ACCEL_MEMORY_ECC_ERRORS, {**a, ERROR_TYPE: etype}, n)
-        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        getter = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         reasons = self._try(dev, "throttle", lambda: getter(h))
         if reasons is not None:
             add(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, a, reasons)
@@ -309,7 +360,11 @@ class NvmlSource(BaseSource):
     def _read_fields(self, dev: _Device, out: list[Sample], now: int) -> None:
         nv, h, a = self._nvml, dev.handle, dev.attrs
         if dev.nvlinks is None:
-            res = self._try(dev, "fields.nvlink_count", lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT]))
+            res = self._try(
+                dev,
+                "fields.nvlink_count",
+                lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_NVLINK_LINK_COUNT]),
+            )
             ok = res is not None and res[0].nvmlReturn == 0
             dev.nvlinks = int(_field_value(res[0])) if ok else 0
         ids: list[tuple[int, int]] = [
@@ -329,16 +384,39 @@ class NvmlSource(BaseSource):
             ts = int(fv.timestamp) * 1000 if getattr(fv, "timestamp", 0) else now
             direction = "transmit" if fv.fieldId in tx_ids else "receive"
             value = _field_value(fv)
-            if fv.fieldId in (nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES):
-                out.append(Sample(METRIC_ACCEL_PCIE_IO, {**a, NETWORK_IO_DIRECTION: direction}, value, ts, CLOCK_HOST_REALTIME))
+            if fv.fieldId in (
+                nv.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+                nv.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+            ):
+                out.append(
+                    Sample(
+                        METRIC_ACCEL_PCIE_IO,
+                        {**a, NETWORK_IO_DIRECTION: direction},
+                        value,
+                        ts,
+                        CLOCK_HOST_REALTIME,
+                    )
+                )
             else:
-                link_attrs = {**a, ACCEL_LINK_ID: f"{a[ACCEL_DEVICE_ID]}-nvlink{fv.scopeId}", NETWORK_IO_DIRECTION: direction}
-                out.append(Sample(METRIC_ACCEL_LINK_IO, link_attrs, value * _KIB, ts, CLOCK_HOST_REALTIME))
+                link_attrs = {
+                    **a,
+                    ACCEL_LINK_ID: f"{a[ACCEL_DEVICE_ID]}-nvlink{fv.scopeId}",
+                    NETWORK_IO_DIRECTION: direction,
+                }
+                out.append(
+                    Sample(METRIC_ACCEL_LINK_IO, link_attrs, value * _KIB, ts, CLOCK_HOST_REALTIME)
+                )
 
 
 def _field_value(fv: Any) -> float:
     """The number in an ``nvmlFieldValue_t`` according to its ``valueType``."""
-    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
-        int(fv.valueType), "ullVal"
-    )
+    member = {
+        0: "dVal",
+        1: "uiVal",
+        2: "ulVal",
+        3: "ullVal",
+        4: "sllVal",
+        5: "siVal",
+        6: "usVal",
+    }.get(int(fv.valueType), "ullVal")
     return float(getattr(fv.value, member))

@@ -48,8 +48,12 @@ _log = logging.getLogger(__name__)
 def _context_of(ex: Exemplar | None) -> Context | None:
     if ex is None:
         return None
-    ctx = SpanContext(int(ex.ref.trace_id, 16), int(ex.ref.span_id, 16), is_remote=False,
-                      trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    ctx = SpanContext(
+        int(ex.ref.trace_id, 16),
+        int(ex.ref.span_id, 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
     return trace.set_span_in_context(NonRecordingSpan(ctx))
 
 
@@ -84,12 +88,19 @@ class OtlpCounterBridge:
                 kind = series[0].instrument
                 cb = self._callback(metric)
                 desc = help_text(metric)
+                inst: Any
                 if kind == "counter" and spec.get("monotonic", True):
-                    inst = self.meter.create_observable_counter(metric, [cb], unit=unit, description=desc)
+                    inst = self.meter.create_observable_counter(
+                        metric, [cb], unit=unit, description=desc
+                    )
                 elif kind in ("updowncounter", "counter"):
-                    inst = self.meter.create_observable_up_down_counter(metric, [cb], unit=unit, description=desc)
+                    inst = self.meter.create_observable_up_down_counter(
+                        metric, [cb], unit=unit, description=desc
+                    )
                 else:
-                    inst = self.meter.create_observable_gauge(metric, [cb], unit=unit, description=desc)
+                    inst = self.meter.create_observable_gauge(
+                        metric, [cb], unit=unit, description=desc
+                    )
                 self._instruments[metric] = inst
 
     def _callback(self, metric: str) -> Any:
@@ -105,7 +116,9 @@ class OtlpCounterBridge:
             for st in series:
                 if isinstance(st.value, HistogramValue):
                     continue
-                out.append(Observation(float(st.value), dict(st.attributes), _context_of(st.exemplar)))
+                out.append(
+                    Observation(float(st.value), dict(st.attributes), _context_of(st.exemplar))
+                )
             return out
 
         return observe

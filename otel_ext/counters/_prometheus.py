@@ -138,7 +138,9 @@ class CounterCollector(Collector):
             ex = st.exemplar
             if pn.type == "counter":
                 pex = (
-                    PromExemplar(ex.ref.labels(), ex.value, ex.timestamp_s) if ex is not None else None
+                    PromExemplar(ex.ref.labels(), ex.value, ex.timestamp_s)
+                    if ex is not None
+                    else None
                 )
                 fam.add_metric(values, float(st.value), exemplar=pex)  # type: ignore[arg-type]
             elif pn.type == "histogram" and isinstance(st.value, HistogramValue):
@@ -147,7 +149,9 @@ class CounterCollector(Collector):
                 bounds = [floatToGoString(b) for b in h.bounds] + ["+Inf"]
                 for i, (le, c) in enumerate(zip(bounds, h.cumulative())):
                     if ex is not None and ex.bucket == i:
-                        buckets.append((le, float(c), PromExemplar(ex.ref.labels(), ex.value, ex.timestamp_s)))
+                        buckets.append(
+                            (le, float(c), PromExemplar(ex.ref.labels(), ex.value, ex.timestamp_s))
+                        )
                     else:
                         buckets.append((le, float(c)))
                 fam.add_metric(values, buckets, float(h.sum))
@@ -177,7 +181,9 @@ class CounterCollector(Collector):
         """(``{labels}`` or ``""``, labels sorting before ``le``, those after), cached."""
         got = st.cache.get("labels")
         if got is None:
-            pairs = sorted((sanitize_label(k), _esc_value(str(v))) for k, v in st.attributes.items())
+            pairs = sorted(
+                (sanitize_label(k), _esc_value(str(v))) for k, v in st.attributes.items()
+            )
             body = ",".join(f'{k}="{v}"' for k, v in pairs)
             before = "".join(f'{k}="{v}",' for k, v in pairs if k < "le")
             after = "".join(f',{k}="{v}"' for k, v in pairs if k > "le")

@@ -132,7 +132,9 @@ class BuiltinSimModel:
         self.host = host
         self.model = model
         self.varying = varying
-        self.throttled_chip = throttled_chip if (throttled_chip is not None and throttled_chip < chips) else None
+        self.throttled_chip = (
+            throttled_chip if (throttled_chip is not None and throttled_chip < chips) else None
+        )
         self.bits = cycle_counter_bits
         self.spec = device_specs(model)
         self._last_ns: int | None = None
@@ -203,7 +205,9 @@ class BuiltinSimModel:
         return [
             SeriesDescription(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, dev, f"wraps at 2**{self.bits}"),
             SeriesDescription(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, f"wraps at 2**{self.bits}"),
-            SeriesDescription(METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, dev, f"wraps at 2**{self.bits}"),
+            SeriesDescription(
+                METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, dev, f"wraps at 2**{self.bits}"
+            ),
             SeriesDescription(METRIC_ACCEL_DEVICE_OPERATIONS, dev),
             SeriesDescription(METRIC_ACCEL_MEMORY_IO_READ, dev),
             SeriesDescription(METRIC_ACCEL_MEMORY_IO_WRITTEN, dev),
@@ -214,9 +218,15 @@ class BuiltinSimModel:
             SeriesDescription(METRIC_HW_TEMPERATURE, (*dev, HW_ID)),
             SeriesDescription(METRIC_HW_GPU_MEMORY_USAGE, (*dev, HW_ID)),
             SeriesDescription(METRIC_HW_GPU_MEMORY_LIMIT, (*dev, HW_ID)),
-            SeriesDescription(METRIC_ACCEL_LINK_IO, (ACCEL_LINK_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, NETWORK_IO_DIRECTION)),
+            SeriesDescription(
+                METRIC_ACCEL_LINK_IO,
+                (ACCEL_LINK_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, NETWORK_IO_DIRECTION),
+            ),
             SeriesDescription(METRIC_ACCEL_INFERENCE_TOKENS, (ACCEL_HOST_ID, GEN_AI_TOKEN_TYPE)),
-            SeriesDescription(METRIC_ACCEL_COLLECTIVE_DURATION, (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_COLLECTIVE_GROUP)),
+            SeriesDescription(
+                METRIC_ACCEL_COLLECTIVE_DURATION,
+                (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_COLLECTIVE_GROUP),
+            ),
         ]
 
     def read(self, now_ns: int) -> list[Sample]:
@@ -240,25 +250,51 @@ class BuiltinSimModel:
                 (METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, "tensor"),
             ):
                 v = self._add((dev, k), r[k] * dt)
-                out.append(Sample(metric, attrs, float(int(v) % wrap), now_ns, CLOCK_SIM, self.bits))
+                out.append(
+                    Sample(metric, attrs, float(int(v) % wrap), now_ns, CLOCK_SIM, self.bits)
+                )
             for metric, k in (
                 (METRIC_ACCEL_DEVICE_OPERATIONS, "ops"),
                 (METRIC_ACCEL_MEMORY_IO_READ, "rd"),
                 (METRIC_ACCEL_MEMORY_IO_WRITTEN, "wr"),
             ):
                 out.append(Sample(metric, attrs, self._add((dev, k), r[k] * dt), now_ns, CLOCK_SIM))
-            out.append(Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, attrs, r["freq"], now_ns, CLOCK_SIM))
+            out.append(
+                Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, attrs, r["freq"], now_ns, CLOCK_SIM)
+            )
             reasons = 4.0 if i == self.throttled_chip else 0.0  # 0x4: software power cap
-            out.append(Sample(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, attrs, reasons, now_ns, CLOCK_SIM))
+            out.append(
+                Sample(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, attrs, reasons, now_ns, CLOCK_SIM)
+            )
             out.append(Sample(METRIC_HW_POWER, hw, r["power"], now_ns, CLOCK_SIM))
-            out.append(Sample(METRIC_HW_ENERGY, hw, self._add((dev, "energy"), r["power"] * dt), now_ns, CLOCK_SIM))
+            out.append(
+                Sample(
+                    METRIC_HW_ENERGY,
+                    hw,
+                    self._add((dev, "energy"), r["power"] * dt),
+                    now_ns,
+                    CLOCK_SIM,
+                )
+            )
             out.append(Sample(METRIC_HW_TEMPERATURE, hw, r["temp"], now_ns, CLOCK_SIM))
             out.append(Sample(METRIC_HW_GPU_MEMORY_USAGE, hw, r["mem_used"], now_ns, CLOCK_SIM))
-            out.append(Sample(METRIC_HW_GPU_MEMORY_LIMIT, hw, float(self.spec["memory_size"]), now_ns, CLOCK_SIM))
+            out.append(
+                Sample(
+                    METRIC_HW_GPU_MEMORY_LIMIT,
+                    hw,
+                    float(self.spec["memory_size"]),
+                    now_ns,
+                    CLOCK_SIM,
+                )
+            )
             if self.chips > 1:
                 for direction in ("transmit", "receive"):
-                    la = {ACCEL_LINK_ID: self.link(i), ACCEL_HOST_ID: host, ACCEL_DEVICE_MODEL: self.model,
-                          NETWORK_IO_DIRECTION: direction}
+                    la = {
+                        ACCEL_LINK_ID: self.link(i),
+                        ACCEL_HOST_ID: host,
+                        ACCEL_DEVICE_MODEL: self.model,
+                        NETWORK_IO_DIRECTION: direction,
+                    }
                     v = self._add((self.link(i), direction), r["link"] * dt)
                     out.append(Sample(METRIC_ACCEL_LINK_IO, la, v, now_ns, CLOCK_SIM))
             counts = self._hist.setdefault(dev, [0] * (len(_HIST_BOUNDS) + 1))
@@ -267,14 +303,29 @@ class BuiltinSimModel:
                 idx = next((j for j, b in enumerate(_HIST_BOUNDS) if obs <= b), len(_HIST_BOUNDS))
                 counts[idx] += 1
                 self._hist_sum[dev] = self._hist_sum.get(dev, 0.0) + obs
-            out.append(Sample(
-                METRIC_ACCEL_COLLECTIVE_DURATION,
-                {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host, ACCEL_COLLECTIVE_GROUP: "tp0"},
-                HistogramValue(_HIST_BOUNDS, tuple(counts), self._hist_sum.get(dev, 0.0),
-                               obs if dt > 0 else None),
-                now_ns, CLOCK_SIM,
-            ))
+            out.append(
+                Sample(
+                    METRIC_ACCEL_COLLECTIVE_DURATION,
+                    {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host, ACCEL_COLLECTIVE_GROUP: "tp0"},
+                    HistogramValue(
+                        _HIST_BOUNDS,
+                        tuple(counts),
+                        self._hist_sum.get(dev, 0.0),
+                        obs if dt > 0 else None,
+                    ),
+                    now_ns,
+                    CLOCK_SIM,
+                )
+            )
         for ttype, rate in (("output", 1000.0 * self.chips), ("input", 4000.0 * self.chips)):
             v = self._add((host, ttype), rate * dt)
-            out.append(Sample(METRIC_ACCEL_INFERENCE_TOKENS, {ACCEL_HOST_ID: host, GEN_AI_TOKEN_TYPE: ttype}, v, now_ns, CLOCK_SIM))
+            out.append(
+                Sample(
+                    METRIC_ACCEL_INFERENCE_TOKENS,
+                    {ACCEL_HOST_ID: host, GEN_AI_TOKEN_TYPE: ttype},
+                    v,
+                    now_ns,
+                    CLOCK_SIM,
+                )
+            )
         return out

@@ -29,25 +29,55 @@ SOURCES = ("nvml", "host", "infiniband", "sim")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``exporter`` options."""
-    parser.add_argument("--source", action="append", choices=SOURCES, dest="sources",
-                        help="counter source (repeat for several; default: sim)")
-    parser.add_argument("--listen", default=None,
-                        help="HOST:PORT to serve on (default OTEL_EXT_PROMETHEUS_LISTEN, 127.0.0.1:9464)")
-    parser.add_argument("--interval", type=float, default=None,
-                        help="seconds between samples (default OTEL_EXT_COUNTER_INTERVAL_S, 1)")
-    parser.add_argument("--window", type=float, default=None,
-                        help="rate window in seconds for derived metrics (default: one interval)")
-    parser.add_argument("--otlp", action="store_true",
-                        help="also export the samples over OTLP (standard OTEL_EXPORTER_OTLP_* settings)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        choices=SOURCES,
+        dest="sources",
+        help="counter source (repeat for several; default: sim)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        help="HOST:PORT to serve on (default OTEL_EXT_PROMETHEUS_LISTEN, 127.0.0.1:9464)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        help="seconds between samples (default OTEL_EXT_COUNTER_INTERVAL_S, 1)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="rate window in seconds for derived metrics (default: one interval)",
+    )
+    parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="also export the samples over OTLP (standard OTEL_EXPORTER_OTLP_* settings)",
+    )
     parser.add_argument("--tls-cert", default=None, help="PEM certificate: serve HTTPS")
     parser.add_argument("--tls-key", default=None, help="PEM private key of --tls-cert")
-    parser.add_argument("--basic-auth", default=None, help="USER:PASS, or a file holding it, required on /metrics")
-    parser.add_argument("--pid", type=int, default=None, help="workload pid for per-process CPU (host source)")
+    parser.add_argument(
+        "--basic-auth", default=None, help="USER:PASS, or a file holding it, required on /metrics"
+    )
+    parser.add_argument(
+        "--pid", type=int, default=None, help="workload pid for per-process CPU (host source)"
+    )
     parser.add_argument("--proc-root", default="/proc", help="/proc root (host source)")
-    parser.add_argument("--sysfs-root", default="/sys/class/infiniband", help="InfiniBand sysfs root")
-    parser.add_argument("--sim-chips", type=int, default=8, help="chips of the built-in simulated model")
-    parser.add_argument("--sim-constant", action="store_true",
-                        help="built-in simulated model with constant rates (known derived values)")
+    parser.add_argument(
+        "--sysfs-root", default="/sys/class/infiniband", help="InfiniBand sysfs root"
+    )
+    parser.add_argument(
+        "--sim-chips", type=int, default=8, help="chips of the built-in simulated model"
+    )
+    parser.add_argument(
+        "--sim-constant",
+        action="store_true",
+        help="built-in simulated model with constant rates (known derived values)",
+    )
     parser.add_argument("--host-id", default=None, help="accel.host.id (default: the host name)")
 
 
@@ -70,8 +100,9 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         elif name == "infiniband":
             out.append(InfinibandSource(root=args.sysfs_root, host=args.host_id))
         else:
-            model = BuiltinSimModel(chips=args.sim_chips, host=args.host_id or "host0",
-                                    varying=not args.sim_constant)
+            model = BuiltinSimModel(
+                chips=args.sim_chips, host=args.host_id or "host0", varying=not args.sim_constant
+            )
             out.append(SimulatedSource(model))
     return out
 
@@ -102,12 +133,19 @@ def run(args: argparse.Namespace) -> int:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())])
+        provider = MeterProvider(
+            metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]
+        )
         OtlpCounterBridge(bridge, meter_provider=provider)
     bridge.sample_once()
     server = PrometheusExpositionServer(
-        [CounterCollector(bridge)], host=host, port=port, certfile=args.tls_cert,
-        keyfile=args.tls_key, basic_auth=auth, health=bridge.health,
+        [CounterCollector(bridge)],
+        host=host,
+        port=port,
+        certfile=args.tls_cert,
+        keyfile=args.tls_key,
+        basic_auth=auth,
+        health=bridge.health,
     )
     try:
         bound_host, bound_port = server.start()
@@ -124,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"otel-ext exporter: serving {server.scheme}://{bound_host}:{bound_port}/metrics "
         f"(sources: {', '.join(started)}; every {bridge.interval_s:g}s)",
-        file=sys.stderr, flush=True,
+        file=sys.stderr,
+        flush=True,
     )
     try:
         while not stop.wait(3600):

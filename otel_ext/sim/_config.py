@@ -207,6 +207,10 @@ class SimConfig:
         counter_interval_ms: virtual milliseconds between counter samples.
         clock_sample_interval_ms: virtual milliseconds between clock brackets of a chip.
         throttle_at: fraction of the expected run after which a throttle fault starts.
+        trace_step_interval: layer, collective and device-activity spans are recorded for
+            one engine step in this many on each host (a profiler schedule: every step
+            would be hundreds of spans per step); request and phase spans, counters and
+            clock samples are always complete.
         trace_link_transfers: emit one ``accel.link.transfer`` span per link and all-reduce.
         link_latency_ns: per-hop latency of a chip-to-chip link.
         nic_latency_ns: latency of a NIC transfer.
@@ -230,6 +234,7 @@ class SimConfig:
     counter_interval_ms: float = 100.0
     clock_sample_interval_ms: float = 50.0
     throttle_at: float = 0.4
+    trace_step_interval: int = 8
     trace_link_transfers: bool = True
     link_latency_ns: int = 1_000
     nic_latency_ns: int = 10_000
@@ -270,7 +275,13 @@ class SimConfig:
         for name in ("arrival_rate", "counter_interval_ms", "clock_sample_interval_ms"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("prompt_tokens_mean", "output_tokens_mean", "max_batch", "layer_groups"):
+        for name in (
+            "prompt_tokens_mean",
+            "output_tokens_mean",
+            "max_batch",
+            "layer_groups",
+            "trace_step_interval",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.layer_groups > self.model.layers:

@@ -34,7 +34,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from otel_ext.counters._source import Sample, SeriesDescription
+from otel_ext.counters import Sample, SeriesDescription
 from otel_ext.sim._clocks import EPOCH_NS
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from semantic_conventions.attributes import (

@@ -233,7 +233,6 @@ class Engine:
         self.sink = sink
         self.counters = counters
         self.progress = progress
-        self.rng = random.Random(f"engine:{config.seed}")
         self.mode = config.resolved_mode()
         n_hosts = config.hosts
         if self.mode == "disaggregated":
@@ -242,6 +241,8 @@ class Engine:
         else:
             roles = ["both"] * n_hosts
         self.hosts = [_Host(i, role) for i, role in enumerate(roles)]
+        # one random stream per host: a fault on one host never reshuffles another's jitter
+        self.rngs = [random.Random(f"engine:{config.seed}:{i}") for i in range(n_hosts)]
         self.prefill_pool = [h.index for h in self.hosts if h.role in ("prefill", "both")]
         self.decode_pool = [h.index for h in self.hosts if h.role in ("decode", "both")]
         self.expected_run_ns = int(config.requests / config.arrival_rate * 1e9)
@@ -481,7 +482,7 @@ class Engine:
         ar_bytes = int(tokens * model.hidden * 2 * 2 * layers)
         n_coll = int(round(2 * layers))
         links = self._links(host.index)
-        rng = self.rng
+        rng = self.rngs[host.index]
         group_name = f"{host_name(host.index)}/tp"
         t = now
         groups: list[GroupRecord] = []

@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_ext.counters._source import Sample
+from otel_ext.counters import Sample
 from otel_ext.errors import ConfigError
 from otel_ext.sim._clocks import EPOCH_NS, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name
@@ -43,26 +43,20 @@ SliceFn = Callable[[int, list[Sample]], None]
 
 
 def _span_exporter(path: Path) -> Any:
-    try:
-        from exporters import OtlpJsonFileSpanExporter
-    except ImportError:  # the package's public names land with the exporters issue
-        from exporters._file_exporters import OtlpJsonFileSpanExporter
+    from exporters import OtlpJsonFileSpanExporter
+
     return OtlpJsonFileSpanExporter(path)
 
 
 def _metric_exporter(path: Path) -> Any:
-    try:
-        from exporters import OtlpJsonFileMetricExporter
-    except ImportError:
-        from exporters._file_exporters import OtlpJsonFileMetricExporter
+    from exporters import OtlpJsonFileMetricExporter
+
     return OtlpJsonFileMetricExporter(path)
 
 
 def _perfetto_exporter(path: Path) -> Any:
-    try:
-        from exporters import PerfettoTraceExporter
-    except ImportError:
-        from exporters._perfetto import PerfettoTraceExporter
+    from exporters import PerfettoTraceExporter
+
     # time zero one second before the run: host clocks sit within a millisecond of it
     return PerfettoTraceExporter(path, time_origin_ns=EPOCH_NS - 1_000_000_000, overwrite=True)
 

@@ -48,8 +48,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
 
-from otel_ext.clocks._sampler import ClockSampler
-from otel_ext.counters._source import HistogramValue, Sample
+from otel_ext.clocks import ClockSampler
+from otel_ext.counters import HistogramValue, Sample
 from otel_ext.instrumentation.api import (
     collective,
     collective_attributes,
@@ -77,7 +77,6 @@ from semantic_conventions.attributes import (
     ACCEL_LINK_ID,
     ACCEL_LINK_KIND,
     ACCEL_LINK_SRC,
-    ACCEL_LOCAL_RANK,
     ACCEL_PARALLEL_DP_RANK,
     ACCEL_PARALLEL_TP_RANK,
     ACCEL_RANK,
@@ -299,6 +298,9 @@ class Telemetry:
                     ACCEL_HOST_ID: host_name(h),
                     ACCEL_DEVICE_KIND: "sim",
                     ACCEL_DEVICE_MODEL: config.device_model,
+                    ACCEL_WORLD_SIZE: config.hosts * config.chips,
+                    ACCEL_CLOCK_COUNTER_BITS: COUNTER_BITS,
+                    ACCEL_CLOCK_TICKS_PER_SECOND: TICKS_PER_SECOND,
                 }
             )
             for h in range(config.hosts)
@@ -363,8 +365,6 @@ class Telemetry:
             ACCEL_DEVICE_ID: chip_name(host, chip),
             ACCEL_HOST_ID: host_name(host),
             ACCEL_RANK: host * self.config.chips + chip,
-            ACCEL_LOCAL_RANK: chip,
-            ACCEL_WORLD_SIZE: self.world,
             ACCEL_PARALLEL_TP_RANK: chip,
         }
         if self.engine.mode == "replicas":
@@ -383,6 +383,8 @@ class Telemetry:
     # -- engine sink ----------------------------------------------------------------------
     def on_step(self, record: StepRecord) -> None:
         cfg = self.config
+        if (record.step - 1) % cfg.trace_step_interval:
+            return
         h = record.host
         hn = self._host_ns
         n = cfg.chips
@@ -639,9 +641,7 @@ class Telemetry:
             provider = self.providers[h]
             domain = clock.domain
             for act, (s, e) in zip(acts, raw):
-                attrs = dict(act.attrs)
-                attrs[ACCEL_CLOCK_COUNTER_BITS] = COUNTER_BITS
-                attrs[ACCEL_CLOCK_TICKS_PER_SECOND] = TICKS_PER_SECOND
+                attrs = act.attrs
                 if act.kind == "kernel":
                     record_device_activity(
                         act.name,

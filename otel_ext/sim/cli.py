@@ -82,11 +82,13 @@ class _Progress:
         self.stream = stream
         self.last = 0.0
         self.tty = stream.isatty()
+        self.finished = False
 
     def __call__(self, done: int, total: int, virtual_s: float) -> None:
         now = time.monotonic()
-        if now - self.last < (0.1 if self.tty else 2.0) and done < total:
+        if self.finished or (now - self.last < (0.1 if self.tty else 2.0) and done < total):
             return
+        self.finished = done >= total
         self.last = now
         end = "\r" if self.tty and done < total else "\n"
         self.stream.write(f"simulate: {done}/{total} requests, {virtual_s:.2f} s simulated{end}")
