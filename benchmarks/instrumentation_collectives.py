@@ -52,7 +52,10 @@ def _rank(rank: int, port: int, iters: int, elements: int) -> None:
     if rank == 0:
         print(f"gloo all_reduce, 2 ranks, {elements} float32, {iters} calls x 5 (median)")
         print(f"{'call':28s} {'bare us':>9s} {'traced us':>10s} {'ratio':>7s} {'added us':>9s}")
-        for name, b, i in (("sync", bare_sync, inst_sync), ("async_op=True + wait()", bare_async, inst_async)):
+        for name, b, i in (
+            ("sync", bare_sync, inst_sync),
+            ("async_op=True + wait()", bare_async, inst_async),
+        ):
             print(f"{name:28s} {b * 1e6:9.1f} {i * 1e6:10.1f} {i / b:6.2f}x {(i - b) * 1e6:9.1f}")
     dist.destroy_process_group()
     provider.shutdown()

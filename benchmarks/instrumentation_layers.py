@@ -83,12 +83,16 @@ def main() -> None:
     deferred = (_best(lambda: flat(x), args.repeat) - bare_fwd) / n
     inst.flush()
     inst.uninstrument()
-    rows.append(("layer span, deferred (workload thread)", deferred * 1e6, f"{deferred / bare_span:.2f}x"))
+    rows.append(
+        ("layer span, deferred (workload thread)", deferred * 1e6, f"{deferred / bare_span:.2f}x")
+    )
 
     handles = []
     for m in flat:
         handles.append(m.register_forward_pre_hook(lambda mod, a: None))
-        handles.append(m.register_forward_hook(lambda mod, a, k, o: None, with_kwargs=True, always_call=True))
+        handles.append(
+            m.register_forward_hook(lambda mod, a, k, o: None, with_kwargs=True, always_call=True)
+        )
     noop = (_best(lambda: flat(x), args.repeat) - bare_fwd) / n
     for h in handles:
         h.remove()
@@ -108,7 +112,9 @@ def main() -> None:
 
     rec_cost = _best(recorder_only, args.repeat) / n
     rec.shutdown()
-    rows.append(("deferred recorder begin+end only", rec_cost * 1e6, f"{rec_cost / bare_span:.2f}x"))
+    rows.append(
+        ("deferred recorder begin+end only", rec_cost * 1e6, f"{rec_cost / bare_span:.2f}x")
+    )
 
     print(f"per-layer cost, {n} layers (median of {args.repeat})")
     print(f"{'what':42s} {'us/layer':>9s} {'vs bare':>8s}")

@@ -14,21 +14,13 @@ import pytest
 from otel_ext.analysis.engine import analyze
 from otel_ext.cli import main
 
-_LINK_ID = (
-    "the span loader keeps accel.device.id, not accel.link.id, in the device column of "
-    "link-transfer rows, so link and port identities are lost (reported to the lead)"
-)
-
-
 @pytest.mark.parametrize(
     "fault",
     [
         "straggler@host1/chip2",
         "throttle@host0/chip3",
-        pytest.param(
-            "slow-link@host0/chip1-chip2", marks=pytest.mark.xfail(reason=_LINK_ID, strict=True)
-        ),
-        pytest.param("slow-nic@host1", marks=pytest.mark.xfail(reason=_LINK_ID, strict=True)),
+        "slow-link@host0/chip1-chip2",
+        "slow-nic@host1",
     ],
 )
 def test_top_finding_is_the_injected_fault(fault: str, tmp_path: Path) -> None:

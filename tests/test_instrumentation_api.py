@@ -15,7 +15,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_ext.instrumentation import DROPS, collective, layer, phase, record_device_activity, request
+from otel_ext.instrumentation import (
+    DROPS,
+    collective,
+    layer,
+    phase,
+    record_device_activity,
+    request,
+)
 from otel_ext.instrumentation.collectives import bandwidths, bus_factor
 from otel_ext.instrumentation.deferred import DeferredSpanRecorder
 from otel_ext.instrumentation.inference import (
@@ -42,7 +49,7 @@ class LinearClock:
         self.offset, self.rate, self.bound = offset, rate, bound
 
     def to_host_ns(self, ticks: int, near_host_ns: int | None = None) -> int:
-        return int(round(ticks / self.rate)) + self.offset
+        return round(ticks / self.rate) + self.offset
 
     def bound_ns(self, ticks: int) -> float:
         return self.bound
@@ -51,7 +58,9 @@ class LinearClock:
 def test_layer_collective_request_phase_nest_and_carry_attributes(pipeline: Any) -> None:
     provider, exporter = pipeline
     with request("r1", model="m", input_tokens=3, tracer_provider=provider, start_time=100) as req:
-        with phase("prefill", step=4, batch_size=2, tracer_provider=provider, start_time=110, end_time=150):
+        with phase(  # noqa: SIM117 - one nesting level per span reads as the tree
+            "prefill", step=4, batch_size=2, tracer_provider=provider, start_time=110, end_time=150
+        ):
             with layer("blocks.0", index=0, layer_type="Block", depth=1, flops=1e6, nbytes=2e3,
                        tracer_provider=provider, start_time=120, end_time=140):  # fmt: skip
                 with collective("all_reduce", group="tp", group_size=4, rank=2, seq=9, nbytes=1000,
@@ -123,7 +132,9 @@ def test_collective_sequences_per_group_and_pair(pipeline: Any) -> None:
 
 @settings(max_examples=200)
 @given(
-    op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send"]),
+    op=st.sampled_from(
+        ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send"]
+    ),
     n=st.integers(1, 1024),
     nbytes=st.integers(0, 2**40),
     dur=st.integers(1, 10**12),
@@ -144,7 +155,9 @@ def test_bandwidths_follow_nccl_tests(op: str, n: int, nbytes: int, dur: int) ->
     length=st.integers(0, 10**9),
     bound=st.floats(0, 10**6),
 )
-def test_device_activity_times_come_from_the_mapping(offset: int, rate: float, start: int, length: int, bound: float) -> None:
+def test_device_activity_times_come_from_the_mapping(
+    offset: int, rate: float, start: int, length: int, bound: float
+) -> None:
     clock = LinearClock(offset + 2 * 10**15, rate, bound)
     span = record_device_activity(
         "k", start_ticks=start, end_ticks=start + length, mapping=clock, clock_domain="h/chip0",
@@ -159,7 +172,7 @@ def test_device_activity_times_come_from_the_mapping(offset: int, rate: float, s
         "accel.clock.domain": "h/chip0",
         "accel.clock.raw_start_ticks": start,
         "accel.clock.raw_end_ticks": start + length,
-        "accel.clock.uncertainty_ns": int(round(bound)),
+        "accel.clock.uncertainty_ns": round(bound),
     }
 
 
@@ -182,7 +195,10 @@ def test_api_never_raises_into_the_workload() -> None:
     provider = TracerProvider()
     provider.add_span_processor(BadProcessor(Raising()))
     DROPS.reset()
-    assert record_device_activity("k", start_ticks=0, end_ticks=1, mapping=Broken(), clock_domain="d") is None
+    assert (
+        record_device_activity("k", start_ticks=0, end_ticks=1, mapping=Broken(), clock_domain="d")
+        is None
+    )
     with layer("x", tracer_provider=provider):
         value = 41 + 1
     assert value == 42
@@ -219,7 +235,9 @@ def test_deferred_recorder_threads_overflow_and_context(pipeline: Any) -> None:
     roots = [s for s in spans if s.parent and s.parent.span_id == step.get_span_context().span_id]
     assert len(roots) == 3
     children = [s for s in spans if s.attributes.get("accel.layer.flops") == 1.0]
-    assert len(children) == 9 and all(c.parent.span_id in {r.context.span_id for r in roots} for c in children)
+    assert len(children) == 9 and all(
+        c.parent.span_id in {r.context.span_id for r in roots} for c in children
+    )
     assert rec.dropped == 0
     # A ring of 16 overflows when 18 records are open at once: the rest are dropped, counted.
     for _ in range(18):
@@ -234,7 +252,9 @@ def test_inference_request_spans_histograms_and_exemplars(pipeline: Any) -> None
     provider, exporter = pipeline
     reader = InMemoryMetricReader()
     inst = InferenceInstrumentation(
-        model="tiny", tracer_provider=provider, meter_provider=MeterProvider(metric_readers=[reader])
+        model="tiny",
+        tracer_provider=provider,
+        meter_provider=MeterProvider(metric_readers=[reader]),
     )
     ms = 1_000_000
     req = inst.start_request("r7", input_tokens=11, start_time=0)
@@ -242,7 +262,12 @@ def test_inference_request_spans_histograms_and_exemplars(pipeline: Any) -> None
     req.prefill(start_time=5 * ms, end_time=45 * ms, batch_size=3)
     req.token(time=45 * ms)
     for step in range(4):
-        req.decode_step(start_time=(45 + 20 * step) * ms, end_time=(65 + 20 * step) * ms, step=step, batch_size=3)
+        req.decode_step(
+            start_time=(45 + 20 * step) * ms,
+            end_time=(65 + 20 * step) * ms,
+            step=step,
+            batch_size=3,
+        )
     req.finish(end_time=125 * ms)
     spans = exporter.get_finished_spans()
     root = spans[-1]
@@ -264,7 +289,9 @@ def test_inference_request_spans_histograms_and_exemplars(pipeline: Any) -> None
     }
     ttft = metrics["gen_ai.server.time_to_first_token"]
     tpot = metrics["gen_ai.server.time_per_output_token"]
-    assert tuple(ttft.explicit_bounds) == TTFT_BUCKETS and tuple(tpot.explicit_bounds) == TPOT_BUCKETS
+    assert (
+        tuple(ttft.explicit_bounds) == TTFT_BUCKETS and tuple(tpot.explicit_bounds) == TPOT_BUCKETS
+    )
     assert ttft.sum == pytest.approx(0.045) and tpot.sum == pytest.approx(0.020)
     assert metrics["gen_ai.server.request.duration"].sum == pytest.approx(0.125)
     for point in (ttft, tpot):
@@ -274,8 +301,12 @@ def test_inference_request_spans_histograms_and_exemplars(pipeline: Any) -> None
 
 def test_request_across_engines_keeps_one_trace(pipeline: Any) -> None:
     provider, exporter = pipeline
-    prefill_engine = InferenceInstrumentation(model="m", tracer_provider=provider, meter_provider=MeterProvider())
-    decode_engine = InferenceInstrumentation(model="m", tracer_provider=provider, meter_provider=MeterProvider())
+    prefill_engine = InferenceInstrumentation(
+        model="m", tracer_provider=provider, meter_provider=MeterProvider()
+    )
+    decode_engine = InferenceInstrumentation(
+        model="m", tracer_provider=provider, meter_provider=MeterProvider()
+    )
     a = prefill_engine.start_request("r", input_tokens=4)
     a.prefill()
     a.token()

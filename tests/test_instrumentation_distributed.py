@@ -123,7 +123,8 @@ def _run_all(rank: int, exporter: Any) -> dict[str, Any]:
     else:
         w = dist.irecv(t, src=rank - 1)
         open_before_send = not any(
-            s.attributes.get("accel.collective.op") == "irecv" for s in exporter.get_finished_spans()
+            s.attributes.get("accel.collective.op") == "irecv"
+            for s in exporter.get_finished_spans()
         )
         released = time.time_ns()
         store.set(f"posted{rank}", "1")
@@ -165,7 +166,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     traced = _run_all(rank, exporter)
     dist.barrier()
     inst.uninstrument()
-    traced["restored"] = dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+    traced["restored"] = (
+        dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+    )
     spans = [_span_json(s) for s in exporter.get_finished_spans()]
     Path(out_dir, f"rank{rank}.json").write_text(
         json.dumps({"spans": spans, "results": traced, "plain": plain})
@@ -192,7 +195,9 @@ def test_results_unchanged_by_instrumentation(job: Any) -> None:
         assert job[r]["results"]["restored"] is True
     # The values themselves: all_reduce sums 1+2+3+4; the batched ring receives rank-1's value.
     assert job[2]["results"]["all_reduce:False"] == ["ok", [10.0] * N]
-    assert job[1]["results"]["all_gather:True"][1] == [float(v) for v in range(1, WORLD + 1) for _ in range(N)]
+    assert job[1]["results"]["all_gather:True"][1] == [
+        float(v) for v in range(1, WORLD + 1) for _ in range(N)
+    ]
     assert job[1]["results"]["batch"] == [1.0] * N
 
 
@@ -210,8 +215,13 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
     traced = job
     by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in range(WORLD):
-        spans = [s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] in COLLECTIVES]
-        ops_seen = [(s["attributes"]["accel.collective.op"], s["attributes"]["accel.collective.async"]) for s in spans]
+        spans = [
+            s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] in COLLECTIVES
+        ]
+        ops_seen = [
+            (s["attributes"]["accel.collective.op"], s["attributes"]["accel.collective.async"])
+            for s in spans
+        ]
         # Every op sync and async, plus the barrier that closes the traced run.
         expected = [(op, a) for a in (False, True) for op in COLLECTIVES] + [("barrier", False)]
         assert sorted(ops_seen) == sorted(expected)
@@ -245,7 +255,18 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
     # One id names the same op on every rank.
     for _cid, members in by_id.items():
         assert len(members) == WORLD
-        assert len({(m["attributes"]["accel.collective.op"], m["attributes"]["accel.collective.async"]) for m in members}) == 1
+        assert (
+            len(
+                {
+                    (
+                        m["attributes"]["accel.collective.op"],
+                        m["attributes"]["accel.collective.async"],
+                    )
+                    for m in members
+                }
+            )
+            == 1
+        )
 
 
 @pytest.mark.integration
@@ -259,16 +280,26 @@ def test_point_to_point_spans_pair_up(job: Any) -> None:
             if a["accel.collective.op"] in ("send", "recv", "isend", "irecv"):
                 assert a["accel.collective.bytes"] == N * 4
                 p2p[a["accel.collective.id"]].append((r, s))
-        batch = [s for s in traced[r]["spans"] if s["attributes"]["accel.collective.op"] == "batch_isend_irecv"]
+        batch = [
+            s
+            for s in traced[r]["spans"]
+            if s["attributes"]["accel.collective.op"] == "batch_isend_irecv"
+        ]
         assert len(batch) == 1 and batch[0]["attributes"]["accel.collective.bytes"] == 2 * N * 4
         children = [s for s in traced[r]["spans"] if s["parent"] == batch[0]["span_id"]]
-        assert sorted(c["attributes"]["accel.collective.op"] for c in children) == ["irecv", "isend"]
+        assert sorted(c["attributes"]["accel.collective.op"] for c in children) == [
+            "irecv",
+            "isend",
+        ]
     for cid, ends in p2p.items():
         assert len(ends) == 2, cid
         (ra, a), (rb, b) = sorted(ends, key=lambda e: e[0])
         ops = {a["attributes"]["accel.collective.op"], b["attributes"]["accel.collective.op"]}
         assert ops in ({"send", "recv"}, {"isend", "irecv"})
-        assert a["attributes"]["accel.collective.peer"] == rb or b["attributes"]["accel.collective.peer"] == ra
+        assert (
+            a["attributes"]["accel.collective.peer"] == rb
+            or b["attributes"]["accel.collective.peer"] == ra
+        )
     # 2 sync pairs + 2 async pairs + 4 batched pairs.
     assert len(p2p) == 8
 

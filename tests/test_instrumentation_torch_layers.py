@@ -35,10 +35,10 @@ class Attn(nn.Module):
         self.proj = nn.Linear(D, D, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, l, d = x.shape
-        q, k, v = (t.reshape(b, l, H, d // H).transpose(1, 2) for t in self.qkv(x).split(d, -1))
+        b, n, d = x.shape
+        q, k, v = (t.reshape(b, n, H, d // H).transpose(1, 2) for t in self.qkv(x).split(d, -1))
         o = F.scaled_dot_product_attention(q, k, v)
-        return self.proj(o.transpose(1, 2).reshape(b, l, d))
+        return self.proj(o.transpose(1, 2).reshape(b, n, d))
 
 
 class Block(nn.Module):
@@ -115,12 +115,18 @@ def _ground_truth(model: nn.Module) -> tuple[dict[str, float], dict[str, float]]
     seen: list[tuple[str, nn.Module, Any, Any]] = []
     handles = []
     for qual, m in model.named_modules():
-        if isinstance(m, nn.Linear | nn.Conv1d | nn.LayerNorm | nn.Embedding | nn.MultiheadAttention):
-            handles.append(m.register_forward_hook(lambda mod, a, o, q=qual: seen.append((q, mod, a, o))))
+        if isinstance(
+            m, nn.Linear | nn.Conv1d | nn.LayerNorm | nn.Embedding | nn.MultiheadAttention
+        ):
+            handles.append(
+                m.register_forward_hook(lambda mod, a, o, q=qual: seen.append((q, mod, a, o)))
+            )
     sdpa_calls: list[tuple[torch.Tensor, ...]] = []
     for qual, m in model.named_modules():
         if isinstance(m, Attn):
-            handles.append(m.register_forward_hook(lambda mod, a, o, q=qual: sdpa_calls.append((q,))))
+            handles.append(
+                m.register_forward_hook(lambda mod, a, o, q=qual: sdpa_calls.append((q,)))
+            )
     model(IDS)
     for h in handles:
         h.remove()
@@ -138,14 +144,16 @@ def _ground_truth(model: nn.Module) -> tuple[dict[str, float], dict[str, float]]
         else:
             own_bytes[qual] = params + nbytes(args[0]) + nbytes(out)
         if isinstance(m, nn.LayerNorm):
-            for name in list(flops) + [qual]:
+            for name in {*flops, qual}:
                 if name == root or qual == name or qual.startswith(name + "."):
                     flops[name] += 5.0 * args[0].numel()
     # sdpa inside Attn and MultiheadAttention: q, k, v and the output, each (B, H, L, D/H).
     attn_flops = _sdpa_truth(B, H, L, L, D // H)
     for (qual,) in sdpa_calls:
         own_bytes[qual] = own_bytes.get(qual, 0.0) + 4 * B * L * D * 4
-    for qual in [q for q, m in model.named_modules() if isinstance(m, Attn | nn.MultiheadAttention)]:
+    for qual in [
+        q for q, m in model.named_modules() if isinstance(m, Attn | nn.MultiheadAttention)
+    ]:
         parts = qual.split(".")
         for name in {root} | {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
             flops[name] = flops.get(name, 0.0) + attn_flops
@@ -182,7 +190,9 @@ def test_full_span_tree_and_attributes(traced: Any) -> None:
         siblings = [n for n, _ in modules[parent_qual].named_children()] if qual else []
         expected = {
             "accel.layer.name": name,
-            "accel.layer.index": int(last) if last.isdigit() else (siblings.index(last) if qual else 0),
+            "accel.layer.index": int(last)
+            if last.isdigit()
+            else (siblings.index(last) if qual else 0),
             "accel.layer.type": type(m).__name__,
             "accel.layer.depth": qual.count(".") + 1 if qual else 0,
             "accel.layer.pass": "forward",
@@ -204,9 +214,12 @@ def test_full_span_tree_and_attributes(traced: Any) -> None:
             assert parent.start_time <= span.start_time <= span.end_time <= parent.end_time
         else:
             assert span.parent is None
-    assert flops["TinyLM"] > 0 and by_name["blocks.0.attn"].attributes["accel.layer.flops"] > by_name[
-        "blocks.0.attn.qkv"
-    ].attributes["accel.layer.flops"] + by_name["blocks.0.attn.proj"].attributes["accel.layer.flops"]
+    assert (
+        flops["TinyLM"] > 0
+        and by_name["blocks.0.attn"].attributes["accel.layer.flops"]
+        > by_name["blocks.0.attn.qkv"].attributes["accel.layer.flops"]
+        + by_name["blocks.0.attn.proj"].attributes["accel.layer.flops"]
+    )
 
 
 def test_depth_and_name_filters_keep_block_totals(traced: Any) -> None:
@@ -216,9 +229,7 @@ def test_depth_and_name_filters_keep_block_totals(traced: Any) -> None:
     inst.instrument(tracer_provider=provider, model=model, max_depth=2, exclude=["mha", "conv"])
     model(IDS)
     names = sorted(s.attributes["accel.layer.name"] for s in exporter.get_finished_spans())
-    assert names == sorted(
-        ["TinyLM", "emb", "head", "blocks.0", "blocks.1"]
-    )
+    assert names == sorted(["TinyLM", "emb", "head", "blocks.0", "blocks.1"])
     spans = {s.attributes["accel.layer.name"]: s for s in exporter.get_finished_spans()}
     # A block traced without its children still carries their estimated work.
     assert spans["blocks.0"].attributes["accel.layer.flops"] == pytest.approx(flops["blocks.0"])
@@ -235,7 +246,9 @@ def test_depth_and_name_filters_keep_block_totals(traced: Any) -> None:
 def test_record_shapes(traced: Any) -> None:
     inst, provider, exporter = traced
     model = _model()
-    inst.instrument(tracer_provider=provider, model=model, record_shapes=True, include=["head", "emb"])
+    inst.instrument(
+        tracer_provider=provider, model=model, record_shapes=True, include=["head", "emb"]
+    )
     model(IDS)
     spans = {s.attributes["accel.layer.name"]: s.attributes for s in exporter.get_finished_spans()}
     assert spans["emb"]["accel.layer.input_shapes"] == (f"[{B}, {L}]",)
@@ -248,7 +261,10 @@ def _hook_total(model: nn.Module) -> int:
     from torch.nn.modules import module as mod
 
     per_module = sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) + len(m._backward_pre_hooks)
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._backward_hooks)
+        + len(m._backward_pre_hooks)
         for m in model.modules()
     )
     return per_module + len(mod._global_forward_hooks) + len(mod._global_forward_pre_hooks)
@@ -305,7 +321,10 @@ def test_deferred_mode_gives_the_same_spans(traced: Any) -> None:
     def shape(spans: Any) -> dict[str, tuple[Any, ...]]:
         ids = {s.context.span_id: s.attributes["accel.layer.name"] for s in spans}
         return {
-            s.attributes["accel.layer.name"]: (dict(s.attributes), ids.get(s.parent.span_id) if s.parent else None)
+            s.attributes["accel.layer.name"]: (
+                dict(s.attributes),
+                ids.get(s.parent.span_id) if s.parent else None,
+            )
             for s in spans
         }
 
@@ -320,7 +339,9 @@ def test_backward_spans(traced: Any) -> None:
     x = torch.randn(5, 4, requires_grad=True)
     model(x).sum().backward()
     inst.uninstrument()
-    bwd = [s for s in exporter.get_finished_spans() if s.attributes["accel.layer.pass"] == "backward"]
+    bwd = [
+        s for s in exporter.get_finished_spans() if s.attributes["accel.layer.pass"] == "backward"
+    ]
     names = {s.attributes["accel.layer.name"]: s for s in bwd}
     assert set(names) == {"Sequential", "0", "1", "2"}
     root = names["Sequential"]
@@ -422,7 +443,9 @@ def test_linear_flops_match_torch_counter(batch: int, tokens: int, fin: int, fou
     two_d=st.booleans(),
     groups=st.sampled_from([1, 2]),
 )
-def test_conv_flops_match_torch_counter(cin: int, cout: int, k: int, size: int, two_d: bool, groups: int) -> None:
+def test_conv_flops_match_torch_counter(
+    cin: int, cout: int, k: int, size: int, two_d: bool, groups: int
+) -> None:
     cin, cout = cin * groups, cout * groups
     conv = (nn.Conv2d if two_d else nn.Conv1d)(cin, cout, k, groups=groups)
     x = torch.randn(2, cin, *((size, size) if two_d else (size,)))
@@ -434,7 +457,13 @@ def test_conv_flops_match_torch_counter(cin: int, cout: int, k: int, size: int, 
 
 
 @settings(max_examples=20, deadline=None)
-@given(b=st.integers(1, 2), h=st.integers(1, 3), lq=st.integers(1, 7), lk=st.integers(1, 7), d=st.integers(1, 8))
+@given(
+    b=st.integers(1, 2),
+    h=st.integers(1, 3),
+    lq=st.integers(1, 7),
+    lk=st.integers(1, 7),
+    d=st.integers(1, 8),
+)
 def test_attention_flops_match_torch_counter(b: int, h: int, lq: int, lk: int, d: int) -> None:
     q, k, v = torch.randn(b, h, lq, d), torch.randn(b, h, lk, d), torch.randn(b, h, lk, d)
     assert sdpa_estimate(q, k, v)[0] == _sdpa_truth(b, h, lq, lk, d)

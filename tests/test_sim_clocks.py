@@ -15,8 +15,13 @@ RUN_NS = 12_000_000_000
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**32), st.lists(st.integers(-10**9, RUN_NS + 3 * 10**9), min_size=1, max_size=20))
-def test_truth_parameters_reproduce_chip_ticks_after_a_json_round_trip(seed: int, offsets: list[int]) -> None:
+@given(
+    st.integers(0, 2**32),
+    st.lists(st.integers(-(10**9), RUN_NS + 3 * 10**9), min_size=1, max_size=20),
+)
+def test_truth_parameters_reproduce_chip_ticks_after_a_json_round_trip(
+    seed: int, offsets: list[int]
+) -> None:
     clock = ChipClock.random("host0/chip0", random.Random(seed), run_ns=RUN_NS)
     reads = [(EPOCH_NS + dt, clock.read(EPOCH_NS + dt)) for dt in offsets]
     truth = json.loads(json.dumps(clock.to_truth()))
@@ -40,5 +45,7 @@ def test_chip_timer_wanders_within_tens_of_ppm_and_wraps(seed: int) -> None:
 @given(st.integers(0, 2**32), st.integers(-(10**9), 10**11))
 def test_host_clock_truth_reproduces_readings(seed: int, dt: int) -> None:
     clock = HostClock.random("host1", random.Random(seed))
-    assert host_ns_from_truth(json.loads(json.dumps(clock.to_truth())), EPOCH_NS + dt) == clock.read(EPOCH_NS + dt)
+    assert host_ns_from_truth(
+        json.loads(json.dumps(clock.to_truth())), EPOCH_NS + dt
+    ) == clock.read(EPOCH_NS + dt)
     assert abs(clock.read(EPOCH_NS) - EPOCH_NS) < 1_000_000

@@ -20,12 +20,16 @@ link_targets = st.builds(
 
 @given(chip_targets, st.sampled_from(["straggler", "throttle"]))
 def test_chip_faults_parse_to_their_target(target: str, kind: str) -> None:
-    assert parse_fault(f"{kind}@{target}") == Fault(kind, target, parse_fault(f"{kind}@{target}").factor)
+    assert parse_fault(f"{kind}@{target}") == Fault(
+        kind, target, parse_fault(f"{kind}@{target}").factor
+    )
     assert parse_fault(f"{kind}@{target}").target == target
 
 
 @given(link_targets)
-def test_links_are_named_low_chip_first_whatever_the_order_given(link: tuple[int, int, int]) -> None:
+def test_links_are_named_low_chip_first_whatever_the_order_given(
+    link: tuple[int, int, int],
+) -> None:
     h, a, b = link
     fault = parse_fault(f"slow-link@host{h}/chip{a}-chip{b}")
     assert fault.target == f"host{h}/chip{min(a, b)}-chip{max(a, b)}"
@@ -77,7 +81,10 @@ def test_factors_and_nic_alias() -> None:
         (SimConfig(mode="pipeline"), "mode"),
         (SimConfig(faults=(parse_fault("straggler@host2/chip0"),)), "no host host2"),
         (SimConfig(faults=(parse_fault("throttle@host1/chip4"),)), "no chip host1/chip4"),
-        (SimConfig(chips=8, faults=(parse_fault("slow-link@host0/chip1-chip3"),)), "not neighbours"),
+        (
+            SimConfig(chips=8, faults=(parse_fault("slow-link@host0/chip1-chip3"),)),
+            "not neighbours",
+        ),
         (SimConfig(arrival_rate=0), "arrival_rate"),
         (SimConfig(layer_groups=100), "layer_groups"),
     ],
@@ -89,7 +96,9 @@ def test_validation_rejects_what_the_cluster_cannot_be(config: SimConfig, fragme
 
 def test_ring_closing_link_and_mesh_links_are_valid() -> None:
     SimConfig(chips=4, faults=(parse_fault("slow-link@host0/chip0-chip3"),)).validated()
-    SimConfig(chips=8, topology="mesh", faults=(parse_fault("slow-link@host0/chip1-chip5"),)).validated()
+    SimConfig(
+        chips=8, topology="mesh", faults=(parse_fault("slow-link@host0/chip1-chip5"),)
+    ).validated()
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -100,8 +109,22 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def test_cli_arguments_become_a_validated_config() -> None:
     args = _parse(
-        ["--hosts", "3", "--chips", "2", "--requests", "9", "--seed", "7", "--fault",
-         "slow-nic@host2", "--fault", "straggler@host0/chip1", "--out", "somewhere"]
+        [
+            "--hosts",
+            "3",
+            "--chips",
+            "2",
+            "--requests",
+            "9",
+            "--seed",
+            "7",
+            "--fault",
+            "slow-nic@host2",
+            "--fault",
+            "straggler@host0/chip1",
+            "--out",
+            "somewhere",
+        ]
     )
     cfg = config_from_args(args)
     assert (cfg.hosts, cfg.chips, cfg.requests, cfg.seed, cfg.mode) == (3, 2, 9, 7, "disaggregated")

@@ -416,7 +416,7 @@ def link_stats(table: EventTable) -> list[dict[str, Any]]:
     dev = table["device"][rows]
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
     nbytes = table["coll_bytes"][rows].astype(np.float64)
-    stats = []
+    stats: list[dict[str, Any]] = []
     for code in np.unique(dev):
         if code == 0:
             continue

@@ -163,7 +163,7 @@ def analyze(
     idle = _rows(breakdown.idle_breakdown(table))
     ovl = _rows(overlap.comm_comp_overlap(table))
     kernels = breakdown.kernel_breakdown(table)
-    kernel_doc = kernels.as_dict() if hasattr(kernels, "as_dict") else kernels
+    kernel_doc: dict[str, Any] = kernels.as_dict()
     try:
         kernel_doc["launch"] = _rows(breakdown.launch_stats(table))
     except (AttributeError, TypeError):  # pragma: no cover - older part A

@@ -20,8 +20,12 @@ numbers it rests on) and a one-line ``summary``. The kinds, and how they are tol
 * **host-bound**: devices wait for the host to launch work (HTA's host-wait idle).
 * **load-imbalance**: ranks do unequal work per step or per layer (``max/mean − 1``).
 
+A chip whose clock-frequency counter drops part-way while its peers' does not is a throttle
+finding even when the traces show it little (it may have had little work left).
+
 Ranking: root causes (straggler, throttle, slow-link, slow-nic) before the symptoms they
-produce (exposed communication, imbalance, idle), each group by ``impact_ns``.
+produce (exposed communication, imbalance, idle), each group by ``impact_ns``; a cause with
+an impact under ``min_cause_pct`` ranks with the symptoms unless counters show it directly.
 
 Impact of a slow rank: the run time saved if it arrived at the median pace (see
 :func:`otel_ext.analysis.critical_path.straggler_saving`); of a slow link or port: the time
@@ -250,6 +254,29 @@ def build_findings(
                 f"at {last_pct:.0f}% of collectives; the others waited {_ms(r['blame_ns'])}"
             )
         findings.append(Finding(kind, target, saved, pct(saved), summary, evidence))
+    # ---- chips whose clock dropped while their peers' did not (counter evidence) --------
+    if have_metrics:
+        found = {f.target for f in findings}
+        by_device = {dev: r for r, (_, dev) in names.items()}
+        for dev in metrics.strings.get("device", []):
+            if not dev or dev in found or dev not in by_device:
+                continue
+            counters = correlate_counters(metrics, dev)
+            throttled, fev = _freq_evidence(counters, th)
+            peer = fev.get("peer_clock_hz")
+            if not throttled or (peer and fev["clock_after_hz"] >= th.throttle_freq_drop * peer):
+                continue
+            rank = by_device[dev]
+            saved = straggler_saving(match, rank)
+            evidence = {"rank": rank, **fev, "counters": counters}
+            summary = (
+                f"{dev} throttled: clock {fev['clock_before_hz'] / 1e9:.2f} -> "
+                f"{fev['clock_after_hz'] / 1e9:.2f} GHz part-way while its peers stayed at "
+                f"{(peer or 0) / 1e9:.2f} GHz"
+            )
+            f = Finding("throttle", dev, saved, pct(saved), summary, evidence)
+            f.evidence["direct_counter_evidence"] = True
+            findings.append(f)
     slow_rank_found = bool(findings)
     # ---- links and network ports -------------------------------------------------------
     for s in links:
@@ -360,7 +387,9 @@ def build_findings(
             )
 
     def key(f: Finding) -> tuple[int, float]:
-        tier = 0 if f.kind in CAUSE_KINDS and f.impact_pct >= th.min_cause_pct else 1
+        direct = bool(f.evidence.get("direct_counter_evidence")) or "clock_ratio" in f.evidence
+        cause = f.kind in CAUSE_KINDS and (f.impact_pct >= th.min_cause_pct or direct)
+        tier = 0 if cause else 1
         return (tier, -f.impact_ns)
 
     findings.sort(key=key)

@@ -55,7 +55,7 @@ def _per_name(table: EventTable, category: Category, *, limit: int) -> list[dict
     np.add.at(tot, inv.reshape(-1), dur)
     # per span: ranks may record different numbers of spans of a layer (sampled steps)
     tot /= np.bincount(inv.reshape(-1), minlength=len(ukey))
-    out = []
+    out: list[dict[str, Any]] = []
     bounds = np.flatnonzero(np.r_[True, ukey[1:, 0] != ukey[:-1, 0]])
     for b, e in zip(bounds, np.r_[bounds[1:], len(ukey)]):
         if e - b < 2:

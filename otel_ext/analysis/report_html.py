@@ -124,7 +124,7 @@ def _breakdown_svg(doc: dict[str, Any]) -> str:
         y = 4 + i * (h + 4)
         label = f"rank {r['rank']} {names.get(r['rank'], '')}"[:28]
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(label)}</text>')
-        x = left
+        x: float = left
         for key, pct in (
             ("compute", r.get("compute_pct", 0.0)),
             ("non_compute", r.get("non_compute_pct", 0.0)),

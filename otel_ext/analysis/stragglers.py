@@ -82,6 +82,10 @@ def compute_ratios(
 ) -> tuple[dict[int, float], dict[int, list[float | None]]]:
     """Per rank: median duration ratio vs same-named compute work on all ranks, overall and per window.
 
+    Same-named work is compared among the ranks of one host when hosts are named (the
+    chips of a host form a tensor-parallel group; other hosts may serve other phases), in
+    the same time window.
+
     Args:
         table: the (aligned) event table.
         edges: window edges in ns (``len(edges) - 1`` windows).
@@ -96,21 +100,28 @@ def compute_ratios(
     rows = np.flatnonzero(sel)
     if len(rows) == 0:
         return {}, {}
-    name = table["name"][rows]
+    # same-named work is compared among ranks of the same host when hosts are known (the
+    # chips of a host form a tensor-parallel group; other hosts may run other phases)
+    # ... and in the same time window (the work behind a name may change over the run)
+    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
+    win = np.minimum(win, max(len(edges) - 2, 0))
+    host = table["host"][rows].astype(np.int64)
+    n_win = max(len(edges) - 1, 1)
+    name = (
+        table["name"][rows].astype(np.int64) * (len(table.strings["host"]) + 1) + host
+    ) * n_win + win
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
     rank = table["rank"][rows]
-    # median duration per name, over all ranks
     order = np.lexsort((dur, name))
     uname, first, counts = np.unique(name[order], return_index=True, return_counts=True)
     med = (dur[order][first + (counts - 1) // 2] + dur[order][first + counts // 2]) / 2
-    med_of_row = med[np.searchsorted(uname, name)]
-    n_ranks_of_name = np.zeros(len(uname), dtype=np.int64)
-    for i, nm in enumerate(uname):
-        n_ranks_of_name[i] = len(np.unique(rank[name == nm])) if counts[i] < 10_000 else 2
-    usable = (med_of_row > 0) & (n_ranks_of_name[np.searchsorted(uname, name)] >= 2)
+    pos = np.searchsorted(uname, name)
+    med_of_row = med[pos]
+    # names seen on at least two ranks
+    pair = np.unique(np.stack([name, rank.astype(np.int64)], axis=1), axis=0)
+    ranks_per_name = np.bincount(np.searchsorted(uname, pair[:, 0]), minlength=len(uname))
+    usable = (med_of_row > 0) & (ranks_per_name[pos] >= 2)
     ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)
-    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
-    win = np.minimum(win, max(len(edges) - 2, 0))
     overall: dict[int, float] = {}
     by_window: dict[int, list[float | None]] = {}
     for r in np.unique(rank):
@@ -197,7 +208,7 @@ def find_stragglers(
         for r in ranks:
             persistence[r] = wins_led[r] / max(len(present_windows), 1)
     total_blame = sum(blame.values())
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in ranks:
         share = blame[r] / total_blame if total_blame > 0 else 0.0
         host, device = devices.get(r, ("", ""))

@@ -575,7 +575,7 @@ def _record_ticks(
             ACCEL_CLOCK_DOMAIN: clock_domain,
             ACCEL_CLOCK_RAW_START_TICKS: _tick_value(start_ticks),
             ACCEL_CLOCK_RAW_END_TICKS: _tick_value(end_ticks),
-            ACCEL_CLOCK_UNCERTAINTY_NS: int(round(uncertainty)),
+            ACCEL_CLOCK_UNCERTAINTY_NS: round(uncertainty),
         }
     )
     span = get_tracer(tracer_provider).start_span(

@@ -98,7 +98,9 @@ class DeferredSpanRecorder:
         capacity: records per thread ring; rounded up to a power of two.
     """
 
-    def __init__(self, *, tracer_provider: ApiTracerProvider | None = None, capacity: int = 1 << 16):
+    def __init__(
+        self, *, tracer_provider: ApiTracerProvider | None = None, capacity: int = 1 << 16
+    ):
         self._tracer = get_tracer(tracer_provider)
         self._capacity = 1 << max(int(capacity) - 1, 1).bit_length()
         self._tls = threading.local()

@@ -74,7 +74,9 @@ def conv(
     return flops, float((in_numel + weights + out_numel) * elem_bytes)
 
 
-def layer_norm(numel: int, normalized_numel: int, *, affine: bool, elem_bytes: int) -> tuple[float, float]:
+def layer_norm(
+    numel: int, normalized_numel: int, *, affine: bool, elem_bytes: int
+) -> tuple[float, float]:
     """Layer norm over ``numel`` elements (the affine weights have ``normalized_numel`` each).
 
     >>> layer_norm(1024, 256, affine=True, elem_bytes=4)
@@ -85,7 +87,9 @@ def layer_norm(numel: int, normalized_numel: int, *, affine: bool, elem_bytes: i
     return flops, float((2 * numel + weights) * elem_bytes)
 
 
-def embedding(indices: int, dim: int, *, elem_bytes: int, index_bytes: int = 8) -> tuple[float, float]:
+def embedding(
+    indices: int, dim: int, *, elem_bytes: int, index_bytes: int = 8
+) -> tuple[float, float]:
     """Gathering ``indices`` rows of width ``dim``: no FLOPs, rows read and written.
 
     >>> embedding(16, 32, elem_bytes=4)
@@ -138,7 +142,12 @@ def multihead_attention(
     e = embed_dim
     proj = 2.0 * batch * (q_len * e * e + kv_len * kd * e + kv_len * vd * e + q_len * e * e)
     attn, _ = attention(
-        batch=batch, heads=heads, q_len=q_len, kv_len=kv_len, head_dim=e // heads, elem_bytes=elem_bytes
+        batch=batch,
+        heads=heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=e // heads,
+        elem_bytes=elem_bytes,
     )
     weights = e * e + kd * e + vd * e + e * e + (4 * e if bias else 0)
     io = batch * (q_len * e + kv_len * kd + kv_len * vd + q_len * e)

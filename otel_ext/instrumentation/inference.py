@@ -80,16 +80,50 @@ __all__ = [
 ]
 
 #: ``gen_ai.server.time_to_first_token`` bucket boundaries advised by the conventions (s).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+)
 #: ``gen_ai.server.time_per_output_token`` bucket boundaries advised by the conventions (s).
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 #: ``gen_ai.server.request.duration`` bucket boundaries advised by the conventions (s).
-DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+DURATION_BUCKETS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def inject_context(carrier: MutableMapping[str, str], context: Context | None = None) -> MutableMapping[str, str]:
+def inject_context(
+    carrier: MutableMapping[str, str], context: Context | None = None
+) -> MutableMapping[str, str]:
     """Write the W3C ``traceparent`` (and ``tracestate``) of ``context`` into ``carrier``.
 
     >>> inject_context({}, trace.set_span_in_context(trace.INVALID_SPAN))
@@ -119,7 +153,9 @@ class RequestTrace:
     All methods are safe to call from any thread and never raise.
     """
 
-    def __init__(self, owner: InferenceInstrumentation, span: Span, start_ns: int, input_tokens: int | None):
+    def __init__(
+        self, owner: InferenceInstrumentation, span: Span, start_ns: int, input_tokens: int | None
+    ):
         self._owner = owner
         self.span = span
         self.start_ns = start_ns
@@ -172,9 +208,18 @@ class RequestTrace:
         """The request waited in the queue from its arrival until ``end_time`` (now)."""
         self.phase("queue", start_time=self.start_ns, end_time=end_time)
 
-    def prefill(self, *, start_time: int | None = None, end_time: int | None = None, batch_size: int | None = None, step: int | None = None) -> None:
+    def prefill(
+        self,
+        *,
+        start_time: int | None = None,
+        end_time: int | None = None,
+        batch_size: int | None = None,
+        step: int | None = None,
+    ) -> None:
         """A prefill pass ran over the prompt."""
-        self.phase("prefill", start_time=start_time, end_time=end_time, batch_size=batch_size, step=step)
+        self.phase(
+            "prefill", start_time=start_time, end_time=end_time, batch_size=batch_size, step=step
+        )
 
     def kv_transfer(self, *, start_time: int | None = None, end_time: int | None = None) -> None:
         """The KV cache moved to another engine."""
@@ -209,7 +254,11 @@ class RequestTrace:
             self._owner._record(self._owner.ttft, self.ttft_s, self._ctx)
 
     def finish(
-        self, *, end_time: int | None = None, output_tokens: int | None = None, error: BaseException | str | None = None
+        self,
+        *,
+        end_time: int | None = None,
+        output_tokens: int | None = None,
+        error: BaseException | str | None = None,
     ) -> None:
         """End the request: token counts, TPOT and duration recorded, span ended (once)."""
         with self._lock:
@@ -233,7 +282,9 @@ class RequestTrace:
                 and self.last_token_ns is not None
                 and self.output_tokens > 1
             ):
-                self.tpot_s = (self.last_token_ns - self.first_token_ns) / 1e9 / (self.output_tokens - 1)
+                self.tpot_s = (
+                    (self.last_token_ns - self.first_token_ns) / 1e9 / (self.output_tokens - 1)
+                )
                 self._owner._record(self._owner.tpot, self.tpot_s, self._ctx)
             self._owner._record(self._owner.duration, (end - self.start_ns) / 1e9, self._ctx, error)
             span.end(end_time=max(end, self.start_ns))
@@ -290,7 +341,10 @@ class InferenceInstrumentation:
         try:
             attrs = self._metric_attrs
             if error is not None:
-                attrs = {**attrs, ERROR_TYPE: error if isinstance(error, str) else type(error).__qualname__}
+                attrs = {
+                    **attrs,
+                    ERROR_TYPE: error if isinstance(error, str) else type(error).__qualname__,
+                }
             histogram.record(value, attributes=attrs, context=ctx)
         except Exception as exc:
             log_once("inference.record", "%s: %s", type(exc).__name__, exc)
@@ -324,7 +378,11 @@ class InferenceInstrumentation:
             attrs[GEN_AI_USAGE_INPUT_TOKENS] = int(input_tokens)
         try:
             span = self.tracer.start_span(
-                SPAN_ACCEL_REQUEST, context=context, kind=SpanKind.SERVER, attributes=attrs, start_time=start
+                SPAN_ACCEL_REQUEST,
+                context=context,
+                kind=SpanKind.SERVER,
+                attributes=attrs,
+                start_time=start,
             )
         except Exception as exc:
             log_once("inference.start", "%s: %s", type(exc).__name__, exc)

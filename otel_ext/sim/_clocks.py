@@ -79,9 +79,7 @@ class HostClock:
 
     def read(self, true_ns: int) -> int:
         """What the host clock reads at ``true_ns``."""
-        return (
-            true_ns + self.offset_ns + math.floor((true_ns - EPOCH_NS) * self.drift_ppm / 1e6)
-        )
+        return true_ns + self.offset_ns + math.floor((true_ns - EPOCH_NS) * self.drift_ppm / 1e6)
 
     def to_truth(self) -> dict[str, Any]:
         """The parameters, as written to ``truth.json``."""

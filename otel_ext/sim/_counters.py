@@ -184,7 +184,15 @@ class SimCounterModel:
                 start_ns,
                 end_ns,
                 start_ns,
-                (cycles, cycles * tensor_fraction, flops, read_bytes, written_bytes, float(kernels), joules),
+                (
+                    cycles,
+                    cycles * tensor_fraction,
+                    flops,
+                    read_bytes,
+                    written_bytes,
+                    float(kernels),
+                    joules,
+                ),
             )
         )
 
@@ -200,7 +208,7 @@ class SimCounterModel:
 
     def add_link(self, link: str, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None:
         """Bytes over a chip-to-chip link in one direction."""
-        cum, pending = self._links.setdefault((link, direction), ([0.0], []))
+        _cum, pending = self._links.setdefault((link, direction), ([0.0], []))
         pending.append(_Work(start_ns, end_ns, start_ns, (float(nbytes),)))
 
     def add_nic(self, host: int, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None:
@@ -312,7 +320,9 @@ class SimCounterModel:
         self._now = now_ns
         out: list[Sample] = []
         host_ts = {h: self._host_clock(h, now_ns) for h in range(self.config.hosts)}
-        kv_by_host = {h: self._last_at(self._kv_tokens[h], now_ns) for h in range(self.config.hosts)}
+        kv_by_host = {
+            h: self._last_at(self._kv_tokens[h], now_ns) for h in range(self.config.hosts)
+        }
         for state in self.chips:
             self._advance(state.pending, state.cum, now_ns)
             ratio = self._ratio(state.host, state.chip, (prev + now_ns) // 2)
@@ -334,9 +344,13 @@ class SimCounterModel:
             memory = self._weights + kv_by_host[state.host] * self._kv_per_token / self.config.chips
             out.extend(
                 (
-                    Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, a, float(int(state.elapsed_cycles)), ts),
+                    Sample(
+                        METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, a, float(int(state.elapsed_cycles)), ts
+                    ),
                     Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, a, float(int(state.cum[0])), ts),
-                    Sample(METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, a, float(int(state.cum[1])), ts),
+                    Sample(
+                        METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, a, float(int(state.cum[1])), ts
+                    ),
                     Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, self.max_clock * ratio, ts),
                     Sample(METRIC_ACCEL_DEVICE_OPERATIONS, a, float(state.cum[2]), ts),
                     Sample(METRIC_ACCEL_DEVICE_KERNELS, a, float(round(state.cum[5])), ts),
@@ -352,11 +366,19 @@ class SimCounterModel:
         for (link, direction), (cum, pending) in sorted(self._links.items()):
             self._advance(pending, cum, now_ns)
             host = int(link.split("/")[0][4:])
-            attrs = {ACCEL_LINK_ID: link, ACCEL_HOST_ID: host_name(host), NETWORK_IO_DIRECTION: direction}
+            attrs = {
+                ACCEL_LINK_ID: link,
+                ACCEL_HOST_ID: host_name(host),
+                NETWORK_IO_DIRECTION: direction,
+            }
             out.append(Sample(METRIC_ACCEL_LINK_IO, attrs, float(int(cum[0])), host_ts[host]))
         for (host, direction), (cum, pending) in sorted(self._nics.items()):
             self._advance(pending, cum, now_ns)
-            attrs = {ACCEL_LINK_ID: nic_name(host), ACCEL_HOST_ID: host_name(host), NETWORK_IO_DIRECTION: direction}
+            attrs = {
+                ACCEL_LINK_ID: nic_name(host),
+                ACCEL_HOST_ID: host_name(host),
+                NETWORK_IO_DIRECTION: direction,
+            }
             out.append(Sample(METRIC_HW_NETWORK_IO, attrs, float(int(cum[0])), host_ts[host]))
         for h in range(self.config.hosts):
             hn = host_name(h)
@@ -371,8 +393,19 @@ class SimCounterModel:
                     )
                 )
             done = sum(1 for at in self._requests[h] if at <= now_ns)
-            out.append(Sample(METRIC_ACCEL_INFERENCE_REQUESTS, {ACCEL_HOST_ID: hn}, float(done), host_ts[h]))
+            out.append(
+                Sample(
+                    METRIC_ACCEL_INFERENCE_REQUESTS, {ACCEL_HOST_ID: hn}, float(done), host_ts[h]
+                )
+            )
             depth = self._last_at(self._queue[h], now_ns)
-            out.append(Sample(METRIC_ACCEL_INFERENCE_QUEUE_DEPTH, {ACCEL_HOST_ID: hn}, float(depth), host_ts[h]))
+            out.append(
+                Sample(
+                    METRIC_ACCEL_INFERENCE_QUEUE_DEPTH,
+                    {ACCEL_HOST_ID: hn},
+                    float(depth),
+                    host_ts[h],
+                )
+            )
         self._latest = out
         return list(out)

@@ -181,9 +181,13 @@ class CounterFeed(Protocol):
 
     def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> None: ...
 
-    def add_link(self, link: str, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None: ...
+    def add_link(
+        self, link: str, direction: str, start_ns: int, end_ns: int, nbytes: int
+    ) -> None: ...
 
-    def add_nic(self, host: int, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None: ...
+    def add_nic(
+        self, host: int, direction: str, start_ns: int, end_ns: int, nbytes: int
+    ) -> None: ...
 
     def add_tokens(self, host: int, token_type: str, count: int, at_ns: int) -> None: ...
 
@@ -299,8 +303,19 @@ class Engine:
         t = float(EPOCH_NS) + 5e6
         for i in range(cfg.requests):
             t += rng.expovariate(cfg.arrival_rate) * 1e9
-            prompt = max(8, min(8 * cfg.prompt_tokens_mean, int(rng.lognormvariate(0, 0.6) * cfg.prompt_tokens_mean * 0.84)))
-            output = max(2, min(8 * cfg.output_tokens_mean, int(rng.expovariate(1 / cfg.output_tokens_mean)) + 2))
+            prompt = max(
+                8,
+                min(
+                    8 * cfg.prompt_tokens_mean,
+                    int(rng.lognormvariate(0, 0.6) * cfg.prompt_tokens_mean * 0.84),
+                ),
+            )
+            output = max(
+                2,
+                min(
+                    8 * cfg.output_tokens_mean, int(rng.expovariate(1 / cfg.output_tokens_mean)) + 2
+                ),
+            )
             req = Request(
                 index=i,
                 arrival_ns=int(t),
@@ -323,9 +338,7 @@ class Engine:
             at, kind, _, ref = heapq.heappop(self._heap)
             if kind == _SAMPLE:
                 self.sink.on_sample(at)
-                if self.done < total:
-                    self._push(at + interval, _SAMPLE, 0)
-                elif at < self.end_ns:
+                if self.done < total or at < self.end_ns:
                     self._push(at + interval, _SAMPLE, 0)
                 else:
                     self.end_ns = at
@@ -369,9 +382,7 @@ class Engine:
         else:
             budget = cfg.prefill_chunk - len(decode)
             slots = cfg.max_batch - len(host.running) if host.role == "both" else cfg.max_batch
-            queue_view = list(host.waiting)
-            taken = 0
-            for req in queue_view:
+            for taken, req in enumerate(list(host.waiting)):
                 if budget <= 0 or taken >= slots:
                     break
                 chunk = min(budget, req.prompt_tokens - req.prefilled)
@@ -380,7 +391,6 @@ class Engine:
                     req.prefill_start_ns = now
                 prefill.append((req, chunk))
                 budget -= chunk
-                taken += 1
         if not prefill and not decode:
             return
         host.step += 1
@@ -469,18 +479,22 @@ class Engine:
         layers = model.layers / g_count
         tokens = sum(chunk for _, chunk in prefill) + len(decode)
         # attention work: token x context pairs
-        ctx_pairs = sum(r.prompt_tokens + r.generated for r in decode)
+        ctx_pairs: float = sum(r.prompt_tokens + r.generated for r in decode)
         ctx_pairs += sum(chunk * (r.prefilled + chunk / 2) for r, chunk in prefill)
         kv_read = sum(r.prompt_tokens + r.generated for r in decode) * model.kv_bytes_per_token
         kv_read += sum(r.prefilled for r, _ in prefill) * model.kv_bytes_per_token
         kv_write = tokens * model.kv_bytes_per_token
         params_g = model.parameters / g_count
         flops_g = 2.0 * params_g * tokens + 4.0 * layers * model.hidden * ctx_pairs
-        read_g = params_g * model.bytes_per_param + (kv_read / g_count) + tokens * model.hidden * 2 * layers
+        read_g = (
+            params_g * model.bytes_per_param
+            + (kv_read / g_count)
+            + tokens * model.hidden * 2 * layers
+        )
         write_g = kv_write / g_count + tokens * model.hidden * 2 * layers
         flops_chip, read_chip, write_chip = flops_g / n, read_g / n, write_g / n
         ar_bytes = int(tokens * model.hidden * 2 * 2 * layers)
-        n_coll = int(round(2 * layers))
+        n_coll = round(2 * layers)
         links = self._links(host.index)
         rng = self.rngs[host.index]
         group_name = f"{host_name(host.index)}/tp"
@@ -509,12 +523,23 @@ class Engine:
                     written_bytes=write_chip,
                     tensor_fraction=tensor,
                     clock_ratio=ratio,
-                    kernels=int(round(layers * 8)),
+                    kernels=round(layers * 8),
                 )
             host.seq += 1
             if n < 2:
                 groups.append(
-                    GroupRecord(g, t, ends, ends[0], ends[0], flops_chip, read_chip + write_chip, 0, host.seq, [])
+                    GroupRecord(
+                        g,
+                        t,
+                        ends,
+                        ends[0],
+                        ends[0],
+                        flops_chip,
+                        read_chip + write_chip,
+                        0,
+                        host.seq,
+                        [],
+                    )
                 )
                 t = ends[0]
                 continue
@@ -535,20 +560,34 @@ class Engine:
                 dur_ns = int(dur_ns * math.exp(rng.gauss(0.0, 0.01)))
                 directions = [(a, b), (b, a)] if (n == 2 or cfg.topology == "ring") else [(a, b)]
                 for src, dst in directions:
-                    transfers.append(LinkTransfer(name, src, dst, ar_start, ar_start + dur_ns, per_dir))
+                    transfers.append(
+                        LinkTransfer(name, src, dst, ar_start, ar_start + dur_ns, per_dir)
+                    )
                     direction = "transmit" if src < dst else "receive"
                     self.counters.add_link(name, direction, ar_start, ar_start + dur_ns, per_dir)
                 slowest = max(slowest, dur_ns)
             ar_end = ar_start + slowest + 5_000
             for c in range(n):
                 self.counters.add_comm(
-                    host.index * n + c, ends[c], ar_end, clock_ratio=self.clock_ratio(host.index, c, t)
+                    host.index * n + c,
+                    ends[c],
+                    ar_end,
+                    clock_ratio=self.clock_ratio(host.index, c, t),
                 )
             cid = f"{group_name}:{host.seq}"
             self.collectives.append(CollectiveRecord(cid, host.index, ar_start, ar_end, list(ends)))
             groups.append(
                 GroupRecord(
-                    g, t, ends, ar_start, ar_end, flops_chip, read_chip + write_chip, ar_bytes, host.seq, transfers
+                    g,
+                    t,
+                    ends,
+                    ar_start,
+                    ar_end,
+                    flops_chip,
+                    read_chip + write_chip,
+                    ar_bytes,
+                    host.seq,
+                    transfers,
                 )
             )
             t = ar_end

@@ -210,10 +210,14 @@ def run_simulation(
         out.mkdir(parents=True, exist_ok=True)
         _clear_outputs(out)
     except OSError as exc:
-        raise ConfigError(f"cannot use output folder: {exc.strerror or exc}", path=str(out)) from None
+        raise ConfigError(
+            f"cannot use output folder: {exc.strerror or exc}", path=str(out)
+        ) from None
     specs = device_specs(cfg.device_model)
     rng = random.Random(f"clocks:{cfg.seed}")
-    host_clocks = [HostClock.random(host_name(h), rng, reference=(h == 0)) for h in range(cfg.hosts)]
+    host_clocks = [
+        HostClock.random(host_name(h), rng, reference=(h == 0)) for h in range(cfg.hosts)
+    ]
     expected_ns = int(cfg.requests / cfg.arrival_rate * 1e9) + 2_000_000_000
     chip_clocks = [
         ChipClock.random(chip_name(h, c), rng, run_ns=expected_ns)

@@ -103,9 +103,41 @@ __all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "Telemetry"]
 SCOPE_NAME = "otel_ext.sim"
 _OPERATION = "text_completion"
 #: explicit bucket boundaries advised by the OpenTelemetry gen_ai semantic conventions
-_TTFT_BOUNDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+_TTFT_BOUNDS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+)
 _TPOT_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-_DURATION_BOUNDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+_DURATION_BOUNDS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
 #: device activity buffers are flushed (and aligned) this often, in virtual ns
 _FLUSH_NS = 500_000_000
 #: clock brackets kept for a fit (virtual s); under half the 32-bit counter period
@@ -336,7 +368,9 @@ class Telemetry:
                     window_s=_CLOCK_WINDOW_S,
                 )
             )
-            self._next_bracket.append(EPOCH_NS - 1_000_000_000 + (i * interval) // max(1, len(chip_clocks)))
+            self._next_bracket.append(
+                EPOCH_NS - 1_000_000_000 + (i * interval) // max(1, len(chip_clocks))
+            )
         self._bracket_interval = interval
         self._buffer: list[_Activity] = []
         self._next_flush = EPOCH_NS + _FLUSH_NS
@@ -438,7 +472,12 @@ class Telemetry:
                             "sim_gemm_bf16",
                             dev,
                             grp_ctx,
-                            {"kind": "compute", "stream": 7, "flops": g.flops_per_chip, "nbytes": g.bytes_per_chip},
+                            {
+                                "kind": "compute",
+                                "stream": 7,
+                                "flops": g.flops_per_chip,
+                                "nbytes": g.bytes_per_chip,
+                            },
                         )
                     )
                     if n < 2:
@@ -461,7 +500,12 @@ class Telemetry:
                     comm_attrs = dict(dev)
                     comm_attrs.update(
                         collective_attributes(
-                            "all_reduce", group=group_name, group_size=n, rank=c, seq=g.seq, nbytes=g.ar_bytes
+                            "all_reduce",
+                            group=group_name,
+                            group_size=n,
+                            rank=c,
+                            seq=g.seq,
+                            nbytes=g.ar_bytes,
                         )
                     )
                     self._buffer.append(
@@ -470,7 +514,9 @@ class Telemetry:
                             chip_index,
                             g.compute_end_ns[c],
                             g.ar_end_ns,
-                            "sim_allreduce_ring_bf16" if cfg.topology == "ring" else "sim_allreduce_mesh_bf16",
+                            "sim_allreduce_ring_bf16"
+                            if cfg.topology == "ring"
+                            else "sim_allreduce_mesh_bf16",
                             comm_attrs,
                             coll_ctx,
                             {"kind": "communication", "stream": 9, "flops": None, "nbytes": None},
@@ -479,7 +525,9 @@ class Telemetry:
                     if not cfg.trace_link_transfers:
                         continue
                     for tr in g.transfers:
-                        if tr.src_chip != c or (n > 2 and cfg.topology == "ring" and tr.dst_chip != (c + 1) % n):
+                        if tr.src_chip != c or (
+                            n > 2 and cfg.topology == "ring" and tr.dst_chip != (c + 1) % n
+                        ):
                             continue
                         if n == 2 and tr.src_chip != 0:
                             continue
@@ -533,7 +581,7 @@ class Telemetry:
             end_time=hn(ph, req.prefill_start_ns),
         ):
             pass
-        links = []
+        links: list[Link] = []
         for step in (req.prefill_steps[0], req.prefill_steps[-1]):
             ctx = self._step_roots.get((ph, step))
             if ctx is not None and all(link.context != ctx for link in links):
@@ -595,7 +643,9 @@ class Telemetry:
         hists[METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN].record(ttft, done_host, trace_id, span_id)
         if req.output_tokens > 1:
             tpot = (req.done_ns - req.first_token_ns) / 1e9 / (req.output_tokens - 1)
-            hists[METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN].record(tpot, done_host, trace_id, span_id)
+            hists[METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN].record(
+                tpot, done_host, trace_id, span_id
+            )
         dur = (end_true - req.arrival_ns) / 1e9
         hists[METRIC_GEN_AI_SERVER_REQUEST_DURATION].record(dur, done_host, trace_id, span_id)
 
@@ -679,7 +729,9 @@ class Telemetry:
         ts = self._host_ns(host, now_ns)
         points = self._clock_points[host]
         points.append(Sample(METRIC_ACCEL_CLOCK_OFFSET, attrs, float(mapping.offset_ns()), ts))
-        points.append(Sample(METRIC_ACCEL_CLOCK_DRIFT, attrs, float(np.asarray(mapping.drift_ppm())), ts))
+        points.append(
+            Sample(METRIC_ACCEL_CLOCK_DRIFT, attrs, float(np.asarray(mapping.drift_ppm())), ts)
+        )
         points.append(Sample(METRIC_ACCEL_CLOCK_BOUND, attrs, float(mapping.median_bound_ns()), ts))
         points.append(
             Sample(
@@ -789,5 +841,7 @@ def _histogram_metric(name: str, hist: _Hist, start_ns: int, ts: int, model: str
         name=name,
         description="",
         unit=METRIC_SPECS[name]["unit"],
-        data=Histogram(data_points=[point], aggregation_temporality=AggregationTemporality.CUMULATIVE),
+        data=Histogram(
+            data_points=[point], aggregation_temporality=AggregationTemporality.CUMULATIVE
+        ),
     )

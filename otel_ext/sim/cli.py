@@ -24,10 +24,21 @@ __all__ = ["add_arguments", "config_from_args", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the options of ``otel-ext simulate``."""
     defaults = SimConfig()
-    parser.add_argument("--hosts", type=int, default=defaults.hosts, help="hosts (default %(default)s)")
-    parser.add_argument("--chips", type=int, default=defaults.chips, help="chips per host (default %(default)s)")
-    parser.add_argument("--requests", type=int, default=defaults.requests, help="requests to serve (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed (default %(default)s)")
+    parser.add_argument(
+        "--hosts", type=int, default=defaults.hosts, help="hosts (default %(default)s)"
+    )
+    parser.add_argument(
+        "--chips", type=int, default=defaults.chips, help="chips per host (default %(default)s)"
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=defaults.requests,
+        help="requests to serve (default %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=defaults.seed, help="random seed (default %(default)s)"
+    )
     parser.add_argument(
         "--fault",
         action="append",
@@ -49,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--layer-groups", type=int, default=defaults.layer_groups, help="layer groups per step"
     )
-    parser.add_argument("--no-timeline", action="store_true", help="skip the Perfetto timeline.json")
+    parser.add_argument(
+        "--no-timeline", action="store_true", help="skip the Perfetto timeline.json"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--out", required=True, help="output folder")
 
@@ -99,9 +112,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``otel-ext simulate``; returns the exit status."""
     config = config_from_args(args)
     progress = None if args.quiet else _Progress(sys.stderr)
-    result = run_simulation(
-        config, args.out, progress=progress, timeline=not args.no_timeline
-    )
+    result = run_simulation(config, args.out, progress=progress, timeline=not args.no_timeline)
     if not args.quiet:
         print(
             f"simulate: {result.requests} requests on {config.hosts}x{config.chips} chips, "

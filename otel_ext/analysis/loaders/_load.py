@@ -151,12 +151,10 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
     data = _read_bytes(p)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path=ps, record="file") from e
-    del data
-    fmt = detect_format(p, text[:_HEAD], text[-4096:])
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    head = data[:_HEAD].decode("utf-8", errors="replace")
+    fmt = detect_format(p, head, data[-4096:].decode("utf-8", errors="replace"))
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
     if fmt == "empty":
@@ -168,10 +166,15 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
             path=ps,
             record="file",
         )
-    if fmt == "kineto":
+    if fmt == "kineto":  # bytes straight to the decoder: no text copy of the file
         return FileResult(
-            ps, fmt, table=load_kineto_text(text, path=ps, ctx=ctx), skipped=ctx.skipped
+            ps, fmt, table=load_kineto_text(data, path=ps, ctx=ctx), skipped=ctx.skipped
         )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start})", path=ps, record="file") from e
+    del data
     if fmt == "otlp-traces":
         from otel_ext.analysis.loaders.spans import load_otlp_traces_text
 

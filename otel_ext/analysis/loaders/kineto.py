@@ -43,7 +43,15 @@ import numpy as np
 from otel_ext.analysis.classify import classify_kineto, has_collective_metadata
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, us_to_ns
 from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_array, iter_object
-from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.analysis.loaders._kineto_fast import FastColumns, decode_fast
+from otel_ext.errors import InputError
+from otel_ext.analysis.table import (
+    DEVICE_CATEGORIES,
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    Category,
+    EventTable,
+)
 
 __all__ = ["DTYPE_BYTES", "load_kineto_text", "looks_like_kineto"]
 
@@ -112,12 +120,20 @@ def _coll_fields(args: dict[str, Any]) -> tuple[str, str, int, int, int]:
 
 
 def load_kineto_text(
-    text: str, *, path: str, ctx: LoadContext | None = None, events_key: str = "traceEvents"
+    text: str | bytes,
+    *,
+    path: str,
+    ctx: LoadContext | None = None,
+    events_key: str = "traceEvents",
 ) -> EventTable:
     """Parse one Kineto trace (already decompressed text) into an :class:`EventTable`.
 
+    The document is first decoded in one typed pass and its columns extracted in bulk
+    (:mod:`otel_ext.analysis.loaders._kineto_fast`); any irregularity sends it down the
+    careful event-by-event path, which names the bad record. Both give the same table.
+
     Args:
-        text: the whole JSON document.
+        text: the whole JSON document (``str``, or UTF-8 ``bytes``).
         path: the file's name, for error messages and the ``source`` column.
         ctx: where bad records go; by default they raise.
         events_key: the member holding the events.
@@ -130,6 +146,20 @@ def load_kineto_text(
         InputError: malformed JSON, a bad header or a bad event (unless ``ctx.keep_going``).
     """
     ctx = ctx or LoadContext(path)
+    if events_key == "traceEvents":
+        fast = decode_fast(text)
+        if fast is not None:
+            return _finish_fast(fast, ctx, path)
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise InputError(f"not UTF-8 text (byte {e.start})", path=path, record="file") from e
+    return _load_careful(text, path=path, ctx=ctx, events_key=events_key)
+
+
+def _load_careful(text: str, *, path: str, ctx: LoadContext, events_key: str) -> EventTable:
+    """The event-by-event path: exact error messages, ``keep_going`` per record."""
     b = ColumnBuilder(_NUMERIC, _STRINGS)
     header: dict[str, Any] = {}
     state = _State(b, ctx)
@@ -161,6 +191,116 @@ def load_kineto_text(
     return state.finish(header, path)
 
 
+def _finish_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTable:
+    n = len(fast.numeric["start_ns"])
+    columns: dict[str, np.ndarray] = {}
+    for name, (dtype, default) in NUMERIC_COLUMNS.items():
+        col = fast.numeric.get(name)
+        columns[name] = col.astype(dtype, copy=False) if col is not None else np.full(
+            n, default, dtype=dtype
+        )
+    strings: dict[str, list[str]] = {}
+    for name in STRING_COLUMNS:
+        enc = fast.strings.get(name)
+        if enc is not None:
+            columns[name], strings[name] = enc
+        else:
+            columns[name] = np.zeros(n, dtype=np.int32)
+            strings[name] = [""]
+    columns["device"] = fast.device_codes
+    t = EventTable(columns, strings, {})
+    return _finish(
+        t, fast.header, ctx, path, fast.device_keys, fast.labels, fast.uncorrelated, fast.flows
+    )
+
+
+def _device_prefix(pid: Any, cat: str, labels: dict[Any, str]) -> str:
+    if cat.startswith("mtia"):
+        return "mtia"
+    if labels.get(pid, "").startswith("MTIA"):
+        return "mtia"
+    return "gpu"
+
+
+def _finish(
+    t: EventTable,
+    header: dict[str, Any],
+    ctx: LoadContext,
+    path: str,
+    device_keys: list[tuple[Any, str, Any]],
+    labels: dict[Any, str],
+    uncorrelated: list[tuple[int, Any, Any, int, bool]],
+    flows: tuple[dict[tuple[Any, Any, int], int], dict[tuple[Any, Any, int], int]],
+) -> EventTable:
+    """Header (rank, base time, host), device names, flow links and inherited collectives.
+
+    ``t["device"]`` holds codes into ``device_keys`` (1-based; 0 = host row); they become
+    names such as ``gpu0`` or ``host/mtia1`` once every process label is known.
+    """
+    dist = header.get("distributedInfo")
+    rank = -1
+    world = -1
+    if dist is not None:
+        if not isinstance(dist, dict):
+            ctx.bad("distributedInfo", "distributedInfo is not a JSON object")
+            dist = {}
+        r = dist.get("rank")
+        if r is not None:
+            if type(r) is int and 0 <= r < 2**31:
+                rank = r
+            else:
+                ctx.bad("distributedInfo.rank", f"rank is not a non-negative integer: {r!r:.40}")
+        w = dist.get("world_size")
+        if type(w) is int and 0 < w < 2**31:
+            world = w
+    base = header.get("baseTimeNanoseconds", 0)
+    if type(base) is not int or not 0 <= base < 2**62:
+        ctx.bad("baseTimeNanoseconds", f"not a non-negative integer: {base!r:.40}")
+        base = 0
+    host = header.get("host_name") or header.get("hostname") or ""
+    if not isinstance(host, str):
+        host = str(host)
+    if base:
+        for col in ("start_ns", "end_ns"):
+            t.columns[col] += np.int64(base)
+    t.columns["rank"][:] = rank
+    names: dict[str, int] = {"": 0}
+    remap = np.zeros(len(device_keys) + 1, dtype=np.int32)
+    for k, (pid, cat, dv) in enumerate(device_keys, start=1):
+        d = f"{_device_prefix(pid, cat, labels)}{dv}"
+        if host:
+            d = f"{host}/{d}"
+        remap[k] = names.setdefault(d, len(names))
+    t.columns["device"] = remap[t.columns["device"]]
+    t.strings["device"] = list(names)
+    if host:
+        t.strings["host"] = ["", host]
+        t.columns["host"][:] = 1
+    t.strings["source"] = ["", path]
+    t.columns["source"][:] = 1
+    if uncorrelated:
+        corr = t.columns["correlation"]
+        flow_s, flow_f = flows
+        for row, pid, tid, ts, on_device in uncorrelated:
+            fid = (flow_f if on_device else flow_s).get((pid, tid, ts))
+            if fid is not None:
+                corr[row] = fid
+    _inherit_collectives(t)
+    t.meta.update(
+        format="kineto",
+        path=path,
+        rank=rank,
+        world_size=world,
+        host=host,
+        base_ns=base,
+        distributed_info=dist if isinstance(dist, dict) else None,
+        devices=[
+            p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)
+        ],
+    )
+    return t
+
+
 class _State:
     """The per-file parsing state (kept in one object so the loop binds locals once)."""
 
@@ -171,6 +311,7 @@ class _State:
         self.flow_f: dict[tuple[Any, Any, int], int] = {}
         self.uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
         self.device_pids: dict[Any, str] = {}
+        self.device_keys: dict[tuple[Any, str, Any], int] = {}
 
     def consume(self, events: Any) -> None:
         b, ctx = self.b, self.ctx
@@ -255,8 +396,12 @@ class _State:
                 s = args.get("stream", -1)
                 a_stream(s if type(s) is int and -(2**62) < s < 2**62 else -1)
                 a_tid(-1)
-                dv = args.get("device", ev.get("pid"))
-                a_dev(code("device", f"{self.device_prefix(ev.get('pid'), cat)}{dv}"))
+                pid = ev.get("pid")
+                dkey = (pid, cat, args.get("device", pid))
+                dk = self.device_keys.get(dkey)
+                if dk is None:
+                    dk = self.device_keys[dkey] = len(self.device_keys) + 1
+                a_dev(dk)
             else:
                 a_stream(-1)
                 tid = ev.get("tid")
@@ -289,77 +434,11 @@ class _State:
                 a_gsize(-1)
             row += 1
 
-    def device_prefix(self, pid: Any, cat: str) -> str:
-        if cat.startswith("mtia"):
-            return "mtia"
-        label = self.device_pids.get(pid, "")
-        if label.startswith("MTIA"):
-            return "mtia"
-        return "gpu"
-
     def finish(self, header: dict[str, Any], path: str) -> EventTable:
-        ctx = self.ctx
-        dist = header.get("distributedInfo")
-        rank = -1
-        world = -1
-        if dist is not None:
-            if not isinstance(dist, dict):
-                ctx.bad("distributedInfo", "distributedInfo is not a JSON object")
-                dist = {}
-            r = dist.get("rank")
-            if r is not None:
-                if type(r) is int and 0 <= r < 2**31:
-                    rank = r
-                else:
-                    ctx.bad(
-                        "distributedInfo.rank", f"rank is not a non-negative integer: {r!r:.40}"
-                    )
-            w = dist.get("world_size")
-            if type(w) is int and 0 < w < 2**31:
-                world = w
-        base = header.get("baseTimeNanoseconds", 0)
-        if type(base) is not int or not 0 <= base < 2**62:
-            ctx.bad("baseTimeNanoseconds", f"not a non-negative integer: {base!r:.40}")
-            base = 0
-        host = header.get("host_name") or header.get("hostname") or ""
-        if not isinstance(host, str):
-            host = str(host)
-        t = self.b.build()
-        if base:
-            for col in ("start_ns", "end_ns"):
-                t.columns[col] += np.int64(base)
-        t.columns["rank"][:] = rank
-        if host:
-            t.strings["host"] = ["", host]
-            t.columns["host"][:] = 1
-            t.strings["device"] = [f"{host}/{d}" if d else "" for d in t.strings["device"]]
-        t.strings["source"] = ["", path]
-        t.columns["source"][:] = 1
-        self._link_flows(t)
-        _inherit_collectives(t)
-        t.meta.update(
-            format="kineto",
-            path=path,
-            rank=rank,
-            world_size=world,
-            host=host,
-            base_ns=base,
-            distributed_info=dist if isinstance(dist, dict) else None,
-            devices=[
-                p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)
-            ],
-        )
-        return t
-
-    def _link_flows(self, t: EventTable) -> None:
-        """Give correlation ids to launches and kernels that only their flow events link."""
-        if not self.uncorrelated:
-            return
-        corr = t.columns["correlation"]
-        for row, pid, tid, ts, on_device in self.uncorrelated:
-            fid = (self.flow_f if on_device else self.flow_s).get((pid, tid, ts))
-            if fid is not None:
-                corr[row] = fid
+        return _finish(
+            self.b.build(), header, self.ctx, path, list(self.device_keys), self.device_pids,
+            self.uncorrelated, (self.flow_s, self.flow_f),
+        )  # fmt: skip
 
 
 def _inherit_collectives(t: EventTable) -> None:

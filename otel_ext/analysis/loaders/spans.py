@@ -154,10 +154,14 @@ class SpanRows:
         display = attrs.get(A.ACCEL_KERNEL_NAME) if name == self.n["kernel_span"] else None
         if not isinstance(display, str):
             display = attrs.get(A.ACCEL_LAYER_NAME) if category == Category.LAYER else None
+        if not isinstance(display, str) and category == Category.PHASE:
+            # phase rows are named by their phase (queue, prefill, decode, kv_transfer)
+            display = attrs.get(A.ACCEL_REQUEST_PHASE)
         rank = int_or_none(attrs.get(A.ACCEL_RANK))
         device = attrs.get(A.ACCEL_DEVICE_ID)
-        if category == Category.LINK_TRANSFER and not device:
-            device = attrs.get(A.ACCEL_LINK_ID)
+        if category == Category.LINK_TRANSFER:
+            # a transfer belongs to its link (host0/chip1-chip2, host1/nic0), not to a chip
+            device = attrs.get(A.ACCEL_LINK_ID) or device
 
         def i(key: str) -> int:
             v = int_or_none(attrs.get(key))
@@ -172,7 +176,11 @@ class SpanRows:
             rank=-1 if rank is None or not -1 <= rank < 2**31 else rank,
             stream=i(A.ACCEL_KERNEL_STREAM),
             coll_seq=i(A.ACCEL_COLLECTIVE_SEQ),
-            coll_bytes=i(A.ACCEL_COLLECTIVE_BYTES),
+            coll_bytes=(
+                i(A.ACCEL_LINK_BYTES)
+                if category == Category.LINK_TRANSFER
+                else i(A.ACCEL_COLLECTIVE_BYTES)
+            ),
             coll_group_size=max(-1, min(i(A.ACCEL_COLLECTIVE_GROUP_SIZE), 2**31 - 1)),
             correlation=i(A.ACCEL_KERNEL_CORRELATION_ID),
             span_id=span_id,

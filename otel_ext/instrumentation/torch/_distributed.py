@@ -57,7 +57,9 @@ DEFAULT_GROUP_NAME = "default_pg"
 
 # op -> (buffer param (index, name), buffer role, group param, async param)
 # role: "in"/"out" = a tensor, "in_list"/"out_list" = a list of tensors, None = no payload.
-_SPECS: dict[str, tuple[tuple[int, str] | None, str | None, tuple[int, str], tuple[int, str] | None]] = {
+_SPECS: dict[
+    str, tuple[tuple[int, str] | None, str | None, tuple[int, str], tuple[int, str] | None]
+] = {
     "all_reduce": ((0, "tensor"), "t", (2, "group"), (3, "async_op")),
     "all_gather": ((0, "tensor_list"), "list", (2, "group"), (3, "async_op")),
     "all_gather_into_tensor": ((0, "output_tensor"), "t", (2, "group"), (3, "async_op")),
@@ -81,7 +83,12 @@ _P2P_PEER = {"send": (1, "dst", 4, "group_dst"), "isend": (1, "dst", 4, "group_d
              "recv": (1, "src", 4, "group_src"), "irecv": (1, "src", 4, "group_src")}  # fmt: skip
 
 
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], where: tuple[int, str] | None, default: Any = None) -> Any:
+def _arg(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    where: tuple[int, str] | None,
+    default: Any = None,
+) -> Any:
     if where is None:
         return default
     index, name = where
@@ -218,10 +225,14 @@ class _State:
         attrs = self.identity.get(device)
         if attrs is None:
             rank = dist.get_rank() if dist.is_initialized() else None
-            attrs = self.identity[device] = device_attributes(device, host_id=self.host_id, rank=rank)
+            attrs = self.identity[device] = device_attributes(
+                device, host_id=self.host_id, rank=rank
+            )
         return attrs
 
-    def peer_of(self, op: str, group: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    def peer_of(
+        self, op: str, group: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> int | None:
         i, name, gi, gname = _P2P_PEER[op]
         group_peer = _arg(args, kwargs, (gi, gname))
         if group_peer is not None:
@@ -230,7 +241,9 @@ class _State:
         if peer is None:
             return None
         pg = group if group is not None else c10d._get_default_group()
-        return int(dist.get_group_rank(pg, peer)) if pg is not c10d._get_default_group() else int(peer)
+        return (
+            int(dist.get_group_rank(pg, peer)) if pg is not c10d._get_default_group() else int(peer)
+        )
 
     def depth(self) -> int:
         return getattr(self.tls, "depth", 0)
@@ -244,7 +257,9 @@ class _State:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if state.depth() > 0 and not getattr(state.tls, "allow_nested", False):
                 return original(*args, **kwargs)
-            started = state._start(op, buf_at, role, group_at, async_at, p2p, always_async, args, kwargs)
+            started = state._start(
+                op, buf_at, role, group_at, async_at, p2p, always_async, args, kwargs
+            )
             if started is None:
                 return original(*args, **kwargs)
             finish, is_async, late_recv = started
@@ -285,6 +300,7 @@ class _State:
             is_async = always_async or bool(_arg(args, kwargs, async_at, False))
             peer = self.peer_of(op, group, args, kwargs) if p2p else None
             late_recv = None
+            attrs: dict[str, Any]
             if p2p and peer is None:  # recv from any source: sequenced at completion
                 attrs = {
                     ACCEL_COLLECTIVE_OP: op,
@@ -318,7 +334,9 @@ class _State:
             log_once(f"torch.distributed.{op}", "%s: %s", type(exc).__name__, exc)
             return None
 
-    def _complete(self, finish: _Finisher, result: Any, is_async: bool, late_recv: tuple[str, int] | None) -> Any:
+    def _complete(
+        self, finish: _Finisher, result: Any, is_async: bool, late_recv: tuple[str, int] | None
+    ) -> Any:
         try:
             if late_recv is not None and not is_async and isinstance(result, int):
                 self._sequence_recv(finish, late_recv, result)
@@ -359,7 +377,7 @@ class _State:
             try:
                 gname, gsize, grank = state.group_info(p2p_op_list[0].group)
                 nbytes = sum(o.tensor.numel() * o.tensor.element_size() for o in p2p_op_list)
-                attrs = {
+                attrs: dict[str, Any] = {
                     ACCEL_COLLECTIVE_OP: "batch_isend_irecv",
                     ACCEL_COLLECTIVE_GROUP: gname,
                     ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
@@ -369,7 +387,9 @@ class _State:
                     **state.identity_for(p2p_op_list[0].tensor),
                 }
                 start = time.time_ns()
-                span = state.tracer.start_span(SPAN_ACCEL_COLLECTIVE, attributes=attrs, start_time=start)
+                span = state.tracer.start_span(
+                    SPAN_ACCEL_COLLECTIVE, attributes=attrs, start_time=start
+                )
                 finish = _Finisher(span, "batch_isend_irecv", nbytes, gsize, start)
                 ctx_token = _attach_span(span)
             except Exception as exc:
@@ -475,7 +495,11 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if original is None:  # an op this torch version does not have
                 continue
             state.originals[op] = original
-            wrapped = state.wrap_batch(original) if op == "batch_isend_irecv" else state.wrap(op, original)
+            wrapped = (
+                state.wrap_batch(original)
+                if op == "batch_isend_irecv"
+                else state.wrap(op, original)
+            )
             setattr(c10d, op, wrapped)
             setattr(dist, op, wrapped)
         self._state = state
@@ -494,4 +518,3 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def sequences(self) -> SequenceCounter | None:
         """The per-group sequence counters (``None`` when uninstrumented)."""
         return None if self._state is None else self._state.seqs
-

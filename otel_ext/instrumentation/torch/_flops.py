@@ -27,7 +27,9 @@ __all__ = ["Estimator", "first_tensor", "module_estimator", "sdpa_estimate"]
 Estimator = Callable[[nn.Module, tuple[Any, ...], Mapping[str, Any], Any], tuple[float, float]]
 
 
-def first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None) -> torch.Tensor | None:
+def first_tensor(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None
+) -> torch.Tensor | None:
     """The first tensor among ``args`` then ``kwargs`` values (``None`` if there is none)."""
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -39,17 +41,25 @@ def first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None)
     return None
 
 
-def _linear(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> tuple[float, float]:
+def _linear(
+    m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> tuple[float, float]:
     x = first_tensor(args, kwargs)
     m = cast(nn.Linear, m)
     x = cast(torch.Tensor, x)
     tokens = x.numel() // m.in_features
     return estimators.linear(
-        m.in_features, m.out_features, tokens=tokens, bias=m.bias is not None, elem_bytes=x.element_size()
+        m.in_features,
+        m.out_features,
+        tokens=tokens,
+        bias=m.bias is not None,
+        elem_bytes=x.element_size(),
     )
 
 
-def _conv(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> tuple[float, float]:
+def _conv(
+    m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> tuple[float, float]:
     x = first_tensor(args, kwargs)
     m = cast(nn.modules.conv._ConvNd, m)
     x = cast(torch.Tensor, x)
@@ -65,7 +75,9 @@ def _conv(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: A
     )
 
 
-def _layer_norm(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> tuple[float, float]:
+def _layer_norm(
+    m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> tuple[float, float]:
     x = first_tensor(args, kwargs)
     m = cast(nn.LayerNorm, m)
     x = cast(torch.Tensor, x)
@@ -77,19 +89,26 @@ def _layer_norm(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], 
     )
 
 
-def _embedding(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> tuple[float, float]:
+def _embedding(
+    m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> tuple[float, float]:
     idx = first_tensor(args, kwargs)
     m = cast(nn.Embedding, m)
     idx = cast(torch.Tensor, idx)
     return estimators.embedding(
-        idx.numel(), m.embedding_dim, elem_bytes=m.weight.element_size(), index_bytes=idx.element_size()
+        idx.numel(),
+        m.embedding_dim,
+        elem_bytes=m.weight.element_size(),
+        index_bytes=idx.element_size(),
     )
 
 
-def _mha(m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any) -> tuple[float, float]:
+def _mha(
+    m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> tuple[float, float]:
     m = cast(nn.MultiheadAttention, m)
     names = ("query", "key", "value")
-    q, k, v = (args[i] if i < len(args) else kwargs[names[i]] for i in range(3))
+    q, k, _ = (args[i] if i < len(args) else kwargs[names[i]] for i in range(3))
     if q.dim() == 2:  # unbatched (L, E)
         batch, q_len, kv_len = 1, q.shape[0], k.shape[0]
     elif m.batch_first:
@@ -129,7 +148,9 @@ def module_estimator(module: nn.Module) -> Estimator | None:
     return None
 
 
-def sdpa_estimate(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[float, float]:
+def sdpa_estimate(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[float, float]:
     """Estimate of ``F.scaled_dot_product_attention(query, key, value)`` (shapes ``(..., L, E)``).
 
     >>> q = torch.zeros(2, 4, 8, 16)

@@ -255,7 +255,9 @@ class _State:
             return False
         return not any(fnmatch.fnmatchcase(name, p) for p in self.exclude)
 
-    def build(self, root: nn.Module, *, depth0: int = 0, prefix: str = "") -> list[tuple[nn.Module, _Meta]]:
+    def build(
+        self, root: nn.Module, *, depth0: int = 0, prefix: str = ""
+    ) -> list[tuple[nn.Module, _Meta]]:
         """Compute (and remember) the metadata of every module under ``root``."""
         index: dict[int, int] = {id(root): 0}
         for _, parent in root.named_modules():
@@ -298,7 +300,9 @@ class _State:
         stack = self.stack()
         if stack:
             parent = stack[-1].meta
-            self.build(module, depth0=parent.depth + 1, prefix=f"{parent.name}.{type(module).__name__}")
+            self.build(
+                module, depth0=parent.depth + 1, prefix=f"{parent.name}.{type(module).__name__}"
+            )
         else:
             self.build(module)
         return self.metas[module]
@@ -314,7 +318,12 @@ class _State:
 
     # -- estimates -----------------------------------------------------------------------
     def _estimate(
-        self, meta: _Meta, module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], output: Any
+        self,
+        meta: _Meta,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        output: Any,
     ) -> tuple[float, float] | None:
         key: tuple[Any, ...] = (id(meta),)
         for t in _tensors(args) + _tensors(kwargs):
@@ -357,7 +366,12 @@ class _State:
             log_once("torch.layers.pre", "%s: %s", type(exc).__name__, exc)
 
     def post(
-        self, meta: _Meta, module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], output: Any
+        self,
+        meta: _Meta,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        output: Any,
     ) -> None:
         try:
             stack = self.stack()
@@ -421,7 +435,9 @@ class _State:
         if extra:
             span.set_attributes(extra)
         if frame.cuda is not None and self.cuda is not None:
-            self.cuda.stop(frame.cuda, frame.meta.name, frame.meta.attrs.get("accel.device.id", ""), span)
+            self.cuda.stop(
+                frame.cuda, frame.meta.name, frame.meta.attrs.get("accel.device.id", ""), span
+            )
         span.end()
         try:
             _detach(frame.token)
@@ -471,8 +487,12 @@ class _State:
                 )
             )
             if self.backward and meta.traced:
-                self.handles.append(module.register_full_backward_pre_hook(partial(self.bwd_pre, meta)))
-                self.handles.append(module.register_full_backward_hook(partial(self.bwd_post, meta)))
+                self.handles.append(
+                    module.register_full_backward_pre_hook(partial(self.bwd_pre, meta))
+                )
+                self.handles.append(
+                    module.register_full_backward_hook(partial(self.bwd_post, meta))
+                )
 
     def hook_global(self) -> None:
         from torch.nn.modules import module as mod
@@ -485,13 +505,17 @@ class _State:
                 return
             self.pre(meta, module, args)
 
-        def post(module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], output: Any) -> None:
+        def post(
+            module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], output: Any
+        ) -> None:
             meta = self.metas.get(module)
             if meta is not None:
                 self.post(meta, module, args, kwargs, output)
 
         self.handles.append(mod.register_module_forward_pre_hook(pre))
-        self.handles.append(mod.register_module_forward_hook(post, with_kwargs=True, always_call=True))
+        self.handles.append(
+            mod.register_module_forward_hook(post, with_kwargs=True, always_call=True)
+        )
         if self.backward:
 
             def bpre(module: nn.Module, grad_output: Any) -> None:
@@ -574,7 +598,9 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _patch_sdpa(self, state: _State) -> None:
         original = F.scaled_dot_product_attention
 
-        def scaled_dot_product_attention(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        def scaled_dot_product_attention(
+            query: Any, key: Any, value: Any, *args: Any, **kwargs: Any
+        ) -> Any:
             out = original(query, key, value, *args, **kwargs)
             try:
                 state.add_functional(*sdpa_estimate(query, key, value))
@@ -584,13 +610,13 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         scaled_dot_product_attention.__wrapped__ = original  # type: ignore[attr-defined]
         self._sdpa_original = original
-        F.scaled_dot_product_attention = scaled_dot_product_attention
+        F.scaled_dot_product_attention = scaled_dot_product_attention  # type: ignore[assignment]
 
     def _uninstrument(self, **kwargs: Any) -> None:
         state, self._state = self._state, None
         if self._sdpa_original is not None:
             if getattr(F.scaled_dot_product_attention, "__wrapped__", None) is self._sdpa_original:
-                F.scaled_dot_product_attention = self._sdpa_original
+                F.scaled_dot_product_attention = self._sdpa_original  # type: ignore[assignment]
             self._sdpa_original = None
         if state is not None:
             state.close()
