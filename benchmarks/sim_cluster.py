@@ -45,10 +45,16 @@ def _child(row: str, hosts: int, chips: int, requests: int, seed: int) -> dict[s
         engine = Engine(cfg, specs, sink=_Null(), counters=None)  # type: ignore[arg-type]
         model = SimCounterModel(cfg, specs, clock_ratio=engine.clock_ratio)
         engine.counters = model
-        engine.sink = type("S", (), {
-            "on_step": lambda s, r: None, "on_kv_transfer": lambda s, t: None,
-            "on_request_done": lambda s, r: None, "on_sample": lambda s, t: model.read(t),
-        })()
+        engine.sink = type(
+            "S",
+            (),
+            {
+                "on_step": lambda s, r: None,
+                "on_kv_transfer": lambda s, t: None,
+                "on_request_done": lambda s, r: None,
+                "on_sample": lambda s, t: model.read(t),
+            },
+        )()
         engine.run()
         events, steps = 0, sum(h.step for h in engine.hosts)
     else:
@@ -73,13 +79,29 @@ def main() -> None:
         return
     size = f"{args.hosts} hosts x {args.chips} chips, {args.requests} requests"
     print(f"simulated cluster benchmark: {size}")
-    print(f"{'row':<26} {'wall s':>8} {'ratio':>7} {'peak MiB':>9} {'steps':>6} {'events':>8} {'events/s':>9}")
+    print(
+        f"{'row':<26} {'wall s':>8} {'ratio':>7} {'peak MiB':>9} {'steps':>6} {'events':>8} {'events/s':>9}"
+    )
     base = None
     for row in ROWS:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", row, "--hosts", str(args.hosts), "--chips",
-             str(args.chips), "--requests", str(args.requests), "--seed", str(args.seed)],
-            check=True, capture_output=True, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                row,
+                "--hosts",
+                str(args.hosts),
+                "--chips",
+                str(args.chips),
+                "--requests",
+                str(args.requests),
+                "--seed",
+                str(args.seed),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         base = base or r["wall_s"]

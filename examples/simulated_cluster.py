@@ -39,7 +39,9 @@ def main(out_dir: str = "sim-example") -> None:
     for span in read_spans(Path(out_dir) / "traces.jsonl"):
         attrs = span.attributes
         if span.name == "accel.kernel" and attrs.get("accel.kernel.kind") == "communication":
-            members[attrs["accel.collective.id"]][attrs["accel.device.id"]] = span.end_ns - span.start_ns
+            members[attrs["accel.collective.id"]][attrs["accel.device.id"]] = (
+                span.end_ns - span.start_ns
+            )
     # lateness of a member = longest wait in its collective minus its own wait
     lateness: dict[str, list[int]] = defaultdict(list)
     for waits in members.values():

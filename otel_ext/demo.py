@@ -149,6 +149,8 @@ def _clock_summary(doc: dict[str, Any], out: Path) -> dict[str, Any]:
     bounds = [float(r.get("clock_bound_ns") or 0.0) for r in ranks]
     summary = {
         "schema": "otel-ext.clock-alignment/1",
+        # marks the file as derived output, so `otel-ext analyze` of the folder leaves it out
+        "derived_from": "otel-ext.analysis/1",
         "method": doc.get("alignment", {}).get("method", "collective-based"),
         "ranks": ranks,
         "max_bound_ns": max(bounds) if bounds else None,
@@ -317,6 +319,8 @@ def _analyze(out: Path, err: TextIO) -> dict[str, Any]:
     from otel_ext.analysis.report_html import render_html
 
     print("  aligning clocks and analysing the telemetry files ...", file=err, flush=True)
+    for stale in ("report.json", "report.html", "clock-alignment.json"):
+        (out / stale).unlink(missing_ok=True)
     doc = analyze([str(out)])
     (out / "report.json").write_text(to_json(doc))
     (out / "report.html").write_text(render_html(doc, title="otel-ext demo"), encoding="utf-8")

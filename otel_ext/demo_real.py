@@ -1,0 +1,248 @@
+"""``otel-ext demo --real``: a real PyTorch model, on the CPU, across gloo processes.
+
+Each process is one rank of a tensor-parallel decoder (Megatron-style: attention heads and
+MLP columns split across ranks, an ``all_reduce`` after each attention and MLP block) that
+serves a few batches of requests (a prefill forward, then greedy decode steps). The real
+``TorchLayerInstrumentor`` and ``TorchDistributedInstrumentor`` trace it; each rank writes
+OTLP-JSON through the project's file exporter; the analysis then reads those files exactly as
+it reads the simulated cluster's.
+
+A straggler is injected unless ``--fault none``: the chosen rank does extra real matrix work
+in every block (default: a rank drawn from the seed), so the analysis has a true cause to find
+and ``truth.json`` records it. Ranks are named ``host{rank // 2}/chip{rank % 2}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from otel_ext.errors import ConfigError
+
+__all__ = ["device_of_rank", "run_real", "run_workload"]
+
+VOCAB, DIM, HEADS, LAYERS, PROMPT, DECODE, BATCH = 256, 128, 8, 4, 32, 8, 4
+
+
+def device_of_rank(rank: int) -> tuple[str, str]:
+    """``(host, device)`` names of a rank: two ranks per (pretend) host.
+
+    >>> device_of_rank(3)
+    ('host1', 'host1/chip1')
+    """
+    host = f"host{rank // 2}"
+    return host, f"{host}/chip{rank % 2}"
+
+
+def _build_model(world: int, rank: int, slow_factor: float) -> Any:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+    heads = HEADS // world
+    hidden = 4 * DIM // world
+
+    class ShardedAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(DIM, 3 * heads * (DIM // HEADS))
+            self.out = nn.Linear(heads * (DIM // HEADS), DIM, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, _ = x.shape
+            hd = DIM // HEADS
+            q, k, v = (
+                t.reshape(b, s, heads, hd).transpose(1, 2)
+                for t in self.qkv(x).split(heads * hd, -1)
+            )
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1)
+            y = self.out(o.transpose(1, 2).reshape(b, s, heads * hd))
+            dist.all_reduce(y)
+            return y
+
+    class ShardedMlp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(DIM, hidden)
+            self.down = nn.Linear(hidden, DIM, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.down(F.gelu(self.up(x)))
+            if slow_factor > 1.0:
+                # the injected straggler: real extra matrix work on this rank only, about
+                # (factor - 1) ms per MLP call, so it arrives late at every all-reduce after it
+                w = self.up.weight
+                deadline = time.perf_counter() + (slow_factor - 1.0) * 1e-3
+                while time.perf_counter() < deadline:
+                    torch.mm(w, w.t())
+            dist.all_reduce(y)
+            return y
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1 = nn.LayerNorm(DIM)
+            self.attn = ShardedAttention()
+            self.norm2 = nn.LayerNorm(DIM)
+            self.mlp = ShardedMlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x + self.attn(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+
+    class Decoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, DIM)
+            self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
+            self.norm = nn.LayerNorm(DIM)
+            self.head = nn.Linear(DIM, VOCAB)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            x = self.embed(ids)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.norm(x))
+
+    torch.manual_seed(0)  # replicated parts identical on every rank
+    model = Decoder()
+    torch.manual_seed(1 + rank)  # each rank's shard its own
+    for block in model.blocks:
+        for p in list(block.attn.parameters()) + list(block.mlp.parameters()):
+            nn.init.normal_(p, std=0.02)
+    return model.eval()
+
+
+def run_workload(
+    rank: int, world: int, port: int, steps: int, out_dir: str, slow_rank: int, factor: float
+) -> None:
+    """One rank's process: init gloo, instrument, serve ``steps`` batches, write telemetry."""
+    import torch
+    import torch.distributed as dist
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from exporters import OtlpJsonFileSpanExporter
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
+    from semantic_conventions import attributes as A
+
+    torch.set_num_threads(1)
+    host, device = device_of_rank(rank)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    provider = TracerProvider(
+        resource=Resource.create(
+            {
+                "service.name": "otel-ext-demo-real",
+                A.ACCEL_RANK: rank,
+                A.ACCEL_WORLD_SIZE: world,
+                A.ACCEL_HOST_ID: host,
+                A.ACCEL_DEVICE_ID: device,
+                A.ACCEL_DEVICE_KIND: "cpu",
+            }
+        )
+    )
+    provider.add_span_processor(
+        BatchSpanProcessor(OtlpJsonFileSpanExporter(Path(out_dir, f"traces-rank{rank}.jsonl")))
+    )
+    model = _build_model(world, rank, factor if rank == slow_rank else 1.0)
+    layers = TorchLayerInstrumentor()
+    comms = TorchDistributedInstrumentor()
+    comms.instrument(tracer_provider=provider, host_id=host)
+    layers.instrument(
+        tracer_provider=provider, model=model, max_depth=2, host_id=host, rank=rank, device=device
+    )
+    tracer = provider.get_tracer("otel_ext.demo_real")
+    gen = torch.Generator().manual_seed(7)  # same prompts on every rank (tensor parallel)
+    try:
+        with torch.no_grad():
+            for step in range(steps):
+                with tracer.start_as_current_span(f"batch {step}"):
+                    ids = torch.randint(0, VOCAB, (BATCH, PROMPT), generator=gen)
+                    with tracer.start_as_current_span("prefill"):
+                        logits = model(ids)
+                    for _ in range(DECODE):
+                        nxt = logits[:, -1:].argmax(-1)
+                        with tracer.start_as_current_span("decode"):
+                            logits = model(nxt)
+        dist.barrier()
+    finally:
+        layers.uninstrument()
+        comms.uninstrument()
+        provider.shutdown()
+        dist.destroy_process_group()
+
+
+def run_real(args: argparse.Namespace) -> int:
+    """``otel-ext demo --real``: run, analyse and report; returns the exit status."""
+    try:
+        import torch.multiprocessing as mp
+    except ImportError:
+        raise ConfigError(
+            "--real needs PyTorch: pip install torch==2.13.0 (or `make venv`)"
+        ) from None
+    from otel_ext.demo import _analyze, _clock_summary, _print_report
+
+    world = args.ranks
+    if world < 2 or HEADS % world or (4 * DIM) % world:
+        raise ConfigError(f"--ranks must be 2, 4 or 8 for the real model (got {world})")
+    if args.steps < 1:
+        raise ConfigError("--steps must be at least 1")
+    specs = args.fault or []
+    slow_rank, factor = -1, 1.0
+    if specs == ["none"]:
+        pass
+    elif specs:
+        if len(specs) != 1 or not specs[0].startswith("straggler@"):
+            raise ConfigError("--real injects only one straggler@HOST/CHIP fault (or 'none')")
+        target = specs[0].split("@", 1)[1]
+        names = {device_of_rank(r)[1]: r for r in range(world)}
+        if target not in names:
+            raise ConfigError(f"no rank runs {target} (ranks: {', '.join(names)})")
+        slow_rank, factor = names[target], 1.6
+    else:
+        slow_rank, factor = random.Random(f"otel-ext-demo-real:{args.seed}").randrange(world), 1.6
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("traces-rank*.jsonl"):
+        old.unlink()
+    err = sys.stderr
+    cluster = f"{world} gloo ranks on this CPU (real PyTorch {LAYERS}-block tensor-parallel decoder)"
+    print(f"otel-ext demo --real: {cluster}, {args.steps} batches", file=err, flush=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.perf_counter()
+    mp.spawn(
+        run_workload,
+        args=(world, port, args.steps, str(out), slow_rank, factor),
+        nprocs=world,
+        join=True,
+    )
+    print(f"  ran in {time.perf_counter() - started:.1f} s", file=err, flush=True)
+    truth = {
+        "schema": "otel-ext.truth/1",
+        "source": "otel-ext demo --real",
+        "faults": (
+            [{"kind": "straggler", "target": device_of_rank(slow_rank)[1], "factor": factor}]
+            if slow_rank >= 0
+            else []
+        ),
+    }
+    (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
+    doc = _analyze(out, err)
+    clock = _clock_summary(doc, out)
+    _print_report(
+        doc, out=out, files={}, cluster=cluster, clock=clock, metrics_url=None, stream=sys.stdout
+    )
+    return 0
