@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import types
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -36,31 +38,63 @@ def _provider() -> TracerProvider:
     return provider
 
 
-def _best(fn: Callable[[], object], repeat: int) -> float:
+def _median(
+    fn: Callable[[], object], repeat: int, between: Callable[[], object] | None = None
+) -> float:
+    """Median wall time of ``fn``; ``between`` runs after each call, outside the timing."""
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+        if between is not None:
+            between()
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=30)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    n = args.layers
+def _noop_hooks(flat: nn.Sequential, kind: str) -> list[Any]:
+    """Register a no-op hook pair (or forward wrapper); returns the handles."""
+    from torch.nn.modules import module as mod
+
+    handles: list[Any] = []
+    if kind == "global":
+        handles.append(mod.register_module_forward_pre_hook(lambda m, a: None))
+        handles.append(mod.register_module_forward_hook(lambda m, a, o: None, always_call=True))
+    elif kind == "module":
+        for m in flat:
+            handles.append(m.register_forward_pre_hook(lambda m, a: None))
+            handles.append(m.register_forward_hook(lambda m, a, o: None, always_call=True))
+    else:  # an empty forward wrapper, bound like TorchLayerInstrumentor's
+
+        class _Undo:
+            def __init__(self, m: nn.Module):
+                self.m = m
+
+            def remove(self) -> None:
+                del vars(self.m)["forward"]
+
+        for m in flat:
+            fn = type(m).forward
+
+            def wrapper(self: nn.Module, *a: Any, _fn: Any = fn, **k: Any) -> Any:
+                try:
+                    return _fn(self, *a, **k)
+                finally:
+                    pass
+
+            m.forward = types.MethodType(wrapper, m)  # type: ignore[method-assign]
+            handles.append(_Undo(m))
+    return handles
+
+
+def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float]]:
+    """(what, us per layer, ratio to a bare SDK span); medians over ``runs`` interleaved runs."""
     flat = nn.Sequential(*[nn.Identity() for _ in range(n)])
     x = torch.zeros(1)
     inst = TorchLayerInstrumentor()
-    rows: list[tuple[str, float, str]] = []
-
-    bare_fwd = _best(lambda: flat(x), args.repeat)
     provider = _provider()
     tracer = provider.get_tracer("bench")
-    attrs = {
+    attrs: dict[str, Any] = {
         "accel.layer.name": "layers.17", "accel.layer.index": 17, "accel.layer.type": "Identity",
         "accel.layer.depth": 1, "accel.layer.pass": "forward", "accel.layer.parameters": 0,
         "accel.host.id": "h", "accel.device.id": "h/cpu",
@@ -71,55 +105,119 @@ def main() -> None:
             with tracer.start_as_current_span("accel.layer", attributes=attrs):
                 pass
 
-    bare_span = _best(bare_spans, args.repeat) / n
-    rows.append(("bare SDK span (current, 8 attrs)", bare_span * 1e6, "1.00x"))
+    def forward() -> None:
+        flat(x)
 
-    inst.instrument(tracer_provider=provider, model=flat, host_id="h")
-    eager = (_best(lambda: flat(x), args.repeat) - bare_fwd) / n
-    inst.uninstrument()
-    rows.append(("layer span, eager (hook + span)", eager * 1e6, f"{eager / bare_span:.2f}x"))
+    def instrumented(*, steady: bool = False, **options: Any) -> Callable[[], float]:
+        """Deferred: ``inst.flush()`` between passes, untimed, unless ``steady`` (then the
+        materialiser competes for the GIL with the timed passes)."""
 
-    inst.instrument(tracer_provider=provider, model=flat, host_id="h", deferred=True)
-    deferred = (_best(lambda: flat(x), args.repeat) - bare_fwd) / n
-    inst.flush()
-    inst.uninstrument()
-    rows.append(
-        ("layer span, deferred (workload thread)", deferred * 1e6, f"{deferred / bare_span:.2f}x")
-    )
+        def measure() -> float:
+            inst.instrument(tracer_provider=provider, host_id="h", **options)
+            try:
+                if options.get("deferred") and not steady:
+                    return _median(forward, repeat, inst.flush)
+                return _median(forward, repeat)
+            finally:
+                inst.flush()
+                inst.uninstrument()
 
-    handles = []
-    for m in flat:
-        handles.append(m.register_forward_pre_hook(lambda mod, a: None))
-        handles.append(
-            m.register_forward_hook(lambda mod, a, k, o: None, with_kwargs=True, always_call=True)
-        )
-    noop = (_best(lambda: flat(x), args.repeat) - bare_fwd) / n
-    for h in handles:
-        h.remove()
-    rows.append(("torch hook dispatch alone (no-op hooks)", noop * 1e6, f"{noop / bare_span:.2f}x"))
+        return measure
+
+    def noop(kind: str) -> Callable[[], float]:
+        def measure() -> float:
+            handles = _noop_hooks(flat, kind)
+            try:
+                return _median(forward, repeat)
+            finally:
+                for h in handles:
+                    h.remove()
+
+        return measure
 
     from otel_ext.instrumentation.deferred import DeferredSpanRecorder
 
     rec = DeferredSpanRecorder(tracer_provider=provider, capacity=1 << 16)
     lid = rec.register("accel.layer", attrs)
 
-    def recorder_only() -> None:
-        rec.begin(lid)
-        for _ in range(n - 1):
+    def begin_end() -> float:
+        def body() -> None:
             rec.begin(lid)
+            for _ in range(n - 1):
+                rec.begin(lid)
+                rec.end()
             rec.end()
-        rec.end()
 
-    rec_cost = _best(recorder_only, args.repeat) / n
+        return _median(body, repeat, rec.flush)
+
+    wrapped_noop = rec.wrap(lambda: None, lid)
+
+    def wrap_only() -> float:
+        def body() -> None:
+            rec.begin(lid)
+            for _ in range(n - 1):
+                wrapped_noop()
+            rec.end()
+
+        plain = _median(lambda: [None for _ in range(n - 1)], repeat)
+        return _median(body, repeat, rec.flush) - plain
+
+    # (label, measure, subtract the bare forward?)
+    cases: list[tuple[str, Callable[[], float], bool]] = [
+        ("bare SDK span (current, 8 attrs)", lambda: _median(bare_spans, repeat), False),
+        ("eager, forward wrapper (default)", instrumented(model=flat), True),
+        ("eager, module hooks", instrumented(model=flat, patch_forward=False), True),
+        ("deferred, forward wrapper (default)", instrumented(model=flat, deferred=True), True),
+        (
+            "deferred, module hooks",
+            instrumented(model=flat, deferred=True, patch_forward=False),
+            True,
+        ),
+        ("deferred, global hooks", instrumented(deferred=True), True),
+        (
+            "deferred, wrapper, materialiser running",
+            instrumented(model=flat, deferred=True, steady=True),
+            True,
+        ),
+        ("empty forward wrapper (no recording)", noop("wrapper"), True),
+        ("empty module hook pair (torch dispatch)", noop("module"), True),
+        ("empty global hook pair (torch dispatch)", noop("global"), True),
+        ("recorder begin() + end() calls only", begin_end, False),
+        ("recorder wrap() around a no-op only", wrap_only, False),
+    ]
+    results: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    for _ in range(runs):
+        for label, measure, minus_bare in cases:
+            bare_fwd = _median(forward, repeat) if minus_bare else 0.0
+            results[label].append((measure() - bare_fwd) / n)
     rec.shutdown()
-    rows.append(
-        ("deferred recorder begin+end only", rec_cost * 1e6, f"{rec_cost / bare_span:.2f}x")
-    )
+    provider.shutdown()
+    bare_span = statistics.median(results[cases[0][0]])
+    rows = []
+    for label, _, _ in cases:
+        cost = statistics.median(results[label])
+        rows.append((label, cost * 1e6, cost / bare_span))
+    return rows
 
-    print(f"per-layer cost, {n} layers (median of {args.repeat})")
-    print(f"{'what':42s} {'us/layer':>9s} {'vs bare':>8s}")
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    n = args.layers
+    inst = TorchLayerInstrumentor()
+    provider = _provider()
+    rows = _layer_costs(n, args.repeat, args.runs)
+    print(
+        f"per-layer cost, {n} nn.Identity layers "
+        f"(median of {args.runs} runs x median of {args.repeat} passes)"
+    )
+    print(f"{'what':44s} {'us/layer':>9s} {'vs bare':>8s}")
     for name, us, ratio in rows:
-        print(f"{name:42s} {us:9.2f} {ratio:>8s}")
+        print(f"{name:44s} {us:9.2f} {ratio:7.2f}x")
 
     # Forward pass of a small transformer.
     torch.manual_seed(0)
@@ -133,14 +231,14 @@ def main() -> None:
             model(inp)
 
     fwd()
-    base = _best(fwd, repeat)
+    base = _median(fwd, repeat)
     inst.instrument(tracer_provider=provider, model=model, host_id="h")
     fwd()
-    eager_f = _best(fwd, repeat)
+    eager_f = _median(fwd, repeat)
     inst.uninstrument()
     inst.instrument(tracer_provider=provider, model=model, host_id="h", deferred=True)
     fwd()
-    deferred_f = _best(fwd, repeat)
+    deferred_f = _median(fwd, repeat)
     inst.flush()
     inst.uninstrument()
 
@@ -149,7 +247,7 @@ def main() -> None:
             fwd()
 
     profiled()
-    prof = _best(profiled, repeat)
+    prof = _median(profiled, repeat)
     print(f"\nforward pass, TransformerEncoder 4x(d=128), batch 8x64, CPU (median of {repeat})")
     print(f"{'what':42s} {'ms':>9s} {'vs bare':>8s}")
     for name, t in (

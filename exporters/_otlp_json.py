@@ -3,10 +3,16 @@
 The encoding is the protobuf JSON mapping of ``ExportTraceServiceRequest`` /
 ``ExportMetricsServiceRequest`` (lowerCamelCase keys, 64-bit integers as strings, enums as
 integers, default values omitted) with one OTLP-specific twist: trace and span ids are
-lowercase hex strings, not the base64 the generic protobuf mapping produces. Spans and
-metric data are first encoded with the SDK's own OTLP encoders
+lowercase hex strings, not the base64 the generic protobuf mapping produces.
+
+Two encoders produce it. The *reference* (``reference_spans_to_otlp_dict``,
+``reference_metrics_to_otlp_dict``) first encodes with the SDK's own OTLP encoders
 (``opentelemetry.exporter.otlp.proto.common``), so the JSON carries the same fields the
-gRPC and HTTP exporters send.
+gRPC and HTTP exporters send, then converts with ``MessageToDict``: exact by construction,
+about 170 µs a span. The *direct* encoder (:mod:`exporters._fast_json`) writes the same
+bytes straight from the SDK objects, an order of magnitude faster; the public functions
+here use it, and fall back to the reference for any value it does not reproduce exactly
+(a property test checks the two agree byte for byte).
 
 >>> request = {"resourceSpans": [{"scopeSpans": [{"spans": [
 ...     {"traceId": "AAAAAAAAAAAAAAAAAAAAAQ==", "spanId": "AAAAAAAAAAI="}]}]}]}
@@ -19,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,6 +35,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
+from exporters._fast_json import metrics_to_json, spans_to_json
+
 __all__ = [
     "encode_metrics_json",
     "encode_spans_json",
@@ -35,8 +44,14 @@ __all__ = [
     "hex_ids_in_traces",
     "id_to_hex",
     "metrics_to_otlp_dict",
+    "reference_encode_metrics_json",
+    "reference_encode_spans_json",
+    "reference_metrics_to_otlp_dict",
+    "reference_spans_to_otlp_dict",
     "spans_to_otlp_dict",
 ]
+
+_logger = logging.getLogger(__name__)
 
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 
@@ -123,6 +138,95 @@ def hex_ids_in_metrics(request: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
+def reference_spans_to_otlp_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """Encode finished spans through protobuf and ``MessageToDict`` (the slow reference).
+
+    Args:
+        spans: finished SDK spans.
+
+    Returns:
+        The ``ExportTraceServiceRequest`` as the Collector's file exporter would write it
+        (hex ids).
+    """
+    message = encode_spans(spans)
+    return hex_ids_in_traces(MessageToDict(message, use_integers_for_enums=True))
+
+
+def reference_metrics_to_otlp_dict(data: MetricsData) -> dict[str, Any]:
+    """Encode collected metrics through protobuf and ``MessageToDict`` (the slow reference).
+
+    Args:
+        data: what a metric reader collected.
+
+    Returns:
+        The ``ExportMetricsServiceRequest`` as the Collector's file exporter would write
+        it (hex exemplar ids).
+    """
+    message = encode_metrics(data)
+    return hex_ids_in_metrics(MessageToDict(message, use_integers_for_enums=True))
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def reference_encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
+    """One OTLP/JSON line for ``spans`` by the reference path; see :func:`encode_spans_json`."""
+    return _line(reference_spans_to_otlp_dict(spans))
+
+
+def reference_encode_metrics_json(data: MetricsData) -> bytes:
+    """One OTLP/JSON line for ``data`` by the reference path; see :func:`encode_metrics_json`."""
+    return _line(reference_metrics_to_otlp_dict(data))
+
+
+def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
+    """One OTLP/JSON ``ExportTraceServiceRequest`` line (ending in ``\\n``) for ``spans``.
+
+    Byte for byte :func:`reference_encode_spans_json`, written by the direct encoder when
+    it can (it falls back to the reference for values it does not reproduce exactly).
+
+    Args:
+        spans: finished SDK spans.
+
+    Returns:
+        The UTF-8 line.
+
+    Raises:
+        Exception: whatever the reference encoding raises for these spans.
+
+    >>> encode_spans_json([])
+    b'{}\\n'
+    """
+    try:
+        return (spans_to_json(spans) + "\n").encode("utf-8")
+    except Exception as exc:
+        _logger.debug("direct span encoding fell back to the reference: %s", exc)
+        return reference_encode_spans_json(spans)
+
+
+def encode_metrics_json(data: MetricsData) -> bytes:
+    """One OTLP/JSON ``ExportMetricsServiceRequest`` line (ending in ``\\n``) for ``data``.
+
+    Byte for byte :func:`reference_encode_metrics_json`, written by the direct encoder
+    when it can (it falls back to the reference for values it does not reproduce exactly).
+
+    Args:
+        data: what a metric reader collected.
+
+    Returns:
+        The UTF-8 line.
+
+    Raises:
+        Exception: whatever the reference encoding raises for these metrics.
+    """
+    try:
+        return (metrics_to_json(data) + "\n").encode("utf-8")
+    except Exception as exc:
+        _logger.debug("direct metrics encoding fell back to the reference: %s", exc)
+        return reference_encode_metrics_json(data)
+
+
 def spans_to_otlp_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """Encode finished spans as one OTLP/JSON ``ExportTraceServiceRequest`` dict.
 
@@ -132,8 +236,8 @@ def spans_to_otlp_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     Returns:
         The request as the Collector's file exporter would write it (hex ids).
     """
-    message = encode_spans(spans)
-    return hex_ids_in_traces(MessageToDict(message, use_integers_for_enums=True))
+    result: dict[str, Any] = json.loads(encode_spans_json(spans))
+    return result
 
 
 def metrics_to_otlp_dict(data: MetricsData) -> dict[str, Any]:
@@ -145,19 +249,5 @@ def metrics_to_otlp_dict(data: MetricsData) -> dict[str, Any]:
     Returns:
         The request as the Collector's file exporter would write it (hex exemplar ids).
     """
-    message = encode_metrics(data)
-    return hex_ids_in_metrics(MessageToDict(message, use_integers_for_enums=True))
-
-
-def _line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def encode_spans_json(spans: Sequence[ReadableSpan]) -> bytes:
-    """One OTLP/JSON line (ending in ``\\n``) for ``spans``; see :func:`spans_to_otlp_dict`."""
-    return _line(spans_to_otlp_dict(spans))
-
-
-def encode_metrics_json(data: MetricsData) -> bytes:
-    """One OTLP/JSON line (ending in ``\\n``) for ``data``; see :func:`metrics_to_otlp_dict`."""
-    return _line(metrics_to_otlp_dict(data))
+    result: dict[str, Any] = json.loads(encode_metrics_json(data))
+    return result

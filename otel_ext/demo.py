@@ -74,7 +74,7 @@ def default_fault(hosts: int, chips: int, seed: int) -> str:
     """The fault the demo injects when none is given: kind and place drawn from ``seed``.
 
     >>> default_fault(2, 4, 0)
-    'throttle@host1/chip1'
+    'straggler@host1/chip3'
     >>> default_fault(2, 4, 0) == default_fault(2, 4, 0)
     True
     """

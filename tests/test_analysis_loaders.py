@@ -386,3 +386,138 @@ def test_otlp_bad_span(tmp_path: Path) -> None:
         load_paths([f])
     r = load_paths([f], keep_going=True)
     assert [s.record for s in r.skipped] == ["line 1 span 0", "line 2"]
+
+
+# ---------------------------------------------------------------- fast path = careful path
+
+
+def _same_table(a: EventTable, b: EventTable) -> None:
+    from otel_ext.analysis.table import NUMERIC_COLUMNS, STRING_COLUMNS
+
+    assert len(a) == len(b)
+    for c in NUMERIC_COLUMNS:
+        assert np.array_equal(a[c], b[c]), c
+    for c in STRING_COLUMNS:
+        assert a.decoded(c).tolist() == b.decoded(c).tolist(), c
+    assert a.meta == b.meta
+
+
+def test_fast_path_equals_careful_path_on_every_real_trace(shared_traces: Path) -> None:
+    from otel_ext.analysis.loaders._common import LoadContext
+    from otel_ext.analysis.loaders._kineto_fast import decode_fast
+    from otel_ext.analysis.loaders.kineto import load_kineto_careful
+
+    files = sorted(shared_traces.glob("*/*.json.gz"))
+    assert len(files) >= 14
+    for f in files:
+        data = gzip.decompress(f.read_bytes())
+        assert decode_fast(data) is not None, f  # the fast path really ran
+        fast = load_file(f).table  # streamed from the gzip file
+        careful = load_kineto_careful(data, path=str(f), ctx=LoadContext(str(f)))
+        _same_table(fast, careful)
+
+
+_tricky_name = st.sampled_from(
+    ["a},{b", 'x"}, {"ph": "X"', "ncclDevKernel_AllReduce_Sum", "c}\\n,{d", "gemm", "é€"]
+)
+
+
+@st.composite
+def rich_kineto_docs(draw: st.DrawFn) -> dict:
+    """Documents with everything the loader reads: flows instead of correlation ids, process
+    labels, collective metadata, the Trace span, float and integer times of every form."""
+    ts_form = st.one_of(
+        st.integers(0, 4 * 10**15),
+        st.tuples(st.integers(0, 4 * 10**15), st.integers(0, 999)).map(
+            lambda p: float(f"{p[0] % 10**9}.{p[1]:03d}")
+        ),
+        st.decimals(0, 10**6, places=4).map(float),  # more digits than the profiler writes
+    )
+    events: list[dict] = []
+    for i in range(draw(st.integers(0, 25))):
+        kind = draw(st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "Trace", "mtia_ccp_events"]))
+        args: dict = {}
+        if draw(st.booleans()):
+            args["correlation"] = i
+        if kind in ("kernel", "mtia_ccp_events"):
+            args.update(stream=draw(st.sampled_from([7, 13, True, "x"])), device=0)
+        if draw(st.integers(0, 5)) == 0:
+            args.update({"Collective name": "allreduce", "Group size": 2, "dtype": "Float",
+                         "In msg nelems": 10, "Process Group Name": "0", "Seq": i})  # fmt: skip
+        if draw(st.booleans()):
+            args["External id"] = draw(st.integers(0, 3))
+        ev = {"ph": "X", "cat": kind, "name": draw(st.one_of(_name, _tricky_name)), "pid": 1,
+              "tid": draw(st.sampled_from([2, 3])), "ts": draw(ts_form),
+              "dur": draw(st.one_of(st.integers(0, 10**6), st.sampled_from([68.0, 0.5, 2.25])))}  # fmt: skip
+        if args or draw(st.booleans()):
+            ev["args"] = args
+        events.append(ev)
+        if "correlation" not in args and draw(st.booleans()):
+            ph = "f" if kind in ("kernel", "mtia_ccp_events") else "s"
+            events.append({"ph": ph, "cat": "ac2g", "id": 100 + i, "pid": 1, "tid": ev["tid"],
+                           "ts": ev["ts"], "name": "launch"})  # fmt: skip
+    if draw(st.booleans()):
+        events.append({"ph": "M", "name": "process_labels", "pid": 1,
+                       "args": {"labels": draw(st.sampled_from(["MTIA 0", "GPU 0"]))}})  # fmt: skip
+    events.append({"ph": "i", "name": "instant", "ts": 1, "s": "t"})
+    return {"schemaVersion": 1, "baseTimeNanoseconds": draw(st.sampled_from([0, 10**18])),
+            "distributedInfo": {"rank": draw(st.integers(0, 9))}, "traceEvents": events,
+            "otherData": {"note": "after the events"}}  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(rich_kineto_docs(), st.integers(1, 200), st.booleans())
+def test_fast_path_equals_careful_path_on_generated_documents(
+    doc: dict, piece: int, pretty: bool
+) -> None:
+    """Chunked at every size (so events are cut anywhere, including at false boundaries
+    inside names such as ``a},{b``), the fast path gives the careful path's table."""
+    from unittest import mock
+
+    from otel_ext.analysis.loaders import _kineto_fast
+    from otel_ext.analysis.loaders._common import LoadContext
+    from otel_ext.analysis.loaders.kineto import load_kineto_careful, table_from_fast
+
+    text = json.dumps(doc, indent=2 if pretty else None).encode()
+    careful = load_kineto_careful(text, path="g.json", ctx=LoadContext("g.json"))
+    with mock.patch.object(_kineto_fast, "_CHUNK", 64):
+        fast = _kineto_fast.decode_stream(text[i : i + piece] for i in range(0, len(text), piece))
+    assert fast is not None
+    _same_table(table_from_fast(fast, LoadContext("g.json"), "g.json"), careful)
+
+
+def test_bad_event_in_a_later_chunk_names_its_record(tmp_path: Path) -> None:
+    from unittest import mock
+
+    from otel_ext.analysis.loaders import _kineto_fast
+
+    events = [dict(GOOD, ts=i) for i in range(300)]
+    events[250] = {**GOOD, "dur": -1}
+    f = tmp_path / "r.json.gz"
+    f.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    with mock.patch.object(_kineto_fast, "_CHUNK", 256):
+        with pytest.raises(InputError, match=r"r\.json\.gz: event 250: negative duration"):
+            load_paths([f])
+        assert len(load_paths([f], keep_going=True).table) == 299
+
+
+def test_multi_member_gzip_and_our_timeline_found_by_its_tail(tmp_path: Path) -> None:
+    body = json.dumps({"traceEvents": [GOOD] * 10}).encode()
+    f = tmp_path / "two_members.json.gz"
+    f.write_bytes(gzip.compress(body[:50]) + gzip.compress(body[50:]))
+    assert len(load_file(f).table) == 10
+    ours = tmp_path / "export.json.gz"
+    ours.write_bytes(gzip.compress(body[:-1] + b', "otherData": {"generator": "otel-ext"}}'))
+    assert load_file(ours).format == "derived-timeline"
+
+
+@given(st.integers(-(10**15), 10**15), st.integers(0, 999), st.integers(1, 3))
+def test_fast_time_column_is_exact(whole: int, frac: int, places: int) -> None:
+    """Decimal text of every length converts like the exact decimal path."""
+    from otel_ext.analysis.loaders._kineto_fast import _us_column
+
+    text = f"{whole}.{frac:03d}"[: len(str(whole)) + 1 + places]
+    values = [text, "68.0", 7]
+    got = _us_column(values, 3).tolist()
+    assert got == [us_to_ns(text), 68000, 7000]
+    assert Decimal(got[0]) == Decimal(text) * 1000

@@ -354,3 +354,320 @@ def test_files_folder_reading_skips_perfetto_and_sorts_naturally(tmp_path: Path)
         "traces.10.jsonl",
         "traces.jsonl",
     ]
+
+
+# -- the direct encoder against the reference (protobuf + MessageToDict) -------------------
+#
+# Spans and metrics are built directly as SDK objects, so they can carry everything the
+# reference encoder accepts: nested arrays and maps, bytes, None, NaN and infinities,
+# remote parents, trace state, dropped counts, resources and scopes shared or merely equal.
+
+from enum import IntEnum  # noqa: E402
+
+from opentelemetry.attributes import BoundedAttributes  # noqa: E402
+from opentelemetry.sdk.metrics._internal.exemplar import Exemplar  # noqa: E402
+from opentelemetry.sdk.metrics._internal.point import Buckets  # noqa: E402
+from opentelemetry.sdk.metrics.export import (  # noqa: E402
+    AggregationTemporality,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.trace import Event, ReadableSpan  # noqa: E402
+from opentelemetry.sdk.util import BoundedList  # noqa: E402
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
+from opentelemetry.trace import SpanContext, TraceFlags, TraceState  # noqa: E402
+
+from exporters._fast_json import UnsupportedValue, metrics_to_json, spans_to_json  # noqa: E402
+from exporters._otlp_json import (  # noqa: E402
+    encode_metrics_json,
+    encode_spans_json,
+    reference_encode_metrics_json,
+    reference_encode_spans_json,
+    reference_metrics_to_otlp_dict,
+    reference_spans_to_otlp_dict,
+)
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+_i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_u64 = st.integers(min_value=0, max_value=2**64 - 1)
+_doubles = st.one_of(
+    st.floats(), st.sampled_from([0.0, -0.0, 1.0, 1e300, 5e-324, float("inf"), float("-inf")])
+)
+_any_scalars = st.one_of(_text, st.booleans(), _i64, _doubles, st.binary(max_size=6), st.none())
+_any_values = st.recursive(
+    _any_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_text, inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+_attribute_maps = st.one_of(
+    st.none(),
+    st.dictionaries(_text, _any_values, max_size=4),
+    # SDK-cleaned attributes, some dropped at the limit
+    st.builds(
+        lambda items, limit: BoundedAttributes(maxlen=limit, attributes=items, immutable=False),
+        st.dictionaries(
+            st.text(min_size=1, max_size=6),
+            st.one_of(_text, _i64, _doubles, st.lists(_i64, max_size=3).map(tuple)),
+            max_size=5,
+        ),
+        st.integers(0, 5),
+    ),
+)
+_resources = st.builds(
+    Resource, st.dictionaries(_text, _any_scalars, max_size=3), st.sampled_from([None, "", "s/1"])
+)
+_scopes = st.one_of(
+    st.none(),
+    st.builds(
+        InstrumentationScope,
+        _text,
+        st.sampled_from([None, "", "1.2"]),
+        st.sampled_from([None, "", "https://s/1"]),
+        st.one_of(st.none(), st.dictionaries(_text, _any_scalars, max_size=2)),
+    ),
+)
+_trace_states = st.sampled_from(
+    [None, TraceState(), TraceState([("a", "1")]), TraceState([("vendor@x", "v-1"), ("b", "2")])]
+)
+_contexts = st.builds(
+    lambda trace_id, span_id, remote, state: SpanContext(
+        trace_id, span_id, is_remote=remote, trace_flags=TraceFlags(1), trace_state=state
+    ),
+    st.integers(0, 2**128 - 1),
+    _u64,
+    st.booleans(),
+    _trace_states,
+)
+_times = st.one_of(st.none(), st.just(0), _u64)
+
+
+def _bounded_list(items, limit):
+    bounded = BoundedList(limit)
+    bounded.extend(items)
+    return bounded
+
+
+def _sequences(elements):
+    return st.one_of(
+        st.lists(elements, max_size=3).map(tuple),
+        st.builds(_bounded_list, st.lists(elements, max_size=4), st.integers(0, 3)),
+    )
+
+
+_events = st.builds(Event, _text, _attribute_maps, _u64)
+_links = st.builds(Link, _contexts, _attribute_maps)
+_statuses = st.one_of(
+    st.builds(Status, st.sampled_from(list(StatusCode)), st.one_of(st.none(), _text)),
+)
+
+
+@st.composite
+def _span_batches(draw):
+    resources = draw(st.lists(_resources, min_size=1, max_size=3))
+    # an equal but distinct resource object must share its group, as in the SDK encoder
+    resources.append(Resource(dict(resources[0].attributes), resources[0].schema_url))
+    scopes = draw(st.lists(_scopes, min_size=1, max_size=3))
+    spans = []
+    for _ in range(draw(st.integers(0, 6))):
+        spans.append(
+            ReadableSpan(
+                name=draw(_text),
+                context=draw(_contexts),
+                parent=draw(st.one_of(st.none(), _contexts)),
+                resource=draw(st.sampled_from(resources)),
+                attributes=draw(_attribute_maps),
+                events=draw(_sequences(_events)),
+                links=draw(_sequences(_links)),
+                kind=draw(st.sampled_from(list(SpanKind))),
+                status=draw(_statuses),
+                start_time=draw(_times),
+                end_time=draw(_times),
+                instrumentation_scope=draw(st.sampled_from(scopes)),
+            )
+        )
+    return spans
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=_span_batches())
+def test_direct_span_encoding_is_the_reference_encoding(spans):
+    fast = spans_to_json(spans)  # the direct path itself, no fallback
+    reference = reference_encode_spans_json(spans)
+    assert json.loads(fast) == json.loads(reference)
+    assert (fast + "\n").encode("utf-8") == reference  # same bytes, key order included
+    assert reference_spans_to_otlp_dict(spans) == json.loads(fast)
+
+
+def _points(draw, make):
+    return draw(st.lists(st.builds(make), max_size=3))
+
+
+_exemplars = st.lists(
+    st.builds(
+        Exemplar,
+        _attribute_maps,
+        st.one_of(_i64, _doubles),
+        _u64,
+        st.one_of(st.none(), _u64),
+        st.one_of(st.none(), st.integers(0, 2**128 - 1)),
+    ),
+    max_size=2,
+)
+_number_points = st.builds(
+    NumberDataPoint, _attribute_maps, _u64, _u64, st.one_of(_i64, _doubles), _exemplars
+)
+_optional_double = st.one_of(st.none(), _doubles, st.integers(-(2**40), 2**40))
+_histogram_points = st.builds(
+    HistogramDataPoint,
+    _attribute_maps,
+    _u64,
+    _u64,
+    _u64,
+    _optional_double,
+    st.lists(_u64, max_size=4),
+    st.lists(st.one_of(_doubles, st.integers(-100, 100)), max_size=4),
+    _optional_double,
+    _optional_double,
+    _exemplars,
+)
+_buckets = st.builds(
+    Buckets, st.integers(-(2**31), 2**31 - 1), st.lists(_u64, max_size=3)
+)
+_exponential_points = st.builds(
+    ExponentialHistogramDataPoint,
+    _attribute_maps,
+    _u64,
+    _u64,
+    _u64,
+    _optional_double,
+    st.integers(-(2**31), 2**31 - 1),
+    _u64,
+    _buckets,
+    _buckets,
+    st.integers(0, 2**32 - 1),
+    _optional_double,
+    _optional_double,
+    _exemplars,
+)
+_temporalities = st.sampled_from(list(AggregationTemporality))
+_metric_data = st.one_of(
+    st.builds(Gauge, st.lists(_number_points, max_size=3)),
+    st.builds(Sum, st.lists(_number_points, max_size=3), _temporalities, st.booleans()),
+    st.builds(Histogram, st.lists(_histogram_points, max_size=2), _temporalities),
+    st.builds(ExponentialHistogram, st.lists(_exponential_points, max_size=2), _temporalities),
+)
+_metrics = st.builds(
+    Metric, _text, st.one_of(st.none(), _text), st.one_of(st.none(), _text), _metric_data
+)
+_non_null_scopes = _scopes.filter(lambda scope: scope is not None)
+
+
+@st.composite
+def _metrics_data(draw):
+    resources = draw(st.lists(_resources, min_size=1, max_size=2))
+    resources.append(resources[0])  # a repeated resource replaces the earlier entry's data
+    scopes = draw(st.lists(_non_null_scopes, min_size=1, max_size=2))
+    return MetricsData(
+        resource_metrics=[
+            ResourceMetrics(
+                resource=draw(st.sampled_from(resources)),
+                scope_metrics=[
+                    ScopeMetrics(
+                        scope=draw(st.sampled_from(scopes)),
+                        metrics=draw(st.lists(_metrics, max_size=3)),
+                        schema_url=draw(st.sampled_from(["", "ignored"])),
+                    )
+                    for _ in range(draw(st.integers(0, 2)))
+                ],
+                schema_url="ignored",
+            )
+            for _ in range(draw(st.integers(0, 3)))
+        ]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=_metrics_data())
+def test_direct_metrics_encoding_is_the_reference_encoding(data):
+    fast = metrics_to_json(data)  # the direct path itself, no fallback
+    reference = reference_encode_metrics_json(data)
+    assert json.loads(fast) == json.loads(reference)
+    assert (fast + "\n").encode("utf-8") == reference
+    assert reference_metrics_to_otlp_dict(data) == json.loads(fast)
+
+
+class _Color(IntEnum):
+    RED = 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**64, -(2**63) - 1, _Color.RED, bytearray(b"ab"), {1: "non-string key"}, (1, 2**70)],
+    ids=["u64", "below-i64", "int-enum", "bytearray", "int-key", "big-in-array"],
+)
+def test_unsupported_values_fall_back_to_the_reference(value, caplog):
+    span = ReadableSpan(
+        name="s",
+        context=SpanContext(1, 2, is_remote=False),
+        resource=Resource({"r": 1}),
+        attributes={"odd": value, "ok": "yes"},
+        start_time=1,
+        end_time=2,
+        instrumentation_scope=InstrumentationScope("scope"),
+    )
+    with pytest.raises(UnsupportedValue):
+        spans_to_json([span])
+    assert encode_spans_json([span]) == reference_encode_spans_json([span])
+    assert json.loads(encode_spans_json([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][
+        0
+    ]["attributes"][-1] == {"key": "ok", "value": {"stringValue": "yes"}}
+
+
+def test_metrics_that_the_reference_rejects_still_fail_the_export(tmp_path):
+    bad = Metric("m", None, None, Gauge([NumberDataPoint(None, 0, 1, "not a number")]))
+    data = MetricsData(
+        [ResourceMetrics(Resource({}), [ScopeMetrics(InstrumentationScope("s"), [bad], "")], "")]
+    )
+    with pytest.raises(UnsupportedValue):
+        metrics_to_json(data)
+    with pytest.raises(Exception):  # noqa: B017 - whatever the SDK encoder raises
+        encode_metrics_json(data)
+    exporter = OtlpJsonFileMetricExporter(tmp_path / "metrics.jsonl")
+    assert exporter.export(data).name == "FAILURE"
+    exporter.shutdown()
+
+
+def test_sdk_pipeline_spans_encode_identically_on_both_paths(tmp_path):
+    exporter = OtlpJsonFileSpanExporter(tmp_path / "traces.jsonl")
+    spans = _emit(
+        [
+            {
+                "name": f"s{i}",
+                "start": 1_700_000_000_000_000_000 + i,
+                "duration": 10,
+                "attributes": {"i": i, "f": 0.5, "b": True, "a": ("x", "y")},
+                "kind": kind,
+                "events": [("e", 1_700_000_000_000_000_005, {"k": 1.5})],
+                "error": i % 2 == 0,
+                "child": True,
+            }
+            for i, kind in enumerate(_KINDS)
+        ],
+        exporter,
+    )
+    assert encode_spans_json(spans) == reference_encode_spans_json(spans)
+    lines = (tmp_path / "traces.jsonl").read_bytes().splitlines(keepends=True)
+    assert b"".join(lines) == b"".join(reference_encode_spans_json([s]) for s in spans)

@@ -33,7 +33,7 @@ from otel_ext.analysis.breakdown import drop_last_step, temporal_breakdown
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
-from tests.conftest import REPO_ROOT, require
+from conftest import REPO_ROOT, require
 
 pytestmark = pytest.mark.integration
 

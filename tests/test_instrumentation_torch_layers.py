@@ -476,3 +476,256 @@ def test_attention_flops_match_torch_counter(b: int, h: int, lq: int, lk: int, d
     assert est is not None
     projections = counter.get_total_flops()  # the fused attention itself is not counted on CPU
     assert est(mha, (x, kv, kv), {}, out)[0] == projections + _sdpa_truth(b, h, lq, lk, embed // h)
+
+
+# -- deferred mode: hot-path variants, estimates, lifecycle ------------------------------
+
+
+def _tree(spans: Any) -> dict[str, tuple[Any, ...]]:
+    """Layer name -> (attributes, parent layer name): what must not depend on the mode."""
+    ids = {s.context.span_id: s.attributes["accel.layer.name"] for s in spans}
+    return {
+        s.attributes["accel.layer.name"]: (
+            dict(s.attributes),
+            ids.get(s.parent.span_id) if s.parent else None,
+        )
+        for s in spans
+    }
+
+
+def _run_traced(
+    provider: Any, exporter: Any, net: nn.Module, x: Any, *, backward: bool = False, **opts: Any
+) -> Any:
+    """Instrument with ``opts``, run ``net`` once (and its backward), return the spans."""
+    inst = TorchLayerInstrumentor()
+    inst.instrument(tracer_provider=provider, host_id="h", backward=backward, **opts)
+    try:
+        out = net(x)
+        if backward:
+            out.float().sum().backward()
+        assert inst.flush()
+    finally:
+        inst.uninstrument()
+    spans = exporter.get_finished_spans()
+    exporter.clear()
+    return spans
+
+
+@pytest.mark.parametrize(
+    "attach",
+    [{"patch_forward": True}, {"patch_forward": False}, {"global_hooks": True}],
+    ids=["forward-wrapper", "module-hooks", "global-hooks"],
+)
+def test_deferred_equals_eager_for_every_attachment(traced: Any, attach: dict[str, Any]) -> None:
+    _, provider, exporter = traced
+    model = _model()
+    opts = {} if attach.get("global_hooks") else {"model": model, **attach}
+    reference = _tree(_run_traced(provider, exporter, model, IDS, model=model))
+    eager = _tree(_run_traced(provider, exporter, model, IDS, **opts))
+    deferred_spans = _run_traced(provider, exporter, model, IDS, deferred=True, **opts)
+    assert _tree(deferred_spans) == eager == reference
+    assert len({s.context.trace_id for s in deferred_spans}) == 1
+
+
+def test_deferred_with_shapes_filters_and_backward_equals_eager(traced: Any) -> None:
+    _, provider, exporter = traced
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Sequential(nn.Tanh(), nn.Linear(8, 2)))
+    x = torch.randn(5, 4, requires_grad=True)
+    opts = {"model": model, "record_shapes": True, "exclude": ["1.1"], "backward": True}
+
+    def split(spans: Any) -> tuple[Any, Any]:
+        fwd = [s for s in spans if s.attributes["accel.layer.pass"] == "forward"]
+        bwd = [s for s in spans if s.attributes["accel.layer.pass"] == "backward"]
+        return _tree(fwd), {s.attributes["accel.layer.name"]: dict(s.attributes) for s in bwd}
+
+    eager = split(_run_traced(provider, exporter, model, x, **opts))
+    deferred = split(_run_traced(provider, exporter, model, x, deferred=True, **opts))
+    assert deferred == eager
+    # "1.1" is excluded, yet its FLOPs count in "1" and the root (inclusive totals).
+    fwd = eager[0]
+    assert fwd["1"][0]["accel.layer.flops"] == 2 * 5 * 8 * 2
+    assert fwd["Sequential"][0]["accel.layer.flops"] == 2 * 5 * 4 * 8 + 2 * 5 * 8 * 2
+    assert (
+        eager[1]["Sequential"]["accel.layer.flops"] == 2 * fwd["Sequential"][0]["accel.layer.flops"]
+    )
+
+
+class _ThreadOfStart(SimpleSpanProcessor):
+    def __init__(self) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.threads: set[int] = set()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        import threading
+
+        self.threads.add(threading.get_ident())
+
+
+def test_deferred_spans_are_made_off_the_workload_thread() -> None:
+    import threading
+
+    model = _model()
+    provider = TracerProvider()
+    spy = _ThreadOfStart()
+    provider.add_span_processor(spy)
+    inst = TorchLayerInstrumentor()
+    inst.instrument(tracer_provider=provider, model=model, deferred=True)
+    try:
+        model(IDS)
+        assert inst.flush()
+    finally:
+        inst.uninstrument()
+    assert spy.threads and threading.get_ident() not in spy.threads
+
+
+def test_forward_wrappers_are_removed_and_foreign_forwards_kept(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = _model()
+    foreign_calls: list[int] = []
+    original_head_forward = model.head.forward
+
+    def foreign(x: torch.Tensor) -> torch.Tensor:  # e.g. another library's patch
+        foreign_calls.append(1)
+        return original_head_forward(x)
+
+    model.head.forward = foreign  # type: ignore[method-assign]
+    expected = model(IDS)
+    inst.instrument(tracer_provider=provider, model=[model, model.blocks[0]], deferred=True)
+    assert "forward" in vars(model.blocks[0].ln) and "forward" in vars(model.emb)
+    assert vars(model.head)["forward"] is foreign  # left alone: hooked instead
+    assert torch.equal(model(IDS), expected)
+    assert inst.flush()
+    inst.uninstrument()
+    spans = exporter.get_finished_spans()
+    names = [s.attributes["accel.layer.name"] for s in spans]
+    assert len(names) == len(set(names))  # a module shared by both models: one span
+    assert "head" in names and len(foreign_calls) == 2
+    assert vars(model.head)["forward"] is foreign
+    assert all("forward" not in vars(m) for n, m in model.named_modules() if m is not model.head)
+    assert _hook_total(model) == 0 and inst.hook_count == 0
+
+
+def test_deepcopy_of_an_instrumented_model_runs_its_own_weights(traced: Any) -> None:
+    import copy
+
+    inst, provider, _ = traced
+    model = _model()
+    inst.instrument(tracer_provider=provider, model=model, deferred=True)
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        clone.head.weight.add_(1.0)
+    assert not torch.equal(clone(IDS), model(IDS))
+    inst.uninstrument()
+    assert torch.equal(clone(IDS), copy.deepcopy(clone)(IDS))
+
+
+class _Boom(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() < 0:
+            raise ValueError("negative")
+        return x
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_a_raising_layer_closes_its_spans_and_the_next_pass_nests(
+    traced: Any, deferred: bool
+) -> None:
+    inst, provider, exporter = traced
+    model = nn.Sequential(nn.Identity(), nn.Sequential(_Boom()))
+    inst.instrument(tracer_provider=provider, model=model, deferred=deferred)
+    with pytest.raises(ValueError, match="negative"):
+        model(-torch.ones(2))
+    model(torch.ones(2))
+    assert inst.flush()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 2 * 4  # Sequential, 0, 1, 1.0 for both passes: all ended
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 2 and roots[0].context.trace_id != roots[1].context.trace_id
+    for root in roots:  # each pass is its own, complete tree
+        tree = {
+            s.attributes["accel.layer.name"]: s
+            for s in spans
+            if s.context.trace_id == root.context.trace_id
+        }
+        assert set(tree) == {"Sequential", "0", "1", "1.0"}
+        assert tree["1.0"].parent.span_id == tree["1"].context.span_id
+        assert tree["1"].parent.span_id == tree["Sequential"].context.span_id
+
+
+def test_deferred_ring_overflow_drops_and_counts(traced: Any) -> None:
+    inst, provider, exporter = traced
+    model = nn.Sequential(*[nn.Identity() for _ in range(40)])
+    inst.instrument(tracer_provider=provider, model=model, deferred=True, deferred_capacity=16)
+    x = torch.ones(1)
+    assert torch.equal(model(x), x)
+    assert inst.flush()
+    recorder = inst._state.recorder
+    assert recorder.dropped == 41 - 16
+    assert len(exporter.get_finished_spans()) == 16
+
+
+# A random call tree, as nested lists: [estimate or None, child, child, ...].
+_trees = st.recursive(
+    st.tuples(st.one_of(st.none(), st.integers(0, 9))).map(list),
+    lambda kids: st.tuples(st.one_of(st.none(), st.integers(0, 9)), st.lists(kids, max_size=4)).map(
+        lambda t: [t[0], *t[1]]
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tree=_trees, use_wrap=st.booleans())
+def test_recorder_nesting_and_inclusive_estimates_match_the_tree(
+    tree: list[Any], use_wrap: bool
+) -> None:
+    from otel_ext.instrumentation.deferred import DeferredSpanRecorder
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    rec = DeferredSpanRecorder(tracer_provider=provider, capacity=64)
+    expected: dict[str, tuple[float | None, str | None]] = {}
+
+    def truth(node: list[Any], path: str, parent: str | None) -> float | None:
+        total = node[0]
+        for i, child in enumerate(node[1:]):
+            sub = truth(child, f"{path}.{i}", path)
+            if sub is not None:
+                total = (total or 0) + sub
+        expected[path] = (total, parent)
+        return total
+
+    truth(tree, "r", None)
+
+    def run(node: list[Any], path: str) -> None:
+        def body() -> None:
+            if node[0] is not None:
+                rec.add_estimate(float(node[0]), 2.0 * node[0])
+            for i, child in enumerate(node[1:]):
+                run(child, f"{path}.{i}")
+
+        lid = rec.register("accel.layer", {"accel.layer.name": path})
+        if use_wrap:
+            rec.wrap(body, lid)()
+        else:
+            rec.begin(lid)
+            body()
+            rec.end()
+
+    run(tree, "r")
+    assert rec.flush()
+    rec.shutdown()
+    spans = exporter.get_finished_spans()
+    got = {}
+    by_id = {s.context.span_id: s.attributes["accel.layer.name"] for s in spans}
+    for s in spans:
+        flops = s.attributes.get("accel.layer.flops")
+        if flops is not None:
+            assert s.attributes["accel.layer.bytes"] == 2 * flops
+        got[s.attributes["accel.layer.name"]] = (
+            flops,
+            by_id[s.parent.span_id] if s.parent else None,
+        )
+    assert got == expected

@@ -28,8 +28,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,9 @@ class NodeCounters:
         out = []
         for s in self.live.read(now_ns):
             attrs = s.attributes
-            if ACCEL_DEVICE_MODEL not in attrs and (ACCEL_DEVICE_ID in attrs or ACCEL_LINK_ID in attrs):
+            if ACCEL_DEVICE_MODEL not in attrs and (
+                ACCEL_DEVICE_ID in attrs or ACCEL_LINK_ID in attrs
+            ):
                 s = replace(s, attributes={**attrs, ACCEL_DEVICE_MODEL: self.device_model})
             out.append(s)
         return out
@@ -117,7 +119,8 @@ class OtlpJsonMetricsCollector(Collector):
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
-        size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
+        stem = self.path.name.split(".")[0]  # metrics.jsonl, metrics.1.jsonl, *.partial
+        size = sum(p.stat().st_size for p in self.path.parent.glob(stem + ".*"))
         if size == self._size:
             return
         latest: dict[tuple[str, tuple[tuple[str, str], ...]], MetricPoint] = {}
@@ -147,7 +150,9 @@ class OtlpJsonMetricsCollector(Collector):
         return []
 
     @staticmethod
-    def _add(families: dict[str, Metric], name: str, labels: dict[str, str], p: MetricPoint) -> None:
+    def _add(
+        families: dict[str, Metric], name: str, labels: dict[str, str], p: MetricPoint
+    ) -> None:
         if p.kind == "histogram":
             instrument = "histogram"
         elif p.kind == "sum":
@@ -164,8 +169,12 @@ class OtlpJsonMetricsCollector(Collector):
             for upper, count in zip(bounds, p.bucket_counts):
                 acc += count
                 le = "+Inf" if upper == float("inf") else floatToGoString(upper)
-                fam.add_sample(pn.family + "_bucket", {**labels, "le": le}, acc,
-                               exemplar=_exemplar(p, upper, lower))
+                fam.add_sample(
+                    pn.family + "_bucket",
+                    {**labels, "le": le},
+                    acc,
+                    exemplar=_exemplar(p, upper, lower),
+                )
                 lower = upper
             fam.add_sample(pn.family + "_count", labels, float(p.count or 0))
             fam.add_sample(pn.family + "_sum", labels, float(p.sum or 0.0))
@@ -185,10 +194,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the time)")
     parser.add_argument("--fault", action="append", default=[], metavar="KIND@TARGET")
     parser.add_argument("--interval", type=float, default=0.5, help="counter bridge interval, s")
-    parser.add_argument("--speed", type=float, default=1.0,
-                        help="simulated seconds per wall second (0: as fast as possible)")
-    parser.add_argument("--hold", type=float, default=None,
-                        help="seconds to keep serving after the run (default: until SIGTERM)")
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="simulated seconds per wall second (0: as fast as possible)",
+    )
+    parser.add_argument(
+        "--hold",
+        type=float,
+        default=None,
+        help="seconds to keep serving after the run (default: until SIGTERM)",
+    )
     return parser.parse_args(argv)
 
 
@@ -198,8 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="sim_endpoint: %(message)s")
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
     config = SimConfig(
-        hosts=args.hosts, chips=args.chips, requests=args.requests, seed=seed,
-        arrival_rate=args.rate, faults=tuple(parse_fault(f) for f in args.fault),
+        hosts=args.hosts,
+        chips=args.chips,
+        requests=args.requests,
+        seed=seed,
+        arrival_rate=args.rate,
+        faults=tuple(parse_fault(f) for f in args.fault),
     ).validated()
     host, port = parse_listen(args.listen)
     out = Path(args.out)
@@ -213,13 +234,18 @@ def main(argv: list[str] | None = None) -> int:
         skip = frozenset(d.metric for d in live.describe())
         server = PrometheusExpositionServer(
             [CounterCollector(bridge), OtlpJsonMetricsCollector(out / "metrics.jsonl", skip=skip)],
-            host=host, port=port, health=bridge.health,
+            host=host,
+            port=port,
+            health=bridge.health,
         )
         bound = server.start()
         bridge.start()
         parts.update(bridge=bridge, server=server)
-        print(f"sim_endpoint: serving http://{bound[0]}:{bound[1]}/metrics (seed {seed})",
-              file=sys.stderr, flush=True)
+        print(
+            f"sim_endpoint: serving http://{bound[0]}:{bound[1]}/metrics (seed {seed})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_signal(signum: int, frame: Any) -> None:
         if stop.is_set() or "done" not in parts:
@@ -239,8 +265,12 @@ def main(argv: list[str] | None = None) -> int:
                     stop.wait(ahead)
 
         result = run_simulation(config, out, on_start=on_start, on_slice=pace, timeline=False)
-        print(f"sim_endpoint: run done: {result.requests} requests, {result.spans} spans "
-              f"in {result.wall_seconds:.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"sim_endpoint: run done: {result.requests} requests, {result.spans} spans "
+            f"in {result.wall_seconds:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         parts["done"] = True
         stop.wait(args.hold)
     finally:

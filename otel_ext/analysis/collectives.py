@@ -25,6 +25,7 @@ spans; one rank's several rows of one collective merge (first start, last end).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,15 @@ import numpy as np
 
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["CollectiveMatch", "bus_factor", "link_stats", "match_collectives", "normalize_op"]
+__all__ = [
+    "CollectiveMatch",
+    "bus_factor",
+    "link_stats",
+    "match_collectives",
+    "normalize_op",
+    "port_stats",
+    "sampled_fraction",
+]
 
 _OPS = (
     ("allreduce", "allreduce"),
@@ -393,66 +402,360 @@ def _empty(source: str) -> CollectiveMatch:
     return CollectiveMatch(z, z, z, z, z, z, z, [], [], [], z, source)
 
 
-def link_stats(table: EventTable) -> list[dict[str, Any]]:
-    """Per link: transfers, median duration and bandwidth, and slowness against its peers.
+def sampled_fraction(table: EventTable) -> dict[str, float]:
+    """Per collective group: the share of its collectives the trace holds.
+
+    A profiler schedule (or the simulator) records one step in N; the group's sequence
+    numbers then come in blocks with gaps between. The fraction is the distinct sequence
+    numbers seen over the sequence numbers the run spanned: from the first block's start to
+    the last block's start plus one period (the median distance between block starts), as
+    the last traced block is on average followed by as many untraced ones as the others.
+    A contiguous trace gives 1.0. Costs measured on the traced collectives divided by it
+    estimate the whole run's.
+
+    >>> from otel_ext.analysis.table import Category, EventTable
+    >>> t = EventTable.from_rows([dict(category=Category.COLLECTIVE, coll_group="g",
+    ...     coll_seq=s, rank=0) for s in (0, 1, 8, 9, 16, 17, 40, 41, 42)])
+    >>> sampled_fraction(t)
+    {'g': 0.1875}
+    """
+    cat = table["category"]
+    sel = ((cat == Category.COLLECTIVE) | (cat == Category.KERNEL_COMM)) & (table["coll_seq"] >= 0)
+    out: dict[str, float] = {}
+    groups = table["coll_group"][sel]
+    seqs = table["coll_seq"][sel]
+    for g in np.unique(groups):
+        q = np.unique(seqs[groups == g])
+        starts = q[np.r_[True, np.diff(q) > 1]]
+        if len(starts) >= 2:
+            span = float(starts[-1] - starts[0] + np.median(np.diff(starts)))
+        else:
+            span = float(q[-1] - q[0] + 1)
+        frac = min(1.0, len(q) / max(span, float(q[-1] - q[0] + 1)))
+        out[table.strings["coll_group"][int(g)]] = round(frac, 6)
+    return out
+
+
+def _host_of(name: str) -> str:
+    return name.split("/", 1)[0] if "/" in name else name
+
+
+def _link_kind(link: str) -> str:
+    return "nic" if "nic" in link.rsplit("/", 1)[-1] else "chip"
+
+
+def _instances(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which collective each link-transfer row served (an index per row, -1 unknown), and
+    its group (a ``coll_group`` code per row, 0 unknown).
+
+    A transfer's parent span is the collective (or communication kernel) it moved data for;
+    its id (or group and sequence number) is the instance. Transfers without such a parent
+    are grouped by host, size and start: transfers of one collective start together (within
+    half the median duration of the group) and carry the same bytes.
+    """
+    cat = table["category"]
+    comm = np.flatnonzero(
+        ((cat == Category.COLLECTIVE) | (cat == Category.KERNEL_COMM)) & (table["span_id"] > 0)
+    )
+    key_of: dict[int, tuple[tuple[int, int, int], int]] = {}
+    for r in comm.tolist():
+        cid = int(table["coll_id"][r])
+        grp = int(table["coll_group"][r])
+        key = (1, cid, 0) if cid else (0, grp, int(table["coll_seq"][r]))
+        if cid or table["coll_seq"][r] >= 0:
+            key_of[int(table["span_id"][r])] = (key, grp)
+    keys: dict[tuple[Any, ...], int] = {}
+    inst = np.full(len(rows), -1, dtype=np.int64)
+    group = np.zeros(len(rows), dtype=np.int64)
+    parents = table["parent_span_id"][rows].tolist()
+    for i, p in enumerate(parents):
+        kg = key_of.get(int(p))
+        if kg is not None:
+            inst[i] = keys.setdefault(kg[0], len(keys))
+            group[i] = kg[1]
+    rest = np.flatnonzero(inst < 0)
+    if len(rest):
+        start = table["start_ns"][rows[rest]]
+        dur = table["end_ns"][rows[rest]] - start
+        nbytes = table["coll_bytes"][rows[rest]]
+        hosts = [_host_of(table.strings["device"][int(d)]) for d in table["device"][rows[rest]]]
+        host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)[1]
+        order = np.lexsort((start, nbytes, host_code))
+        tol = max(1.0, float(np.median(dur)) / 2)
+        prev: tuple[int, int, int] | None = None
+        cur = -1
+        for j in order.tolist():
+            here = (int(host_code[j]), int(nbytes[j]), int(start[j]))
+            if prev is None or here[:2] != prev[:2] or here[2] - prev[2] > tol:
+                cur = keys.setdefault(("start", *here), len(keys))
+                prev = here
+            inst[rest[j]] = cur
+    return inst, group
+
+
+def link_stats(
+    table: EventTable,
+    *,
+    paired_ratio: float = 1.1,
+    slowest_share: float = 0.75,
+) -> list[dict[str, Any]]:
+    """Per link: transfers, bandwidth, and how it compares with links doing the same work.
 
     Link-transfer rows (``Category.LINK_TRANSFER``) name their link in the ``device`` column
-    (``host0/chip1-chip2``, ``host1/nic0``). Peers are the other links of the same kind (a
-    link between chips, or a host's network port); ``slowness`` is the median bandwidth of
-    all links of that kind over this link's (or, without byte counts, this link's median duration over
-    the peers'): 1 is normal, 2 means half speed.
+    (``host0/chip1-chip2``, ``host1/nic0``) and carry their bytes in ``coll_bytes``.
+
+    A chip-to-chip link is compared with the other links of the *same collective* (the
+    collective its transfers served, or transfers of the same host and size that start
+    together): those carry the same bytes at the same moment, so the ratio of durations is
+    the inverse ratio of achieved bandwidths (bytes / duration), free of the differences in
+    size and load between hosts (prefill and decode hosts move very different amounts).
+    ``slowness`` is the median over its collectives of its duration ÷ the collective's median
+    link duration (the other link's with two); ``slowest_share`` the share of them in which it finished last; ``wait_ns`` the
+    time those collectives waited for it beyond the next-slowest link (the all-reduce ends
+    when its slowest link has delivered). A link is ``slow`` when its slowness is at least
+    ``paired_ratio`` and it finished last in at least ``slowest_share`` of its collectives.
+
+    Links without such peers (a host with one link) are compared with links of the same
+    kind carrying transfers of the same size (within 10 %) elsewhere; network ports are
+    judged by :func:`port_stats` (their rows here have ``slowness`` from it when merged by
+    the caller, else None).
 
     >>> from otel_ext.analysis.table import Category, EventTable
     >>> rows = [dict(start_ns=i * 100, end_ns=i * 100 + d, category=Category.LINK_TRANSFER,
     ...              device=l, coll_bytes=1000)
     ...         for i in range(4) for l, d in [("h0/chip0-chip1", 10), ("h0/chip1-chip2", 30),
     ...                                        ("h0/chip2-chip3", 10)]]
-    >>> [(s["link"], s["slowness"]) for s in link_stats(EventTable.from_rows(rows))]
-    [('h0/chip0-chip1', 1.0), ('h0/chip1-chip2', 3.0), ('h0/chip2-chip3', 1.0)]
+    >>> [(s["link"], s["slowness"], s["slow"]) for s in link_stats(EventTable.from_rows(rows))]
+    [('h0/chip0-chip1', 1.0, False), ('h0/chip1-chip2', 3.0, True), ('h0/chip2-chip3', 1.0, False)]
     """
     rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
     if len(rows) == 0:
         return []
     dev = table["device"][rows]
-    dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
+    start = table["start_ns"][rows]
+    dur = (table["end_ns"][rows] - start).astype(np.float64)
     nbytes = table["coll_bytes"][rows].astype(np.float64)
+    inst, group = _instances(table, rows)
+    codes = [int(c) for c in np.unique(dev) if c != 0]
+    names = {c: table.strings["device"][c] for c in codes}
+    kinds = {c: _link_kind(names[c]) for c in codes}
+    # paired comparison inside each collective (chip links)
+    ratios: dict[int, list[float]] = {c: [] for c in codes}
+    last: dict[int, int] = dict.fromkeys(codes, 0)
+    wait: dict[int, float] = dict.fromkeys(codes, 0.0)
+    chip = np.asarray([kinds.get(int(d)) == "chip" for d in dev])
+    sel = np.flatnonzero(chip & (inst >= 0))
+    order = sel[np.argsort(inst[sel], kind="stable")]
+    bounds = np.flatnonzero(np.r_[True, inst[order][1:] != inst[order][:-1]])
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(order)].tolist()):
+        members = order[b:e]
+        # one duration per link (both directions of a link may be traced)
+        per: dict[int, float] = {}
+        for j in members.tolist():
+            per[int(dev[j])] = max(per.get(int(dev[j]), 0.0), float(dur[j]))
+        if len(per) < 2:
+            continue
+        items = sorted(per.items(), key=lambda kv: kv[1])
+        every = [v for _, v in items]
+        for c, d in items:
+            # the median link of the collective (itself included: robust with three or more)
+            ref = float(np.median(every)) if len(every) >= 3 else sum(every) - d
+            if ref > 0:
+                ratios[c].append(d / ref)
+        top_c, top_d = items[-1]
+        last[top_c] += 1
+        wait[top_c] += top_d - items[-2][1]
+    # fallback for chip links without same-collective peers: same-size transfers elsewhere
+    size_class = np.where(nbytes > 0, np.round(np.log(np.maximum(nbytes, 1)) / math.log(1.1)), -1)
     stats: list[dict[str, Any]] = []
-    for code in np.unique(dev):
-        if code == 0:
-            continue
-        sel = dev == code
-        link = table.strings["device"][int(code)]
-        d = dur[sel]
-        b = nbytes[sel]
+    for c in codes:
+        m = dev == c
+        d, bts = dur[m], nbytes[m]
         with np.errstate(divide="ignore", invalid="ignore"):
-            bw = np.where((b > 0) & (d > 0), b / (d / 1e9), np.nan)
+            bw = np.where((bts > 0) & (d > 0), bts / (d / 1e9), np.nan)
         bw = bw[np.isfinite(bw)]
-        stats.append(
-            {
-                "link": link,
-                "kind": "nic" if "nic" in link.rsplit("/", 1)[-1] else "chip",
-                "host": link.split("/", 1)[0] if "/" in link else "",
-                "transfers": int(sel.sum()),
-                "bytes": int(b[b > 0].sum()),
-                "busy_ns": int(d.sum()),
-                "median_ns": float(np.median(d)),
-                "median_bw": float(np.median(bw)) if len(bw) else None,
-            }
-        )
-    for s in stats:
-        peers = [p for p in stats if p["kind"] == s["kind"] and p is not s]
-        s["peers"] = len(peers)
-        if not peers:
-            s["slowness"] = None
-            s["peer_median_ns"] = None
-            continue
-        kin = [*peers, s]  # the median over all links of the kind, robust with three or more
-        peer_bw = [p["median_bw"] for p in kin if p["median_bw"]]
-        s["peer_median_ns"] = float(np.median([p["median_ns"] for p in kin]))
-        if s["median_bw"] and peer_bw:
-            s["slowness"] = round(float(np.median(peer_bw)) / s["median_bw"], 6)
-        elif s["peer_median_ns"] > 0:
-            s["slowness"] = round(s["median_ns"] / s["peer_median_ns"], 6)
-        else:
-            s["slowness"] = None
+        link = names[c]
+        row: dict[str, Any] = {
+            "link": link,
+            "kind": kinds[c],
+            "host": _host_of(link) if "/" in link else "",
+            "transfers": int(m.sum()),
+            "bytes": int(bts[bts > 0].sum()),
+            "busy_ns": int(d.sum()),
+            "median_ns": float(np.median(d)),
+            "median_bw": float(np.median(bw)) if len(bw) else None,
+            "peers": 0,
+            "peer_median_ns": None,
+            "slowness": None,
+            "basis": None,
+            "collectives": len(ratios[c]),
+            "slowest_share": None,
+            "wait_ns": 0,
+            "slow": False,
+            "group": None,
+        }
+        g = group[m & (group > 0)]
+        if len(g):
+            row["group"] = table.strings["coll_group"][int(np.bincount(g).argmax())]
+        if kinds[c] == "chip" and len(ratios[c]) >= 1:
+            n = len(ratios[c])
+            row["slowness"] = round(float(np.median(ratios[c])), 6)
+            row["slowest_share"] = round(last[c] / n, 6)
+            row["wait_ns"] = int(wait[c])
+            row["basis"] = "same collective"
+            row["peers"] = len(
+                {int(dev[j]) for j in np.flatnonzero(np.isin(inst, inst[m & (inst >= 0)]))} - {c}
+            )
+            row["peer_median_ns"] = round(row["median_ns"] / row["slowness"], 3)
+        elif kinds[c] == "chip":
+            peer_m = chip & (dev != c) & (size_class >= 0)
+            rs = []
+            for k in np.unique(size_class[m & (size_class >= 0)]):
+                pd = dur[peer_m & (size_class == k)]
+                if len(pd):
+                    rs.extend((dur[m & (size_class == k)] / float(np.median(pd))).tolist())
+            if rs:
+                row["slowness"] = round(float(np.median(rs)), 6)
+                row["slowest_share"] = round(float(np.mean(np.asarray(rs) > 1.0)), 6)
+                row["basis"] = "same size"
+                row["peers"] = len({int(x) for x in dev[peer_m]})
+                row["peer_median_ns"] = round(row["median_ns"] / row["slowness"], 3)
+                extra = dur[m] - dur[m] / row["slowness"]
+                row["wait_ns"] = int(max(0.0, float(extra.sum())))
+        if row["slowness"] is not None:
+            row["slow"] = bool(
+                row["slowness"] >= paired_ratio and (row["slowest_share"] or 0) >= slowest_share
+            )
+        stats.append(row)
     return stats
+
+
+def _endpoints(table: EventTable, row: int) -> tuple[str, ...]:
+    """The hosts whose ports a network transfer crossed: from its ``SRC->DST`` name, else the
+    host of the port its link id names."""
+    name = table.strings["name"][int(table["name"][row])]
+    if "->" in name:
+        a, b = name.split("->", 1)
+        ends = tuple(dict.fromkeys(_host_of(x.strip()) for x in (a, b) if x.strip()))
+        if ends:
+            return ends
+    return (_host_of(table.strings["device"][int(table["device"][row])]),)
+
+
+def port_stats(
+    table: EventTable,
+    *,
+    nominal_bw: float | None = None,
+    efficiency: float = 0.8,
+    slow_ratio: float = 1.3,
+    slow_share: float = 0.6,
+    min_transfers: int = 3,
+) -> list[dict[str, Any]]:
+    """Per host network port: how its transfers' achieved bandwidth compares with a healthy
+    port's, and which port best explains the slow transfers.
+
+    Every network transfer (a link-transfer row on a ``.../nicN`` link) crosses the ports of
+    both its endpoints (its ``SRC->DST`` name; else only the port its link names). The
+    reference rate is ``efficiency`` × the port's nominal bandwidth when known (the device
+    registry's ``nic_bandwidth``), else the best port's median achieved rate. A transfer is
+    slow when its achieved bandwidth (bytes / duration) is below the reference ÷
+    ``slow_ratio``. A port is *implicated* when at least ``slow_share`` of its (at least
+    ``min_transfers``) transfers are slow; implicated ports are then chosen greedily, the one
+    explaining the most slow transfers first, and a port whose slow transfers are all
+    explained by a chosen one is dropped. When two ports crossed exactly the same transfers
+    (two hosts, one talking only to the other) the telemetry cannot tell them apart: the
+    chosen row lists both in ``candidates`` with ``ambiguous`` true, and names the port the
+    transfers' link id names.
+
+    Row keys: ``host``, ``transfers``, ``slow_transfers``, ``slow_share``, ``median_bw``,
+    ``reference_bw``, ``reference`` (``nominal`` or ``best port``), ``slowness`` (reference ÷
+    median achieved bandwidth), ``healthy_bw`` (median rate of transfers that are not slow,
+    else the reference), ``extra_ns`` (Σ over its slow transfers of duration − bytes ÷
+    healthy rate), ``partners``, ``implicated``, ``chosen``, ``candidates``, ``ambiguous``.
+
+    >>> from otel_ext.analysis.table import Category, EventTable
+    >>> rows = [dict(start_ns=i * 10**6, end_ns=i * 10**6 + d, category=Category.LINK_TRANSFER,
+    ...              device=f"{src}/nic0", name=f"{src}->{dst}", coll_bytes=10**6)
+    ...         for i in range(4) for src, dst, d in [("h0", "h2", 100_000), ("h1", "h2", 10_000)]]
+    >>> [(p["host"], p["chosen"]) for p in port_stats(EventTable.from_rows(rows))]
+    [('h0', True), ('h1', False), ('h2', False)]
+    """
+    rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
+    nic = [
+        r
+        for r in rows.tolist()
+        if _link_kind(table.strings["device"][int(table["device"][r])]) == "nic"
+    ]
+    if not nic:
+        return []
+    idx = np.asarray(nic, dtype=np.int64)
+    d = (table["end_ns"][idx] - table["start_ns"][idx]).astype(np.float64)
+    b = table["coll_bytes"][idx].astype(np.float64)
+    ok = (d > 0) & (b > 0)
+    bw = np.where(ok, b / np.maximum(d, 1) * 1e9, np.nan)
+    ends = [_endpoints(table, r) for r in nic]
+    named = [_host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
+    hosts = sorted({h for e in ends for h in e})
+    touch = {h: np.asarray([h in e for e in ends]) & ok for h in hosts}
+    med = {h: float(np.median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
+    if nominal_bw:
+        reference, basis = efficiency * float(nominal_bw), "nominal"
+    else:
+        best = [v for v in med.values() if v]
+        if not best:
+            return []
+        reference, basis = max(best), "best port"
+    slow = ok & (bw < reference / slow_ratio)
+    fine = ok & ~slow
+    healthy = float(np.median(bw[fine])) if fine.sum() >= min_transfers else reference
+    extra = np.where(slow, d - b / healthy * 1e9, 0.0)
+    out: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        t = touch[h]
+        n, ns = int(t.sum()), int((t & slow).sum())
+        partners = sorted({x for e, s in zip(ends, (t & slow).tolist()) if s for x in e} - {h})
+        out[h] = {
+            "host": h,
+            "transfers": n,
+            "slow_transfers": ns,
+            "slow_share": round(ns / n, 6) if n else 0.0,
+            "median_bw": med[h],
+            "reference_bw": reference,
+            "reference": basis,
+            "slowness": round(reference / m_h, 6) if (m_h := med[h]) else None,
+            "healthy_bw": healthy,
+            "extra_ns": int(max(0.0, float(extra[t & slow].sum()))),
+            "partners": partners,
+            "implicated": bool(n >= min_transfers and ns / max(n, 1) >= slow_share),
+            "chosen": False,
+            "candidates": [h],
+            "ambiguous": False,
+        }
+    # greedy explanation of the slow transfers
+    left = slow.copy()
+    pool = [h for h in hosts if out[h]["implicated"]]
+    while pool:
+        cover = {h: int((touch[h] & left).sum()) for h in pool}
+        pool = [h for h in pool if cover[h] >= min_transfers]
+        if not pool:
+            break
+        pool.sort(key=lambda h: (-cover[h], -out[h]["slow_share"], h))
+        first = pool[0]
+        same = [
+            h
+            for h in pool
+            if np.array_equal(touch[h] & left, touch[first] & left)
+            and out[h]["slow_share"] == out[first]["slow_share"]
+        ]
+        if len(same) > 1:
+            # indistinguishable: name the port the transfers' link id names
+            names_cnt = {h: sum(1 for nm, s in zip(named, left.tolist()) if s and nm == h)
+                         for h in same}  # fmt: skip
+            first = max(same, key=lambda h: (names_cnt[h], -same.index(h)))
+        row = out[first]
+        row["chosen"] = True
+        row["candidates"] = sorted(same)
+        row["ambiguous"] = len(same) > 1
+        left &= ~touch[first]
+        pool = [h for h in pool if h not in same]
+    return [out[h] for h in hosts]

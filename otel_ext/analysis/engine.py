@@ -6,7 +6,7 @@ analysis and ranks the findings. The document's top-level keys (schema
 
 ``schema``, ``inputs``, ``skipped``, ``run``, ``ranks``, ``temporal_breakdown``,
 ``idle_breakdown``, ``comm_comp_overlap``, ``kernel_breakdown``, ``collectives``, ``links``,
-``stragglers``, ``critical_path``, ``causality``, ``load_imbalance``, ``roofline``,
+``ports``, ``stragglers``, ``critical_path``, ``causality``, ``load_imbalance``, ``roofline``,
 ``requests``, ``findings``.
 
 Per-rank breakdowns (temporal, idle, overlap, kernels) are computed on each rank's own clock
@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.alignment import align_ranks
-from otel_ext.analysis.collectives import CollectiveMatch, link_stats, match_collectives
+from otel_ext.analysis.collectives import (
+    CollectiveMatch,
+    link_stats,
+    match_collectives,
+    port_stats,
+    sampled_fraction,
+)
 from otel_ext.analysis.critical_path import critical_path
 from otel_ext.analysis.findings import Thresholds, build_findings
 from otel_ext.analysis.imbalance import load_imbalance
@@ -94,6 +100,36 @@ def _device_model(load: Any) -> str | None:
                 if model in known:
                     return str(model)
     return None
+
+
+def _spec(model: str | None, field: str) -> float | None:
+    """A device model's registry value (``nic_bandwidth``, ...), or None."""
+    if not model:
+        return None
+    from semantic_conventions.registry import load_registry
+
+    value = load_registry().device_specs.get(model, {}).get(field)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _peer_groups(match: CollectiveMatch) -> dict[int, int]:
+    """Ranks that meet at collectives, as connected components: rank -> component id."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    inst, ranks = match.member_instance.tolist(), match.member_rank.tolist()
+    first: dict[int, int] = {}
+    for i, r in zip(inst, ranks):
+        f = first.setdefault(i, r)
+        a, b = find(f), find(r)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return {r: find(r) for r in parent}
 
 
 def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
@@ -189,9 +225,25 @@ def analyze(
         straggler_rank=top["rank"] if top and top["score"] > 0 else None,
         steps=steps,
     )
-    links = link_stats(aligned)
-    imb = load_imbalance(aligned)
+    th = thresholds or Thresholds()
     model = device_model or _device_model(load)
+    # link durations on each host's own clock (alignment shifts whole ranks, repairs ends)
+    links = link_stats(
+        table, paired_ratio=th.link_paired_ratio, slowest_share=th.link_slowest_share
+    )
+    ports = port_stats(
+        table,
+        nominal_bw=_spec(model, "nic_bandwidth"),
+        efficiency=th.nic_efficiency,
+        slow_ratio=th.link_slowness,
+        slow_share=th.port_slow_share,
+    )
+    by_host = {p["host"]: p for p in ports}
+    for row in links:
+        port = by_host.get(row["host"]) if row["kind"] == "nic" else None
+        if port is not None:
+            row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
+    imb = load_imbalance(aligned, groups=_peer_groups(amatch))
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
     dev = aligned["rank"] >= 0
@@ -201,6 +253,8 @@ def analyze(
         match=amatch,
         stragglers=strag,
         links=links,
+        ports=ports,
+        coverage=sampled_fraction(table),
         metrics=metrics,
         overlap=ovl,
         temporal=temporal,
@@ -208,7 +262,7 @@ def analyze(
         imbalance=imb,
         run_ns=run_end - run_start,
         rank_names=names,
-        thresholds=thresholds,
+        thresholds=th,
     )
     ranks = []
     for r in sorted(names):
@@ -250,6 +304,7 @@ def analyze(
         "kernel_breakdown": kernel_doc,
         "collectives": collectives,
         "links": links,
+        "ports": ports,
         "stragglers": strag.rows,
         "critical_path": cp.as_dict(),
         "causality": alignment.causality(),

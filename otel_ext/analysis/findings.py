@@ -11,10 +11,14 @@ numbers it rests on) and a one-line ``summary``. The kinds, and how they are tol
 * **throttle**: the same lateness, but it starts part-way: compute ratios are normal in the
   early windows and high later, and the chip's clock frequency drops (temperature up) at
   about that time.
-* **slow-link**: transfers over one chip-to-chip link are slower than over the other links
-  (bandwidth below its peers'), while no rank computes slowly; the link's counters are shown.
-* **slow-nic**: transfers through one host's network port (inter-host, KV-cache, cross-host
-  collectives) are slower than through the other hosts' ports.
+* **slow-link**: one chip-to-chip link's transfers are the slowest of the collectives they
+  serve (compared with the other links of the same collective: same bytes, same moment),
+  in most of them, while no rank computes slowly; the link's counters are shown.
+* **slow-nic**: transfers through one host's network port (KV-cache, inter-host) run well
+  below the port's expected rate, and that port explains the slow transfers better than
+  any other (see :func:`~otel_ext.analysis.collectives.port_stats`; when two ports crossed
+  exactly the same transfers the finding says it is ambiguous, unless one port's error
+  counter settles it).
 * **exposed-communication**: communication not hidden behind computation takes a large share
   of the device time.
 * **host-bound**: devices wait for the host to launch work (HTA's host-wait idle).
@@ -28,8 +32,10 @@ produce (exposed communication, imbalance, idle), each group by ``impact_ns``; a
 an impact under ``min_cause_pct`` ranks with the symptoms unless counters show it directly.
 
 Impact of a slow rank: the run time saved if it arrived at the median pace (see
-:func:`otel_ext.analysis.critical_path.straggler_saving`); of a slow link or port: the time
-its transfers took beyond the median link's.
+:func:`otel_ext.analysis.critical_path.straggler_saving`); of a slow link: the time its
+collectives waited for it beyond their next-slowest link; both measured on the traced
+collectives and divided by the traced share of the group's collectives (sampled traces).
+Of a slow port: its slow transfers' time beyond the healthy rate.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.counters import correlate_counters
+from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.critical_path import straggler_saving
 from otel_ext.analysis.stragglers import StragglerReport
 from semantic_conventions import metrics as M
@@ -60,7 +66,11 @@ class Thresholds:
     straggler_score: float = 0.5
     throttle_freq_drop: float = 0.92  # frequency after / before the change point
     onset_ratio_early: float = 1.04  # compute ratio before a throttle's onset at most
-    link_slowness: float = 1.3  # a link this much slower than the median link of its kind
+    link_paired_ratio: float = 1.1  # a link this much slower than its collective's median link
+    link_slowest_share: float = 0.75  # ... and the last to finish in this share of them
+    link_slowness: float = 1.3  # a network transfer this much below the expected rate is slow
+    port_slow_share: float = 0.6  # a port with this share of slow transfers is implicated
+    nic_efficiency: float = 0.8  # expected rate: this fraction of the port's nominal bandwidth
     exposed_comm_pct: float = 10.0
     host_wait_pct: float = 20.0
     imbalance: float = 0.1
@@ -129,6 +139,34 @@ def _onset(by_window: Sequence[float | None], th: Thresholds) -> int | None:
     return None
 
 
+def _coverage(coverage: dict[str, float] | None, group: str | None) -> float:
+    """The traced share of a group's collectives (1.0 when unknown)."""
+    if not coverage or group is None:
+        return 1.0
+    return min(1.0, max(coverage.get(group, 1.0), 1e-3))
+
+
+def _port_errors(metrics: Any, host: str) -> float:
+    """Errors a host's network ports counted over the run (``hw.errors`` on its NIC links)."""
+    total = 0.0
+    for link in metrics.strings.get("link", []):
+        if link.split("/", 1)[0] != host or "nic" not in link.rsplit("/", 1)[-1]:
+            continue
+        _, v = series_of(metrics, M.METRIC_HW_ERRORS, "link", link)
+        if len(v) >= 2:
+            total += max(0.0, float(v[-1] - v[0]))
+    return total
+
+
+def _group_of(match: CollectiveMatch, rank: int) -> str | None:
+    """The collective group a rank meets its peers in most often."""
+    inst = match.member_instance[match.member_rank == rank]
+    if len(inst) == 0:
+        return None
+    groups = [match.group[int(i)] for i in inst]
+    return max(set(groups), key=groups.count)
+
+
 def _slow_ranks(stragglers: StragglerReport, th: Thresholds) -> list[dict[str, Any]]:
     rows = stragglers.rows
     if len(rows) < 2:
@@ -155,6 +193,8 @@ def build_findings(
     match: CollectiveMatch,
     stragglers: StragglerReport,
     links: list[dict[str, Any]],
+    ports: Sequence[dict[str, Any]] = (),
+    coverage: dict[str, float] | None = None,
     metrics: Any = None,
     overlap: Sequence[dict[str, Any]] = (),
     temporal: Sequence[dict[str, Any]] = (),
@@ -169,7 +209,12 @@ def build_findings(
     Args:
         match: collectives matched across ranks (aligned).
         stragglers: :func:`~otel_ext.analysis.stragglers.find_stragglers`'s report.
-        links: :func:`~otel_ext.analysis.collectives.link_stats`'s rows.
+        links: :func:`~otel_ext.analysis.collectives.link_stats`'s rows (a chip link's
+            ``group``, when set, is the collective group its transfers served).
+        ports: :func:`~otel_ext.analysis.collectives.port_stats`'s rows.
+        coverage: per collective group, the share of its collectives traced
+            (:func:`~otel_ext.analysis.collectives.sampled_fraction`): costs measured on
+            traced collectives are divided by it to estimate the whole run's.
         metrics: the loaded metric points (for counter evidence), or None.
         overlap, temporal, idle: part A's per-rank rows as dicts.
         imbalance: :func:`~otel_ext.analysis.imbalance.load_imbalance`'s output.
@@ -206,7 +251,9 @@ def build_findings(
     for r in _slow_ranks(stragglers, th):
         rank = int(r["rank"])
         target = device_of(rank)
-        saved = straggler_saving(match, rank)
+        traced = straggler_saving(match, rank)
+        frac = _coverage(coverage, _group_of(match, rank))
+        saved = int(traced / frac)
         if saved == 0 and r["slowdown"] > 1.0:
             # no collectives to wait at: the extra compute time itself
             saved = int(compute_ns.get(rank, 0) * (1.0 - 1.0 / r["slowdown"]))
@@ -221,6 +268,8 @@ def build_findings(
             "collectives": int(np.count_nonzero(match.member_rank == rank)),
             "persistence": round(r["persistence"], 4),
             "score": round(r["score"], 4),
+            "traced_saving_ns": int(traced),
+            "sampled_fraction": frac,
         }
         throttled = False
         if have_metrics:
@@ -267,8 +316,9 @@ def build_findings(
             if not throttled or (peer and fev["clock_after_hz"] >= th.throttle_freq_drop * peer):
                 continue
             rank = by_device[dev]
-            saved = straggler_saving(match, rank)
-            evidence = {"rank": rank, **fev, "counters": counters}
+            frac = _coverage(coverage, _group_of(match, rank))
+            saved = int(straggler_saving(match, rank) / frac)
+            evidence = {"rank": rank, **fev, "sampled_fraction": frac, "counters": counters}
             summary = (
                 f"{dev} throttled: clock {fev['clock_before_hz'] / 1e9:.2f} -> "
                 f"{fev['clock_after_hz'] / 1e9:.2f} GHz part-way while its peers stayed at "
@@ -280,34 +330,82 @@ def build_findings(
     slow_rank_found = bool(findings)
     # ---- links and network ports -------------------------------------------------------
     for s in links:
-        if s.get("slowness") is None or s["slowness"] < th.link_slowness:
+        if s["kind"] != "chip" or not s.get("slow"):
             continue
         link = s["link"]
-        extra = max(0.0, (s["median_ns"] - (s["peer_median_ns"] or 0)) * s["transfers"])
+        frac = _coverage(coverage, s.get("group"))
+        extra = s.get("wait_ns", 0) / frac
         evidence = {
             "link": link,
+            "basis": s.get("basis"),
             "transfers": s["transfers"],
-            "median_transfer_ns": s["median_ns"],
-            "median_link_transfer_ns": s["peer_median_ns"],
-            "median_bw": s["median_bw"],
+            "collectives": s.get("collectives"),
             "slowness": s["slowness"],
+            "slowest_share": s.get("slowest_share"),
+            "median_transfer_ns": s["median_ns"],
+            "peer_median_transfer_ns": s["peer_median_ns"],
+            "median_bw": s["median_bw"],
+            "peers": s.get("peers"),
+            "traced_wait_ns": s.get("wait_ns", 0),
+            "sampled_fraction": frac,
         }
-        if s["kind"] == "nic":
-            kind, target = "slow-nic", s["host"] or link
-            summary = (
-                f"{target}'s network port ({link}) is {s['slowness']:.2f}x slower than the "
-                f"other hosts' ports over {s['transfers']} transfers"
+        summary = (
+            f"link {link} is {s['slowness']:.2f}x slower than the other links of the same "
+            f"all-reduces (same bytes, same moment) and finished last in "
+            f"{100 * (s.get('slowest_share') or 0):.0f}% of {s.get('collectives')}; its "
+            f"collectives waited {_ms(extra)} for it"
+            + ("" if slow_rank_found else "; no rank computes slowly")
+        )
+        if have_metrics:
+            evidence["counters"] = correlate_counters(metrics, link)
+        findings.append(Finding("slow-link", link, int(extra), pct(extra), summary, evidence))
+    for p in ports:
+        if not p.get("chosen"):
+            continue
+        target = p["host"]
+        resolved = None
+        if p["ambiguous"] and have_metrics:
+            # the transfers cannot tell the ports apart; a port counting errors can
+            errs = {c: _port_errors(metrics, c) for c in p["candidates"]}
+            worst = max(errs, key=lambda c: errs[c])
+            if errs[worst] > 0 and sum(1 for v in errs.values() if v > 0) == 1:
+                target, resolved = worst, {"by": M.METRIC_HW_ERRORS, "errors": errs}
+                p = {**p, "ambiguous": False}
+        evidence = {
+            "port": target,
+            "transfers": p["transfers"],
+            "slow_transfers": p["slow_transfers"],
+            "slow_share": p["slow_share"],
+            "median_bw": p["median_bw"],
+            "reference_bw": p["reference_bw"],
+            "reference": p["reference"],
+            "slowness": p["slowness"],
+            "healthy_bw": p["healthy_bw"],
+            "extra_transfer_ns": p["extra_ns"],
+            "partners": p["partners"],
+            "candidates": p["candidates"],
+            "ambiguous": p["ambiguous"],
+        }
+        if resolved is not None:
+            evidence["resolved"] = resolved
+        also = [c for c in p["candidates"] if c != target] if p["ambiguous"] else []
+        summary = (
+            f"{target}'s network port moves data at {(p['median_bw'] or 0) / 1e9:.2f} GB/s, "
+            f"{p['slowness']:.1f}x below the {p['reference_bw'] / 1e9:.2f} GB/s expected "
+            f"({p['reference']}); {p['slow_transfers']} of its {p['transfers']} transfers slow, "
+            f"{_ms(p['extra_ns'])} extra transfer time"
+            + (
+                f"; every slow transfer also crossed {', '.join(also)}'s port, which the "
+                "telemetry cannot tell apart from this one"
+                if also
+                else ""
             )
-        else:
-            kind, target = "slow-link", link
-            summary = (
-                f"link {link} is {s['slowness']:.2f}x slower than the median link over "
-                f"{s['transfers']} transfers"
-                + ("" if slow_rank_found else "; no rank computes slowly")
-            )
+        )
         if have_metrics:
             evidence["counters"] = correlate_counters(metrics, target)
-        findings.append(Finding(kind, target, int(extra), pct(extra), summary, evidence))
+        findings.append(
+            Finding("slow-nic", target, p["extra_ns"], pct(p["extra_ns"]), summary, evidence)
+        )
     # ---- symptoms --------------------------------------------------------------------
     if overlap:
         rows = [o for o in overlap if o.get("exposed_comm_ns") is not None]

@@ -10,6 +10,12 @@ fraction of the mean rank's time that the slowest rank adds. 0 means perfectly b
   different numbers of spans when steps are sampled);
 * compute: the summed duration of compute kernels on every rank.
 
+Ranks are compared only with the ranks they wait for: those that meet at collectives
+(``groups``: rank -> peer-group id, e.g. the tensor-parallel group of one host). Ranks of
+different groups may do very different work (a prefill host and a decode host), which is no
+imbalance. Each row names its ``group`` (the lowest rank of the peer group; -1 when all
+ranks are compared together).
+
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([dict(start_ns=0, end_ns=d, rank=r, category=C.STEP,
 ...     name="ProfilerStep#1") for r, d in [(0, 100), (1, 100), (2, 160)]])
@@ -41,13 +47,34 @@ def imbalance_of(values: np.ndarray) -> float:
     return round(float(np.max(values)) / mean - 1.0, 6) if mean > 0 else 0.0
 
 
-def _per_name(table: EventTable, category: Category, *, limit: int) -> list[dict[str, Any]]:
+def _group_codes(ranks: np.ndarray, groups: dict[int, int] | None) -> np.ndarray:
+    if not groups:
+        return np.full(len(ranks), -1, dtype=np.int64)
+    lut = {int(r): int(g) for r, g in groups.items()}
+    return np.asarray([lut.get(int(r), -2 - int(r)) for r in ranks.tolist()], dtype=np.int64)
+
+
+def _per_name(
+    table: EventTable, category: Category, *, limit: int, groups: dict[int, int] | None
+) -> list[dict[str, Any]]:
     sel = (table["category"] == category) & (table["rank"] >= 0)
     rows = np.flatnonzero(sel)
     if len(rows) == 0:
         return []
-    names = table["name"][rows]
     ranks = table["rank"][rows].astype(np.int64)
+    gcode = _group_codes(ranks, groups)
+    out: list[dict[str, Any]] = []
+    for g in np.unique(gcode):
+        m = gcode == g
+        out.extend(_per_name_in(table, rows[m], ranks[m], int(g) if g >= -1 else -1))
+    out.sort(key=lambda x: -x["imbalance"])
+    return out[:limit]
+
+
+def _per_name_in(
+    table: EventTable, rows: np.ndarray, ranks: np.ndarray, group: int
+) -> list[dict[str, Any]]:
+    names = table["name"][rows]
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
     key = np.stack([names.astype(np.int64), ranks], axis=1)
     ukey, inv = np.unique(key, axis=0, return_inverse=True)
@@ -70,25 +97,29 @@ def _per_name(table: EventTable, category: Category, *, limit: int) -> list[dict
                 "max_rank": int(ukey[b + k, 1]),
                 "max_ns": int(v[k]),
                 "mean_ns": int(np.mean(v)),
+                "group": group,
             }
         )
-    out.sort(key=lambda x: -x["imbalance"])
-    return out[:limit]
+    return out
 
 
-def load_imbalance(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
-    """Per-step, per-layer and compute imbalance across ranks.
+def load_imbalance(
+    table: EventTable, *, limit: int = 50, groups: dict[int, int] | None = None
+) -> dict[str, Any]:
+    """Per-step, per-layer and compute imbalance across ranks (within peer groups).
 
     Args:
         table: the (aligned) event table.
         limit: at most this many step and layer rows, most imbalanced first.
+        groups: rank -> peer-group id (ranks that meet at collectives); None or empty
+            compares all ranks together.
 
     Returns:
         ``{"steps": [...], "layers": [...], "compute": {...} | None}``; each row has name,
         ranks, imbalance, max_rank, max_ns, mean_ns.
     """
-    steps = _per_name(table, Category.STEP, limit=limit)
-    layers = _per_name(table, Category.LAYER, limit=limit)
+    steps = _per_name(table, Category.STEP, limit=limit, groups=groups)
+    layers = _per_name(table, Category.LAYER, limit=limit, groups=groups)
     sel = (table["category"] == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
     compute = None
     if sel.any():
@@ -97,13 +128,20 @@ def load_imbalance(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
         ur, inv = np.unique(r, return_inverse=True)
         tot = np.zeros(len(ur))
         np.add.at(tot, inv.reshape(-1), d)
-        if len(ur) >= 2:
-            k = int(np.argmax(tot))
-            compute = {
-                "ranks": len(ur),
-                "imbalance": imbalance_of(tot),
+        gcode = _group_codes(ur, groups)
+        for g in np.unique(gcode):
+            m = gcode == g
+            if m.sum() < 2:
+                continue
+            k = int(np.argmax(np.where(m, tot, -np.inf)))
+            row = {
+                "ranks": int(m.sum()),
+                "imbalance": imbalance_of(tot[m]),
                 "max_rank": int(ur[k]),
                 "max_ns": int(tot[k]),
-                "mean_ns": int(tot.mean()),
+                "mean_ns": int(tot[m].mean()),
+                "group": int(g) if g >= -1 else -1,
             }
+            if compute is None or row["imbalance"] > compute["imbalance"]:
+                compute = row
     return {"steps": steps, "layers": layers, "compute": compute}

@@ -2,20 +2,29 @@
 
 A bare SDK span costs the workload thread about ten microseconds; a model traced per layer
 pays that hundreds of times per step. :class:`DeferredSpanRecorder` moves that cost off the
-workload thread. On the hot path, :meth:`~DeferredSpanRecorder.begin` and
-:meth:`~DeferredSpanRecorder.end` write ``(layer id, start, end, parent index, extra)`` into a
-preallocated per-thread ring buffer and nothing else. When the outermost record of a tree
-ends, the tree is handed to a background thread, which materialises real spans with the
-recorded start and end times, the layer's attributes (from a table registered up front, plus
-the record's extra attributes) and the recorded parent (an explicit parent context), under
-the OpenTelemetry context that was current when the tree began. The result is the same span
-tree, with the same attributes, that eager recording gives; only the span ids are drawn later.
+workload thread. On the hot path a record is ``(layer id, start, end, parent index)`` written
+by index into a preallocated per-thread ring of lists, and nothing else: no span, no
+attribute dictionary, no context object. :meth:`~DeferredSpanRecorder.wrap` returns a
+callable that records around each call of a function with every step inlined (the cheapest
+form, what ``TorchLayerInstrumentor`` puts in place of a module's ``forward``);
+:meth:`~DeferredSpanRecorder.begin` / :meth:`~DeferredSpanRecorder.end` do the same as two
+calls. :meth:`~DeferredSpanRecorder.add_estimate` credits work (FLOPs, bytes) to the innermost
+open record; when a record ends its total is carried to its parent, so every span carries the
+inclusive total of what ran inside it.
 
-Threading and blocking contract: ``begin``/``end`` never block and never raise; each thread
+When the outermost record of a tree ends, the tree is handed to a background thread, which
+materialises real spans with the recorded start and end times, the layer's attributes (from
+a table registered up front, plus the record's estimates and extra attributes) and the
+recorded parent (an explicit parent context), under the OpenTelemetry context that was
+current when the tree began. The result is the same span tree, with the same attributes,
+that eager recording gives; only the span ids are drawn later.
+
+Threading and blocking contract: the hot path never blocks and never raises; each thread
 has its own ring, so several workload threads may record at once. When a ring is full (the
 materialiser is behind), new records are dropped and counted (:attr:`dropped`); the
 workload is never slowed down. ``flush()`` blocks until every handed-over tree is
-materialised.
+materialised. The materialiser is a Python thread: it needs the GIL while it builds spans,
+so it runs while the workload waits in native code (kernels, I/O) or between steps.
 
 >>> from opentelemetry.sdk.trace import TracerProvider
 >>> from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -40,8 +49,8 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -50,24 +59,31 @@ from opentelemetry.trace import Span
 from opentelemetry.trace import TracerProvider as ApiTracerProvider
 
 from otel_ext.instrumentation._common import get_tracer, log_once
+from semantic_conventions.attributes import ACCEL_LAYER_BYTES, ACCEL_LAYER_FLOPS
 
 __all__ = ["DeferredSpanRecorder"]
+
+R = TypeVar("R")
 
 _time_ns = time.time_ns
 _get_current = otel_context.get_current
 
 
 class _Ring:
-    """One thread's preallocated record buffer (power-of-two capacity)."""
+    """One thread's preallocated record buffer (power-of-two capacity).
+
+    ``lid``, ``parent``, ``start``, ``end`` are written by index ``n & mask`` (``n`` counts
+    records ever written); ``est`` (``n -> [flops, bytes]``) and ``extra``
+    (``n -> attributes``) are sparse, filled only for records that have them.
+    """
 
     __slots__ = (
-        "capacity",
         "consumed",
         "end",
+        "est",
         "extra",
         "first",
         "lid",
-        "mask",
         "n",
         "parent",
         "root_ctx",
@@ -76,18 +92,33 @@ class _Ring:
     )
 
     def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.mask = capacity - 1
         self.lid = [0] * capacity
         self.start = [0] * capacity
         self.end = [0] * capacity
         self.parent = [-1] * capacity
-        self.extra: list[Mapping[str, Any] | None] = [None] * capacity
+        self.est: dict[int, list[float]] = {}
+        self.extra: dict[int, Mapping[str, Any]] = {}
         self.n = 0  # records written, ever
         self.consumed = 0  # records materialised (or skipped), ever
         self.first = 0
         self.root_ctx: Context | None = None
-        self.stack: list[int] = []
+        self.stack: list[int] = []  # open records (-1: dropped)
+
+
+def _carry(est: dict[int, list[float]], n: int, stack: list[int]) -> None:
+    """Add record ``n``'s (inclusive) estimate to its parent, the innermost open record."""
+    e = est.get(n)
+    if e is None or not stack:
+        return
+    p = stack[-1]
+    if p < 0:
+        return
+    pe = est.get(p)
+    if pe is None:
+        est[p] = [e[0], e[1]]
+    else:
+        pe[0] += e[0]
+        pe[1] += e[1]
 
 
 class DeferredSpanRecorder:
@@ -96,13 +127,19 @@ class DeferredSpanRecorder:
     Args:
         tracer_provider: where the materialised spans go (the global provider when ``None``).
         capacity: records per thread ring; rounded up to a power of two.
+        estimate_attributes: the attribute names of the two :meth:`add_estimate` totals.
     """
 
     def __init__(
-        self, *, tracer_provider: ApiTracerProvider | None = None, capacity: int = 1 << 16
+        self,
+        *,
+        tracer_provider: ApiTracerProvider | None = None,
+        capacity: int = 1 << 16,
+        estimate_attributes: tuple[str, str] = (ACCEL_LAYER_FLOPS, ACCEL_LAYER_BYTES),
     ):
         self._tracer = get_tracer(tracer_provider)
         self._capacity = 1 << max(int(capacity) - 1, 1).bit_length()
+        self._est_names = estimate_attributes
         self._tls = threading.local()
         self._names: list[str] = []
         self._attrs: list[dict[str, Any]] = []
@@ -122,7 +159,7 @@ class DeferredSpanRecorder:
 
     # -- setup ---------------------------------------------------------------------------
     def register(self, name: str, attributes: Mapping[str, Any]) -> int:
-        """Declare a span kind (name and fixed attributes); returns its id for :meth:`begin`."""
+        """Declare a span kind (name and fixed attributes); returns its id for recording."""
         self._names.append(name)
         self._attrs.append(dict(attributes))
         return len(self._names) - 1
@@ -131,6 +168,87 @@ class DeferredSpanRecorder:
     def dropped(self) -> int:
         """Records dropped because a ring was full."""
         return self._dropped
+
+    def wrap(self, fn: Callable[..., R], layer_id: int) -> Callable[..., R]:
+        """A callable that calls ``fn`` and records one ``layer_id`` record around each call.
+
+        The record ends when ``fn`` returns or raises (its exception propagates unchanged).
+        Everything the hot path does is inlined here, with the ring's lists bound to locals.
+
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> rec = DeferredSpanRecorder(tracer_provider=TracerProvider(), capacity=8)
+        >>> double = rec.wrap(lambda x: 2 * x, rec.register("accel.layer", {}))
+        >>> double(21), rec.flush()
+        (42, True)
+        >>> rec.shutdown()
+        """
+        tls = self._tls
+        new_ring = self._ring
+        capacity = self._capacity
+        mask = capacity - 1
+        hand_over = self._hand_over
+        time_ns = _time_ns
+        get_current = _get_current
+        lid = layer_id
+
+        def recorded(*args: Any, **kwargs: Any) -> R:
+            try:
+                r = tls.ring
+            except AttributeError:
+                r = new_ring()
+            stack = r.stack
+            n = r.n
+            if stack:
+                parent = stack[-1]
+            else:
+                r.first = n
+                r.root_ctx = get_current()
+                parent = -1
+            if n - r.consumed < capacity:
+                i = n & mask
+                r.lid[i] = lid
+                r.parent[i] = parent
+                r.n = n + 1
+                stack.append(n)
+                r.start[i] = time_ns()
+            else:
+                self._dropped += 1
+                stack.append(-1)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                t = time_ns()
+                n = stack.pop()
+                if n >= 0:
+                    r.end[n & mask] = t
+                    if r.est:
+                        _carry(r.est, n, stack)
+                if not stack:
+                    hand_over(r)
+
+        return recorded
+
+    def hooks(self, layer_id: int) -> tuple[Callable[..., None], Callable[..., None]]:
+        """``(pre, post)`` callables that ignore their arguments: ``pre`` begins a
+        ``layer_id`` record, ``post`` ends the innermost one (shaped for hook APIs such as
+        PyTorch's forward pre/post hooks).
+
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> rec = DeferredSpanRecorder(tracer_provider=TracerProvider(), capacity=8)
+        >>> pre, post = rec.hooks(rec.register("accel.layer", {}))
+        >>> pre("module", ()); post("module", (), "output"); rec.flush()
+        True
+        >>> rec.shutdown()
+        """
+        begin, end = self.begin, self.end
+
+        def pre(*_: Any) -> None:
+            begin(layer_id)
+
+        def post(*_: Any) -> None:
+            end()
+
+        return pre, post
 
     # -- hot path ------------------------------------------------------------------------
     def _ring(self) -> _Ring:
@@ -144,22 +262,21 @@ class DeferredSpanRecorder:
             r = self._tls.ring
         except AttributeError:
             r = self._ring()
-        n = r.n
         stack = r.stack
-        if not stack:
+        n = r.n
+        if stack:
+            parent = stack[-1]
+        else:
             r.first = n
             r.root_ctx = _get_current()
             parent = -1
-        else:
-            parent = stack[-1]
-        if n - r.consumed >= r.capacity:
+        if n - r.consumed >= self._capacity:
             self._dropped += 1
             stack.append(-1)
             return
-        i = n & r.mask
+        i = n & (self._capacity - 1)
         r.lid[i] = layer_id
         r.parent[i] = parent
-        r.extra[i] = None
         r.n = n + 1
         stack.append(n)
         r.start[i] = _time_ns()
@@ -174,30 +291,73 @@ class DeferredSpanRecorder:
         except (AttributeError, IndexError):
             return
         if n >= 0:
-            i = n & r.mask
-            r.end[i] = t
+            r.end[n & (self._capacity - 1)] = t
             if extra is not None:
-                r.extra[i] = extra
+                r.extra[n] = extra
+            if r.est:
+                _carry(r.est, n, stack)
         if not stack:
-            self._handed += 1
-            self._pending.append((r, r.first, r.n, r.root_ctx))
-            self._wake.set()
+            self._hand_over(r)
+
+    def add_estimate(self, flops: float, nbytes: float) -> None:
+        """Credit work to the innermost open record (ignored when none is open)."""
+        try:
+            r = self._tls.ring
+            n = r.stack[-1]
+        except (AttributeError, IndexError):
+            return
+        if n < 0:
+            return
+        e = r.est.get(n)
+        if e is None:
+            r.est[n] = [flops, nbytes]
+        else:
+            e[0] += flops
+            e[1] += nbytes
+
+    def current_estimate(self) -> tuple[float, float] | None:
+        """The estimate credited so far to the innermost open record (children included)."""
+        try:
+            r = self._tls.ring
+            e = r.est.get(r.stack[-1])
+        except (AttributeError, IndexError):
+            return None
+        return None if e is None else (e[0], e[1])
+
+    def _hand_over(self, r: _Ring) -> None:
+        if self._closed:  # a wrapper outlived shutdown(): discard
+            r.est.clear()
+            r.extra.clear()
+            r.consumed = r.n
+            return
+        self._handed += 1
+        self._pending.append((r, r.first, r.n, r.root_ctx))
+        self._wake.set()
 
     # -- background ----------------------------------------------------------------------
     def _materialise(self, r: _Ring, first: int, last: int, root_ctx: Context | None) -> None:
         spans: dict[int, Span] = {}
         ends: list[tuple[int, int]] = []
         tracer = self._tracer
+        mask = self._capacity - 1
+        flops_name, bytes_name = self._est_names
+        est, extras = r.est, r.extra
         for n in range(first, last):
-            i = n & r.mask
+            i = n & mask
             lid = r.lid[i]
             parent = r.parent[i]
             parent_span = spans.get(parent)
             ctx = trace.set_span_in_context(parent_span) if parent_span is not None else root_ctx
             attrs = self._attrs[lid]
-            extra = r.extra[i]
-            if extra:
-                attrs = {**attrs, **extra}
+            e = est.pop(n, None) if est else None
+            extra = extras.pop(n, None) if extras else None
+            if e is not None or extra:
+                attrs = dict(attrs)
+                if e is not None:
+                    attrs[flops_name] = e[0]
+                    attrs[bytes_name] = e[1]
+                if extra:
+                    attrs.update(extra)
             start = r.start[i]
             spans[n] = tracer.start_span(
                 self._names[lid], context=ctx, attributes=attrs, start_time=start
@@ -217,6 +377,9 @@ class DeferredSpanRecorder:
                     self._materialise(r, first, last, root_ctx)
                 except Exception as exc:
                     log_once("deferred.materialise", "%s: %s", type(exc).__name__, exc)
+                    for n in range(first, last):
+                        r.est.pop(n, None)
+                        r.extra.pop(n, None)
                 r.consumed = last
                 with self._done:
                     self._finished += 1

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from operator import attrgetter, methodcaller
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from otel_ext.analysis.classify import classify_kineto
 from otel_ext.analysis.loaders._common import MAX_ABS_NS, us_to_ns
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category
 
-__all__ = ["FastColumns", "decode_fast"]
+__all__ = ["Accumulator", "FastColumns", "decode_fast", "decode_stream"]
 
 try:  # optional accelerator
     import msgspec
@@ -111,26 +112,53 @@ if msgspec is not None:
         external_id: Any = -1
         labels: Any = _U
 
-    class _Event(msgspec.Struct, gc=False):
-        ph: Any = None
+    # one record type per event phase ("ph"), so that the decoder builds only what is read:
+    # complete events in full, flow and metadata events in part, every other phase empty
+    class _Base(msgspec.Struct, tag_field="ph", gc=False):
+        pass
+
+    class _X(_Base, tag="X", gc=False):
         cat: Any = ""
         name: Any = None
         ts: Any = _U
         dur: Any = 0
         pid: Any = None
         tid: Any = None
-        id: Any = None
         args: _Args | None = None
 
+    class _FlowS(_Base, tag="s", gc=False):
+        cat: Any = None
+        id: Any = None
+        pid: Any = None
+        tid: Any = None
+        ts: Any = None
+
+    class _FlowF(_FlowS, tag="f", gc=False):
+        pass
+
+    class _Meta(_Base, tag="M", gc=False):
+        name: Any = None
+        pid: Any = None
+        args: _Args | None = None
+
+    _OTHER_PHASES = [
+        msgspec.defstruct(f"_Phase{i}", [], bases=(_Base,), tag=ph, gc=False)
+        for i, ph in enumerate(["B", "E", "i", "I", "C", "b", "n", "e", "t", "P", "O", "N", "D", "R", "c", "(", ")", "T", "p", "S", "F"])
+    ]
+    _Event = Union[(_X, _FlowS, _FlowF, _Meta, *_OTHER_PHASES)]  # type: ignore[valid-type]
+
     class _Doc(msgspec.Struct, gc=False):
-        traceEvents: list[_Event] = []  # noqa: N815 - the JSON member's name
-        distributedInfo: Any = _U  # noqa: N815
-        baseTimeNanoseconds: Any = _U  # noqa: N815
+        traceEvents: list[_Event] = msgspec.field(default_factory=list)
+        distributedInfo: Any = _U
+        baseTimeNanoseconds: Any = _U
         host_name: Any = _U
         hostname: Any = _U
-        deviceProperties: Any = _U  # noqa: N815
+        deviceProperties: Any = _U
+        otherData: Any = _U
 
     _DECODER = msgspec.json.Decoder(_Doc | list[_Event], float_hook=str)
+    _EVENTS_DECODER = msgspec.json.Decoder(list[_Event], float_hook=str)
+    _HEAD_DECODER = msgspec.json.Decoder(float_hook=str)
     _EMPTY = _Args()
     _COLL_GET = attrgetter(*_COLL_KEYS)
     _NO_COLL = (_U,) * len(_COLL_KEYS)
@@ -186,170 +214,296 @@ def _us_column(values: Sequence[Any], n: int) -> np.ndarray:
         if ((arr <= -MAX_ABS_NS) | (arr >= MAX_ABS_NS)).any():
             raise _Reject
         return arr
-    ns = list(map(us_to_ns, values))
-    if None in ns:
+    # other forms ("68.0", "1.5"): each distinct value once (durations repeat a lot)
+    conv = {v: us_to_ns(v) for v in dict.fromkeys(values)}
+    if None in conv.values():
         raise _Reject
-    return np.fromiter(ns, np.int64, count=n)
+    return np.fromiter(map(conv.__getitem__, values), np.int64, count=n)
 
 
-def _encode(values: Sequence[Any], n: int) -> tuple[np.ndarray, list[str]]:
-    """Dictionary-encode strings in order of first appearance (code 0 is the empty string)."""
-    lookup: dict[str, int] = {"": 0}
-    for s in dict.fromkeys(values):
-        lookup.setdefault(s, len(lookup))
-    return np.fromiter(map(lookup.__getitem__, values), np.int32, count=n), list(lookup)
+@lru_cache(maxsize=1 << 16)
+def _classify(cat: str, name: str) -> int:
+    """The category of an event without collective metadata (shared by all files)."""
+    return int(classify_kineto(cat, name, None))
+
+
+class _Codes:
+    """A string dictionary shared by all chunks of a file (code 0 is the empty string)."""
+
+    def __init__(self) -> None:
+        self.lookup: dict[str, int] = {"": 0}
+
+    def encode(self, values: Sequence[str], n: int) -> np.ndarray:
+        lookup = self.lookup
+        for s in dict.fromkeys(values):
+            if s not in lookup:
+                lookup[s] = len(lookup)
+        return np.fromiter(map(lookup.__getitem__, values), np.int32, count=n)
+
+    def add(self, value: str) -> int:
+        return self.lookup.setdefault(value, len(self.lookup)) if value else 0
+
+
+class Accumulator:
+    """Columns of one file, built chunk by chunk (each chunk a list of decoded events)."""
+
+    def __init__(self) -> None:
+        self.names = _Codes()
+        self.cats = _Codes()
+        self.ops = _Codes()
+        self.groups = _Codes()
+        self.kinds: dict[int, int] = {}
+        self.device_keys: dict[tuple[Any, str, Any], int] = {}
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.flows: list[tuple[Any, Any, Any, Any, Any]] = []
+        self.labels: dict[Any, str] = {}
+        self.uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
+        self.rows = 0
+
+    def add(self, events: list[Any]) -> None:
+        """Extract the columns of a list of decoded events (raises _Reject when irregular)."""
+        xs = [e for e in events if type(e) is _X]
+        if len(xs) < len(events):
+            for e in events:
+                t = type(e)
+                if t is _FlowS or t is _FlowF:
+                    if e.cat in _LAUNCH_FLOW_CATS:
+                        self.flows.append(("s" if t is _FlowS else "f", e.pid, e.tid, e.ts, e.id))
+                elif t is _Meta and e.name == "process_labels" and e.args is not None:
+                    lab = e.args.labels
+                    if isinstance(lab, str):
+                        self.labels[e.pid] = lab
+        del events
+        cats = list(map(attrgetter("cat"), xs))
+        if "Trace" in cats:  # the profiler's own span, not an event of the run
+            xs = [e for e, c in zip(xs, cats) if c != "Trace"]
+            cats = [c for c in cats if c != "Trace"]
+        n = len(xs)
+        if n == 0:
+            return
+        names = list(map(attrgetter("name"), xs))
+        if set(map(type, names)) != {str} or set(map(type, cats)) != {str}:
+            raise _Reject
+        start = _us_column(list(map(attrgetter("ts"), xs)), n)
+        dur = _us_column(list(map(attrgetter("dur"), xs)), n)
+        if (dur < 0).any():
+            raise _Reject
+        end = start + dur
+        del dur
+        args = [a if a is not None else _EMPTY for a in map(attrgetter("args"), xs)]
+        coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL_GET, args)), bool, count=n)
+        # category: once per distinct (cat, name), then the few collective rows with their args
+        name_codes = self.names.encode(names, n)
+        cat_codes = self.cats.encode(cats, n)
+        pair = (cat_codes.astype(np.int64) << 32) | name_codes
+        upair, inverse = np.unique(pair, return_inverse=True)
+        kinds = self.kinds
+        cat_list = list(self.cats.lookup)
+        name_list: list[str] | None = None
+        missing = [p for p in upair.tolist() if p not in kinds]
+        if missing:
+            name_list = list(self.names.lookup)
+            for p in missing:
+                kinds[p] = _classify(cat_list[p >> 32], name_list[p & 0xFFFFFFFF])
+        category = np.array([kinds[p] for p in upair.tolist()], np.int8)[inverse.reshape(-1)]
+        del pair, inverse
+        coll_dicts = {i: _args_dict(args[i]) for i in np.flatnonzero(coll).tolist()}
+        for i, d in coll_dicts.items():
+            category[i] = classify_kineto(cats[i], names[i], d)
+        side = np.array([c in _DEVICE_SIDE_CATS for c in cat_list], dtype=bool)
+        on_device = np.isin(category, np.asarray(DEVICE_CATEGORIES, np.int8)) | side[cat_codes]
+        corr = _int_column(list(map(attrgetter("correlation"), args)), n)
+        stream = np.where(on_device, _int_column(list(map(attrgetter("stream"), args)), n), -1)
+        tid = np.where(on_device, -1, _int_column(list(map(attrgetter("tid"), xs)), n))
+        ext = _int_column(list(map(attrgetter("external_id"), args)), n)
+        # devices: (pid, cat, device) of each device row, named once the labels are known
+        dev_rows = np.flatnonzero(on_device).tolist()
+        dev_codes = np.zeros(n, np.int32)
+        if dev_rows:
+            kc = self.device_keys
+            dev_codes[dev_rows] = [
+                kc.setdefault((xs[i].pid, cats[i], _device_of(args[i], xs[i].pid)), len(kc) + 1)
+                for i in dev_rows
+            ]
+        need = np.flatnonzero((corr < 0) & (on_device | (category == Category.RUNTIME)))
+        for i in need.tolist():
+            e = xs[i]
+            self.uncorrelated.append(
+                (self.rows + i, e.pid, e.tid, int(start[i]), bool(on_device[i]))
+            )
+        seq = np.full(n, -1, np.int64)
+        nbytes = np.full(n, -1, np.int64)
+        gsize = np.full(n, -1, np.int32)
+        op_codes = np.zeros(n, np.int32)
+        group_codes = np.zeros(n, np.int32)
+        if coll_dicts:
+            from otel_ext.analysis.loaders.kineto import _coll_fields
+
+            for i, d in coll_dicts.items():
+                op, group, sq, nb, gs = _coll_fields(d)
+                op_codes[i] = self.ops.add(op)
+                group_codes[i] = self.groups.add(group)
+                seq[i] = sq if -_LIM < sq < _LIM else -1
+                nbytes[i] = nb if nb < _LIM else -1
+                gsize[i] = gs
+        self.parts.append(
+            {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
+             "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
+             "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
+             "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes}
+        )  # fmt: skip
+        self.rows += n
+
+    def finish(self, header: dict[str, Any]) -> FastColumns:
+        keys = list(self.parts[0]) if self.parts else []
+        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in keys}
+        self.parts.clear()
+        flow_s: dict[tuple[Any, Any, int], int] = {}
+        flow_f: dict[tuple[Any, Any, int], int] = {}
+        if self.uncorrelated:
+            for ph, pid, tid, ts, fid in self.flows:
+                t = us_to_ns(ts)
+                if type(fid) is int and t is not None:
+                    (flow_s if ph == "s" else flow_f)[(pid, tid, t)] = fid
+        if not cols:
+            cols = {"start_ns": np.zeros(0, np.int64), "device": np.zeros(0, np.int32)}
+        strings = {
+            "name": (cols.pop("name", np.zeros(0, np.int32)), list(self.names.lookup)),
+            "coll_op": (cols.pop("coll_op", np.zeros(0, np.int32)), list(self.ops.lookup)),
+            "coll_group": (
+                cols.pop("coll_group", np.zeros(0, np.int32)),
+                list(self.groups.lookup),
+            ),
+        }
+        dev = cols.pop("device")
+        return FastColumns(
+            cols, strings, header, list(self.device_keys), dev, self.uncorrelated,
+            (flow_s, flow_f), self.labels,
+        )  # fmt: skip
+
+
+def _header(doc: Any) -> dict[str, Any]:
+    header: dict[str, Any] = {}
+    for key in ("distributedInfo", "baseTimeNanoseconds", "host_name", "hostname",
+                "deviceProperties", "otherData"):  # fmt: skip
+        v = getattr(doc, key)
+        if v is not _U:
+            header[key] = v
+    return header
+
+
+class _NoGC:
+    """Pause the cyclic collector: JSON data has no reference cycles, and the collector would
+    only re-walk the hundreds of thousands of new objects again and again."""
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.was:
+            gc.enable()
 
 
 def decode_fast(data: bytes | str) -> FastColumns | None:
     """Decode a whole Kineto document into columns, or None when the careful path must run."""
     if msgspec is None:
         return None
-    # JSON data has no reference cycles: the cyclic collector would only re-walk the
-    # hundreds of thousands of new containers again and again (a third of the time)
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        try:
-            doc = _DECODER.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    if isinstance(data, str):
+        data = data.encode("utf-8", errors="surrogatepass")
+    return decode_stream(memoryview(data)[i : i + _CHUNK] for i in range(0, len(data), _CHUNK))
+
+
+#: bytes of JSON text decoded at a time (the decoded events of one chunk are freed before
+#: the next one is decoded, so a file never exists whole as Python objects)
+_CHUNK = 4 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_AFTER_EVENT = re.compile(rb"\s*,\s*\{")
+
+
+def _split_point(buf: bytes | bytearray) -> tuple[int, int] | None:
+    """(end of the last complete-looking event, start of the next) in ``buf``, or None.
+
+    A candidate is a ``}`` followed by ``,`` and ``{``. It may be a false one (inside a string
+    or a nested array of objects); then the chunk before it is not valid JSON and the decoder
+    says so, and we read on. A chunk that decodes as an array of objects, starting at a true
+    event start, can only end at a true event end: anything else leaves a string or an object
+    open.
+    """
+    pos = len(buf)
+    for _ in range(8):
+        q = buf.rfind(b"}", 0, pos)
+        if q < 0:
             return None
+        m = _AFTER_EVENT.match(buf, q + 1)
+        if m is not None:
+            return q + 1, m.end() - 1
+        pos = q
+    return None
+
+
+def decode_stream(pieces: Iterable[bytes | memoryview]) -> FastColumns | None:
+    """Decode a Kineto document given as successive pieces of its bytes, chunk by chunk.
+
+    The top-level object's text up to the ``traceEvents`` array is kept; complete events are
+    cut off the front of the buffer and decoded as they arrive; at the end, the kept head and
+    the rest (the last events, the closing ``]`` and any members after the array) are decoded
+    as one small document, which also gives the header. Returns None when the careful path
+    must run (malformed or irregular input, or no ``msgspec``).
+    """
+    if msgspec is None:
+        return None
+    acc = Accumulator()
+    buf = bytearray()
+    prefix: bytes | None = None
+    splitting = True
+    with _NoGC():
         try:
-            return _columns(doc)
+            for piece in pieces:
+                buf += piece
+                if prefix is None:
+                    m = _EVENTS_KEY.search(buf)
+                    if m is None:
+                        continue
+                    prefix = bytes(buf[: m.end()])
+                    if not prefix.lstrip().startswith(b"{"):
+                        return None
+                    try:  # the key must be a member of the top-level object
+                        _HEAD_DECODER.decode(prefix + b"]}")
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        return None
+                    del buf[: m.end()]
+                if not splitting or len(buf) < _CHUNK // 2:
+                    continue
+                cut = _split_point(buf)
+                if cut is None:
+                    continue
+                try:
+                    events = _EVENTS_DECODER.decode(b"[" + buf[: cut[0]] + b"]")
+                except msgspec.DecodeError:
+                    splitting = len(buf) < 8 * _CHUNK  # give up splitting if it keeps failing
+                    continue
+                except msgspec.ValidationError:
+                    return None
+                del buf[: cut[1]]
+                acc.add(events)
+                del events
+            try:
+                doc = _DECODER.decode(bytes(prefix) + bytes(buf) if prefix else bytes(buf))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                return None
+            del buf
+            if isinstance(doc, list):
+                acc.add(doc)
+                return acc.finish({})
+            header = _header(doc)
+            acc.add(doc.traceEvents)
+            del doc
+            return acc.finish(header)
         except _Reject:
             return None
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _columns(doc: Any) -> FastColumns:
-    header: dict[str, Any] = {}
-    if isinstance(doc, list):
-        events = doc
-    else:
-        events = doc.traceEvents
-        for key in ("distributedInfo", "baseTimeNanoseconds", "host_name", "hostname"):
-            v = getattr(doc, key)
-            if v is not _U:
-                header[key] = v
-        if doc.deviceProperties is not _U:
-            header["deviceProperties"] = doc.deviceProperties
-    del doc
-    phs = list(map(attrgetter("ph"), events))
-    xs = [e for e, ph in zip(events, phs) if ph == "X"]
-    others = [e for e, ph in zip(events, phs) if ph != "X" and (ph == "s" or ph == "f" or ph == "M")]
-    del phs, events
-    # the profiler's own "Trace" span is not an event of the run
-    cats_all = list(map(attrgetter("cat"), xs))
-    if "Trace" in cats_all:
-        xs = [e for e, c in zip(xs, cats_all) if c != "Trace"]
-        cats = [c for c in cats_all if c != "Trace"]
-    else:
-        cats = cats_all
-    del cats_all
-    n = len(xs)
-    names = list(map(attrgetter("name"), xs))
-    if n and (set(map(type, names)) != {str} or set(map(type, cats)) != {str}):
-        raise _Reject
-    start = _us_column(list(map(attrgetter("ts"), xs)), n)
-    dur = _us_column(list(map(attrgetter("dur"), xs)), n)
-    if n and (dur < 0).any():
-        raise _Reject
-    end = start + dur
-    del dur
-    args = [a if a is not None else _EMPTY for a in map(attrgetter("args"), xs)]
-    coll_rows = (
-        np.flatnonzero(np.fromiter(map(_NO_COLL.__ne__, map(_COLL_GET, args)), bool, count=n))
-        if n
-        else np.zeros(0, np.int64)
-    )
-    # category: once per distinct (cat, name), then the few collective rows with their args
-    name_codes, name_dict = _encode(names, n)
-    cat_codes, cat_dict = _encode(cats, n)
-    pair = cat_codes.astype(np.int64) * len(name_dict) + name_codes
-    upair, inverse = np.unique(pair, return_inverse=True)
-    kinds = np.array(
-        [classify_kineto(cat_dict[p // len(name_dict)], name_dict[p % len(name_dict)], None)
-         for p in upair.tolist()],
-        dtype=np.int8,
-    )  # fmt: skip
-    category = kinds[inverse.reshape(-1)] if n else np.zeros(0, np.int8)
-    del pair, inverse
-    coll_dicts = {int(i): _args_dict(args[i]) for i in coll_rows.tolist()}
-    for i, d in coll_dicts.items():
-        category[i] = classify_kineto(cats[i], names[i], d)
-    side = np.array([c in _DEVICE_SIDE_CATS for c in cat_dict], dtype=bool)
-    on_device = np.isin(category, np.asarray(DEVICE_CATEGORIES, np.int8)) | side[cat_codes]
-    corr = _int_column(list(map(attrgetter("correlation"), args)), n)
-    stream = np.where(on_device, _int_column(list(map(attrgetter("stream"), args)), n), -1)
-    tid = np.where(on_device, -1, _int_column(list(map(attrgetter("tid"), xs)), n))
-    ext = _int_column(list(map(attrgetter("external_id"), args)), n)
-    # devices: (pid, cat, device) of each device row, named once the process labels are known
-    dev_rows = np.flatnonzero(on_device).tolist()
-    keys = [(xs[i].pid, cats[i], _device_of(args[i], xs[i].pid)) for i in dev_rows]
-    key_codes: dict[tuple[Any, str, Any], int] = {}
-    dev_codes = np.zeros(n, np.int32)
-    if keys:
-        dev_codes[dev_rows] = [key_codes.setdefault(k, len(key_codes) + 1) for k in keys]
-    uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
-    need = np.flatnonzero((corr < 0) & (on_device | (category == Category.RUNTIME)))
-    for i in need.tolist():
-        e = xs[i]
-        uncorrelated.append((i, e.pid, e.tid, int(start[i]), bool(on_device[i])))
-    flow_s: dict[tuple[Any, Any, int], int] = {}
-    flow_f: dict[tuple[Any, Any, int], int] = {}
-    labels: dict[Any, str] = {}
-    for e in others:
-        if e.ph == "M":
-            if e.name == "process_labels" and e.args is not None:
-                lab = e.args.labels
-                if isinstance(lab, str):
-                    labels[e.pid] = lab
-        elif uncorrelated and e.cat in _LAUNCH_FLOW_CATS and type(e.id) is int:
-            t = us_to_ns(e.ts)
-            if t is not None:
-                (flow_s if e.ph == "s" else flow_f)[(e.pid, e.tid, t)] = e.id
-    seq = np.full(n, -1, np.int64)
-    nbytes = np.full(n, -1, np.int64)
-    gsize = np.full(n, -1, np.int32)
-    op_codes = np.zeros(n, np.int32)
-    group_codes = np.zeros(n, np.int32)
-    ops: dict[str, int] = {"": 0}
-    groups: dict[str, int] = {"": 0}
-    if coll_dicts:
-        from otel_ext.analysis.loaders.kineto import _coll_fields
-
-        for i, d in coll_dicts.items():
-            op, group, sq, nb, gs = _coll_fields(d)
-            op_codes[i] = ops.setdefault(op, len(ops)) if op else 0
-            group_codes[i] = groups.setdefault(group, len(groups)) if group else 0
-            seq[i] = sq if -_LIM < sq < _LIM else -1
-            nbytes[i] = nb if nb < _LIM else -1
-            gsize[i] = gs
-    numeric = {
-        "start_ns": start,
-        "end_ns": end,
-        "category": category,
-        "stream": stream,
-        "tid": tid,
-        "correlation": corr,
-        "external_id": ext,
-        "coll_seq": seq,
-        "coll_bytes": nbytes,
-        "coll_group_size": gsize,
-    }
-    strings = {
-        "name": (name_codes, name_dict),
-        "coll_op": (op_codes, list(ops)),
-        "coll_group": (group_codes, list(groups)),
-    }
-    return FastColumns(
-        numeric, strings, header, list(key_codes), dev_codes, uncorrelated,
-        (flow_s, flow_f), labels,
-    )  # fmt: skip
 
 
 def _device_of(a: Any, pid: Any) -> Any:
     d = a.device
     return pid if d is _U else d
-

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
-from otel_ext.analysis.loaders.kineto import load_kineto_text, looks_like_kineto
+from otel_ext.analysis.loaders._kineto_fast import decode_stream
+from otel_ext.analysis.loaders.kineto import (
+    load_kineto_careful,
+    looks_like_kineto,
+    table_from_fast,
+)
 from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_text
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
@@ -57,6 +63,54 @@ def _read_bytes(path: Path) -> bytes:
                 f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
             ) from e
     return data
+
+
+def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
+    """The file's bytes a piece at a time, gunzipped on the fly (gzip members concatenated).
+
+    Raises:
+        InputError: unreadable file, truncated or corrupt gzip data.
+    """
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path=str(path), record="file") from e
+    with f:
+        first = f.read(size)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = f.read(size)
+            return
+        d = zlib.decompressobj(wbits=31)
+        data = first
+        pending = False  # the current member has begun and not ended
+        try:
+            while True:
+                if not data:
+                    data = f.read(size)
+                    if not data:
+                        break
+                pending = True
+                out = d.decompress(data)
+                if out:
+                    yield out
+                if d.eof:  # end of a member; another may follow
+                    data = d.unused_data
+                    d = zlib.decompressobj(wbits=31)
+                    pending = False
+                else:
+                    data = b""
+        except zlib.error as e:
+            raise InputError(
+                f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
+            ) from e
+        if pending:
+            raise InputError(
+                "truncated or corrupt gzip data (the compressed stream ends early)",
+                path=str(path),
+                record="file",
+            )
 
 
 def detect_format(path: str | Path, head: str, tail: str = "") -> str:
@@ -150,11 +204,44 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     fmt = detect_format(p, "")  # name-only decisions first (no read needed)
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
-    data = _read_bytes(p)
+    pieces = _iter_bytes(p)
+    head_parts: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        head_parts.append(piece)
+        size += len(piece)
+        if size >= _HEAD:
+            break
+    head_bytes = b"".join(head_parts)
+    if head_bytes.startswith(b"\xef\xbb\xbf"):
+        head_bytes = head_bytes[3:]
+    head = head_bytes[:_HEAD].decode("utf-8", errors="replace")
+    fmt = detect_format(p, head, "")
+    if fmt == "kineto":
+        # streamed: decompressed and decoded a few MB at a time, never whole
+        tail = bytearray()
+
+        first = head_bytes
+
+        def stream() -> Iterator[bytes]:
+            for piece in itertools.chain([first], pieces):
+                tail.extend(piece)
+                del tail[:-4096]
+                yield piece
+
+        fast = decode_stream(stream())
+        if fast is not None:
+            if _OUR_GENERATOR.search(tail.decode("utf-8", errors="replace")):
+                return FileResult(ps, "derived-timeline", note=DERIVED_FORMATS["derived-timeline"])
+            return FileResult(ps, fmt, table=table_from_fast(fast, ctx, ps), skipped=ctx.skipped)
+        data = _read_bytes(p)  # irregular input: the careful path, on the whole text
+    else:
+        data = head_bytes + b"".join(pieces)
+    del head_parts
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    head = data[:_HEAD].decode("utf-8", errors="replace")
-    fmt = detect_format(p, head, data[-4096:].decode("utf-8", errors="replace"))
+    fmt = detect_format(p, data[:_HEAD].decode("utf-8", errors="replace"),
+                        data[-4096:].decode("utf-8", errors="replace"))  # fmt: skip
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
     if fmt == "empty":
@@ -166,9 +253,9 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
             path=ps,
             record="file",
         )
-    if fmt == "kineto":  # bytes straight to the decoder: no text copy of the file
+    if fmt == "kineto":
         return FileResult(
-            ps, fmt, table=load_kineto_text(data, path=ps, ctx=ctx), skipped=ctx.skipped
+            ps, fmt, table=load_kineto_careful(data, path=ps, ctx=ctx), skipped=ctx.skipped
         )
     try:
         text = data.decode("utf-8")

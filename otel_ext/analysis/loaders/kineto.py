@@ -44,7 +44,6 @@ from otel_ext.analysis.classify import classify_kineto, has_collective_metadata
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, us_to_ns
 from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_array, iter_object
 from otel_ext.analysis.loaders._kineto_fast import FastColumns, decode_fast
-from otel_ext.errors import InputError
 from otel_ext.analysis.table import (
     DEVICE_CATEGORIES,
     NUMERIC_COLUMNS,
@@ -52,8 +51,15 @@ from otel_ext.analysis.table import (
     Category,
     EventTable,
 )
+from otel_ext.errors import InputError
 
-__all__ = ["DTYPE_BYTES", "load_kineto_text", "looks_like_kineto"]
+__all__ = [
+    "DTYPE_BYTES",
+    "load_kineto_careful",
+    "load_kineto_text",
+    "looks_like_kineto",
+    "table_from_fast",
+]
 
 #: bytes per element of the ``dtype`` names PyTorch writes in ``record_param_comms``
 DTYPE_BYTES: dict[str, int] = {
@@ -149,7 +155,14 @@ def load_kineto_text(
     if events_key == "traceEvents":
         fast = decode_fast(text)
         if fast is not None:
-            return _finish_fast(fast, ctx, path)
+            return table_from_fast(fast, ctx, path)
+    return load_kineto_careful(text, path=path, ctx=ctx, events_key=events_key)
+
+
+def load_kineto_careful(
+    text: str | bytes, *, path: str, ctx: LoadContext, events_key: str = "traceEvents"
+) -> EventTable:
+    """The careful path alone (event by event; exact error messages)."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8-sig")
@@ -191,13 +204,14 @@ def _load_careful(text: str, *, path: str, ctx: LoadContext, events_key: str) ->
     return state.finish(header, path)
 
 
-def _finish_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTable:
+def table_from_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTable:
+    """The table of what the fast path extracted (header checks as in the careful path)."""
     n = len(fast.numeric["start_ns"])
     columns: dict[str, np.ndarray] = {}
     for name, (dtype, default) in NUMERIC_COLUMNS.items():
         col = fast.numeric.get(name)
-        columns[name] = col.astype(dtype, copy=False) if col is not None else np.full(
-            n, default, dtype=dtype
+        columns[name] = (
+            col.astype(dtype, copy=False) if col is not None else np.full(n, default, dtype=dtype)
         )
     strings: dict[str, list[str]] = {}
     for name in STRING_COLUMNS:

@@ -9,6 +9,11 @@ domain and raw device ticks, FLOP and byte estimates. The span name (from
 OTLP-JSON (``traces.jsonl``, our file exporter and the Collector's): one
 ``ExportTraceServiceRequest`` per line, hex ids, times as decimal strings of nanoseconds.
 Jaeger (``{"data": [{"traceID", "spans", "processes"}]}``): times in integer microseconds.
+
+Rows are named for what they are: a kernel by its kernel name, a layer by its layer name, a
+request phase by its phase (``queue``, ``prefill``, ``decode``, ``kv_transfer``), a link
+transfer by its endpoints (``host0->host1``, ``host0/chip1->host0/chip2``; the link itself,
+``accel.link.id``, goes to the ``device`` column and its bytes to ``coll_bytes``).
 """
 
 from __future__ import annotations
@@ -160,8 +165,13 @@ class SpanRows:
         rank = int_or_none(attrs.get(A.ACCEL_RANK))
         device = attrs.get(A.ACCEL_DEVICE_ID)
         if category == Category.LINK_TRANSFER:
-            # a transfer belongs to its link (host0/chip1-chip2, host1/nic0), not to a chip
+            # a transfer belongs to its link (host0/chip1-chip2, host1/nic0), not to a chip;
+            # it is named by its endpoints (``host0->host1``), which tell the two network
+            # ports a transfer crossed apart from the one port its link id names
             device = attrs.get(A.ACCEL_LINK_ID) or device
+            src, dst = attrs.get(A.ACCEL_LINK_SRC), attrs.get(A.ACCEL_LINK_DST)
+            if isinstance(src, str) and isinstance(dst, str) and src and dst:
+                display = f"{src}->{dst}"
 
         def i(key: str) -> int:
             v = int_or_none(attrs.get(key))
