@@ -1,19 +1,27 @@
 """Exporter throughput and workload-thread cost, as ratios measured in the same run.
 
 1. Spans per second through an exporter's ``export()`` (batches of 512 finished spans):
-   the OTLP-JSON file exporter vs the SDK's ``ConsoleSpanExporter`` writing to a file
-   (the baseline) vs OTLP/gRPC to a local real receiver.
-2. Cost per span on the workload thread (start + end of a span with 4 attributes): our
+   the OTLP-JSON file exporter (direct encoder) vs the same exporter on the old reference
+   path (protobuf + ``MessageToDict``) vs the SDK's ``ConsoleSpanExporter`` writing to a
+   file (the baseline) vs OTLP/gRPC to a local real receiver.
+2. Encoding alone, per span and per metric point: direct encoder vs reference.
+3. Cost per span on the workload thread (start + end of a span with 4 attributes): our
    ``BoundedBatchSpanProcessor`` and the SDK's ``BatchSpanProcessor`` vs the bare SDK
    with no processor (the baseline).
+4. With ``--simulate``: ``otel-ext simulate --hosts 2 --chips 8 --requests 200 --seed 0``
+   run in fresh processes with the direct encoder and with the reference encoder patched
+   in (the old path), alternating, best of ``--repeat``; wall and CPU seconds.
 
-Usage: ``python benchmarks/exporters_throughput.py [--spans N]``
+Usage: ``python benchmarks/exporters_throughput.py [--spans N] [--simulate] [--repeat R]``
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -32,6 +43,16 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exporters import BoundedBatchSpanProcessor, OtlpJsonFileSpanExporter
+from exporters._fast_json import metrics_to_json, spans_to_json
+from exporters._otlp_json import reference_encode_metrics_json, reference_encode_spans_json
+
+
+class _ReferenceFileSpanExporter(OtlpJsonFileSpanExporter):
+    """The file exporter on the old path: protobuf messages + ``MessageToDict``."""
+
+    def export(self, spans):
+        self.series.write(reference_encode_spans_json(spans))
+        return SpanExportResult.SUCCESS
 
 
 class _Null(SpanExporter):
@@ -69,6 +90,84 @@ def _throughput(exporter: SpanExporter, spans: list, batch: int = 512) -> float:
     return len(spans) / (time.perf_counter() - started)
 
 
+def _best_us(function, argument, count: int, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function(argument)
+        best = min(best, time.perf_counter() - started)
+    return best / count * 1e6
+
+
+def _metrics_data(series: int):
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(
+        resource=Resource({"service.name": "bench", "accel.host.id": "host0"}),
+        metric_readers=[reader],
+    )
+    meter = provider.get_meter("bench", "1.0")
+    counter = meter.create_counter("accel.kernel.count")
+    gauge = meter.create_gauge("accel.power", unit="W")
+    histogram = meter.create_histogram("accel.kernel.duration", unit="s")
+    for index in range(series):
+        attributes = {"accel.device.id": f"host0/chip{index % 8}", "accel.kernel.stream": index}
+        counter.add(index + 1, attributes)
+        gauge.set(300.5 + index, attributes)
+        histogram.record(0.001 * index, attributes)
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    return data, series * 3
+
+
+_SIM_ARGS = ["simulate", "--hosts", "2", "--chips", "8", "--requests", "200", "--seed", "0"]
+_SIM_REFERENCE_PATCH = (
+    "import exporters._file_exporters as f, exporters._otlp_json as j; "
+    "f.encode_spans_json = j.reference_encode_spans_json; "
+    "f.encode_metrics_json = j.reference_encode_metrics_json; "
+)
+
+
+def _simulate_once(reference: bool, out: Path) -> tuple[float, float]:
+    code = (_SIM_REFERENCE_PATCH if reference else "") + (
+        f"import sys; from otel_ext.cli import main; sys.exit(main({[*_SIM_ARGS, '--out', str(out)]!r}))"
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _without_instance_id(path: Path) -> bytes:
+    # the SDK gives every process a random service.instance.id
+    return re.sub(
+        rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", b"UUID", path.read_bytes()
+    )
+
+
+def _simulate(repeat: int, folder: Path) -> None:
+    results: dict[str, list[tuple[float, float]]] = {"reference": [], "direct": []}
+    for _ in range(repeat):
+        for name in results:
+            results[name].append(_simulate_once(name == "reference", folder / f"sim-{name}"))
+    same = all(
+        _without_instance_id(folder / "sim-reference" / f)
+        == _without_instance_id(folder / "sim-direct" / f)
+        for f in ("traces.jsonl", "metrics.jsonl")
+    )
+    print()
+    print(f"## otel-ext {' '.join(_SIM_ARGS)} (best of {repeat}, fresh processes)")
+    print(f"{'encoder':<42} {'wall s':>12} {'CPU s':>8} {'CPU ratio':>10}")
+    base_cpu = min(cpu for _, cpu in results["reference"])
+    for name, label in (("reference", "reference (old path, baseline)"), ("direct", "direct")):
+        wall = min(w for w, _ in results[name])
+        cpu = min(c for _, c in results[name])
+        print(f"{label:<42} {wall:>12.2f} {cpu:>8.2f} {cpu / base_cpu:>10.2f}")
+    print(f"(traces/metrics files of one run identical up to service.instance.id: {same})")
+
+
 def _per_span_ns(provider: TracerProvider, count: int) -> float:
     tracer = provider.get_tracer("bench")
     attrs = {"accel.device.id": "host0/chip1", "accel.kernel.stream": 7, "accel.rank": 3, "n": 1}
@@ -86,6 +185,8 @@ def _per_span_ns(provider: TracerProvider, count: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--simulate", action="store_true", help="also time otel-ext simulate")
+    parser.add_argument("--repeat", type=int, default=2, help="simulate runs per encoder")
     args = parser.parse_args()
     spans = _spans(args.spans)
     folder = Path(tempfile.mkdtemp())
@@ -98,6 +199,9 @@ def main() -> int:
     ours = OtlpJsonFileSpanExporter(folder / "traces.jsonl")
     rows.append(("OtlpJsonFileSpanExporter", _throughput(ours, spans)))
     ours.shutdown()
+    old = _ReferenceFileSpanExporter(folder / "old.jsonl")
+    rows.append(("OtlpJsonFileSpanExporter, old path", _throughput(old, spans)))
+    old.shutdown()
     gz = OtlpJsonFileSpanExporter(folder / "gz.jsonl", gzip=True)
     rows.append(("OtlpJsonFileSpanExporter gzip", _throughput(gz, spans)))
     gz.shutdown()
@@ -118,6 +222,28 @@ def main() -> int:
     print(f"{'exporter':<42} {'spans/s':>12} {'ratio':>8}")
     for name, rate in rows:
         print(f"{name:<42} {rate:>12,.0f} {rate / base:>8.2f}")
+
+    batches: list[list[ReadableSpan]] = [
+        spans[offset : offset + 512] for offset in range(0, len(spans), 512)
+    ]
+
+    def run_all(encode):
+        return lambda items: [encode(batch) for batch in items]
+
+    ref_us = _best_us(run_all(reference_encode_spans_json), batches, len(spans))
+    fast_us = _best_us(run_all(spans_to_json), batches, len(spans))
+    data, points = _metrics_data(2000)
+    ref_metric_us = _best_us(reference_encode_metrics_json, data, points)
+    fast_metric_us = _best_us(metrics_to_json, data, points)
+    print()
+    print("## Encoding alone (best of 3)")
+    print(f"{'encoder':<42} {'us/item':>12} {'speed-up':>8}")
+    print(f"{'spans, reference (baseline)':<42} {ref_us:>12.2f} {1.0:>8.2f}")
+    print(f"{'spans, direct':<42} {fast_us:>12.2f} {ref_us / fast_us:>8.2f}")
+    print(f"{'metric points, reference (baseline)':<42} {ref_metric_us:>12.2f} {1.0:>8.2f}")
+    print(
+        f"{'metric points, direct':<42} {fast_metric_us:>12.2f} {ref_metric_us / fast_metric_us:>8.2f}"
+    )
 
     count = args.spans
     bare = TracerProvider()
@@ -142,6 +268,8 @@ def main() -> int:
         print(f"{name:<42} {ns:>12,.0f} {ns / base_ns:>8.2f}")
     for provider in (bare, ours_provider, sdk_provider):
         provider.shutdown()
+    if args.simulate:
+        _simulate(args.repeat, folder)
     print(f"\n(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)")
     return 0
 

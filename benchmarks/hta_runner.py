@@ -2,7 +2,9 @@
 
 Runs in HTA's own virtual environment (pandas < 3, numpy < 2), never in the project's:
 ``/tmp/otel-ext-hta-venv/bin/python benchmarks/hta_runner.py FOLDER``. Prints
-``{"temporal": [...], "overlap": [...], "seconds": s, "maxrss_kb": k}``. Timestamps are kept
+``{"temporal": [...], "overlap": [...], "seconds": s, "maxrss_kb": k, "cpu": s}`` (``seconds``
+from after the import of HTA; ``cpu``: the CPU seconds of the process and of its pool's
+workers; ``sampled_total_kb``: the peak, sampled every 10 ms, of their PSS together). Timestamps are kept
 at the traces' own resolution (``HTA_DISABLE_NS_ROUNDING=1``).
 """
 
@@ -11,13 +13,42 @@ import logging
 import os
 import resource
 import sys
+import threading
 import time
 
 os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
 logging.disable(logging.CRITICAL)
 
 
+def _pss_kb(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _sample(peak: list, stop: threading.Event) -> None:
+    """Peak PSS of this process and its children (HTA parses files in a process pool)."""
+    me = str(os.getpid())
+    while not stop.wait(0.01):
+        kids: list = []
+        for task in os.listdir(f"/proc/{me}/task"):
+            try:
+                with open(f"/proc/{me}/task/{task}/children") as f:
+                    kids += f.read().split()
+            except OSError:
+                pass
+        peak[0] = max(peak[0], _pss_kb(me) + sum(_pss_kb(k) for k in kids))
+
+
 def main() -> None:
+    peak = [0]
+    stop = threading.Event()
+    threading.Thread(target=_sample, args=(peak, stop), daemon=True).start()
     from hta.trace_analysis import TraceAnalysis
 
     folder = sys.argv[1]
@@ -51,10 +82,20 @@ def main() -> None:
         }
         for _, r in tb.iterrows()
     ]
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    stop.set()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(
         json.dumps(
-            {"temporal": temporal, "overlap": overlap, "seconds": seconds, "maxrss_kb": maxrss}
+            {
+                "temporal": temporal,
+                "overlap": overlap,
+                "seconds": seconds,
+                "maxrss_kb": usage.ru_maxrss,
+                "children_kb": kids.ru_maxrss,
+                "sampled_total_kb": peak[0],
+                "cpu": usage.ru_utime + usage.ru_stime + kids.ru_utime + kids.ru_stime,
+            }
         )
     )
 

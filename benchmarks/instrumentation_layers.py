@@ -1,11 +1,16 @@
 """Layer-span cost: per-layer span vs a bare SDK span, deferred mode, forward-pass overhead.
 
-Run: ``python benchmarks/instrumentation_layers.py [--layers 200] [--repeat 30]``. Prints a
-table with ratios against baselines measured in the same run:
+Run: ``python benchmarks/instrumentation_layers.py [--layers 200] [--repeat 30] [--runs 3]``.
+Prints tables with ratios against baselines measured in the same run; every figure is the
+median over ``--runs`` interleaved runs of the median over ``--repeat`` passes:
 
 * per-layer cost of ``TorchLayerInstrumentor`` (eager) vs a bare SDK span with the same
   attributes made current (``start_as_current_span``); target <= 1.3x;
-* per-layer cost on the workload thread in deferred mode; target <= 2 us;
+* per-layer cost on the workload thread in deferred mode (target <= 2 us), for each way of
+  attaching (forward wrapper, per-module hooks, global hooks), with the materialiser flushed
+  between passes outside the timing, and once with it running concurrently;
+* what PyTorch's own hook dispatch costs (an empty hook pair, per-module and global) next to
+  an empty forward wrapper, and what the recorder alone costs;
 * forward pass of a small transformer on CPU: uninstrumented vs layer-instrumented (eager,
   deferred) vs ``torch.profiler`` on the same model.
 """
@@ -25,6 +30,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from torch import nn
 
 from otel_ext.instrumentation.torch import TorchLayerInstrumentor
+from semantic_conventions import attributes as A
+from semantic_conventions.spans import SPAN_ACCEL_LAYER
 
 
 class _Discard(SpanExporter):
@@ -95,14 +102,14 @@ def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float
     provider = _provider()
     tracer = provider.get_tracer("bench")
     attrs: dict[str, Any] = {
-        "accel.layer.name": "layers.17", "accel.layer.index": 17, "accel.layer.type": "Identity",
-        "accel.layer.depth": 1, "accel.layer.pass": "forward", "accel.layer.parameters": 0,
-        "accel.host.id": "h", "accel.device.id": "h/cpu",
+        A.ACCEL_LAYER_NAME: "layers.17", A.ACCEL_LAYER_INDEX: 17, A.ACCEL_LAYER_TYPE: "Identity",
+        A.ACCEL_LAYER_DEPTH: 1, A.ACCEL_LAYER_PASS: "forward", A.ACCEL_LAYER_PARAMETERS: 0,
+        A.ACCEL_HOST_ID: "h", A.ACCEL_DEVICE_ID: "h/cpu",
     }  # fmt: skip
 
     def bare_spans() -> None:
         for _ in range(n):
-            with tracer.start_as_current_span("accel.layer", attributes=attrs):
+            with tracer.start_as_current_span(SPAN_ACCEL_LAYER, attributes=attrs):
                 pass
 
     def forward() -> None:
@@ -124,6 +131,19 @@ def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float
 
         return measure
 
+    def with_materialisation() -> float:
+        """Mean pass time including the final flush: the process's whole cost (spans too)."""
+        inst.instrument(tracer_provider=provider, host_id="h", model=flat, deferred=True)
+        try:
+            inst.flush()
+            t0 = time.perf_counter()
+            for _ in range(repeat):
+                forward()
+            inst.flush()
+            return (time.perf_counter() - t0) / repeat
+        finally:
+            inst.uninstrument()
+
     def noop(kind: str) -> Callable[[], float]:
         def measure() -> float:
             handles = _noop_hooks(flat, kind)
@@ -138,7 +158,7 @@ def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float
     from otel_ext.instrumentation.deferred import DeferredSpanRecorder
 
     rec = DeferredSpanRecorder(tracer_provider=provider, capacity=1 << 16)
-    lid = rec.register("accel.layer", attrs)
+    lid = rec.register(SPAN_ACCEL_LAYER, attrs)
 
     def begin_end() -> float:
         def body() -> None:
@@ -179,6 +199,7 @@ def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float
             instrumented(model=flat, deferred=True, steady=True),
             True,
         ),
+        ("deferred, wrapper, + materialising (mean)", with_materialisation, True),
         ("empty forward wrapper (no recording)", noop("wrapper"), True),
         ("empty module hook pair (torch dispatch)", noop("module"), True),
         ("empty global hook pair (torch dispatch)", noop("global"), True),
@@ -230,33 +251,48 @@ def main() -> None:
         with torch.no_grad():
             model(inp)
 
-    fwd()
-    base = _median(fwd, repeat)
-    inst.instrument(tracer_provider=provider, model=model, host_id="h")
-    fwd()
-    eager_f = _median(fwd, repeat)
-    inst.uninstrument()
-    inst.instrument(tracer_provider=provider, model=model, host_id="h", deferred=True)
-    fwd()
-    deferred_f = _median(fwd, repeat)
-    inst.flush()
-    inst.uninstrument()
+    def traced(**options: Any) -> Callable[[], float]:
+        def measure() -> float:
+            inst.instrument(tracer_provider=provider, model=model, host_id="h", **options)
+            try:
+                fwd()
+                return _median(fwd, repeat)
+            finally:
+                inst.flush()
+                inst.uninstrument()
+
+        return measure
 
     def profiled() -> None:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
             fwd()
 
+    fwd()
     profiled()
-    prof = _median(profiled, repeat)
-    print(f"\nforward pass, TransformerEncoder 4x(d=128), batch 8x64, CPU (median of {repeat})")
-    print(f"{'what':42s} {'ms':>9s} {'vs bare':>8s}")
-    for name, t in (
-        ("uninstrumented", base),
-        ("TorchLayerInstrumentor eager", eager_f),
-        ("TorchLayerInstrumentor deferred", deferred_f),
-        ("torch.profiler (CPU activities)", prof),
-    ):
-        print(f"{name:42s} {t * 1e3:9.3f} {t / base:7.2f}x")
+    cases: list[tuple[str, Callable[[], float]]] = [
+        ("uninstrumented", lambda: _median(fwd, repeat)),
+        ("TorchLayerInstrumentor eager", traced()),
+        ("TorchLayerInstrumentor eager, module hooks", traced(patch_forward=False)),
+        ("TorchLayerInstrumentor deferred", traced(deferred=True)),
+        (
+            "TorchLayerInstrumentor deferred, module hooks",
+            traced(deferred=True, patch_forward=False),
+        ),
+        ("torch.profiler (CPU activities)", lambda: _median(profiled, repeat)),
+    ]
+    results: dict[str, list[float]] = {label: [] for label, _ in cases}
+    for _ in range(args.runs):
+        for label, measure in cases:
+            results[label].append(measure())
+    base = statistics.median(results["uninstrumented"])
+    print(
+        f"\nforward pass, TransformerEncoder 4x(d=128), batch 8x64, CPU "
+        f"(median of {args.runs} runs x median of {repeat} passes; deferred: materialiser running)"
+    )
+    print(f"{'what':46s} {'ms':>9s} {'vs bare':>8s}")
+    for label, _ in cases:
+        t = statistics.median(results[label])
+        print(f"{label:46s} {t * 1e3:9.3f} {t / base:7.2f}x")
     provider.shutdown()
 
 

@@ -39,6 +39,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.metrics.export import (
     ExponentialHistogram,
     Gauge,
@@ -47,7 +48,7 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 __all__ = ["UnsupportedValue", "metrics_to_json", "spans_to_json"]
 
@@ -67,13 +68,20 @@ _U32_END = 1 << 32
 _FLAGS_LOCAL = "256"
 _FLAGS_REMOTE = "768"
 
+# enum members are singletons; hashing one (or reading ``.value``) runs Python code
 _KIND = {
-    SpanKind.INTERNAL: "1",
-    SpanKind.SERVER: "2",
-    SpanKind.CLIENT: "3",
-    SpanKind.PRODUCER: "4",
-    SpanKind.CONSUMER: "5",
+    id(SpanKind.INTERNAL): "1",
+    id(SpanKind.SERVER): "2",
+    id(SpanKind.CLIENT): "3",
+    id(SpanKind.PRODUCER): "4",
+    id(SpanKind.CONSUMER): "5",
 }
+_STATUS_CODE = {id(StatusCode.UNSET): 0, id(StatusCode.OK): 1, id(StatusCode.ERROR): 2}
+
+
+# spans whose ``attributes`` property is the SDK's (a read-only view of ``_attributes``)
+_READABLE_ATTRIBUTES = ReadableSpan.__dict__["attributes"]
+_plain_span_types: dict[type, bool] = {}
 
 
 class UnsupportedValue(ValueError):
@@ -123,7 +131,7 @@ def _doubles(values: Iterable[Any]) -> str:
 def _u64_strings(values: Sequence[Any]) -> str:
     for v in values:
         _u64(v)
-    return ",".join(['"%d"' % v for v in values])
+    return ",".join([f'"{v}"' for v in values])
 
 
 def _trace_id(value: int) -> str:
@@ -144,7 +152,7 @@ def _any_value(value: Any) -> str:
         return '{"stringValue":' + _quote(value) + "}"
     if kind is int:
         if _I64_MIN <= value < _I64_END:
-            return '{"intValue":"%d"}' % value
+            return f'{{"intValue":"{value}"}}'
         raise UnsupportedValue(f"integer out of int64 range: {value!r}")
     if kind is float:
         return '{"doubleValue":' + _double(value) + "}"
@@ -168,7 +176,11 @@ def _any_value(value: Any) -> str:
 def _key_values(attributes: Mapping[Any, Any]) -> str:
     """The comma-separated ``KeyValue`` messages of a non-empty attribute mapping."""
     parts = []
-    for key, value in attributes.items():
+    # iterating a BoundedAttributes goes through its lock and __getitem__ once per key
+    items = (
+        attributes._dict.items() if type(attributes) is BoundedAttributes else attributes.items()
+    )
+    for key, value in items:
         if type(key) is not str:
             raise UnsupportedValue(f"attribute key of type {type(key).__name__}")
         if key:
@@ -217,13 +229,13 @@ def _event(event: Any) -> str:
     fields = []
     timestamp = event.timestamp
     if timestamp:
-        fields.append(',"timeUnixNano":"%d"' % _u64(timestamp))
+        fields.append(f',"timeUnixNano":"{_u64(timestamp)}"')
     if event.name:
         fields.append(',"name":' + _quote(event.name))
     fields.append(_attributes_field("attributes", event.attributes))
     dropped = event.dropped_attributes
     if dropped:
-        fields.append(',"droppedAttributesCount":%d' % _u32(dropped))
+        fields.append(f',"droppedAttributesCount":{_u32(dropped)}')
     return _object(fields)
 
 
@@ -239,19 +251,22 @@ def _link(link: Any) -> str:
     ]
     dropped = link.dropped_attributes
     if dropped:
-        parts.append(',"droppedAttributesCount":%d' % _u32(dropped))
+        parts.append(f',"droppedAttributesCount":{_u32(dropped)}')
     parts.append(',"flags":' + (_FLAGS_REMOTE if context.is_remote else _FLAGS_LOCAL) + "}")
     return "".join(parts)
 
 
 def _status(status: Any) -> str:
-    code = status.status_code.value
+    status_code = status.status_code
+    code = _STATUS_CODE.get(id(status_code))
+    if code is None:
+        code = status_code.value
     description = status.description
     if description:
         if code:
-            return ',"status":{"message":' + _quote(description) + ',"code":%d}' % code
+            return ',"status":{"message":' + _quote(description) + f',"code":{code}}}'
         return ',"status":{"message":' + _quote(description) + "}"
-    return ',"status":{"code":%d}' % code if code else ',"status":{}'
+    return f',"status":{{"code":{code}}}' if code else ',"status":{}'
 
 
 def _span(span: ReadableSpan) -> str:
@@ -276,29 +291,37 @@ def _span(span: ReadableSpan) -> str:
             flags = _FLAGS_REMOTE
     if span.name:
         parts.append(',"name":' + _quote(span.name))
-    parts.append(',"kind":' + _KIND[span.kind])
+    kind = _KIND.get(id(span.kind))
+    if kind is None:
+        raise UnsupportedValue(f"span kind {span.kind!r}")
+    parts.append(',"kind":' + kind)
     start = span.start_time
     if start:
-        parts.append(',"startTimeUnixNano":"%d"' % _u64(start))
+        parts.append(f',"startTimeUnixNano":"{_u64(start)}"')
     end = span.end_time
     if end:
-        parts.append(',"endTimeUnixNano":"%d"' % _u64(end))
-    parts.append(_attributes_field("attributes", span.attributes))
+        parts.append(f',"endTimeUnixNano":"{_u64(end)}"')
+    span_type = type(span)
+    plain = _plain_span_types.get(span_type)
+    if plain is None:
+        plain = _plain_span_types[span_type] = span_type.attributes is _READABLE_ATTRIBUTES
+    attributes = span._attributes if plain else span.attributes
+    parts.append(_attributes_field("attributes", attributes))
     dropped = span.dropped_attributes
     if dropped:
-        parts.append(',"droppedAttributesCount":%d' % _u32(dropped))
+        parts.append(f',"droppedAttributesCount":{_u32(dropped)}')
     events = span.events
     if events:
         parts.append(',"events":[' + ",".join([_event(e) for e in events]) + "]")
     dropped = span.dropped_events
     if dropped:
-        parts.append(',"droppedEventsCount":%d' % _u32(dropped))
+        parts.append(f',"droppedEventsCount":{_u32(dropped)}')
     links = span.links
     if links:
         parts.append(',"links":[' + ",".join([_link(link) for link in links]) + "]")
     dropped = span.dropped_links
     if dropped:
-        parts.append(',"droppedLinksCount":%d' % _u32(dropped))
+        parts.append(f',"droppedLinksCount":{_u32(dropped)}')
     status = span.status
     if status is not None:
         parts.append(_status(status))
@@ -380,7 +403,7 @@ def _exemplars(exemplars: Sequence[Any]) -> str:
     for exemplar in exemplars:
         fields = []
         if exemplar.time_unix_nano:
-            fields.append(',"timeUnixNano":"%d"' % _u64(exemplar.time_unix_nano))
+            fields.append(f',"timeUnixNano":"{_u64(exemplar.time_unix_nano)}"')
         value = exemplar.value
         kind = type(value)
         if kind is float:
@@ -389,7 +412,7 @@ def _exemplars(exemplars: Sequence[Any]) -> str:
             fields.append(',"spanId":"' + _span_id(exemplar.span_id) + '"')
             fields.append(',"traceId":"' + _trace_id(exemplar.trace_id) + '"')
         if kind is int:
-            fields.append(',"asInt":"%d"' % _i64(value))
+            fields.append(f',"asInt":"{_i64(value)}"')
         elif kind is not float:
             raise UnsupportedValue(f"exemplar value of type {kind.__name__}")
         fields.append(_attributes_field("filteredAttributes", exemplar.filtered_attributes))
@@ -400,9 +423,9 @@ def _exemplars(exemplars: Sequence[Any]) -> str:
 def _time_fields(point: Any, *, start: bool) -> str:
     text = ""
     if start and point.start_time_unix_nano:
-        text = ',"startTimeUnixNano":"%d"' % _u64(point.start_time_unix_nano)
+        text = f',"startTimeUnixNano":"{_u64(point.start_time_unix_nano)}"'
     if point.time_unix_nano:
-        text += ',"timeUnixNano":"%d"' % _u64(point.time_unix_nano)
+        text += f',"timeUnixNano":"{_u64(point.time_unix_nano)}"'
     return text
 
 
@@ -410,7 +433,7 @@ def _number_point(point: Any, *, start: bool) -> str:
     value = point.value
     kind = type(value)
     if kind is int:
-        value_text = ',"asInt":"%d"' % _i64(value)
+        value_text = f',"asInt":"{_i64(value)}"'
         return _object(
             [
                 _time_fields(point, start=start),
@@ -435,15 +458,24 @@ def _optional_double(name: str, value: Any) -> str:
     return "" if value is None else ',"' + name + '":' + _double(value)
 
 
-def _histogram_point(point: Any) -> str:
+def _histogram_point(point: Any, bounds_memo: dict[int, tuple[Any, str]]) -> str:
+    """One ``HistogramDataPoint``; ``bounds_memo`` keeps the encoding of each bounds object
+    (the points of one histogram share theirs) while the caller holds the points."""
     fields = [_time_fields(point, start=True)]
     if point.count:
-        fields.append(',"count":"%d"' % _u64(point.count))
+        fields.append(f',"count":"{_u64(point.count)}"')
     fields.append(_optional_double("sum", point.sum))
     if point.bucket_counts:
         fields.append(',"bucketCounts":[' + _u64_strings(point.bucket_counts) + "]")
     if point.explicit_bounds:
-        fields.append(',"explicitBounds":[' + _doubles(point.explicit_bounds) + "]")
+        bounds = point.explicit_bounds
+        memo = bounds_memo.get(id(bounds))
+        if memo is None or memo[0] is not bounds:
+            memo = bounds_memo[id(bounds)] = (
+                bounds,
+                ',"explicitBounds":[' + _doubles(bounds) + "]",
+            )
+        fields.append(memo[1])
     fields.append(_exemplars(point.exemplars))
     fields.append(_attributes_field("attributes", point.attributes))
     fields.append(_optional_double("min", point.min))
@@ -459,7 +491,7 @@ def _buckets(name: str, buckets: Any) -> str:
     if offset:
         if type(offset) is not int or not _I32_MIN <= offset < _I32_END:
             raise UnsupportedValue(f"bucket offset {offset!r}")
-        fields.append(',"offset":%d' % offset)
+        fields.append(f',"offset":{offset}')
     fields.append(',"bucketCounts":[' + _u64_strings(buckets.bucket_counts) + "]")
     return ',"' + name + '":' + _object(fields)
 
@@ -467,19 +499,19 @@ def _buckets(name: str, buckets: Any) -> str:
 def _exponential_point(point: Any) -> str:
     fields = [_attributes_field("attributes", point.attributes), _time_fields(point, start=True)]
     if point.count:
-        fields.append(',"count":"%d"' % _u64(point.count))
+        fields.append(f',"count":"{_u64(point.count)}"')
     fields.append(_optional_double("sum", point.sum))
     scale = point.scale
     if scale:
         if type(scale) is not int or not _I32_MIN <= scale < _I32_END:
             raise UnsupportedValue(f"scale {scale!r}")
-        fields.append(',"scale":%d' % scale)
+        fields.append(f',"scale":{scale}')
     if point.zero_count:
-        fields.append(',"zeroCount":"%d"' % _u64(point.zero_count))
+        fields.append(f',"zeroCount":"{_u64(point.zero_count)}"')
     fields.append(_buckets("positive", point.positive))
     fields.append(_buckets("negative", point.negative))
     if point.flags:
-        fields.append(',"flags":%d' % _u32(point.flags))
+        fields.append(f',"flags":{_u32(point.flags)}')
     fields.append(_exemplars(point.exemplars))
     fields.append(_optional_double("min", point.min))
     fields.append(_optional_double("max", point.max))
@@ -488,7 +520,7 @@ def _exponential_point(point: Any) -> str:
 
 def _temporality(value: Any) -> str:
     number = int(value)
-    return ',"aggregationTemporality":%d' % number if number else ""
+    return f',"aggregationTemporality":{number}' if number else ""
 
 
 def _metric(metric: Any) -> str:
@@ -520,7 +552,8 @@ def _metric(metric: Any) -> str:
             )
     elif kind is Histogram:
         if points:
-            encoded = ",".join([_histogram_point(p) for p in points])
+            memo: dict[int, tuple[Any, str]] = {}
+            encoded = ",".join([_histogram_point(p, memo) for p in points])
             fields.append(
                 ',"histogram":{"dataPoints":['
                 + encoded

@@ -7,9 +7,10 @@ serves a few batches of requests (a prefill forward, then greedy decode steps). 
 OTLP-JSON through the project's file exporter; the analysis then reads those files exactly as
 it reads the simulated cluster's.
 
-A straggler is injected unless ``--fault none``: the chosen rank does extra real matrix work
-in every block (default: a rank drawn from the seed), so the analysis has a true cause to find
-and ``truth.json`` records it. Ranks are named ``host{rank // 2}/chip{rank % 2}``.
+A straggler is injected unless ``--fault none``: the chosen rank's attention and MLP shards
+take 3× as long (at least 2 ms more) (default: a rank drawn from the seed), so the analysis has a true cause to find
+and ``truth.json`` records it. Every process runs on this machine and stamps its spans with
+this machine's clock, so all ranks are named on one host: ``host0/rank{rank}``.
 """
 
 from __future__ import annotations
@@ -31,13 +32,12 @@ VOCAB, DIM, HEADS, LAYERS, PROMPT, DECODE, BATCH = 256, 128, 8, 4, 32, 8, 4
 
 
 def device_of_rank(rank: int) -> tuple[str, str]:
-    """``(host, device)`` names of a rank: two ranks per (pretend) host.
+    """``(host, device)`` names of a rank (every rank runs on this one machine).
 
     >>> device_of_rank(3)
-    ('host1', 'host1/chip1')
+    ('host0', 'host0/rank3')
     """
-    host = f"host{rank // 2}"
-    return host, f"{host}/chip{rank % 2}"
+    return "host0", f"host0/rank{rank}"
 
 
 def _build_model(world: int, rank: int, slow_factor: float) -> Any:
@@ -47,6 +47,14 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
     from torch import nn
 
     heads = HEADS // world
+
+    def slow_down(t0: float) -> None:
+        # the injected straggler: on this rank, every sharded block takes slow_factor times as
+        # long (at least 2 ms more at 3x), as on a slow chip: the host thread waits (it
+        # does not spin, which on a shared CPU would slow its neighbours instead), so the rank
+        # arrives late at the all-reduce that follows
+        if slow_factor > 1.0:
+            time.sleep((slow_factor - 1.0) * max(time.perf_counter() - t0, 1e-3))
     hidden = 4 * DIM // world
 
     class ShardedAttention(nn.Module):
@@ -56,6 +64,7 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
             self.out = nn.Linear(heads * (DIM // HEADS), DIM, bias=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t0 = time.perf_counter()
             b, s, _ = x.shape
             hd = DIM // HEADS
             q, k, v = (
@@ -64,6 +73,7 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
             )
             o = F.scaled_dot_product_attention(q, k, v, is_causal=s > 1)
             y = self.out(o.transpose(1, 2).reshape(b, s, heads * hd))
+            slow_down(t0)
             dist.all_reduce(y)
             return y
 
@@ -74,14 +84,9 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
             self.down = nn.Linear(hidden, DIM, bias=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t0 = time.perf_counter()
             y = self.down(F.gelu(self.up(x)))
-            if slow_factor > 1.0:
-                # the injected straggler: real extra matrix work on this rank only, about
-                # (factor - 1) ms per MLP call, so it arrives late at every all-reduce after it
-                w = self.up.weight
-                deadline = time.perf_counter() + (slow_factor - 1.0) * 1e-3
-                while time.perf_counter() < deadline:
-                    torch.mm(w, w.t())
+            slow_down(t0)
             dist.all_reduce(y)
             return y
 
@@ -203,14 +208,14 @@ def run_real(args: argparse.Namespace) -> int:
         pass
     elif specs:
         if len(specs) != 1 or not specs[0].startswith("straggler@"):
-            raise ConfigError("--real injects only one straggler@HOST/CHIP fault (or 'none')")
+            raise ConfigError("--real injects only one straggler@host0/rankN fault (or 'none')")
         target = specs[0].split("@", 1)[1]
         names = {device_of_rank(r)[1]: r for r in range(world)}
         if target not in names:
             raise ConfigError(f"no rank runs {target} (ranks: {', '.join(names)})")
-        slow_rank, factor = names[target], 1.6
+        slow_rank, factor = names[target], 3.0
     else:
-        slow_rank, factor = random.Random(f"otel-ext-demo-real:{args.seed}").randrange(world), 1.6
+        slow_rank, factor = random.Random(f"otel-ext-demo-real:{args.seed}").randrange(world), 3.0
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,17 @@ Generated from the registry by ``otel-ext semconv generate``. Do not edit.
 
 # fmt: off
 __all__ = [
+    "ACCEL_CLOCK_BRACKETS_DROPPED",
     "ACCEL_CLOCK_COUNTER_BITS",
+    "ACCEL_CLOCK_DEVICE_TICKS",
     "ACCEL_CLOCK_DOMAIN",
+    "ACCEL_CLOCK_HOST_AFTER_NS",
+    "ACCEL_CLOCK_HOST_BEFORE_NS",
+    "ACCEL_CLOCK_KNOT_TICK_REF",
+    "ACCEL_CLOCK_KNOTS_BOUND_NS",
+    "ACCEL_CLOCK_KNOTS_CURVATURE",
+    "ACCEL_CLOCK_KNOTS_HOST_NS",
+    "ACCEL_CLOCK_KNOTS_TICKS",
     "ACCEL_CLOCK_QUALITY",
     "ACCEL_CLOCK_RAW_END_TICKS",
     "ACCEL_CLOCK_RAW_START_TICKS",
@@ -85,10 +94,28 @@ __all__ = [
     "SYSTEM_MEMORY_STATE",
 ]
 
+#: Brackets of this domain that left the sampler's window unexported since the previous clock sync span.
+ACCEL_CLOCK_BRACKETS_DROPPED = 'accel.clock.brackets_dropped'
 #: Width of the device timestamp counter; it wraps at 2^bits.
 ACCEL_CLOCK_COUNTER_BITS = 'accel.clock.counter_bits'
+#: The device counter as read for each bracket (raw, wrapped at 2^counter_bits; values of 2^63 and above as two's complement).
+ACCEL_CLOCK_DEVICE_TICKS = 'accel.clock.device_ticks'
 #: The clock a span's raw timestamps were read from (a chip's timer, a host's monotonic clock).
 ACCEL_CLOCK_DOMAIN = 'accel.clock.domain'
+#: Host time read just after each device counter read of the batch, in nanoseconds (one per bracket).
+ACCEL_CLOCK_HOST_AFTER_NS = 'accel.clock.host_after_ns'
+#: Host time read just before each device counter read of the batch, in nanoseconds (one per bracket).
+ACCEL_CLOCK_HOST_BEFORE_NS = 'accel.clock.host_before_ns'
+#: Raw device counter value (wrapped, two's complement above 2^63) from which `accel.clock.knots_ticks` count.
+ACCEL_CLOCK_KNOT_TICK_REF = 'accel.clock.knot_tick_ref'
+#: Bound on the fitted mapping's absolute error at each knot, in nanoseconds (rounding of the knot times included).
+ACCEL_CLOCK_KNOTS_BOUND_NS = 'accel.clock.knots_bound_ns'
+#: Bound on the curvature of the true mapping on each segment between knots (host ns per tick squared).
+ACCEL_CLOCK_KNOTS_CURVATURE = 'accel.clock.knots_curvature'
+#: Host time the fitted mapping gives at each knot, in nanoseconds (rounded).
+ACCEL_CLOCK_KNOTS_HOST_NS = 'accel.clock.knots_host_ns'
+#: Knots of the fitted piecewise-linear mapping, in unwrapped ticks counted from `accel.clock.knot_tick_ref`.
+ACCEL_CLOCK_KNOTS_TICKS = 'accel.clock.knots_ticks'
 #: Quality flag of a fitted clock mapping; `low` when the fit had too few or too wide brackets.
 ACCEL_CLOCK_QUALITY = 'accel.clock.quality'
 #: The span's end as read from its device clock, in ticks, before alignment (wrapped as read).

@@ -5,6 +5,7 @@ Generated from the registry by ``otel-ext semconv generate``. Do not edit.
 
 # fmt: off
 __all__ = [
+    "SPAN_ACCEL_CLOCK_SYNC",
     "SPAN_ACCEL_COLLECTIVE",
     "SPAN_ACCEL_KERNEL",
     "SPAN_ACCEL_LAYER",
@@ -13,6 +14,8 @@ __all__ = [
     "SPAN_ACCEL_REQUEST_PHASE",
 ]
 
+#: A batch of clock brackets of one clock domain (start and end are the host times of its first and last bracket), with the domain's fitted mapping; analysis re-fits from them offline.
+SPAN_ACCEL_CLOCK_SYNC = 'accel.clock.sync'
 #: One rank's part in a collective or point-to-point operation.
 SPAN_ACCEL_COLLECTIVE = 'accel.collective'
 #: Device activity recorded from device-clock timestamps (kernel, memcpy, DMA).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -171,3 +173,50 @@ def test_drop_last_step_keeps_what_hta_keeps() -> None:
     ]
     kept = drop_last_step(EventTable.from_rows(rows))
     assert sorted(kept["start_ns"].tolist()) == [0, 10, 120]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 200),
+            st.integers(0, 30),
+            st.integers(0, 2),
+            st.integers(0, 1),
+            st.booleans(),
+            st.integers(0, 200),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_idle_breakdown_matches_brute_force(events) -> None:
+    """Per rank and stream, kernels in start order (ties in table order); each gap a host
+    wait when the kernel's launch began after the previous kernel ended, else a kernel wait
+    under the threshold, else other."""
+    rows = []
+    for i, (s, d, stream, rank, launched, ls) in enumerate(events):
+        rows.append(dict(start_ns=s, end_ns=s + d, category=Category.KERNEL_COMPUTE,
+                         stream=stream, rank=rank, correlation=i if launched else -1))  # fmt: skip
+        if launched:
+            rows.append(dict(start_ns=ls, end_ns=ls + 1, category=Category.RUNTIME,
+                             rank=rank, correlation=i))  # fmt: skip
+    got = {(r.rank, r.stream): r for r in idle_breakdown(EventTable.from_rows(rows),
+                                                         kernel_wait_threshold_ns=10)}  # fmt: skip
+    keys = sorted({(e[3], e[2]) for e in events})
+    assert sorted(got) == keys
+    for rank, stream in keys:
+        ks = sorted(
+            (e for e in events if (e[3], e[2]) == (rank, stream)), key=lambda e: e[0]
+        )  # Python's sort is stable: ties stay in table order
+        hw = kw = ot = 0
+        for prev, k in itertools.pairwise(ks):
+            gap = k[0] - (prev[0] + prev[1])
+            if k[4] and k[5] > prev[0] + prev[1]:
+                hw += gap
+            elif gap < 10:
+                kw += gap
+            else:
+                ot += gap
+        r = got[(rank, stream)]
+        assert (r.host_wait_ns, r.kernel_wait_ns, r.other_ns) == (hw, kw, ot)

@@ -435,7 +435,9 @@ def rich_kineto_docs(draw: st.DrawFn) -> dict:
     )
     events: list[dict] = []
     for i in range(draw(st.integers(0, 25))):
-        kind = draw(st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "Trace", "mtia_ccp_events"]))
+        kind = draw(
+            st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "Trace", "mtia_ccp_events"])
+        )
         args: dict = {}
         if draw(st.booleans()):
             args["correlation"] = i
@@ -521,3 +523,46 @@ def test_fast_time_column_is_exact(whole: int, frac: int, places: int) -> None:
     got = _us_column(values, 3).tolist()
     assert got == [us_to_ns(text), 68000, 7000]
     assert Decimal(got[0]) == Decimal(text) * 1000
+
+
+def test_large_file_decoded_in_stripes_equals_serial(shared_traces: Path) -> None:
+    f = shared_traces / "a100_train" / "rank0.json.gz"
+    striped = load_paths([f], workers=2).table  # one file, two cores: two stripes
+    _same_table_rows(striped, load_paths([f], workers=1).table)
+
+
+def _same_table_rows(a: EventTable, b: EventTable) -> None:
+    from otel_ext.analysis.table import NUMERIC_COLUMNS, STRING_COLUMNS
+
+    assert len(a) == len(b)
+    for c in NUMERIC_COLUMNS:
+        assert np.array_equal(a[c], b[c]), c
+    for c in STRING_COLUMNS:
+        assert a.decoded(c).tolist() == b.decoded(c).tolist(), c
+
+
+@pytest.mark.parametrize("tricky", [False, True])
+def test_stripes_of_small_chunks_and_false_cuts(tmp_path: Path, tricky: bool) -> None:
+    """Many small chunks over three stripes; with names holding ``},{`` a stripe meets a false
+    cut, gives up, and the file is loaded whole: the same table either way."""
+    from unittest import mock
+
+    from otel_ext.analysis.loaders import _kineto_fast, _load
+
+    events = []
+    for i in range(120):
+        name = 'x"},{"ph": "X"' if tricky and i % 7 == 0 else f"k{i % 5}"
+        events.append({"ph": "X", "cat": "kernel", "name": name, "ts": i * 10, "dur": 3,
+                       "args": {"stream": 7, "correlation": i}})  # fmt: skip
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "ts": i * 10 - 1, "dur": 1, "tid": 2, "args": {"correlation": i}})  # fmt: skip
+    f = tmp_path / "big.json"
+    f.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"rank": 4}}))
+    serial = load_paths([f], workers=1).table
+    with (
+        mock.patch.object(_kineto_fast, "_CHUNK", 200),
+        mock.patch.object(_load, "_STRIPE_MIN_PLAIN", 0),
+    ):
+        striped = load_paths([f], workers=3).table
+    _same_table_rows(striped, serial)
+    assert striped.meta["parts"][0]["rank"] == 4

@@ -543,9 +543,7 @@ _histogram_points = st.builds(
     _optional_double,
     _exemplars,
 )
-_buckets = st.builds(
-    Buckets, st.integers(-(2**31), 2**31 - 1), st.lists(_u64, max_size=3)
-)
+_buckets = st.builds(Buckets, st.integers(-(2**31), 2**31 - 1), st.lists(_u64, max_size=3))
 _exponential_points = st.builds(
     ExponentialHistogramDataPoint,
     _attribute_maps,
@@ -631,9 +629,9 @@ def test_unsupported_values_fall_back_to_the_reference(value, caplog):
     with pytest.raises(UnsupportedValue):
         spans_to_json([span])
     assert encode_spans_json([span]) == reference_encode_spans_json([span])
-    assert json.loads(encode_spans_json([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][
-        0
-    ]["attributes"][-1] == {"key": "ok", "value": {"stringValue": "yes"}}
+    assert json.loads(encode_spans_json([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0][
+        "attributes"
+    ][-1] == {"key": "ok", "value": {"stringValue": "yes"}}
 
 
 def test_metrics_that_the_reference_rejects_still_fail_the_export(tmp_path):
@@ -671,3 +669,26 @@ def test_sdk_pipeline_spans_encode_identically_on_both_paths(tmp_path):
     assert encode_spans_json(spans) == reference_encode_spans_json(spans)
     lines = (tmp_path / "traces.jsonl").read_bytes().splitlines(keepends=True)
     assert b"".join(lines) == b"".join(reference_encode_spans_json([s]) for s in spans)
+
+
+def test_sdk_pipeline_metrics_encode_identically_on_both_paths():
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(resource=Resource({"accel.host.id": "h"}), metric_readers=[reader])
+    meter = provider.get_meter("m", "0.1")
+    histogram = meter.create_histogram("h", unit="s")
+    counter = meter.create_counter("c")
+    for index in range(5):  # several points share one histogram's bounds object
+        histogram.record(0.5 * index, {"chip": index})
+        counter.add(index, {"chip": index})
+    meter.create_up_down_counter("u").add(-2.5)
+    meter.create_gauge("g").set(7)
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    fast = metrics_to_json(data)
+    assert (fast + "\n").encode("utf-8") == reference_encode_metrics_json(data)
+    (histogram_metric,) = [
+        m
+        for m in json.loads(fast)["resourceMetrics"][0]["scopeMetrics"][0]["metrics"]
+        if m["name"] == "h"
+    ]
+    assert len(histogram_metric["histogram"]["dataPoints"]) == 5

@@ -4,7 +4,9 @@ Every rank runs every wrapped op, sync and async, with its own tracer provider a
 in-memory exporter, and writes its finished spans to a JSON file; the test then checks the
 spans of all ranks together: sequence numbers and collective ids agree across ranks, bytes
 are the buffer sizes, the ops' results are what plain torch.distributed gives, and async
-spans end when the work completes.
+spans end when the work completes. Each rank also has its own meter provider with an
+``InMemoryMetricReader``: the ``accel.collective.*`` counters and duration histogram must
+add up to what the spans say, with exemplars pointing at the collective spans.
 """
 
 from __future__ import annotations
@@ -145,7 +147,39 @@ def _run_all(rank: int, exporter: Any) -> dict[str, Any]:
     return results
 
 
+def _metrics_json(reader: Any) -> list[dict[str, Any]]:
+    out = []
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                for p in m.data.data_points:
+                    point: dict[str, Any] = {
+                        "name": m.name,
+                        "unit": m.unit,
+                        "scope": sm.scope.name,
+                        "attributes": dict(p.attributes),
+                        "exemplars": [
+                            {"span_id": e.span_id, "trace_id": e.trace_id, "value": e.value}
+                            for e in p.exemplars
+                        ],
+                    }
+                    if hasattr(p, "bucket_counts"):
+                        point.update(
+                            count=p.count,
+                            sum=p.sum,
+                            bounds=list(p.explicit_bounds),
+                            buckets=list(p.bucket_counts),
+                        )
+                    else:
+                        point.update(value=p.value, monotonic=m.data.is_monotonic)
+                    out.append(point)
+    return out
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -158,11 +192,15 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
     original = dist.all_reduce
     plain = _run_all(rank, exporter)
     dist.barrier()
     inst = TorchDistributedInstrumentor()
-    inst.instrument(tracer_provider=provider, host_id=f"host{rank}", device="cpu")
+    inst.instrument(
+        tracer_provider=provider, meter_provider=meters, host_id=f"host{rank}", device="cpu"
+    )
     traced = _run_all(rank, exporter)
     dist.barrier()
     inst.uninstrument()
@@ -170,11 +208,13 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
     )
     spans = [_span_json(s) for s in exporter.get_finished_spans()]
+    points = _metrics_json(reader)
     Path(out_dir, f"rank{rank}.json").write_text(
-        json.dumps({"spans": spans, "results": traced, "plain": plain})
+        json.dumps({"spans": spans, "results": traced, "plain": plain, "metrics": points})
     )
     dist.destroy_process_group()
     provider.shutdown()
+    meters.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +358,57 @@ def test_async_span_ends_when_work_completes(job: Any) -> None:
         ]
         assert irecv["attributes"]["accel.collective.async"] is True
         assert irecv["end"] >= res["irecv_released_ns"]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_collective_metrics_add_up_to_the_spans_with_exemplars(job: Any) -> None:
+    for r in range(WORLD):
+        spans = job[r]["spans"]
+        points = job[r]["metrics"]
+        assert {p["scope"] for p in points} == {"otel_ext.instrumentation"}
+        by: dict[tuple[str, str], dict[str, Any]] = {}
+        for p in points:
+            op = p["attributes"]["accel.collective.op"]
+            assert p["attributes"] == {
+                "accel.collective.op": op,
+                "accel.collective.group": "default_pg",
+                "accel.device.id": f"host{r}/cpu",
+            }
+            by[(p["name"], op)] = p
+        # what the spans say: completed (not failed) ops, batches counted through members
+        done: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for s in spans:
+            op = s["attributes"]["accel.collective.op"]
+            if s["status"] != "ERROR" and op != "batch_isend_irecv":
+                done[op].append(s)
+        assert {op for _, op in by} == set(done)
+        # even ranks send, odd ranks receive; every rank sends and receives in the batch
+        assert {"all_reduce", "barrier", "isend", "irecv", "send" if r % 2 == 0 else "recv"} <= set(
+            done
+        )
+        for op, members in done.items():
+            payload = sum(s["attributes"]["accel.collective.bytes"] for s in members)
+            if op in COLLECTIVES:
+                assert payload == _expected_bytes(op) * len(members)
+            io = by[("accel.collective.io", op)]
+            bus = by[("accel.collective.bus.io", op)]
+            t = by[("accel.collective.time", op)]
+            hist = by[("accel.collective.duration", op)]
+            assert (io["unit"], bus["unit"], t["unit"], hist["unit"]) == ("By", "By", "s", "s")
+            assert io["monotonic"] and bus["monotonic"] and t["monotonic"]
+            assert io["value"] == payload
+            assert bus["value"] == pytest.approx(payload * bus_factor(op, WORLD))
+            seconds = sum((s["end"] - s["start"]) / 1e9 for s in members)
+            assert t["value"] == pytest.approx(seconds, rel=1e-9, abs=1e-12)
+            assert hist["count"] == len(members) and sum(hist["buckets"]) == len(members)
+            assert hist["sum"] == pytest.approx(seconds, rel=1e-9, abs=1e-12)
+            assert hist["bounds"][0] == 1e-6 and hist["bounds"][-1] == 10.0
+            # exemplars (the SDK's trace-based filter) name spans of this op on this rank
+            ids = {s["span_id"] for s in members}
+            assert hist["exemplars"] and io["exemplars"]
+            for p in (io, bus, t, hist):
+                assert {e["span_id"] for e in p["exemplars"]} <= ids
+            for e in hist["exemplars"]:
+                (span,) = [s for s in members if s["span_id"] == e["span_id"]]
+                assert e["value"] == pytest.approx((span["end"] - span["start"]) / 1e9)

@@ -352,3 +352,145 @@ def test_on_slice_and_on_start_hooks(tmp_path: Path) -> None:
     assert started and started[0] is result.counters
     assert slices == sorted(slices) and slices[0] == EPOCH_NS
     assert result.counters is not None and result.counters.read(0)
+
+
+def _final(run: Run, metric: str, dev: str) -> Any:
+    points = [p for p in run.points if p.name == metric and p.attributes["accel.device.id"] == dev]
+    return max(points, key=lambda p: p.time_ns)
+
+
+def test_collective_counters_match_the_true_all_reduces(runs: dict[str, Run]) -> None:
+    run = runs["straggler"]
+    for host in ("host0", "host1"):
+        colls = run.collectives(host)
+        assert colls
+        for rank in range(4):
+            dev = f"{host}/chip{rank}"
+            # ground truth from truth.json: enter = arrival, last arrival = start, exit = end
+            time_s = sum((c["end_ns"] - c["arrivals_ns"][rank]) / 1e9 for c in colls)
+            wait_s = sum((c["start_ns"] - c["arrivals_ns"][rank]) / 1e9 for c in colls)
+            assert _final(run, "accel.collective.time", dev).value == pytest.approx(time_s)
+            assert _final(run, "accel.collective.wait.time", dev).value == pytest.approx(
+                wait_s, abs=1e-9
+            )
+            io = _final(run, "accel.collective.io", dev)
+            bus = _final(run, "accel.collective.bus.io", dev)
+            # every member's payload is the all-reduce's buffer
+            assert io.value == sum(c["bytes"] for c in colls)
+            # all-reduce on n = 4: bus bytes = payload x 2(n-1)/n
+            assert bus.value == pytest.approx(io.value * 2 * (4 - 1) / 4)
+            assert io.attributes == {
+                "accel.device.id": dev,
+                "accel.host.id": host,
+                "accel.collective.group": f"{host}/tp",
+                "accel.collective.op": "all_reduce",
+            }
+            assert io.is_monotonic and bus.is_monotonic
+            # the histograms hold one observation per all-reduce; durations sum to the time
+            dur = _final(run, "accel.collective.duration", dev)
+            late = _final(run, "accel.collective.arrival.lateness", dev)
+            assert dur.count == late.count == len(colls)
+            assert dur.sum == pytest.approx(time_s)
+            first = sum((c["arrivals_ns"][rank] - min(c["arrivals_ns"])) / 1e9 for c in colls)
+            assert late.sum == pytest.approx(first, abs=1e-9)
+
+
+def test_straggler_peers_wait_and_the_straggler_does_not(runs: dict[str, Run]) -> None:
+    base, fault = runs["baseline"], runs["straggler"]
+
+    def waits(run: Run) -> dict[int, float]:
+        return {
+            c: _final(run, "accel.collective.wait.time", f"host1/chip{c}").value for c in range(4)
+        }
+
+    def series(run: Run, dev: str) -> list[float]:
+        return [v for _, v in run.series("accel.collective.wait.time", **{"accel.device.id": dev})]
+
+    w, b = waits(fault), waits(base)
+    # each peer of the straggler waits far more than it did without the fault...
+    for peer in (0, 1, 3):
+        assert w[peer] > 5 * b[peer]
+        grows = series(fault, f"host1/chip{peer}")
+        assert grows == sorted(grows) and grows[-1] > grows[len(grows) // 2] > 0
+    # ...while the straggler itself, last to arrive, waits almost never
+    assert w[2] < 0.02 * min(w[0], w[1], w[3])
+    # its time in collectives is short: it only transfers (the others wait for it)
+    t = {c: _final(fault, "accel.collective.time", f"host1/chip{c}").value for c in range(4)}
+    assert t[2] < 0.5 * min(t[0], t[1], t[3])
+    # and its arrival lateness is the largest of the group
+    late = {
+        c: _final(fault, "accel.collective.arrival.lateness", f"host1/chip{c}").sum
+        for c in range(4)
+    }
+    assert max(late, key=late.__getitem__) == 2
+    # the prefill host (no fault) is unchanged (the faulty run lasts longer: more samples)
+    for c in range(4):
+        dev = f"host0/chip{c}"
+        assert series(fault, dev)[-1] == series(base, dev)[-1]
+
+
+def test_collective_histogram_exemplars_are_that_chips_collective_spans(
+    runs: dict[str, Run],
+) -> None:
+    run = runs["baseline"]
+    spans = {(s.trace_id, s.span_id): s for s in run.spans_named("accel.collective")}
+    # the truth's payloads are the collective spans' bytes
+    by_id = {c["id"]: c for c in run.truth["collectives"]}
+    assert all(
+        by_id[s.attributes["accel.collective.id"]]["bytes"]
+        == s.attributes["accel.collective.bytes"]
+        for s in spans.values()
+    )
+    checked = 0
+    for dev in ("host0/chip1", "host1/chip3"):
+        for metric in ("accel.collective.duration", "accel.collective.arrival.lateness"):
+            point = _final(run, metric, dev)
+            assert point.explicit_bounds[0] == 1e-6 and point.explicit_bounds[-1] == 10.0
+            assert point.exemplars
+            for ex in point.exemplars:
+                span = spans[(ex.trace_id, ex.span_id)]
+                assert span.attributes["accel.device.id"] == dev
+                if metric == "accel.collective.duration":
+                    # the span runs from the chip's arrival to the all-reduce's end
+                    assert ex.value == pytest.approx((span.end_ns - span.start_ns) / 1e9, abs=2e-9)
+                checked += 1
+    assert checked >= 8
+
+
+def test_counter_bridge_derives_busbw_wait_ratio_and_ratio_metrics_from_the_live_view(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from otel_ext.counters import CounterBridge, SimulatedSource
+    from semantic_conventions.registry import device_specs
+
+    bridges: list[CounterBridge] = []
+
+    def on_start(live: Any) -> None:
+        bridge = CounterBridge([SimulatedSource(live)], interval_s=1.0, window_s=1.0)
+        bridge.open()
+        bridges.append(bridge)
+
+    caplog.set_level("WARNING")
+    run_simulation(
+        SimConfig(
+            hosts=1, chips=4, requests=30, seed=3, faults=(parse_fault("straggler@host0/chip1"),)
+        ),
+        tmp_path,
+        timeline=False,
+        on_start=on_start,
+        on_slice=lambda _t, _s: bridges[0].sample_once(),
+    )
+    families = bridges[0].families()
+    assert not [r for r in caplog.records if "needs accel.device.model" in r.getMessage()]
+    busbw = {s.attributes["accel.device.id"]: s.value for s in families["accel.collective.busbw"]}
+    link_bw = device_specs("sim-accel-v1")["link_bandwidth"]
+    assert set(busbw) == {f"host0/chip{c}" for c in range(4)}
+    # a bidirectional ring moves 2(n-1)/n of the buffer in the time a link carries (n-1)/n
+    assert all(0 < v <= 2 * link_bw for v in busbw.values())
+    wait = {
+        s.attributes["accel.device.id"]: s.value for s in families["accel.collective.wait.ratio"]
+    }
+    assert wait["host0/chip1"] < 0.1 * min(v for d, v in wait.items() if d != "host0/chip1")
+    for metric in ("accel.device.mfu", "accel.device.mbu", "accel.link.bandwidth.utilization"):
+        assert families.get(metric), metric
+        assert all(0 <= s.value <= 1 for s in families[metric])

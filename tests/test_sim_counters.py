@@ -91,6 +91,7 @@ def test_links_nics_and_serving_counters() -> None:
     link = (
         "accel.link.io",
         (
+            ("accel.device.model", "sim-accel-v1"),
             ("accel.host.id", "host0"),
             ("accel.link.id", "host0/chip0-chip1"),
             ("network.io.direction", "transmit"),
@@ -128,3 +129,77 @@ def test_live_view_feeds_the_counter_bridge_source_without_advancing_the_model()
     first = model.read(EPOCH_NS + 10**9)
     assert source.sample() == first  # the wall clock does not move the simulation
     assert model.read(EPOCH_NS + 10**9) == first
+
+
+collectives = st.lists(
+    st.tuples(
+        st.integers(0, 10**9),  # enter offset
+        st.integers(0, 10**7),  # wait for the last member
+        st.integers(1, 10**7),  # transfer after the last arrival
+        st.integers(0, 10**9),  # payload bytes
+        st.integers(2, 16),  # group size
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(collectives, st.lists(st.integers(0, 2 * 10**9), max_size=8))
+def test_collective_counters_count_each_completed_collective_once(items, reads) -> None:
+    model = SimCounterModel(SimConfig(hosts=1, chips=2), SPEC)
+    for enter, wait, xfer, nbytes, n in items:
+        model.add_collective(
+            1,
+            group="host0/tp",
+            op="all_reduce",
+            group_size=n,
+            enter_ns=EPOCH_NS + enter,
+            last_arrival_ns=EPOCH_NS + enter + wait,
+            exit_ns=EPOCH_NS + enter + wait + xfer,
+            nbytes=nbytes,
+        )
+    for t in [*sorted(reads), 3 * 10**9]:
+        got = {
+            s.metric: s.value
+            for s in model.read(EPOCH_NS + t)
+            if s.attributes.get("accel.device.id") == "host0/chip1"
+            and s.metric.startswith("accel.collective.")
+        }
+        done = [i for i in items if i[0] + i[1] + i[2] < t]  # completed before the read
+        assert got["accel.collective.io"] == sum(i[3] for i in done)
+        bus = sum(i[3] * 2 * (i[4] - 1) / i[4] for i in done)
+        assert abs(got["accel.collective.bus.io"] - bus) <= 1e-9 * bus + 1e-6
+        time_s = sum((i[1] + i[2]) / 1e9 for i in done)
+        wait_s = sum(i[1] / 1e9 for i in done)
+        assert abs(got["accel.collective.time"] - time_s) <= 1e-9
+        assert abs(got["accel.collective.wait.time"] - wait_s) <= 1e-9
+        assert got["accel.collective.wait.time"] <= got["accel.collective.time"] + 1e-12
+
+
+def test_collective_and_device_series_are_described_and_carry_their_identity() -> None:
+    model = SimCounterModel(SimConfig(hosts=1, chips=2), SPEC)
+    samples = model.read(EPOCH_NS + 1000)
+    by_metric: dict[str, list[dict[str, object]]] = {}
+    for s in samples:
+        by_metric.setdefault(s.metric, []).append(dict(s.attributes))
+    # every chip's all-reduce counters exist from the first reading, at zero
+    assert by_metric["accel.collective.wait.time"] == [
+        {
+            "accel.device.id": f"host0/chip{c}",
+            "accel.host.id": "host0",
+            "accel.collective.group": "host0/tp",
+            "accel.collective.op": "all_reduce",
+        }
+        for c in (0, 1)
+    ]
+    assert {s.value for s in samples if s.metric.startswith("accel.collective.")} == {0.0}
+    # the device model rides on device and power series, so ratio metrics can be derived
+    for metric in ("accel.device.operations", "accel.memory.io.read", "hw.power"):
+        assert {a["accel.device.model"] for a in by_metric[metric]} == {"sim-accel-v1"}
+    described = {d.metric: set(d.attributes) for d in model.describe()}
+    for s in samples:
+        assert set(s.attributes) == described[s.metric], s.metric
+    # a single chip has no collective
+    single = SimCounterModel(SimConfig(hosts=1, chips=1), SPEC)
+    assert not [s for s in single.read(EPOCH_NS + 1000) if s.metric.startswith("accel.coll")]
+    assert not [d for d in single.describe() if d.metric.startswith("accel.coll")]

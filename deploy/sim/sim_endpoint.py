@@ -76,8 +76,8 @@ class NodeCounters:
     """The live counters as a node agent reads them: device and link series carry the model.
 
     A node agent knows its devices' model (NVML reports it), and the registry's derived
-    metrics need it for the device's peak figures; the simulated counters leave it on the
-    resource, so it is added here.
+    metrics need it for the device's peak figures. The simulated cluster's device, power and
+    link series carry it already; this adds it to any device or link series that lacks it.
     """
 
     def __init__(self, live: LiveCounters, device_model: str):

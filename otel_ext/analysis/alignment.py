@@ -42,7 +42,13 @@ from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import OtelExtError
 
-__all__ = ["Alignment", "align_ranks", "count_violations", "estimate_rank_offsets"]
+__all__ = [
+    "Alignment",
+    "align_ranks",
+    "clock_groups",
+    "count_violations",
+    "estimate_rank_offsets",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -270,6 +276,51 @@ def _push_stream(
         prev_end = end[j]
 
 
+def clock_groups(table: EventTable) -> dict[str, list[int]]:
+    """Ranks grouped by the clock their times are on: one group per host.
+
+    Every span time in a table is on its host's clock (device activity is mapped onto the
+    host clock when it is recorded), so ranks of one host share a timeline. A rank whose host
+    is unknown (a profiler trace without host identity) is a group of its own.
+
+    >>> from otel_ext.analysis.table import EventTable
+    >>> t = EventTable.from_rows([dict(rank=0, host="h0"), dict(rank=1, host="h0"),
+    ...                           dict(rank=2, host="h1"), dict(rank=3)])
+    >>> clock_groups(t)
+    {'h0': [0, 1], 'h1': [2], 'rank3': [3]}
+    """
+    rank = table["rank"]
+    host = table["host"]
+    names = table.strings["host"]
+    groups: dict[str, list[int]] = {}
+    for r in sorted(int(x) for x in np.unique(rank) if x >= 0):
+        codes = np.unique(host[rank == r])
+        codes = codes[codes != 0]
+        key = names[int(codes[0])] if len(codes) == 1 else f"rank{r}"
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def _shared_corrections(
+    groups: dict[str, list[int]], offsets: dict[int, float], drift: dict[int, float]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """One offset and drift per clock group (the median of its members' estimates), with the
+    reference (lowest) rank's group at zero."""
+    off: dict[int, float] = {}
+    dr: dict[int, float] = {}
+    for members in groups.values():
+        o = float(np.median([offsets.get(r, 0.0) for r in members]))
+        d = float(np.median([drift.get(r, 0.0) for r in members]))
+        for r in members:
+            off[r], dr[r] = o, d
+    if off:
+        ref = min(off)
+        o0, d0 = off[ref], dr[ref]
+        off = {r: v - o0 for r, v in off.items()}
+        dr = {r: v - d0 for r, v in dr.items()}
+    return off, dr
+
+
 def _clocks_estimate(
     match: CollectiveMatch, *, fit_drift: bool
 ) -> tuple[dict[int, float], dict[int, float], dict[int, float], Any, int] | None:
@@ -396,6 +447,13 @@ def align_ranks(
         offsets.setdefault(r, 0.0)
         drift.setdefault(r, 0.0)
         bounds.setdefault(r, 0.0)
+    groups = clock_groups(table)
+    if any(len(members) > 1 for members in groups.values()):
+        # ranks stamped by one host clock share one correction: a per-rank fit would take a
+        # rank's steady lateness (a straggler) for a clock offset and hide it
+        offsets, drift = _shared_corrections(groups, offsets, drift)
+        aligned = _apply(table, offsets, drift, ref)
+        method += "+shared-host-clock"
     amatch = match.retime(aligned)
     moved = max_shift = 0
     if repair and count_violations(amatch):

@@ -68,13 +68,17 @@ def device_mask(table: EventTable) -> np.ndarray:
 
 
 def rank_groups(
-    table: EventTable, mask: np.ndarray | None = None
+    table: EventTable, mask: np.ndarray | None = None, *, by_start: bool = False
 ) -> list[tuple[int, str, np.ndarray]]:
     """``(rank, source, rows)`` per rank; rows of unknown rank (-1) grouped per source file.
 
-    ``source`` is empty for known ranks.
+    ``source`` is empty for known ranks. With ``by_start``, each group's rows come in order of
+    start time, so that interval unions over them (and over any subset of them) sort nothing:
+    numpy's stable sort of sorted data is a linear pass.
     """
     rows = np.arange(len(table)) if mask is None else np.flatnonzero(mask)
+    if by_start:
+        rows = rows[np.argsort(table["start_ns"][rows], kind="stable")]
     rank = table["rank"][rows].astype(np.int64)
     src = table["source"][rows].astype(np.int64)
     key = np.where(rank >= 0, rank, -1 - src)
@@ -119,7 +123,7 @@ def temporal_breakdown(table: EventTable) -> list[TemporalBreakdownRow]:
     dev = device_mask(table)
     start, end, cat = table["start_ns"], table["end_ns"], table["category"]
     out = []
-    for rank, source, rows in rank_groups(table, dev):
+    for rank, source, rows in rank_groups(table, dev, by_start=True):
         s, e, c = start[rows], end[rows], cat[rows]
         window = int(e.max() - s.min())
         busy = union_length(s, e)
@@ -221,11 +225,10 @@ def idle_breakdown(
     launch = launch_rows(table)
     start, end, stream = table["start_ns"], table["end_ns"], table["stream"]
     out = []
-    for rank, source, rows in rank_groups(table, dev):
+    for rank, source, rows in rank_groups(table, dev, by_start=True):
         order, streams, slices = group_slices(stream[rows])
         for st, sl in zip(streams.tolist(), slices):
-            r = rows[order[sl]]
-            r = r[np.argsort(start[r], kind="stable")]
+            r = rows[order[sl]]  # stable: still in order of start
             s, e = start[r], end[r]
             if s.shape[0] < 2:
                 out.append(IdleBreakdownRow(rank, source, int(st), 0, 0, 0, 0, 0.0, 0.0, 0.0))

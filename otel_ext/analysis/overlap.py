@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from otel_ext.analysis._intervals import intersection_length, union_length
+from otel_ext.analysis._intervals import union_length
 from otel_ext.analysis.breakdown import device_mask, rank_groups
 from otel_ext.analysis.table import Category, EventTable
 
@@ -48,13 +48,15 @@ def comm_comp_overlap(table: EventTable) -> list[OverlapRow]:
     """Overlap of communication with computation per rank (see the module docstring)."""
     start, end, cat = table["start_ns"], table["end_ns"], table["category"]
     out = []
-    for rank, source, rows in rank_groups(table, device_mask(table)):
+    for rank, source, rows in rank_groups(table, device_mask(table), by_start=True):
         s, e, c = start[rows], end[rows], cat[rows]
         comm = c == Category.KERNEL_COMM
         comp = c == Category.KERNEL_COMPUTE
         comm_ns = union_length(s[comm], e[comm])
         comp_ns = union_length(s[comp], e[comp])
-        inter = intersection_length(s[comm], e[comm], s[comp], e[comp]) if comm_ns else 0
+        # |A ∩ B| = |A| + |B| − |A ∪ B|; rows are in start order, so no union sorts anything
+        both = comm | comp
+        inter = comm_ns + comp_ns - union_length(s[both], e[both]) if comm_ns else 0
         window = int(e.max() - s.min())
         exposed = comm_ns - inter
         out.append(

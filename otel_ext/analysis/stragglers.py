@@ -137,6 +137,49 @@ def compute_ratios(
     return overall, by_window
 
 
+def _self_lateness(
+    inst: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray, raw: np.ndarray
+) -> np.ndarray:
+    """Each member's lateness that it caused itself.
+
+    A member arrives late either because its own work since its previous collective took
+    longer (a slow chip) or because it left that previous collective late (some collectives,
+    such as a ring over host processes, release their members one after another). Only the
+    first is the member's doing: its *gap* (arrival minus its own previous exit) against the
+    median gap of the collective's members. Members with no previous collective keep their
+    raw lateness (arrival minus the median arrival).
+    """
+    out = raw.astype(np.float64)
+    order = np.lexsort((start, rank))
+    same = np.r_[False, rank[order][1:] == rank[order][:-1]]
+    gap = np.full(len(start), np.nan)
+    gap[order[same]] = (start[order][same] - end[order][:-1][same[1:]]).astype(np.float64)
+    ok = np.isfinite(gap)
+    if not ok.any():
+        return out
+    n = int(inst.max()) + 1
+    med = np.full(n, np.nan)
+    for k in np.unique(inst[ok]):
+        g = gap[ok & (inst == k)]
+        if len(g) >= 2:
+            med[k] = float(np.median(g))
+    use = ok & np.isfinite(med[inst])
+    out[use] = gap[use] - med[inst[use]]
+    return out
+
+
+def _culprits(inst: np.ndarray, rank: np.ndarray, late: np.ndarray, n: int) -> np.ndarray:
+    """Per collective instance, the member rank with the largest self-caused lateness."""
+    culprit = np.full(n, -1, dtype=np.int64)
+    best = np.full(n, -np.inf)
+    for i in range(len(inst)):
+        k = inst[i]
+        if late[i] > best[k]:
+            best[k] = late[i]
+            culprit[k] = rank[i]
+    return culprit
+
+
 def find_stragglers(
     table: EventTable,
     match: CollectiveMatch,
@@ -177,10 +220,14 @@ def find_stragglers(
         firsts = np.r_[0, np.cumsum(counts)[:-1]]
         lo_s, hi_s = start[order[firsts + (counts - 1) // 2]], start[order[firsts + counts // 2]]
         med = lo_s + (hi_s - lo_s) // 2  # integer: a float64 loses ns at epoch times
-        lateness = start - med[inst]
         mrank = match.member_rank
+        lateness = _self_lateness(inst, mrank, start, match.member_end_ns, start - med[inst])
         gap = match.last_arrival_ns - match.second_last_arrival_ns
         inst_blame = gap * (match.n_ranks - 1)
+        # the wait of a collective is blamed on the member that made itself late (its compute
+        # since its previous collective took longest), which is the last arrival unless that
+        # one only left its previous collective last
+        culprit = _culprits(inst, mrank, lateness, match.n_instances)
         win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
         win = np.minimum(win, windows - 1)
         present_windows = np.unique(win)
@@ -191,9 +238,8 @@ def find_stragglers(
             lr = lateness[sel]
             late[r] = int(np.clip(lr, 0, None).sum())
             med_late[r] = float(np.median(lr))
-            is_last = match.last_rank == r
-            last_count[r] = int(is_last.sum())
-            blame[r] = int(inst_blame[is_last].sum())
+            last_count[r] = int((match.last_rank == r).sum())
+            blame[r] = int(inst_blame[culprit == r].sum())
         # persistence: per window, the rank with the largest mean lateness
         mwin = win[inst]
         wins_led = {r: 0 for r in ranks}

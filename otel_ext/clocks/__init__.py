@@ -11,6 +11,9 @@ Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
 * :func:`repair_causality` shifts events minimally so no message is received before it is sent;
 * :class:`ClockReconcilingSpanProcessor` and :func:`record_device_span` put device spans on
   the aligned timeline; :class:`ClockTelemetry` exports clock health under ``accel.clock.*``;
+* :class:`ClockSyncSpanEmitter` and :func:`emit_clock_sync_spans` export brackets and fitted
+  mappings as ``accel.clock.sync`` spans; :func:`refit_from_otlp` and
+  :func:`brackets_from_span_records` re-fit them offline;
 * :mod:`otel_ext.clocks.synthetic` simulates clocks with known truth.
 
 >>> import numpy as np
@@ -23,8 +26,20 @@ Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
 from otel_ext.clocks._causality import CausalityRepair, count_violations, repair_causality
 from otel_ext.clocks._collectives import CollectiveOffsets, estimate_offsets_from_collectives
 from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError, InsufficientSamplesError
+from otel_ext.clocks._export import (
+    ClockSyncSpanEmitter,
+    emit_clock_sync_spans,
+    mapping_attributes,
+    mapping_from_attributes,
+)
 from otel_ext.clocks._fit import fit_clock
 from otel_ext.clocks._mapping import ClockMapping, ComposedMapping, TimeMapping, compose
+from otel_ext.clocks._offline import (
+    ClockBrackets,
+    brackets_from_span_records,
+    mappings_from_span_records,
+    refit_from_otlp,
+)
 from otel_ext.clocks._pingpong import align_hosts, pingpong_brackets, pingpong_offset
 from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
 from otel_ext.clocks._spans import ClockReconcilingSpanProcessor, record_device_span
@@ -33,23 +48,31 @@ from otel_ext.clocks._telemetry import ClockTelemetry
 __all__ = [
     "AmbiguousTicksError",
     "CausalityRepair",
+    "ClockBrackets",
     "ClockFitError",
     "ClockMapping",
     "ClockReconcilingSpanProcessor",
     "ClockRegistry",
     "ClockSampler",
+    "ClockSyncSpanEmitter",
     "ClockTelemetry",
     "CollectiveOffsets",
     "ComposedMapping",
     "InsufficientSamplesError",
     "TimeMapping",
     "align_hosts",
+    "brackets_from_span_records",
     "compose",
     "count_violations",
+    "emit_clock_sync_spans",
     "estimate_offsets_from_collectives",
     "fit_clock",
+    "mapping_attributes",
+    "mapping_from_attributes",
+    "mappings_from_span_records",
     "pingpong_brackets",
     "pingpong_offset",
     "record_device_span",
+    "refit_from_otlp",
     "repair_causality",
 ]

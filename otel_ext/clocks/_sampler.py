@@ -139,6 +139,35 @@ class ClockSampler:
         after = np.array([r[2] for r in rows], dtype=np.int64)
         return before, ticks, after
 
+    def brackets_since(
+        self, seq: int
+    ) -> tuple[int, int, tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64]]]:
+        """The brackets stored after the first ``seq`` ones (for exporters that poll).
+
+        Brackets are numbered ``0, 1, ...`` in the order they were stored; ``samples_taken``
+        is the next number. Pass the ``next_seq`` of the previous call to get only new ones.
+
+        Returns:
+            ``(next_seq, dropped, (host_before_ns, device_ticks, host_after_ns))``:
+            ``dropped`` counts brackets after ``seq`` that already left the window.
+
+        >>> host = iter(range(0, 10**9, 500))
+        >>> s = ClockSampler(lambda: 7, domain="c", host_clock=lambda: next(host), burst=1)
+        >>> _ = s.sample_burst(), s.sample_burst()
+        >>> seq, dropped, (before, ticks, after) = s.brackets_since(1)
+        >>> seq, dropped, before.tolist(), after.tolist()
+        (2, 0, [1000], [1500])
+        """
+        with self._lock:
+            taken = self.samples_taken
+            rows = list(self._brackets)
+        new = max(0, taken - max(0, int(seq)))
+        kept = rows[len(rows) - min(new, len(rows)) :] if new else []
+        before = np.array([r[0] for r in kept], dtype=np.int64)
+        ticks = np.array([r[1] % (1 << 64) for r in kept], dtype=np.uint64)
+        after = np.array([r[2] for r in kept], dtype=np.int64)
+        return taken, new - len(kept), (before, ticks, after)
+
     def mapping(self) -> ClockMapping | None:
         """A mapping fitted to the current window (cached), or ``None`` if it cannot be fitted yet."""
         with self._lock:

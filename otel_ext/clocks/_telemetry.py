@@ -10,9 +10,10 @@ in a :class:`~otel_ext.clocks.ClockRegistry`:
 * ``accel.clock.samples`` (counter): brackets taken by the domain's sampler.
 
 Every observation carries ``accel.clock.domain`` and ``accel.clock.reference``. Callbacks
-never raise: a failing domain is skipped and logged once. The fitted mappings themselves
-export as JSON with :meth:`ClockMapping.to_dict` and the raw brackets with
-:meth:`ClockSampler.brackets`, for offline re-fits.
+never raise: a failing domain is skipped and logged once. The raw brackets and the fitted
+mappings themselves export as ``accel.clock.sync`` spans
+(:class:`~otel_ext.clocks.ClockSyncSpanEmitter`), for offline re-fits
+(:func:`~otel_ext.clocks.refit_from_otlp`).
 """
 
 from __future__ import annotations

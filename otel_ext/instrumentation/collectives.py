@@ -22,6 +22,7 @@ import threading
 from collections.abc import Hashable
 
 __all__ = [
+    "COLLECTIVE_DURATION_BOUNDS_S",
     "COLLECTIVE_OPS",
     "P2P_OPS",
     "SequenceCounter",
@@ -47,6 +48,14 @@ COLLECTIVE_OPS = frozenset(
         "reduce",
         "barrier",
     }
+)
+#: Explicit bucket bounds (seconds) of ``accel.collective.duration`` and
+#: ``accel.collective.arrival.lateness``: 1 µs to 10 s, three per decade (a small all-reduce
+#: on NVLink takes microseconds; a straggler or a cross-host all-to-all, milliseconds to
+#: seconds).
+COLLECTIVE_DURATION_BOUNDS_S: tuple[float, ...] = (
+    *(round(m * 10.0**e, 12) for e in range(-6, 1) for m in (1.0, 2.5, 5.0)),
+    10.0,
 )
 #: Point-to-point ops (sequenced per ordered (source, destination) pair).
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})

@@ -9,6 +9,14 @@ link bytes per direction, NIC bytes per direction, and the serving engine's toke
 and queue counters. Work that straddles a read is counted pro rata, so cumulative counters
 grow smoothly and their rates equal the work done.
 
+Each chip's part in each all-reduce is counted too, when the collective completes (the
+registry's ``accel.collective.*`` counters are about *completed* collectives):
+``accel.collective.io`` (payload bytes), ``accel.collective.bus.io`` (payload bytes times
+the op's bus-bandwidth factor, 2(n-1)/n for an all-reduce), ``accel.collective.time`` (enter
+to exit) and ``accel.collective.wait.time`` (enter to the last member's arrival), per chip,
+group and op. Device, power and link series carry ``accel.device.model`` so that the
+counter bridge can evaluate the registry's ratio metrics (MFU, MBU, link utilization).
+
 It is also the *model* the counter bridge's ``SimulatedSource`` reads live: :meth:`read`
 advances the model to a virtual time, :meth:`latest` returns the last reading without
 advancing, and :meth:`describe` lists the series.
@@ -25,6 +33,21 @@ advancing, and :meth:`describe` lists the series.
 >>> full = {s.metric: s.value for s in model.read(EPOCH_NS + 2_000_000)}
 >>> full["accel.device.operations"], full["accel.device.kernels"]
 (1000000000.0, 3.0)
+
+An all-reduce of 1 MB over 2 chips: chip 0 entered at 1 ms and waited 2 ms for chip 1.
+
+>>> model = SimCounterModel(SimConfig(hosts=1, chips=2), spec)
+>>> ms = 1_000_000
+>>> model.add_collective(0, group="host0/tp", op="all_reduce", group_size=2,
+...                      enter_ns=EPOCH_NS + ms, last_arrival_ns=EPOCH_NS + 3 * ms,
+...                      exit_ns=EPOCH_NS + 4 * ms, nbytes=1_000_000)
+>>> got = {s.metric: s.value for s in model.read(EPOCH_NS + 5 * ms)
+...        if s.attributes.get("accel.device.id") == "host0/chip0"
+...        and s.metric.startswith("accel.collective.")}
+>>> got["accel.collective.io"], got["accel.collective.bus.io"]
+(1000000.0, 1000000.0)
+>>> round(got["accel.collective.time"], 6), round(got["accel.collective.wait.time"], 6)
+(0.003, 0.002)
 """
 
 from __future__ import annotations
@@ -35,10 +58,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from otel_ext.counters import Sample, SeriesDescription
+from otel_ext.instrumentation.collectives import bus_factor
 from otel_ext.sim._clocks import EPOCH_NS
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from semantic_conventions.attributes import (
+    ACCEL_COLLECTIVE_GROUP,
+    ACCEL_COLLECTIVE_OP,
     ACCEL_DEVICE_ID,
+    ACCEL_DEVICE_MODEL,
     ACCEL_HOST_ID,
     ACCEL_LINK_ID,
     GEN_AI_TOKEN_TYPE,
@@ -46,6 +73,10 @@ from semantic_conventions.attributes import (
     NETWORK_IO_DIRECTION,
 )
 from semantic_conventions.metrics import (
+    METRIC_ACCEL_COLLECTIVE_BUS_IO,
+    METRIC_ACCEL_COLLECTIVE_IO,
+    METRIC_ACCEL_COLLECTIVE_TIME,
+    METRIC_ACCEL_COLLECTIVE_WAIT_TIME,
     METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY,
     METRIC_ACCEL_DEVICE_CYCLES_ACTIVE,
     METRIC_ACCEL_DEVICE_CYCLES_ELAPSED,
@@ -73,6 +104,13 @@ _AMBIENT_C = 32.0
 _C_PER_WATT = 0.09
 _THERMAL_TAU_S = 2.0
 _COOLING_FAILURE_C = 38.0
+#: the collective counters of a chip, in the order of :attr:`_Collectives.cum`
+_COLLECTIVE_METRICS = (
+    METRIC_ACCEL_COLLECTIVE_IO,
+    METRIC_ACCEL_COLLECTIVE_BUS_IO,
+    METRIC_ACCEL_COLLECTIVE_TIME,
+    METRIC_ACCEL_COLLECTIVE_WAIT_TIME,
+)
 
 
 @dataclass
@@ -81,6 +119,15 @@ class _Work:
     end: int
     done_until: int
     totals: tuple[float, ...]
+
+
+@dataclass
+class _Collectives:
+    """One chip's counters for one (group, op): payload, bus bytes, time, wait (s)."""
+
+    attrs: dict[str, str]
+    cum: list[float] = field(default_factory=lambda: [0.0] * 4)
+    pending: list[_Work] = field(default_factory=list)
 
 
 @dataclass
@@ -96,6 +143,7 @@ class _Chip:
     energy: float = 0.0
     temperature: float = _AMBIENT_C + 8.0
     power: float = 0.0
+    collectives: dict[tuple[str, str], _Collectives] = field(default_factory=dict)
 
 
 class SimCounterModel:
@@ -134,18 +182,26 @@ class SimCounterModel:
         self._weights = weights_bytes_per_chip
         self._kv_per_token = kv_bytes_per_token
         self._rng = random.Random(f"counters:{config.seed}")
+        self.device_model = config.device_model
+        model = self.device_model
         self.chips: list[_Chip] = []
         for h in range(config.hosts):
             for c in range(config.chips):
                 dev = chip_name(h, c)
-                self.chips.append(
-                    _Chip(
-                        h,
-                        c,
-                        {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host_name(h)},
-                        {ACCEL_DEVICE_ID: dev, HW_ID: dev, ACCEL_HOST_ID: host_name(h)},
-                    )
+                chip = _Chip(
+                    h,
+                    c,
+                    {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host_name(h), ACCEL_DEVICE_MODEL: model},
+                    {
+                        ACCEL_DEVICE_ID: dev,
+                        HW_ID: dev,
+                        ACCEL_HOST_ID: host_name(h),
+                        ACCEL_DEVICE_MODEL: model,
+                    },
                 )
+                if config.chips > 1:  # the tensor-parallel group's all-reduces, from the start
+                    self._collectives(chip, f"{host_name(h)}/tp", "all_reduce")
+                self.chips.append(chip)
         # (link, direction) -> [cumulative bytes, pending]
         self._links: dict[tuple[str, str], tuple[list[float], list[_Work]]] = {}
         self._nics: dict[tuple[int, str], tuple[list[float], list[_Work]]] = {}
@@ -206,6 +262,59 @@ class SimCounterModel:
             _Work(start_ns, end_ns, start_ns, (cycles, 0.0, 0.0, 0.0, 0.0, 1.0, joules))
         )
 
+    @staticmethod
+    def _collectives(state: _Chip, group: str, op: str) -> _Collectives:
+        series = state.collectives.get((group, op))
+        if series is None:
+            series = state.collectives[(group, op)] = _Collectives(
+                {
+                    ACCEL_DEVICE_ID: state.attrs[ACCEL_DEVICE_ID],
+                    ACCEL_HOST_ID: state.attrs[ACCEL_HOST_ID],
+                    ACCEL_COLLECTIVE_GROUP: group,
+                    ACCEL_COLLECTIVE_OP: op,
+                }
+            )
+        return series
+
+    def add_collective(
+        self,
+        chip: int,
+        *,
+        group: str,
+        op: str,
+        group_size: int,
+        enter_ns: int,
+        last_arrival_ns: int,
+        exit_ns: int,
+        nbytes: int,
+    ) -> None:
+        """Chip ``chip``'s part in one collective, counted when it completes (``exit_ns``).
+
+        Args:
+            chip: host-major chip index.
+            group: the group's name (``host0/tp``).
+            op: the op (``all_reduce``).
+            group_size: members of the group (for the bus-bandwidth factor).
+            enter_ns: when this chip entered the collective (its compute ended).
+            last_arrival_ns: when the last member entered.
+            exit_ns: when the collective completed on this chip.
+            nbytes: payload bytes of this chip's buffer.
+        """
+        series = self._collectives(self.chips[chip], group, op)
+        series.pending.append(
+            _Work(
+                exit_ns,
+                exit_ns,
+                exit_ns,
+                (
+                    float(nbytes),
+                    nbytes * bus_factor(op, group_size),
+                    (exit_ns - enter_ns) / 1e9,
+                    max(0, last_arrival_ns - enter_ns) / 1e9,
+                ),
+            )
+        )
+
     def add_link(self, link: str, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None:
         """Bytes over a chip-to-chip link in one direction."""
         _cum, pending = self._links.setdefault((link, direction), ([0.0], []))
@@ -262,9 +371,11 @@ class SimCounterModel:
 
     def describe(self) -> list[SeriesDescription]:
         """The series :meth:`read` yields."""
-        dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID)
-        hw = (ACCEL_DEVICE_ID, HW_ID, ACCEL_HOST_ID)
-        link = (ACCEL_LINK_ID, ACCEL_HOST_ID, NETWORK_IO_DIRECTION)
+        dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL)
+        hw = (ACCEL_DEVICE_ID, HW_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL)
+        link = (ACCEL_LINK_ID, ACCEL_HOST_ID, NETWORK_IO_DIRECTION, ACCEL_DEVICE_MODEL)
+        nic = (ACCEL_LINK_ID, ACCEL_HOST_ID, NETWORK_IO_DIRECTION)
+        coll = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_COLLECTIVE_GROUP, ACCEL_COLLECTIVE_OP)
         return [
             *(
                 SeriesDescription(m, dev)
@@ -289,8 +400,13 @@ class SimCounterModel:
                     METRIC_HW_GPU_MEMORY_LIMIT,
                 )
             ),
+            *(
+                SeriesDescription(m, coll)
+                for m in _COLLECTIVE_METRICS
+                if any(state.collectives for state in self.chips)
+            ),
             SeriesDescription(METRIC_ACCEL_LINK_IO, link),
-            SeriesDescription(METRIC_HW_NETWORK_IO, link),
+            SeriesDescription(METRIC_HW_NETWORK_IO, nic),
             SeriesDescription(METRIC_ACCEL_INFERENCE_TOKENS, (GEN_AI_TOKEN_TYPE, ACCEL_HOST_ID)),
             SeriesDescription(METRIC_ACCEL_INFERENCE_REQUESTS, (ACCEL_HOST_ID,)),
             SeriesDescription(METRIC_ACCEL_INFERENCE_QUEUE_DEPTH, (ACCEL_HOST_ID,)),
@@ -363,6 +479,12 @@ class SimCounterModel:
                     Sample(METRIC_HW_GPU_MEMORY_LIMIT, hw, self.memory_size, ts),
                 )
             )
+            for _key, series in sorted(state.collectives.items()):
+                self._advance(series.pending, series.cum, now_ns)
+                out.extend(
+                    Sample(metric, series.attrs, float(value), ts)
+                    for metric, value in zip(_COLLECTIVE_METRICS, series.cum)
+                )
         for (link, direction), (cum, pending) in sorted(self._links.items()):
             self._advance(pending, cum, now_ns)
             host = int(link.split("/")[0][4:])
@@ -370,6 +492,7 @@ class SimCounterModel:
                 ACCEL_LINK_ID: link,
                 ACCEL_HOST_ID: host_name(host),
                 NETWORK_IO_DIRECTION: direction,
+                ACCEL_DEVICE_MODEL: self.device_model,
             }
             out.append(Sample(METRIC_ACCEL_LINK_IO, attrs, float(int(cum[0])), host_ts[host]))
         for (host, direction), (cum, pending) in sorted(self._nics.items()):

@@ -8,7 +8,8 @@ made of ``layer_groups`` groups, each a compute kernel per chip followed by a ri
 all-reduce over the chip-to-chip links. A chip's all-reduce kernel starts when its compute
 ends and finishes when the slowest link of the collective has delivered, so a slow chip
 makes every other chip wait (its *arrival* is last) and a slow link stretches every
-all-reduce of its ring.
+all-reduce of its ring. Each chip's part in each all-reduce (enter, last arrival, exit,
+bytes) goes to the counter model as it completes.
 
 The engine knows nothing of OpenTelemetry: it reports what happened (with true times) to a
 :class:`EngineSink` and feeds the counter model (:mod:`otel_ext.sim._counters`).
@@ -136,6 +137,7 @@ class CollectiveRecord:
     start_ns: int
     end_ns: int
     arrivals_ns: list[int]
+    nbytes: int = 0
 
 
 @dataclass
@@ -180,6 +182,19 @@ class CounterFeed(Protocol):
     ) -> None: ...
 
     def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> None: ...
+
+    def add_collective(
+        self,
+        chip: int,
+        *,
+        group: str,
+        op: str,
+        group_size: int,
+        enter_ns: int,
+        last_arrival_ns: int,
+        exit_ns: int,
+        nbytes: int,
+    ) -> None: ...
 
     def add_link(
         self, link: str, direction: str, start_ns: int, end_ns: int, nbytes: int
@@ -574,8 +589,20 @@ class Engine:
                     ar_end,
                     clock_ratio=self.clock_ratio(host.index, c, t),
                 )
+                self.counters.add_collective(
+                    host.index * n + c,
+                    group=group_name,
+                    op="all_reduce",
+                    group_size=n,
+                    enter_ns=ends[c],
+                    last_arrival_ns=ar_start,
+                    exit_ns=ar_end,
+                    nbytes=ar_bytes,
+                )
             cid = f"{group_name}:{host.seq}"
-            self.collectives.append(CollectiveRecord(cid, host.index, ar_start, ar_end, list(ends)))
+            self.collectives.append(
+                CollectiveRecord(cid, host.index, ar_start, ar_end, list(ends), ar_bytes)
+            )
             groups.append(
                 GroupRecord(
                     g,

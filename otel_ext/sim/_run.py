@@ -347,6 +347,7 @@ def _truth(
                 "start_ns": c.start_ns,
                 "end_ns": c.end_ns,
                 "arrivals_ns": c.arrivals_ns,
+                "bytes": c.nbytes,
             }
             for c in engine.collectives
         ],

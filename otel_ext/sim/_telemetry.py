@@ -13,6 +13,10 @@
 * Counters are read from :class:`~otel_ext.sim._counters.SimCounterModel` at every counter
   interval and written, with the clock fits (``accel.clock.*``) and the TTFT/TPOT/duration
   histograms, as OTLP metric points stamped with the reading host's clock.
+* Every all-reduce (traced step or not) adds each member's duration (enter to exit) to
+  ``accel.collective.duration`` and its lateness (enter after the first member's) to
+  ``accel.collective.arrival.lateness``, per chip; on traced steps the exemplar is that
+  chip's ``accel.collective`` span.
 
 Nothing here names a fault: the telemetry shows only what the hardware and the serving
 engine would show.
@@ -59,6 +63,7 @@ from otel_ext.instrumentation.api import (
     record_link_transfer,
     request,
 )
+from otel_ext.instrumentation.collectives import COLLECTIVE_DURATION_BOUNDS_S
 from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from otel_ext.sim._counters import SimCounterModel
@@ -68,6 +73,8 @@ from semantic_conventions.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_REFERENCE,
     ACCEL_CLOCK_TICKS_PER_SECOND,
+    ACCEL_COLLECTIVE_GROUP,
+    ACCEL_COLLECTIVE_OP,
     ACCEL_DEVICE_ID,
     ACCEL_DEVICE_KIND,
     ACCEL_DEVICE_MODEL,
@@ -91,6 +98,8 @@ from semantic_conventions.metrics import (
     METRIC_ACCEL_CLOCK_DRIFT,
     METRIC_ACCEL_CLOCK_OFFSET,
     METRIC_ACCEL_CLOCK_SAMPLES,
+    METRIC_ACCEL_COLLECTIVE_ARRIVAL_LATENESS,
+    METRIC_ACCEL_COLLECTIVE_DURATION,
     METRIC_GEN_AI_SERVER_REQUEST_DURATION,
     METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
     METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
@@ -280,12 +289,14 @@ class _Hist:
         self.max = float("-inf")
         self.exemplars: dict[int, tuple[float, int, int, int]] = {}
 
-    def record(self, value: float, time_ns: int, trace_id: int, span_id: int) -> None:
+    def record(self, value: float, time_ns: int, trace_id: int | None, span_id: int | None) -> None:
+        """Add ``value``; it becomes its bucket's exemplar when a span is given."""
         i = HistogramValue(self.bounds, tuple(self.counts), 0.0).bucket_of(value)
         self.counts[i] += 1
         self.sum += value
         self.min, self.max = min(self.min, value), max(self.max, value)
-        self.exemplars[i] = (value, time_ns, trace_id, span_id)
+        if trace_id is not None and span_id is not None:
+            self.exemplars[i] = (value, time_ns, trace_id, span_id)
 
 
 class Telemetry:
@@ -383,6 +394,10 @@ class Telemetry:
             }
             for _ in range(config.hosts)
         ]
+        # per host: (metric, chip) -> (point attributes, histogram), in creation order
+        self._coll_hists: list[dict[tuple[str, int], tuple[dict[str, Any], _Hist]]] = [
+            {} for _ in range(config.hosts)
+        ]
         self._clock_points: list[list[Sample]] = [[] for _ in range(config.hosts)]
         self.device_spans = 0
         self.metric_points = 0
@@ -415,9 +430,45 @@ class Telemetry:
                 self._next_bracket[i] += self._bracket_interval
 
     # -- engine sink ----------------------------------------------------------------------
+    def _collective_histograms(
+        self, record: StepRecord, spans: dict[tuple[int, int], trace.SpanContext]
+    ) -> None:
+        """Each member's duration and arrival lateness of the step's all-reduces."""
+        n = self.config.chips
+        if n < 2:
+            return
+        h = record.host
+        group = f"{host_name(h)}/tp"
+        hists = self._coll_hists[h]
+        for g in record.groups:
+            first = min(g.compute_end_ns)
+            at = self._host_ns(h, g.ar_end_ns)
+            for c in range(n):
+                enter = g.compute_end_ns[c]
+                ctx = spans.get((g.index, c))
+                trace_id = ctx.trace_id if ctx is not None else None
+                span_id = ctx.span_id if ctx is not None else None
+                for metric, value in (
+                    (METRIC_ACCEL_COLLECTIVE_DURATION, (g.ar_end_ns - enter) / 1e9),
+                    (METRIC_ACCEL_COLLECTIVE_ARRIVAL_LATENESS, (enter - first) / 1e9),
+                ):
+                    entry = hists.get((metric, c))
+                    if entry is None:
+                        attrs: dict[str, Any] = {
+                            ACCEL_DEVICE_ID: chip_name(h, c),
+                            ACCEL_HOST_ID: host_name(h),
+                            ACCEL_COLLECTIVE_GROUP: group,
+                        }
+                        if metric == METRIC_ACCEL_COLLECTIVE_DURATION:
+                            attrs[ACCEL_COLLECTIVE_OP] = "all_reduce"
+                        entry = hists[(metric, c)] = (attrs, _Hist(COLLECTIVE_DURATION_BOUNDS_S))
+                    entry[1].record(value, at, trace_id, span_id)
+
     def on_step(self, record: StepRecord) -> None:
         cfg = self.config
+        coll_spans: dict[tuple[int, int], trace.SpanContext] = {}
         if (record.step - 1) % cfg.trace_step_interval:
+            self._collective_histograms(record, coll_spans)
             return
         h = record.host
         hn = self._host_ns
@@ -497,6 +548,7 @@ class Telemetry:
                         end_time=hn(h, g.ar_end_ns),
                     ) as coll:
                         coll_ctx = trace.set_span_in_context(coll.span)
+                        coll_spans[(g.index, c)] = coll.span.get_span_context()
                     comm_attrs = dict(dev)
                     comm_attrs.update(
                         collective_attributes(
@@ -547,6 +599,7 @@ class Telemetry:
                                 },
                             )
                         )
+        self._collective_histograms(record, coll_spans)
 
     def on_kv_transfer(self, transfer: KvTransfer) -> None:
         """Nothing to do at once: the transfer is traced with its request."""
@@ -760,6 +813,7 @@ class Telemetry:
                 if sum(hist.counts) == 0:
                     continue
                 metrics.append(_histogram_metric(name, hist, start, ts, self.config.model.name))
+            metrics.extend(_histogram_series(self._coll_hists[h], start, ts))
             self.metric_points += sum(len(m.data.data_points) for m in metrics)
             resource_metrics.append(
                 ResourceMetrics(
@@ -813,6 +867,43 @@ def _number(value: object) -> int | float:
 
 
 def _histogram_metric(name: str, hist: _Hist, start_ns: int, ts: int, model: str) -> Metric:
+    point = _histogram_point(
+        {GEN_AI_REQUEST_MODEL: model, GEN_AI_OPERATION_NAME: _OPERATION}, hist, start_ns, ts
+    )
+    return Metric(
+        name=name,
+        description="",
+        unit=METRIC_SPECS[name]["unit"],
+        data=Histogram(
+            data_points=[point], aggregation_temporality=AggregationTemporality.CUMULATIVE
+        ),
+    )
+
+
+def _histogram_series(
+    hists: dict[tuple[str, int], tuple[dict[str, Any], _Hist]], start_ns: int, ts: int
+) -> list[Metric]:
+    """One metric per name, one point per series (in creation order), for series with data."""
+    points: dict[str, list[HistogramDataPoint]] = {}
+    for (name, _), (attrs, hist) in hists.items():
+        if sum(hist.counts):
+            points.setdefault(name, []).append(_histogram_point(attrs, hist, start_ns, ts))
+    return [
+        Metric(
+            name=name,
+            description="",
+            unit=METRIC_SPECS[name]["unit"],
+            data=Histogram(
+                data_points=pts, aggregation_temporality=AggregationTemporality.CUMULATIVE
+            ),
+        )
+        for name, pts in sorted(points.items())
+    ]
+
+
+def _histogram_point(
+    attributes: dict[str, Any], hist: _Hist, start_ns: int, ts: int
+) -> HistogramDataPoint:
     from opentelemetry.sdk.metrics import Exemplar
 
     exemplars = [
@@ -825,8 +916,8 @@ def _histogram_metric(name: str, hist: _Hist, start_ns: int, ts: int, model: str
         )
         for _, (value, time_ns, trace_id, span_id) in sorted(hist.exemplars.items())
     ]
-    point = HistogramDataPoint(
-        attributes={GEN_AI_REQUEST_MODEL: model, GEN_AI_OPERATION_NAME: _OPERATION},
+    return HistogramDataPoint(
+        attributes=dict(attributes),
         start_time_unix_nano=start_ns,
         time_unix_nano=ts,
         count=sum(hist.counts),
@@ -836,12 +927,4 @@ def _histogram_metric(name: str, hist: _Hist, start_ns: int, ts: int, model: str
         min=hist.min,
         max=hist.max,
         exemplars=exemplars,
-    )
-    return Metric(
-        name=name,
-        description="",
-        unit=METRIC_SPECS[name]["unit"],
-        data=Histogram(
-            data_points=[point], aggregation_temporality=AggregationTemporality.CUMULATIVE
-        ),
     )

@@ -35,7 +35,14 @@ from otel_ext.analysis.classify import classify_kineto
 from otel_ext.analysis.loaders._common import MAX_ABS_NS, us_to_ns
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category
 
-__all__ = ["Accumulator", "FastColumns", "decode_fast", "decode_stream"]
+__all__ = [
+    "Accumulator",
+    "FastColumns",
+    "decode_fast",
+    "decode_stream",
+    "decode_stripe",
+    "merge",
+]
 
 try:  # optional accelerator
     import msgspec
@@ -143,7 +150,31 @@ if msgspec is not None:
 
     _OTHER_PHASES = [
         msgspec.defstruct(f"_Phase{i}", [], bases=(_Base,), tag=ph, gc=False)
-        for i, ph in enumerate(["B", "E", "i", "I", "C", "b", "n", "e", "t", "P", "O", "N", "D", "R", "c", "(", ")", "T", "p", "S", "F"])
+        for i, ph in enumerate(
+            [
+                "B",
+                "E",
+                "i",
+                "I",
+                "C",
+                "b",
+                "n",
+                "e",
+                "t",
+                "P",
+                "O",
+                "N",
+                "D",
+                "R",
+                "c",
+                "(",
+                ")",
+                "T",
+                "p",
+                "S",
+                "F",
+            ]
+        )
     ]
     _Event = Union[(_X, _FlowS, _FlowF, _Meta, *_OTHER_PHASES)]  # type: ignore[valid-type]
 
@@ -245,7 +276,11 @@ class _Codes:
 
 
 class Accumulator:
-    """Columns of one file, built chunk by chunk (each chunk a list of decoded events)."""
+    """Columns of one file (or of one stripe of its chunks), built chunk by chunk.
+
+    Every per-chunk record carries its chunk's index, so that the stripes of a file decoded
+    by different processes merge back in the file's order (:func:`merge`).
+    """
 
     def __init__(self) -> None:
         self.names = _Codes()
@@ -254,13 +289,16 @@ class Accumulator:
         self.groups = _Codes()
         self.kinds: dict[int, int] = {}
         self.device_keys: dict[tuple[Any, str, Any], int] = {}
-        self.parts: list[dict[str, np.ndarray]] = []
-        self.flows: list[tuple[Any, Any, Any, Any, Any]] = []
-        self.labels: dict[Any, str] = {}
-        self.uncorrelated: list[tuple[int, Any, Any, int, bool]] = []
-        self.rows = 0
+        #: (chunk, columns) with codes into this accumulator's dictionaries
+        self.parts: list[tuple[int, dict[str, np.ndarray]]] = []
+        #: (chunk, phase, pid, tid, ts, id) of the launch flow events
+        self.flows: list[tuple[int, str, Any, Any, Any, Any]] = []
+        self.labels: list[tuple[int, Any, str]] = []
+        #: (chunk, row in chunk, pid, tid, ts, on device) of rows without a correlation id
+        self.uncorrelated: list[tuple[int, int, Any, Any, int, bool]] = []
+        self.header: dict[str, Any] = {}
 
-    def add(self, events: list[Any]) -> None:
+    def add(self, events: list[Any], chunk: int) -> None:
         """Extract the columns of a list of decoded events (raises _Reject when irregular)."""
         xs = [e for e in events if type(e) is _X]
         if len(xs) < len(events):
@@ -268,11 +306,12 @@ class Accumulator:
                 t = type(e)
                 if t is _FlowS or t is _FlowF:
                     if e.cat in _LAUNCH_FLOW_CATS:
-                        self.flows.append(("s" if t is _FlowS else "f", e.pid, e.tid, e.ts, e.id))
+                        ph = "s" if t is _FlowS else "f"
+                        self.flows.append((chunk, ph, e.pid, e.tid, e.ts, e.id))
                 elif t is _Meta and e.name == "process_labels" and e.args is not None:
                     lab = e.args.labels
                     if isinstance(lab, str):
-                        self.labels[e.pid] = lab
+                        self.labels.append((chunk, e.pid, lab))
         del events
         cats = list(map(attrgetter("cat"), xs))
         if "Trace" in cats:  # the profiler's own span, not an event of the run
@@ -299,7 +338,6 @@ class Accumulator:
         upair, inverse = np.unique(pair, return_inverse=True)
         kinds = self.kinds
         cat_list = list(self.cats.lookup)
-        name_list: list[str] | None = None
         missing = [p for p in upair.tolist() if p not in kinds]
         if missing:
             name_list = list(self.names.lookup)
@@ -328,9 +366,7 @@ class Accumulator:
         need = np.flatnonzero((corr < 0) & (on_device | (category == Category.RUNTIME)))
         for i in need.tolist():
             e = xs[i]
-            self.uncorrelated.append(
-                (self.rows + i, e.pid, e.tid, int(start[i]), bool(on_device[i]))
-            )
+            self.uncorrelated.append((chunk, i, e.pid, e.tid, int(start[i]), bool(on_device[i])))
         seq = np.full(n, -1, np.int64)
         nbytes = np.full(n, -1, np.int64)
         gsize = np.full(n, -1, np.int32)
@@ -347,39 +383,78 @@ class Accumulator:
                 nbytes[i] = nb if nb < _LIM else -1
                 gsize[i] = gs
         self.parts.append(
-            {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
-             "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
-             "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
-             "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes}
+            (chunk,
+             {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
+              "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
+              "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
+              "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes})
         )  # fmt: skip
-        self.rows += n
 
-    def finish(self, header: dict[str, Any]) -> FastColumns:
-        keys = list(self.parts[0]) if self.parts else []
-        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in keys}
-        self.parts.clear()
-        flow_s: dict[tuple[Any, Any, int], int] = {}
-        flow_f: dict[tuple[Any, Any, int], int] = {}
-        if self.uncorrelated:
-            for ph, pid, tid, ts, fid in self.flows:
-                t = us_to_ns(ts)
-                if type(fid) is int and t is not None:
-                    (flow_s if ph == "s" else flow_f)[(pid, tid, t)] = fid
-        if not cols:
-            cols = {"start_ns": np.zeros(0, np.int64), "device": np.zeros(0, np.int32)}
-        strings = {
-            "name": (cols.pop("name", np.zeros(0, np.int32)), list(self.names.lookup)),
-            "coll_op": (cols.pop("coll_op", np.zeros(0, np.int32)), list(self.ops.lookup)),
-            "coll_group": (
-                cols.pop("coll_group", np.zeros(0, np.int32)),
-                list(self.groups.lookup),
-            ),
+    def __getstate__(self) -> dict[str, Any]:  # sent back from a worker: no caches
+        state = dict(self.__dict__)
+        state["kinds"] = {}
+        state["cats"] = _Codes()
+        return state
+
+
+_STRING_PARTS = ("name", "coll_op", "coll_group", "device")
+
+
+def merge(stripes: Sequence[Accumulator]) -> FastColumns:
+    """One file's columns from the accumulators of its stripes (or of the whole file)."""
+    header = stripes[0].header
+    dicts: dict[str, dict[Any, int]] = {c: {"": 0} for c in _STRING_PARTS}
+    dicts["device"] = {None: 0}
+    ordered: list[tuple[int, dict[str, np.ndarray]]] = []
+    for acc in stripes:
+        sources: dict[str, list[Any]] = {
+            "name": list(acc.names.lookup),
+            "coll_op": list(acc.ops.lookup),
+            "coll_group": list(acc.groups.lookup),
+            "device": [None, *acc.device_keys],
         }
-        dev = cols.pop("device")
-        return FastColumns(
-            cols, strings, header, list(self.device_keys), dev, self.uncorrelated,
-            (flow_s, flow_f), self.labels,
-        )  # fmt: skip
+        remaps = {}
+        for c, values in sources.items():
+            d = dicts[c]
+            remaps[c] = np.array([d.setdefault(v, len(d)) for v in values], dtype=np.int32)
+        for chunk, part in acc.parts:
+            for c in _STRING_PARTS:
+                part[c] = remaps[c][part[c]]
+            ordered.append((chunk, part))
+        acc.parts = []
+    ordered.sort(key=lambda cp: cp[0])
+    offsets: dict[int, int] = {}
+    rows = 0
+    for chunk, part in ordered:
+        offsets[chunk] = rows
+        rows += len(part["start_ns"])
+    keys = list(ordered[0][1]) if ordered else []
+    cols = {k: np.concatenate([p[k] for _, p in ordered]) for k in keys}
+    del ordered
+    uncorrelated = sorted(u for acc in stripes for u in acc.uncorrelated)
+    flow_s: dict[tuple[Any, Any, int], int] = {}
+    flow_f: dict[tuple[Any, Any, int], int] = {}
+    if uncorrelated:
+        for _, ph, pid, tid, ts, fid in sorted(
+            (f for acc in stripes for f in acc.flows), key=lambda f: f[0]
+        ):
+            t = us_to_ns(ts)
+            if type(fid) is int and t is not None:
+                (flow_s if ph == "s" else flow_f)[(pid, tid, t)] = fid
+    labels = {
+        pid: lab
+        for _, pid, lab in sorted((x for acc in stripes for x in acc.labels), key=lambda x: x[0])
+    }
+    if not cols:
+        cols = {k: np.zeros(0, np.int32) for k in _STRING_PARTS}
+        cols["start_ns"] = np.zeros(0, np.int64)
+    strings = {c: (cols.pop(c), list(dicts[c])) for c in ("name", "coll_op", "coll_group")}
+    device_keys = list(dicts["device"])[1:]
+    return FastColumns(
+        cols, strings, header, device_keys, cols.pop("device"),
+        [(offsets[c] + r, pid, tid, ts, dev) for c, r, pid, tid, ts, dev in uncorrelated],
+        (flow_s, flow_f), labels,
+    )  # fmt: skip
 
 
 def _header(doc: Any) -> dict[str, Any]:
@@ -411,7 +486,8 @@ def decode_fast(data: bytes | str) -> FastColumns | None:
         return None
     if isinstance(data, str):
         data = data.encode("utf-8", errors="surrogatepass")
-    return decode_stream(memoryview(data)[i : i + _CHUNK] for i in range(0, len(data), _CHUNK))
+    view = memoryview(data)
+    return decode_stream(view[i : i + _CHUNK] for i in range(0, len(data), _CHUNK))
 
 
 #: bytes of JSON text decoded at a time (the decoded events of one chunk are freed before
@@ -426,9 +502,8 @@ def _split_point(buf: bytes | bytearray) -> tuple[int, int] | None:
 
     A candidate is a ``}`` followed by ``,`` and ``{``. It may be a false one (inside a string
     or a nested array of objects); then the chunk before it is not valid JSON and the decoder
-    says so, and we read on. A chunk that decodes as an array of objects, starting at a true
-    event start, can only end at a true event end: anything else leaves a string or an object
-    open.
+    says so. A chunk that decodes as an array of objects, starting at a true event start,
+    can only end at a true event end: anything else leaves a string or an object open.
     """
     pos = len(buf)
     for _ in range(8):
@@ -445,11 +520,25 @@ def _split_point(buf: bytes | bytearray) -> tuple[int, int] | None:
 def decode_stream(pieces: Iterable[bytes | memoryview]) -> FastColumns | None:
     """Decode a Kineto document given as successive pieces of its bytes, chunk by chunk.
 
+    Returns None when the careful path must run (malformed or irregular input, or no
+    ``msgspec``).
+    """
+    acc = decode_stripe(pieces, 0, 1)
+    return None if acc is None else merge([acc])
+
+
+def decode_stripe(
+    pieces: Iterable[bytes | memoryview], index: int, count: int
+) -> Accumulator | None:
+    """Decode the chunks ``index``, ``index + count``, ... of a Kineto document.
+
     The top-level object's text up to the ``traceEvents`` array is kept; complete events are
-    cut off the front of the buffer and decoded as they arrive; at the end, the kept head and
-    the rest (the last events, the closing ``]`` and any members after the array) are decoded
-    as one small document, which also gives the header. Returns None when the careful path
-    must run (malformed or irregular input, or no ``msgspec``).
+    cut off the front of the buffer as they arrive (the cut points depend on the bytes only,
+    so every stripe cuts alike) and a stripe decodes its own chunks; at the end, the kept head
+    and the rest (the last events, the closing ``]`` and any members after the array) are
+    decoded as one small document, which also gives the header. With ``count == 1`` a cut
+    that turns out false is simply read past; with more stripes it returns None, as for any
+    irregular input.
     """
     if msgspec is None:
         return None
@@ -457,6 +546,7 @@ def decode_stream(pieces: Iterable[bytes | memoryview]) -> FastColumns | None:
     buf = bytearray()
     prefix: bytes | None = None
     splitting = True
+    chunk = 0
     with _NoGC():
         try:
             for piece in pieces:
@@ -478,28 +568,35 @@ def decode_stream(pieces: Iterable[bytes | memoryview]) -> FastColumns | None:
                 cut = _split_point(buf)
                 if cut is None:
                     continue
-                try:
-                    events = _EVENTS_DECODER.decode(b"[" + buf[: cut[0]] + b"]")
-                except msgspec.DecodeError:
-                    splitting = len(buf) < 8 * _CHUNK  # give up splitting if it keeps failing
-                    continue
-                except msgspec.ValidationError:
-                    return None
-                del buf[: cut[1]]
-                acc.add(events)
-                del events
+                if chunk % count == index:
+                    try:
+                        events = _EVENTS_DECODER.decode(b"[" + buf[: cut[0]] + b"]")
+                    except msgspec.DecodeError:
+                        if count > 1:
+                            return None
+                        splitting = len(buf) < 8 * _CHUNK  # stop trying if it keeps failing
+                        continue
+                    except msgspec.ValidationError:
+                        return None
+                    del buf[: cut[1]]
+                    acc.add(events, chunk)
+                    del events
+                else:
+                    del buf[: cut[1]]
+                chunk += 1
             try:
                 doc = _DECODER.decode(bytes(prefix) + bytes(buf) if prefix else bytes(buf))
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 return None
             del buf
             if isinstance(doc, list):
-                acc.add(doc)
-                return acc.finish({})
-            header = _header(doc)
-            acc.add(doc.traceEvents)
+                events, acc.header = doc, {}
+            else:
+                events, acc.header = doc.traceEvents, _header(doc)
             del doc
-            return acc.finish(header)
+            if chunk % count == index:
+                acc.add(events, chunk)
+            return acc
         except _Reject:
             return None
 

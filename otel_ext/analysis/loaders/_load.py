@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
-from otel_ext.analysis.loaders._kineto_fast import decode_stream
+from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.kineto import (
     load_kineto_careful,
     looks_like_kineto,
@@ -44,6 +44,13 @@ DERIVED_FORMATS = {
 
 #: ``progress(done, total, path)`` after each file
 ProgressCallback = Callable[[int, int, str], None]
+
+_inflate: Any
+try:  # ISA-L inflates gzip about twice as fast as zlib; the same interface
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover - where isal is not installed
+    _inflate = zlib
+_INFLATE_ERRORS: tuple[type[BaseException], ...] = (zlib.error, _inflate.error)
 
 _CANDIDATE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".html", ".htm", ".gz")
 _HEAD = 65536
@@ -82,7 +89,7 @@ def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
                 yield first
                 first = f.read(size)
             return
-        d = zlib.decompressobj(wbits=31)
+        d = _inflate.decompressobj(wbits=31)
         data = first
         pending = False  # the current member has begun and not ended
         try:
@@ -97,11 +104,11 @@ def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
                     yield out
                 if d.eof:  # end of a member; another may follow
                     data = d.unused_data
-                    d = zlib.decompressobj(wbits=31)
+                    d = _inflate.decompressobj(wbits=31)
                     pending = False
                 else:
                     data = b""
-        except zlib.error as e:
+        except _INFLATE_ERRORS as e:
             raise InputError(
                 f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
             ) from e
@@ -184,6 +191,35 @@ class FileResult:
         }
 
 
+def _open_stream(p: Path) -> tuple[str, bytes, Iterator[bytes]]:
+    """The format the first 64 KiB suggest, those bytes (no BOM), and the rest of the pieces."""
+    pieces = _iter_bytes(p)
+    head_parts: list[bytes] = []
+    size = 0
+    for piece in pieces:
+        head_parts.append(piece)
+        size += len(piece)
+        if size >= _HEAD:
+            break
+    head_bytes = b"".join(head_parts)
+    if head_bytes.startswith(b"\xef\xbb\xbf"):
+        head_bytes = head_bytes[3:]
+    fmt = detect_format(p, head_bytes[:_HEAD].decode("utf-8", errors="replace"), "")
+    return fmt, head_bytes, pieces
+
+
+def _tracking_tail(first: bytes, pieces: Iterator[bytes], tail: bytearray) -> Iterator[bytes]:
+    """The pieces, keeping the last 4 KiB in ``tail`` (our timelines say so at the end)."""
+    for piece in itertools.chain([first], pieces):
+        tail.extend(piece)
+        del tail[:-4096]
+        yield piece
+
+
+def _is_ours(tail: bytearray) -> bool:
+    return _OUR_GENERATOR.search(tail.decode("utf-8", errors="replace")) is not None
+
+
 def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     """Load one telemetry file of any supported format.
 
@@ -204,40 +240,20 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     fmt = detect_format(p, "")  # name-only decisions first (no read needed)
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
-    pieces = _iter_bytes(p)
-    head_parts: list[bytes] = []
-    size = 0
-    for piece in pieces:
-        head_parts.append(piece)
-        size += len(piece)
-        if size >= _HEAD:
-            break
-    head_bytes = b"".join(head_parts)
-    if head_bytes.startswith(b"\xef\xbb\xbf"):
-        head_bytes = head_bytes[3:]
-    head = head_bytes[:_HEAD].decode("utf-8", errors="replace")
-    fmt = detect_format(p, head, "")
-    if fmt == "kineto":
+    head_fmt, head_bytes, pieces = _open_stream(p)
+    if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
-
-        first = head_bytes
-
-        def stream() -> Iterator[bytes]:
-            for piece in itertools.chain([first], pieces):
-                tail.extend(piece)
-                del tail[:-4096]
-                yield piece
-
-        fast = decode_stream(stream())
-        if fast is not None:
-            if _OUR_GENERATOR.search(tail.decode("utf-8", errors="replace")):
+        acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), 0, 1)
+        if acc is not None:
+            if _is_ours(tail):
                 return FileResult(ps, "derived-timeline", note=DERIVED_FORMATS["derived-timeline"])
-            return FileResult(ps, fmt, table=table_from_fast(fast, ctx, ps), skipped=ctx.skipped)
+            return FileResult(ps, "kineto", table=table_from_fast(merge([acc]), ctx, ps),
+                              skipped=ctx.skipped)  # fmt: skip
         data = _read_bytes(p)  # irregular input: the careful path, on the whole text
     else:
         data = head_bytes + b"".join(pieces)
-    del head_parts
+    del head_bytes
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     fmt = detect_format(p, data[:_HEAD].decode("utf-8", errors="replace"),
@@ -304,9 +320,68 @@ def _expand(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def _load_one(args: tuple[str, bool]) -> FileResult:
-    path, keep_going = args
+#: a gzipped (plain) file at least this large is split into stripes when cores are idle
+_STRIPE_MIN_GZ = 512 << 10
+_STRIPE_MIN_PLAIN = 8 << 20
+#: below this much input (on disk) a process pool costs more than it saves
+_POOL_MIN_BYTES = 2 << 20
+
+
+def _load_one(args: tuple[str, bool, int, int]) -> FileResult | Accumulator | bool | None:
+    """One job: a whole file, or stripe ``index`` of ``count`` of a Kineto file.
+
+    A stripe job answers with its :class:`Accumulator`, ``True`` as well as its accumulator
+    when the file is one of our timelines (see the tail), or None when the file must be loaded
+    whole (not a Kineto trace, or irregular); stripe 0 then loads it whole itself.
+    """
+    path, keep_going, index, count = args
+    if count == 1:
+        return load_file(path, keep_going=keep_going)
+    p = Path(path)
+    if detect_format(p, "") not in DERIVED_FORMATS:
+        head_fmt, head_bytes, pieces = _open_stream(p)
+        if head_fmt == "kineto":
+            tail = bytearray()
+            acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), index, count)
+            if acc is not None:
+                acc.header["_ours"] = _is_ours(tail)
+                return acc
+    return load_file(path, keep_going=keep_going) if index == 0 else None
+
+
+def _join_stripes(
+    path: str, keep_going: bool, parts: list[FileResult | Accumulator | bool | None]
+) -> FileResult:
+    """One file's result from its stripes' answers (loading it whole when they could not)."""
+    if all(isinstance(x, Accumulator) for x in parts):
+        accs = [x for x in parts if isinstance(x, Accumulator)]
+        if accs[0].header.pop("_ours", False):
+            return FileResult(path, "derived-timeline", note=DERIVED_FORMATS["derived-timeline"])
+        for acc in accs[1:]:
+            acc.header.pop("_ours", None)
+        ctx = LoadContext(path, keep_going=keep_going)
+        table = table_from_fast(merge(accs), ctx, path)
+        return FileResult(path, "kineto", table=table, skipped=ctx.skipped)
+    if isinstance(parts[0], FileResult):
+        return parts[0]
     return load_file(path, keep_going=keep_going)
+
+
+def _stripes_for(files: list[Path], workers: int) -> list[int]:
+    """How many stripes each file is cut into: idle cores go to the large files."""
+    counts = [1] * len(files)
+    if workers <= len(files):
+        return counts
+    per = workers // len(files)
+    for i, f in enumerate(files):
+        try:
+            size = f.stat().st_size
+        except OSError:
+            continue
+        gz = f.name.lower().endswith(".gz")
+        if size >= (_STRIPE_MIN_GZ if gz else _STRIPE_MIN_PLAIN):
+            counts[i] = per
+    return counts
 
 
 def load_paths(
@@ -321,14 +396,16 @@ def load_paths(
     A folder contributes every recognised telemetry file under it; derived outputs (Perfetto
     ``timeline.json``, ``report.json``, ``*.html``) and ground truth (``truth.json``) are
     recognised, left out, and listed in ``inputs`` with a note. Files load in parallel, one
-    process per core, each holding one file at a time, so memory grows with the largest file
-    and the compact tables, not with the raw size of the set.
+    process per core, each streaming one file at a time (decompressed and decoded a few MB at
+    a time), so memory grows with the compact tables, not with the raw size of the set.
 
     Args:
         paths: files and/or folders.
         keep_going: load what is valid; bad records and bad files go to ``skipped``.
         progress: called as ``progress(done, total, path)`` after each file.
-        workers: processes to use (default: the cores, at most one per file; 1 = in-process).
+        workers: processes to use (default: the cores, when the set is at least 2 MiB on
+            disk; 1 = in-process). With fewer files than workers, each large Kineto file is
+            decoded in stripes by several processes and put back together in order.
 
     Returns:
         A :class:`LoadResult`.
@@ -358,38 +435,51 @@ def load_paths(
     ]
     total = len(files)
     if workers is None:
-        workers = min(os.cpu_count() or 1, total) or 1
+        size = sum(f.stat().st_size for f in files if f.exists())
+        workers = (os.cpu_count() or 1) if size >= _POOL_MIN_BYTES else 1
+        if total > 1:
+            workers = min(workers, total)
     results: list[FileResult] = []
     skipped: list[SkippedRecord] = list(missing)
-    jobs = [(str(f), keep_going) for f in files]
+    paths_s = [str(f) for f in files]
 
     def handle(i: int, res: FileResult | InputError) -> None:
         if isinstance(res, InputError):
             if not keep_going:
                 raise res
-            skipped.append(SkippedRecord(res.path or jobs[i][0], res.record or "file", res.message))
-            results.append(FileResult(jobs[i][0], "error", note=res.message))
+            skipped.append(SkippedRecord(res.path or paths_s[i], res.record or "file", res.message))
+            results.append(FileResult(paths_s[i], "error", note=res.message))
         else:
             results.append(res)
             skipped.extend(res.skipped)
         if progress is not None:
-            progress(len(results), total, jobs[i][0])
+            progress(len(results), total, paths_s[i])
 
-    if workers <= 1 or total <= 1:
-        for i, job in enumerate(jobs):
+    stripes = _stripes_for(files, workers) if workers > 1 else [1] * total
+    if workers <= 1 or sum(stripes) <= 1:
+        for i, f in enumerate(paths_s):
             try:
-                handle(i, _load_one(job))
+                handle(i, load_file(f, keep_going=keep_going))
             except InputError as e:
                 handle(i, e)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_load_one, job) for job in jobs]
-            for i, fut in enumerate(futures):
+            futures = [
+                [pool.submit(_load_one, (f, keep_going, k, n)) for k in range(n)]
+                for f, n in zip(paths_s, stripes)
+            ]
+            for i, futs in enumerate(futures):
                 try:
-                    res = fut.result()
+                    answers = [fut.result() for fut in futs]
+                    one = answers[0]
+                    if len(answers) == 1 and isinstance(one, FileResult):
+                        res = one
+                    else:
+                        res = _join_stripes(paths_s[i], keep_going, answers)
                 except InputError as e:
-                    for f in futures[i + 1 :]:
-                        f.cancel()
+                    for later in futures[i + 1 :]:
+                        for pending in later:
+                            pending.cancel()
                     handle(i, e)
                     continue
                 handle(i, res)

@@ -17,6 +17,15 @@ batch_isend_irecv (and all_gather_single / reduce_scatter_single where torch has
   reductions, output for gathers), dtype, peer (group rank, p2p), ``async``, and at the end
   algbw and busbw (NCCL-tests factors). ``link_provider(op, group, seq)`` may return span
   links to the other members' spans where their contexts are known.
+* Metrics (from ``meter_provider``, the global one by default), per completed op with
+  ``accel.collective.op``, ``accel.collective.group`` and ``accel.device.id``:
+  ``accel.collective.io`` (payload bytes), ``accel.collective.bus.io`` (payload times the
+  op's bus-bandwidth factor) and ``accel.collective.time`` (seconds, counters), and the
+  ``accel.collective.duration`` histogram, recorded in the collective span's context so the
+  SDK's exemplars point at it. An op that fails is not counted. ``batch_isend_irecv`` is
+  counted through its ``isend``/``irecv`` members only. ``accel.collective.wait.time``
+  (waiting for the last member) needs every member's arrival: the analysis computes it from
+  the spans (and the simulated cluster, which knows the true arrivals, emits it).
 * Wrappers never change what the op does or returns: telemetry failures are logged once and
   counted; the op's own exceptions propagate unchanged (the span records them).
 """
@@ -31,12 +40,23 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
+from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Link, Status, StatusCode
 
-from otel_ext.instrumentation._common import device_attributes, get_tracer, log_once
+from otel_ext.instrumentation._common import (
+    INSTRUMENTATION_NAME,
+    device_attributes,
+    get_tracer,
+    log_once,
+)
 from otel_ext.instrumentation.api import collective_attributes
-from otel_ext.instrumentation.collectives import SequenceCounter, bandwidths
+from otel_ext.instrumentation.collectives import (
+    COLLECTIVE_DURATION_BOUNDS_S,
+    SequenceCounter,
+    bandwidths,
+    bus_factor,
+)
 from semantic_conventions.attributes import (
     ACCEL_COLLECTIVE_ALGBW,
     ACCEL_COLLECTIVE_ASYNC,
@@ -46,7 +66,15 @@ from semantic_conventions.attributes import (
     ACCEL_COLLECTIVE_GROUP_SIZE,
     ACCEL_COLLECTIVE_OP,
     ACCEL_COLLECTIVE_RANK,
+    ACCEL_DEVICE_ID,
     ERROR_TYPE,
+)
+from semantic_conventions.metrics import (
+    METRIC_ACCEL_COLLECTIVE_BUS_IO,
+    METRIC_ACCEL_COLLECTIVE_DURATION,
+    METRIC_ACCEL_COLLECTIVE_IO,
+    METRIC_ACCEL_COLLECTIVE_TIME,
+    METRIC_SPECS,
 )
 from semantic_conventions.spans import SPAN_ACCEL_COLLECTIVE
 
@@ -107,17 +135,96 @@ def _payload(value: Any, role: str | None) -> tuple[int, str | None]:
     return nbytes, (str(tensors[0].dtype).removeprefix("torch.") if tensors else None)
 
 
+class _Metrics:
+    """The collective instruments, from one meter; :meth:`record` never raises."""
+
+    def __init__(self, meter_provider: Any):
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, "0.1.0", meter_provider=meter_provider)
+
+        def unit(name: str) -> str:
+            return str(METRIC_SPECS[name]["unit"])
+
+        self.io = meter.create_counter(
+            METRIC_ACCEL_COLLECTIVE_IO,
+            unit=unit(METRIC_ACCEL_COLLECTIVE_IO),
+            description="Payload bytes of completed collectives.",
+        )
+        self.bus = meter.create_counter(
+            METRIC_ACCEL_COLLECTIVE_BUS_IO,
+            unit=unit(METRIC_ACCEL_COLLECTIVE_BUS_IO),
+            description="Payload bytes times the op's bus-bandwidth factor.",
+        )
+        self.time = meter.create_counter(
+            METRIC_ACCEL_COLLECTIVE_TIME,
+            unit=unit(METRIC_ACCEL_COLLECTIVE_TIME),
+            description="Time spent inside collectives (enter to exit).",
+        )
+        self.duration = meter.create_histogram(
+            METRIC_ACCEL_COLLECTIVE_DURATION,
+            unit=unit(METRIC_ACCEL_COLLECTIVE_DURATION),
+            description="Duration of one member's part in a collective.",
+            explicit_bucket_boundaries_advisory=list(COLLECTIVE_DURATION_BOUNDS_S),
+        )
+        self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+
+    def attributes(self, op: str, group: str, device: str | None) -> dict[str, Any]:
+        """The (cached) metric attributes of ``op`` on ``group`` from ``device``."""
+        key = (op, group, device)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = {ACCEL_COLLECTIVE_OP: op, ACCEL_COLLECTIVE_GROUP: group}
+            if device is not None:
+                attrs[ACCEL_DEVICE_ID] = device
+            self._attrs[key] = attrs
+        return attrs
+
+    def record(self, finish: _Finisher, duration_ns: int) -> None:
+        """Count one completed op, in its span's context (exemplars link to the span)."""
+        attrs = finish.metric_attrs
+        if attrs is None:
+            return
+        ctx = trace.set_span_in_context(finish.span)
+        seconds = duration_ns / 1e9
+        self.io.add(finish.nbytes, attrs, context=ctx)
+        self.bus.add(finish.nbytes * bus_factor(finish.op, finish.group_size), attrs, context=ctx)
+        self.time.add(seconds, attrs, context=ctx)
+        self.duration.record(seconds, attrs, context=ctx)
+
+
 class _Finisher:
     """Ends one span once (from a callback, a ``wait()`` or the sync path), with bandwidths."""
 
-    __slots__ = ("_lock", "done", "group_size", "nbytes", "on_done", "op", "span", "start_ns")
+    __slots__ = (
+        "_lock",
+        "done",
+        "group_size",
+        "metric_attrs",
+        "metrics",
+        "nbytes",
+        "on_done",
+        "op",
+        "span",
+        "start_ns",
+    )
 
-    def __init__(self, span: Any, op: str, nbytes: int, group_size: int, start_ns: int):
+    def __init__(
+        self,
+        span: Any,
+        op: str,
+        nbytes: int,
+        group_size: int,
+        start_ns: int,
+        *,
+        metrics: _Metrics | None = None,
+        metric_attrs: dict[str, Any] | None = None,
+    ):
         self.span = span
         self.op = op
         self.nbytes = nbytes
         self.group_size = group_size
         self.start_ns = start_ns
+        self.metrics = metrics
+        self.metric_attrs = metric_attrs
         self.done = False
         self.on_done: Callable[[], None] | None = None
         self._lock = threading.Lock()
@@ -136,6 +243,8 @@ class _Finisher:
                 self.span.set_attribute(ERROR_TYPE, type(error).__qualname__)
                 self.span.set_status(Status(StatusCode.ERROR, str(error)))
             self.span.end(end_time=end)
+            if error is None and self.metrics is not None:
+                self.metrics.record(self, end - self.start_ns)
         except Exception as exc:
             log_once("torch.distributed.finish", "%s: %s", type(exc).__name__, exc)
         if self.on_done is not None:
@@ -195,11 +304,13 @@ class _State:
         self,
         *,
         tracer_provider: Any,
+        meter_provider: Any,
         link_provider: Callable[[str, str, int], Sequence[Link]] | None,
         device: str | None,
         host_id: str | None,
     ):
         self.tracer = get_tracer(tracer_provider)
+        self.metrics = _Metrics(meter_provider)
         self.link_provider = link_provider
         self.device = device
         self.host_id = host_id
@@ -329,7 +440,11 @@ class _State:
             span = self.tracer.start_span(
                 SPAN_ACCEL_COLLECTIVE, attributes=attrs, links=links, start_time=start
             )
-            return _Finisher(span, op, nbytes, gsize, start), is_async, late_recv
+            metric_attrs = self.metrics.attributes(op, gname, attrs.get(ACCEL_DEVICE_ID))
+            finish = _Finisher(
+                span, op, nbytes, gsize, start, metrics=self.metrics, metric_attrs=metric_attrs
+            )
+            return finish, is_async, late_recv
         except Exception as exc:
             log_once(f"torch.distributed.{op}", "%s: %s", type(exc).__name__, exc)
             return None
@@ -467,8 +582,10 @@ def _detach(token: Any) -> None:
 class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Spans for ``torch.distributed`` collectives and point-to-point ops (a singleton).
 
-    ``instrument(**options)`` options: ``tracer_provider``; ``link_provider`` (a callable
-    ``(op, group, seq) -> links``); ``device`` and ``host_id`` (identity; derived when omitted).
+    ``instrument(**options)`` options: ``tracer_provider``; ``meter_provider`` (the
+    ``accel.collective.io``, ``.bus.io``, ``.time`` counters and ``.duration`` histogram; the
+    global provider by default); ``link_provider`` (a callable ``(op, group, seq) -> links``);
+    ``device`` and ``host_id`` (identity; derived when omitted).
     Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
     the first collective so they agree.
 
@@ -486,6 +603,7 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _instrument(self, **kwargs: Any) -> None:
         state = _State(
             tracer_provider=kwargs.get("tracer_provider"),
+            meter_provider=kwargs.get("meter_provider"),
             link_provider=kwargs.get("link_provider"),
             device=kwargs.get("device"),
             host_id=kwargs.get("host_id"),
