@@ -5,14 +5,16 @@
 points into ``prometheus_client`` families: monotonic sums -> counters (exemplars from the
 points), gauges and non-monotonic sums -> gauges, explicit-bucket histograms ->
 histograms (each exemplar on the bucket its value falls in). Names, units and labels are
-mapped by :mod:`exporters._prometheus_mapping`. Temporality is cumulative.
+mapped by :mod:`exporters._prometheus_mapping`. Temporality is cumulative. The resource's
+attributes are exposed once as ``target_info`` (value 1), as the OpenTelemetry
+specification's Prometheus compatibility asks, so a point joins to its host, rank and device.
 
 >>> from opentelemetry.sdk.metrics import MeterProvider
 >>> reader = PrometheusMetricReader()
 >>> provider = MeterProvider(metric_readers=[reader])
 >>> provider.get_meter("doc").create_counter("accel.link.io", unit="By").add(5, {"accel.link.id": "h/a-b"})
 >>> [(f.name, f.type, f.samples[0].value) for f in reader.collect_families()]
-[('accel_link_io_bytes', 'counter', 5.0)]
+[('target', 'info', 1), ('accel_link_io_bytes', 'counter', 5.0)]
 >>> provider.shutdown()
 """
 
@@ -44,6 +46,7 @@ from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -114,6 +117,20 @@ class PrometheusMetricReader(MetricReader):
         if data is None:
             return []
         out: list[Metric] = []
+        info = InfoMetricFamily("target", "Target metadata: the OpenTelemetry resource")
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        for rm in data.resource_metrics:
+            labels = tuple(
+                sorted(
+                    (sanitize_label(str(k)), str(v))
+                    for k, v in (rm.resource.attributes or {}).items()
+                )
+            )
+            if labels and labels not in seen:
+                seen.add(labels)
+                info.add_metric([], dict(labels))
+        if info.samples:
+            out.append(info)
         for rm in data.resource_metrics:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:

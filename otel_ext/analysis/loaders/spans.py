@@ -63,6 +63,9 @@ def _names() -> dict[str, Any]:
         },
         "kernel_span": S.SPAN_ACCEL_KERNEL,
         "kernel_kind": kind,
+        # clock telemetry, not workload events: kept out of the event table (the clocks
+        # package re-fits from them: otel_ext.clocks.refit_from_otlp)
+        "not_events": frozenset({S.SPAN_ACCEL_CLOCK_SYNC}),
     }
 
 
@@ -138,6 +141,8 @@ class SpanRows:
         """Add one span (attributes already merged with its resource's)."""
         if not isinstance(name, str):
             self.ctx.bad(record, "span name is missing or not a string")
+            return
+        if name in self.n["not_events"]:
             return
         if start_ns is None or end_ns is None:
             self.ctx.bad(record, "start or end time is missing, not an integer or out of range")
