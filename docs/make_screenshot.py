@@ -28,8 +28,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         demo = Path(tmp) / "demo"
         subprocess.run(
-            [sys.executable, "-m", "otel_ext.cli", "demo", "--seed", str(args.seed),
-             "--out", str(demo)],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "otel_ext.cli",
+                "demo",
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(demo),
+            ],
             check=True,
         )
         profile = Path(tmp) / "profile"

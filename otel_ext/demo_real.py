@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from otel_ext.errors import ConfigError
 
@@ -55,6 +55,7 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
         # arrives late at the all-reduce that follows
         if slow_factor > 1.0:
             time.sleep((slow_factor - 1.0) * max(time.perf_counter() - t0, 1e-3))
+
     hidden = 4 * DIM // world
 
     class ShardedAttention(nn.Module):
@@ -119,7 +120,7 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
     torch.manual_seed(0)  # replicated parts identical on every rank
     model = Decoder()
     torch.manual_seed(1 + rank)  # each rank's shard its own
-    for block in model.blocks:
+    for block in cast("list[Block]", list(model.blocks)):
         for p in list(block.attn.parameters()) + list(block.mlp.parameters()):
             nn.init.normal_(p, std=0.02)
     return model.eval()
@@ -222,7 +223,9 @@ def run_real(args: argparse.Namespace) -> int:
     for old in out.glob("traces-rank*.jsonl"):
         old.unlink()
     err = sys.stderr
-    cluster = f"{world} gloo ranks on this CPU (real PyTorch {LAYERS}-block tensor-parallel decoder)"
+    cluster = (
+        f"{world} gloo ranks on this CPU (real PyTorch {LAYERS}-block tensor-parallel decoder)"
+    )
     print(f"otel-ext demo --real: {cluster}, {args.steps} batches", file=err, flush=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

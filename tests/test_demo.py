@@ -60,8 +60,20 @@ def test_demo_writes_every_output_and_names_the_injected_fault(
 
 def test_demo_serves_metrics_while_kept_up(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "otel_ext.cli", "demo", "--requests", "30", "--seed", "2",
-         "--out", str(tmp_path / "d"), "--serve-seconds", "120"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "otel_ext.cli",
+            "demo",
+            "--requests",
+            "30",
+            "--seed",
+            "2",
+            "--out",
+            str(tmp_path / "d"),
+            "--serve-seconds",
+            "120",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT, require
 
 from otel_ext.analysis._intervals import union_length
 from otel_ext.analysis.breakdown import drop_last_step, temporal_breakdown
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
-from conftest import REPO_ROOT, require
 
 pytestmark = pytest.mark.integration
 
