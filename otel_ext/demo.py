@@ -212,6 +212,12 @@ def _print_report(
     ):
         if (out / name).exists():
             p(f"     {label:9s} {name:21s} {how}")
+        else:  # one file per rank (demo --real)
+            stem, dot, ext = name.partition(".")
+            ranks = sorted(out.glob(f"{stem}-rank*.{ext}"))
+            if ranks and dot:
+                pattern = f"{stem}-rank*.{ext}"
+                p(f"     {label:9s} {pattern:21s} {how} ({len(ranks)} files)")
     if metrics_url:
         p(f"   Live counters were served at {metrics_url}")
     p("   Grafana and Jaeger: `docker compose -f deploy/compose.yaml up`, see docs/deploy.md")

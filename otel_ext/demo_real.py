@@ -132,11 +132,13 @@ def run_workload(
     """One rank's process: init gloo, instrument, serve ``steps`` batches, write telemetry."""
     import torch
     import torch.distributed as dist
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from exporters import OtlpJsonFileSpanExporter
+    from exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
     from semantic_conventions import attributes as A
 
@@ -145,17 +147,25 @@ def run_workload(
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
-    provider = TracerProvider(
-        resource=Resource.create(
-            {
-                "service.name": "otel-ext-demo-real",
-                A.ACCEL_RANK: rank,
-                A.ACCEL_WORLD_SIZE: world,
-                A.ACCEL_HOST_ID: host,
-                A.ACCEL_DEVICE_ID: device,
-                A.ACCEL_DEVICE_KIND: "cpu",
-            }
-        )
+    resource = Resource.create(
+        {
+            "service.name": "otel-ext-demo-real",
+            A.ACCEL_RANK: rank,
+            A.ACCEL_WORLD_SIZE: world,
+            A.ACCEL_HOST_ID: host,
+            A.ACCEL_DEVICE_ID: device,
+            A.ACCEL_DEVICE_KIND: "cpu",
+        }
+    )
+    provider = TracerProvider(resource=resource)
+    meters = MeterProvider(
+        resource=resource,
+        metric_readers=[
+            PeriodicExportingMetricReader(
+                OtlpJsonFileMetricExporter(Path(out_dir, f"metrics-rank{rank}.jsonl")),
+                export_interval_millis=1000,
+            )
+        ],
     )
     provider.add_span_processor(
         BatchSpanProcessor(OtlpJsonFileSpanExporter(Path(out_dir, f"traces-rank{rank}.jsonl")))
@@ -163,7 +173,7 @@ def run_workload(
     model = _build_model(world, rank, factor if rank == slow_rank else 1.0)
     layers = TorchLayerInstrumentor()
     comms = TorchDistributedInstrumentor()
-    comms.instrument(tracer_provider=provider, host_id=host)
+    comms.instrument(tracer_provider=provider, meter_provider=meters, host_id=host)
     layers.instrument(
         tracer_provider=provider, model=model, max_depth=2, host_id=host, rank=rank, device=device
     )
@@ -185,6 +195,7 @@ def run_workload(
         layers.uninstrument()
         comms.uninstrument()
         provider.shutdown()
+        meters.shutdown()
         dist.destroy_process_group()
 
 
@@ -220,8 +231,9 @@ def run_real(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("traces-rank*.jsonl"):
-        old.unlink()
+    for pattern in ("traces-rank*.jsonl", "metrics-rank*.jsonl"):
+        for old in out.glob(pattern):
+            old.unlink()
     err = sys.stderr
     cluster = (
         f"{world} gloo ranks on this CPU (real PyTorch {LAYERS}-block tensor-parallel decoder)"

@@ -45,7 +45,7 @@ from opentelemetry.sdk.metrics.export import (
     ScopeMetrics,
     Sum,
 )
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -336,7 +336,10 @@ class Telemetry:
         self.resources = [
             Resource.create(
                 {
-                    "service.name": "sim-inference-server",
+                    SERVICE_NAME: "sim-inference-server",
+                    # the SDK would add a random instance id; a seeded run names its own so
+                    # that the same seed gives byte-identical files in any process
+                    SERVICE_INSTANCE_ID: f"sim-seed{config.seed}-{host_name(h)}",
                     HOST_NAME: host_name(h),
                     ACCEL_HOST_ID: host_name(h),
                     ACCEL_DEVICE_KIND: "sim",
