@@ -64,6 +64,7 @@ from otel_ext.instrumentation.api import (
     request,
 )
 from otel_ext.instrumentation.collectives import COLLECTIVE_DURATION_BOUNDS_S
+from otel_ext.instrumentation.inference import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from otel_ext.sim._counters import SimCounterModel
@@ -111,42 +112,11 @@ __all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "Telemetry"]
 
 SCOPE_NAME = "otel_ext.sim"
 _OPERATION = "text_completion"
-#: explicit bucket boundaries advised by the OpenTelemetry gen_ai semantic conventions
-_TTFT_BOUNDS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-)
-_TPOT_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-_DURATION_BOUNDS = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,
-)
+# explicit bucket boundaries advised by the OpenTelemetry gen_ai semantic conventions: the
+# same ones the inference instrumentation gives its histograms
+_TTFT_BOUNDS = TTFT_BUCKETS
+_TPOT_BOUNDS = TPOT_BUCKETS
+_DURATION_BOUNDS = DURATION_BUCKETS
 #: device activity buffers are flushed (and aligned) this often, in virtual ns
 _FLUSH_NS = 500_000_000
 #: clock brackets kept for a fit (virtual s); under half the 32-bit counter period
