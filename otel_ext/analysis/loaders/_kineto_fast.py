@@ -1,17 +1,21 @@
-"""The fast path of the Kineto loader: one typed decode, then whole columns at a time.
+"""The fast path of the Kineto loader: streamed, chunked, typed decode, whole columns at a time.
 
 The careful path (:mod:`otel_ext.analysis.loaders.kineto`) walks the events one by one in
-Python, about 4 µs an event. Here the document is decoded in one call by ``msgspec`` into
-small typed records that hold only the fields we read (the dozens of other ``args`` members
-are skipped by the decoder, never built), and every column is then pulled out with C-level
-``map``/``attrgetter`` passes and numpy, validated in bulk.
+Python, about 4.5 µs an event. Here the document arrives in pieces (:func:`decode_stripe`);
+complete events are cut off a few MB at a time and each chunk is decoded in one call by
+``msgspec`` into small typed records, one type per event phase, holding only the fields we read
+(the dozens of other ``args`` members are skipped by the decoder, never built); every column
+is then pulled out with C-level ``map``/``attrgetter`` passes and numpy, validated in bulk
+(:class:`Accumulator`). Several processes can each decode every n-th chunk of one file; their
+accumulators :func:`merge` back in the file's order.
 
 Exactness is the careful path's: non-integer numbers reach us as their decimal text
 (``float_hook=str``), never as floats, and are converted by
 :func:`~otel_ext.analysis.loaders._common.us_to_ns`; integers are exact anyway.
 
-Anything unusual (malformed JSON, an event that is not an object, a field of the wrong type, a
-negative duration, a number out of range) makes :func:`decode_fast` return ``None``, and the
+Anything unusual (malformed JSON, an event that is not an object, an unknown ``ph``, a field of
+the wrong type, a negative duration, a number out of range) makes the decoders return ``None``,
+and the
 caller runs the careful path, which names the file, the record and the problem, or skips the
 record in ``keep_going`` mode. So the fast path never has to produce an error message and
 gives the same table as the careful path on every input it accepts (a differential test checks
@@ -314,9 +318,9 @@ class Accumulator:
                         self.labels.append((chunk, e.pid, lab))
         del events
         cats = list(map(attrgetter("cat"), xs))
-        if "Trace" in cats:  # the profiler's own span, not an event of the run
-            xs = [e for e, c in zip(xs, cats) if c != "Trace"]
-            cats = [c for c in cats if c != "Trace"]
+        for _ in range(cats.count("Trace")):  # the profiler's own span, not a run's event
+            i = cats.index("Trace")
+            del cats[i], xs[i]
         n = len(xs)
         if n == 0:
             return
@@ -569,8 +573,9 @@ def decode_stripe(
                 if cut is None:
                     continue
                 if chunk % count == index:
+                    text = b"[" + buf[: cut[0]] + b"]"
                     try:
-                        events = _EVENTS_DECODER.decode(b"[" + buf[: cut[0]] + b"]")
+                        events = _EVENTS_DECODER.decode(text)
                     except msgspec.DecodeError:
                         if count > 1:
                             return None
@@ -579,16 +584,19 @@ def decode_stripe(
                     except msgspec.ValidationError:
                         return None
                     del buf[: cut[1]]
+                    del text
                     acc.add(events, chunk)
                     del events
                 else:
                     del buf[: cut[1]]
                 chunk += 1
+            text = bytes(prefix) + bytes(buf) if prefix else bytes(buf)
+            del buf
             try:
-                doc = _DECODER.decode(bytes(prefix) + bytes(buf) if prefix else bytes(buf))
+                doc = _DECODER.decode(text)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 return None
-            del buf
+            del text
             if isinstance(doc, list):
                 events, acc.header = doc, {}
             else:

@@ -211,7 +211,7 @@ def _open_stream(p: Path) -> tuple[str, bytes, Iterator[bytes]]:
 def _tracking_tail(first: bytes, pieces: Iterator[bytes], tail: bytearray) -> Iterator[bytes]:
     """The pieces, keeping the last 4 KiB in ``tail`` (our timelines say so at the end)."""
     for piece in itertools.chain([first], pieces):
-        tail.extend(piece)
+        tail.extend(piece[-4096:])
         del tail[:-4096]
         yield piece
 
@@ -321,8 +321,8 @@ def _expand(paths: Iterable[str | Path]) -> list[Path]:
 
 
 #: a gzipped (plain) file at least this large is split into stripes when cores are idle
-_STRIPE_MIN_GZ = 512 << 10
-_STRIPE_MIN_PLAIN = 8 << 20
+_STRIPE_MIN_GZ = 2 << 20
+_STRIPE_MIN_PLAIN = 32 << 20
 #: below this much input (on disk) a process pool costs more than it saves
 _POOL_MIN_BYTES = 2 << 20
 

@@ -18,6 +18,12 @@ What is read, and how:
   ``Group size``, ``Process Group Name``/``pg_name``/``Process Group ID``, ``Seq``) fills the
   collective columns; kernels launched from inside a host op that carries it inherit it and
   count as communication (see :mod:`otel_ext.analysis.classify`).
+* **Devices** are named ``gpu<device>`` or ``mtia<device>`` (MTIA from the event's category or
+  the process's ``process_labels``, wherever in the file they are), prefixed by the host.
+* **Two paths, one table**: a fast one (streamed, chunked, typed decode and bulk column
+  extraction; :mod:`otel_ext.analysis.loaders._kineto_fast`) for regular input, and the careful
+  event-by-event one below, which any irregularity falls back to and which names the bad
+  record.
 
 >>> import json
 >>> doc = {"distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 1000000,
