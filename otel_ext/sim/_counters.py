@@ -68,6 +68,7 @@ from semantic_conventions.attributes import (
     ACCEL_DEVICE_MODEL,
     ACCEL_HOST_ID,
     ACCEL_LINK_ID,
+    ERROR_TYPE,
     GEN_AI_TOKEN_TYPE,
     HW_ID,
     NETWORK_IO_DIRECTION,
@@ -90,6 +91,7 @@ from semantic_conventions.metrics import (
     METRIC_ACCEL_MEMORY_IO_READ,
     METRIC_ACCEL_MEMORY_IO_WRITTEN,
     METRIC_HW_ENERGY,
+    METRIC_HW_ERRORS,
     METRIC_HW_GPU_MEMORY_LIMIT,
     METRIC_HW_GPU_MEMORY_USAGE,
     METRIC_HW_NETWORK_IO,
@@ -208,6 +210,8 @@ class SimCounterModel:
         for h in range(config.hosts):
             for direction in ("transmit", "receive"):
                 self._nics[(h, direction)] = ([0.0], [])
+        # host -> (time counted, errors) of its network port
+        self._nic_errors: dict[int, list[tuple[int, int]]] = {h: [] for h in range(config.hosts)}
         self._tokens: dict[tuple[int, str], list[tuple[int, int]]] = {}
         self._requests: dict[int, list[int]] = {h: [] for h in range(config.hosts)}
         self._kv_tokens: dict[int, list[tuple[int, int]]] = {h: [] for h in range(config.hosts)}
@@ -320,10 +324,14 @@ class SimCounterModel:
         _cum, pending = self._links.setdefault((link, direction), ([0.0], []))
         pending.append(_Work(start_ns, end_ns, start_ns, (float(nbytes),)))
 
-    def add_nic(self, host: int, direction: str, start_ns: int, end_ns: int, nbytes: int) -> None:
-        """Bytes through a host's NIC in one direction."""
+    def add_nic(
+        self, host: int, direction: str, start_ns: int, end_ns: int, nbytes: int, *, errors: int = 0
+    ) -> None:
+        """Bytes through a host's NIC in one direction, and the port errors counted meanwhile."""
         _, pending = self._nics[(host, direction)]
         pending.append(_Work(start_ns, end_ns, start_ns, (float(nbytes),)))
+        if errors:
+            self._nic_errors[host].append((end_ns, errors))
 
     def add_tokens(self, host: int, token_type: str, count: int, at_ns: int) -> None:
         """Tokens processed (input) or generated (output) by a host's engine."""
@@ -407,6 +415,7 @@ class SimCounterModel:
             ),
             SeriesDescription(METRIC_ACCEL_LINK_IO, link),
             SeriesDescription(METRIC_HW_NETWORK_IO, nic),
+            SeriesDescription(METRIC_HW_ERRORS, (ACCEL_LINK_ID, ERROR_TYPE)),
             SeriesDescription(METRIC_ACCEL_INFERENCE_TOKENS, (GEN_AI_TOKEN_TYPE, ACCEL_HOST_ID)),
             SeriesDescription(METRIC_ACCEL_INFERENCE_REQUESTS, (ACCEL_HOST_ID,)),
             SeriesDescription(METRIC_ACCEL_INFERENCE_QUEUE_DEPTH, (ACCEL_HOST_ID,)),
@@ -503,6 +512,10 @@ class SimCounterModel:
                 NETWORK_IO_DIRECTION: direction,
             }
             out.append(Sample(METRIC_HW_NETWORK_IO, attrs, float(int(cum[0])), host_ts[host]))
+        for host, counted in sorted(self._nic_errors.items()):
+            errs = sum(n for at, n in counted if at <= now_ns)
+            attrs = {ACCEL_LINK_ID: nic_name(host), ERROR_TYPE: "retransmit"}
+            out.append(Sample(METRIC_HW_ERRORS, attrs, float(errs), host_ts[host]))
         for h in range(self.config.hosts):
             hn = host_name(h)
             for token_type in ("input", "output"):

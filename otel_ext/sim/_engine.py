@@ -470,10 +470,27 @@ class Engine:
         req.kv_start_ns, req.kv_end_ns = start, end
         transfer = KvTransfer(req, src.index, dst.index, start, end, nbytes)
         self.kv_transfers.append(transfer)
-        self.counters.add_nic(src.index, "transmit", start, end, nbytes)
-        self.counters.add_nic(dst.index, "receive", start, end, nbytes)
+        self.counters.add_nic(
+            src.index, "transmit", start, end, nbytes, errors=self._port_errors(src.index, nbytes)
+        )
+        self.counters.add_nic(
+            dst.index, "receive", start, end, nbytes, errors=self._port_errors(dst.index, nbytes)
+        )
         self.sink.on_kv_transfer(transfer)
         self._push(end, _KV_DONE, req.index)
+
+    def _port_errors(self, host: int, nbytes: int) -> int:
+        """Link-level errors a host's port counts while moving ``nbytes``.
+
+        A healthy port counts none; a degraded one (the slow-nic fault: a bad cable or
+        optic, a link renegotiated down) retransmits a share of its 4 KiB frames that grows
+        as its bandwidth falls, as real ports do. Deterministic for a given transfer.
+        """
+        factor = self.nic_factor.get(host, 1.0)
+        if factor >= 1.0:
+            return 0
+        frames = nbytes / 4096
+        return round(frames * 0.02 * (1.0 - factor))
 
     def _links(self, host: int) -> list[tuple[int, int]]:
         n = self.config.chips
