@@ -162,3 +162,15 @@ def test_two_host_slow_nic_without_error_counters_is_marked_ambiguous(
     assert top["evidence"]["candidates"] == ["host0", "host1"]
     assert target in top["evidence"]["candidates"]
     assert len(_causes(doc)) == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_short_healthy_run_on_two_chips_has_no_straggler(seed: int, tmp_path: Path) -> None:
+    """With two chips one of them is always last; only a share of last arrivals beyond chance
+    makes a straggler, so a short healthy run has none."""
+    out = tmp_path / "run"
+    rc = main(["simulate", "--hosts", "2", "--chips", "2", "--requests", "10", "--seed",
+               str(seed), "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    doc = analyze([out], workers=1)
+    assert [f for f in doc["findings"] if f["kind"] in ("straggler", "throttle")] == []

@@ -105,6 +105,7 @@ def test_telemetry_loads_with_the_exporters_reader_and_uses_registry_names(
         "accel.collective",
         "accel.kernel",
         "accel.link.transfer",
+        "accel.clock.sync",
     }
     phases = {s.attributes["accel.request.phase"] for s in run.spans_named("accel.request.phase")}
     assert phases == {"queue", "prefill", "kv_transfer", "decode"}
@@ -494,3 +495,25 @@ def test_counter_bridge_derives_busbw_wait_ratio_and_ratio_metrics_from_the_live
     for metric in ("accel.device.mfu", "accel.device.mbu", "accel.link.bandwidth.utilization"):
         assert families.get(metric), metric
         assert all(0 <= s.value <= 1 for s in families[metric])
+
+
+def test_clock_brackets_in_the_traces_refit_every_chip_offline(runs: dict[str, Run]) -> None:
+    """The sync spans carry every chip's brackets: a re-fit from traces.jsonl alone maps each
+    kernel's raw start tick to within the two bounds of the time the simulation recorded."""
+    import numpy as np
+
+    from otel_ext.clocks import refit_from_otlp
+
+    run = runs["baseline"]
+    mappings = refit_from_otlp([run.folder / "traces.jsonl"])
+    kernels = run.spans_named("accel.kernel")
+    assert kernels and {s.attributes["accel.clock.domain"] for s in kernels} <= set(mappings)
+    for s in kernels[:500]:
+        m = mappings[s.attributes["accel.clock.domain"]]
+        assert m.quality == "good"
+        ticks = np.array([s.attributes["accel.clock.raw_start_ticks"]], dtype=np.int64)
+        hint = np.array([s.start_ns], dtype=np.int64)
+        host_ns, bound = m.align(ticks, near_host_ns=hint)
+        refit = int(host_ns[0])
+        slack = float(bound[0]) + float(s.attributes["accel.clock.uncertainty_ns"])
+        assert abs(refit - s.start_ns) <= slack + 1

@@ -167,7 +167,27 @@ def _group_of(match: CollectiveMatch, rank: int) -> str | None:
     return max(set(groups), key=groups.count)
 
 
-def _slow_ranks(stragglers: StragglerReport, th: Thresholds) -> list[dict[str, Any]]:
+def _late_is_systematic(match: CollectiveMatch, rank: int, last_arrivals: int) -> bool:
+    """Whether a rank arrives last more often than chance would make it.
+
+    In a group of ``n`` members that are equally fast, each is last in about ``1/n`` of the
+    collectives; a straggler is last far more often. The rank's share of last arrivals must
+    clear chance by three standard errors of a binomial proportion over the collectives it
+    joined (and it must have joined at least five), so a short run of two chips, where one
+    of them is always last, does not make a straggler.
+    """
+    sel = match.member_rank == rank
+    joined = int(sel.sum())
+    if joined < 5:
+        return False
+    members = float(np.median(match.n_ranks[match.member_instance[sel]]))
+    p0 = 1.0 / max(members, 1.0)
+    return last_arrivals / joined >= p0 + 3.0 * float(np.sqrt(p0 * (1.0 - p0) / joined))
+
+
+def _slow_ranks(
+    stragglers: StragglerReport, th: Thresholds, match: CollectiveMatch
+) -> list[dict[str, Any]]:
     rows = stragglers.rows
     if len(rows) < 2:
         return []
@@ -180,7 +200,11 @@ def _slow_ranks(stragglers: StragglerReport, th: Thresholds) -> list[dict[str, A
         slowdown = max(r["compute_ratio"] or 0.0, float(np.percentile(wins, 75)) if wins else 0.0)
         slow_compute = slowdown / max(med_ratio, 1e-9) >= th.slow_compute_ratio
         share = r["blame_ns"] / total_blame if total_blame else 0.0
-        late = share >= th.straggler_blame_share and r["score"] >= th.straggler_score
+        late = (
+            share >= th.straggler_blame_share
+            and r["score"] >= th.straggler_score
+            and _late_is_systematic(match, r["rank"], r["last_arrivals"])
+        )
         if slow_compute or late:
             out.append({**r, "slowdown": float(slowdown), "blame_share": share})
     # the slowest compute first; keep only ranks clearly apart from the rest
@@ -248,7 +272,7 @@ def build_findings(
     # ---- slow ranks: straggler or throttle -------------------------------------------
     n_inst = max(match.n_instances, 1)
     compute_ns = {int(t["rank"]): int(t.get("compute_ns", 0)) for t in temporal}
-    for r in _slow_ranks(stragglers, th):
+    for r in _slow_ranks(stragglers, th, match):
         rank = int(r["rank"])
         target = device_of(rank)
         traced = straggler_saving(match, rank)

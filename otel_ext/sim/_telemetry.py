@@ -52,7 +52,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
 
-from otel_ext.clocks import ClockSampler
+from otel_ext.clocks import ClockSampler, ClockSyncSpanEmitter
 from otel_ext.counters import HistogramValue, Sample
 from otel_ext.instrumentation.api import (
     collective,
@@ -356,6 +356,16 @@ class Telemetry:
                 EPOCH_NS - 1_000_000_000 + (i * interval) // max(1, len(chip_clocks))
             )
         self._bracket_interval = interval
+        # the brackets and fitted mappings go out as accel.clock.sync spans (in virtual time),
+        # so the analysis can re-fit every chip's clock offline from traces.jsonl
+        self.clock_emitters = [
+            ClockSyncSpanEmitter(
+                sampler,
+                tracer_provider=self.providers[i // config.chips],
+                reference=host_name(i // config.chips),
+            )
+            for i, sampler in enumerate(self.samplers)
+        ]
         self._buffer: list[_Activity] = []
         self._next_flush = EPOCH_NS + _FLUSH_NS
         self._step_roots: dict[tuple[int, int], trace.SpanContext] = {}
@@ -689,6 +699,8 @@ class Telemetry:
     def flush_device_activity(self, now_ns: int) -> None:
         """Align and record the buffered device activity with fresh clock fits."""
         self._sample_clocks(now_ns)
+        for emitter in self.clock_emitters:
+            emitter.emit()
         buffer, self._buffer = self._buffer, []
         by_chip: dict[int, list[_Activity]] = {}
         for act in buffer:
@@ -799,6 +811,8 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """Flush every provider (the exporters are shut down by the caller)."""
+        for emitter in self.clock_emitters:
+            emitter.emit()
         for provider in self.providers:
             provider.force_flush()
             provider.shutdown()
