@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
 
+from otel_ext import config
 from semantic_conventions.attributes import (
     ACCEL_DEVICE_ID,
     ACCEL_HOST_ID,
@@ -69,7 +69,7 @@ def accelerator_attributes(
 
     Args:
         env: the environment (defaults to ``os.environ``).
-        hostname: the host name (defaults to :func:`socket.gethostname`).
+        hostname: the host name (defaults to ``OTEL_EXT_HOST_ID``, then the machine's host name).
         use_torch: consult ``torch.distributed`` when it is imported and initialised.
 
     Returns:
@@ -77,7 +77,7 @@ def accelerator_attributes(
         ``accel.local_rank`` and ``accel.device.id`` when known.
     """
     env = os.environ if env is None else env
-    host = hostname or socket.gethostname() or "localhost"
+    host = config.host_id(hostname)
     attrs: dict[str, Any] = {ACCEL_HOST_ID: host}
     rank = _env_int(env, "RANK")
     world = _env_int(env, "WORLD_SIZE")

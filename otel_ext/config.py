@@ -163,3 +163,16 @@ HOST_ID = _declare(
         "Name of this host in `accel.host.id` (default: the machine's hostname).",
     )
 )
+
+
+def host_id(value: str | None = None, *, env: Mapping[str, str] | None = None) -> str:
+    """The name of this host in ``accel.host.id``: ``value``, else ``OTEL_EXT_HOST_ID``, else
+    the machine's host name (a pod's name in Kubernetes unless the variable is set, which is
+    why the exporter DaemonSet sets it to the node name).
+
+    >>> host_id("node-3"), host_id(env={"OTEL_EXT_HOST_ID": "gpu-node-7"})
+    ('node-3', 'gpu-node-7')
+    """
+    import socket
+
+    return resolve(HOST_ID, value or None, env=env) or socket.gethostname() or "localhost"

@@ -225,6 +225,18 @@ def analyze(
         straggler_rank=top["rank"] if top and top["score"] > 0 else None,
         steps=steps,
     )
+    if cp.straggler is not None:
+        # the what-if is measured on the traced collectives; a profiler schedule (or the
+        # simulator) traces one step in N, so say so and give the whole-run estimate too, as
+        # the findings do
+        wi = cp.straggler
+        groups = [
+            amatch.group[int(i)] for i in amatch.member_instance[amatch.member_rank == wi["rank"]]
+        ]
+        coverage = sampled_fraction(table)
+        frac = coverage.get(max(set(groups), key=groups.count), 1.0) if groups else 1.0
+        wi["sampled_fraction"] = frac
+        wi["saved_run_ns"] = int(wi["saved_ns"] / frac) if frac > 0 else wi["saved_ns"]
     th = thresholds or Thresholds()
     model = device_model or _device_model(load)
     # link durations on each host's own clock (alignment shifts whole ranks, repairs ends)

@@ -75,7 +75,7 @@ function lineChart(name, s, host){
  var t0=vals[0][0], t1=vals[vals.length-1][0], lo=Infinity, hi=-Infinity;
  vals.forEach(function(p){if(p[1]<lo)lo=p[1]; if(p[1]>hi)hi=p[1];});
  if(s.peer_median!==null&&s.peer_median!==undefined){lo=Math.min(lo,s.peer_median);hi=Math.max(hi,s.peer_median);}
- if(hi===lo){hi=lo+1;}
+ if(hi-lo<=Math.abs(hi)*1e-6){var pad=Math.abs(hi)*0.05||1; lo-=pad; hi+=pad;}
  function X(x){return l+(w-l-10)*(t1>t0?(x-t0)/(t1-t0):0);} function Y(y){return t+(h-t-b)*(1-(y-lo)/(hi-lo));}
  var d=vals.map(function(p,i){return (i?'L':'M')+X(p[0]).toFixed(1)+' '+Y(p[1]).toFixed(1);}).join(' ');
  el('path',{d:d,fill:'none',stroke:'#e15759','stroke-width':1.8},svg);
@@ -285,7 +285,12 @@ Schema {_e(doc.get("schema", ""))}.</p>
 <p class="muted">Length {_e(_ms(cp.get("length_ns")))}.{
         ""
         if not wi
-        else f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved ({float(wi['saved_pct']):.1f}%)."
+        else f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved on the traced path ({float(wi['saved_pct']):.1f}%)"
+        + (
+            f"; about {_e(_ms(wi['saved_run_ns']))} over the whole run ({float(wi['sampled_fraction']):.0%} of its collectives traced)."
+            if float(wi.get("sampled_fraction", 1.0)) < 1.0 and "saved_run_ns" in wi
+            else "."
+        )
     }</p>{_critical_path_svg(doc)}
 <h2>Counters of the implicated target{counters_title}</h2><div id="counters"></div>
 <h2>Stragglers</h2>{

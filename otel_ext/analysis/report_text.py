@@ -127,9 +127,16 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         w(f"        by rank: {ranks_on}")
         wi = cp.get("straggler_what_if")
         if wi:
+            frac = wi.get("sampled_fraction", 1.0)
+            whole = (
+                f"; about {_ms(wi['saved_run_ns'])} over the whole run "
+                f"({frac:.0%} of its collectives traced)"
+                if frac < 1.0 and "saved_run_ns" in wi
+                else ""
+            )
             w(
                 f"        if rank {wi['rank']} ran at the median pace: {_ms(wi['saved_ns'])} "
-                f"saved ({wi['saved_pct']:.1f}%)"
+                f"saved on the traced path ({wi['saved_pct']:.1f}%){whole}"
             )
     cz = doc.get("causality") or {}
     if cz:

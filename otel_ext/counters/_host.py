@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from otel_ext import config
 from otel_ext.counters._source import (
     CLOCK_HOST_REALTIME,
     AttributeValue,
@@ -124,7 +124,7 @@ class HostSource(BaseSource):
     ):
         self.root = Path(proc_root)
         self.pid = pid
-        self.host = host or socket.gethostname()
+        self.host = config.host_id(host)
         self.hz = ticks_per_second or int(os.sysconf("SC_CLK_TCK"))
         self._clock = clock
         self._prev: dict[str, int] | None = None

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from otel_ext import config
 from otel_ext.counters._source import CLOCK_HOST_REALTIME, BaseSource, Sample, SeriesDescription
 from otel_ext.errors import SourceUnavailableError
 from semantic_conventions.attributes import (
@@ -84,7 +84,7 @@ class InfinibandSource(BaseSource):
         clock: Callable[[], int] = time.time_ns,
     ):
         self.root = Path(root)
-        self.host = host or socket.gethostname()
+        self.host = config.host_id(host)
         self._clock = clock
         self._warned: set[str] = set()
 

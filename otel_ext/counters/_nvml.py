@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from otel_ext import config
 from otel_ext.counters._source import (
     CLOCK_HOST_REALTIME,
     AttributeValue,
@@ -141,7 +141,7 @@ class NvmlSource(BaseSource):
         device_specs: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         self._nvml = nvml
-        self.host = host or socket.gethostname()
+        self.host = config.host_id(host)
         self._indices = indices
         self._clock = clock
         self._table = device_specs

@@ -14,7 +14,6 @@ True
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import Tracer, TracerProvider
 
+from otel_ext import config
 from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_RANK
 
 __all__ = [
@@ -116,7 +116,7 @@ def device_attributes(
     >>> device_attributes("chip2", host_id="host1", rank=5)
     {'accel.host.id': 'host1', 'accel.device.id': 'host1/chip2', 'accel.rank': 5}
     """
-    host = host_id if host_id is not None else socket.gethostname()
+    host = config.host_id(host_id)
     attrs: dict[str, Any] = {ACCEL_HOST_ID: host}
     if device is not None:
         attrs[ACCEL_DEVICE_ID] = device if "/" in device else f"{host}/{device}"

@@ -21,6 +21,11 @@ record in ``keep_going`` mode. So the fast path never has to produce an error me
 gives the same table as the careful path on every input it accepts (a differential test checks
 this on every real trace and on generated documents).
 
+When the compiled extractor :mod:`otel_ext.analysis.loaders._cscan` is built, each chunk is
+first read by it instead: it scans the JSON bytes and writes the columns directly (no Python
+object per event), and hands a chunk it is not sure to read exactly as ``msgspec`` would back
+to the ``msgspec`` decoder (:meth:`Accumulator.add_scanned`). Both give the same columns.
+
 ``msgspec`` is optional: without it every file takes the careful path.
 """
 
@@ -30,7 +35,8 @@ import gc
 import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
-from operator import attrgetter, methodcaller
+from itertools import repeat
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Union
 
 import numpy as np
@@ -53,7 +59,14 @@ try:  # optional accelerator
 except ImportError:  # pragma: no cover - exercised only where msgspec is absent
     msgspec = None  # type: ignore[assignment]
 
+try:  # optional compiled extractor (setup.py builds it where a C compiler is found)
+    from otel_ext.analysis.loaders import _cscan  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised only where it was not built
+    _cscan = None
+
 _LIM = 2**62
+#: times the compiled extractor converts itself (within every bound the decoders check)
+_SCAN_LIMIT_NS = (MAX_ABS_NS // 1000 - 1) * 1000
 _MILLI = re.compile(r"-?[0-9]{1,16}\.[0-9]{3}")
 _NO_POINT = methodcaller("replace", ".", "")
 _DEVICE_SIDE_CATS = frozenset(
@@ -195,6 +208,8 @@ if msgspec is not None:
     _EVENTS_DECODER = msgspec.json.Decoder(list[_Event], float_hook=str)
     _HEAD_DECODER = msgspec.json.Decoder(float_hook=str)
     _EMPTY = _Args()
+    _ARGS_DECODER = msgspec.json.Decoder(_Args, float_hook=str)
+    _ONE_EVENT_DECODER = msgspec.json.Decoder(_Event, float_hook=str)
     _COLL_GET = attrgetter(*_COLL_KEYS)
     _NO_COLL = (_U,) * len(_COLL_KEYS)
 
@@ -300,6 +315,9 @@ class Accumulator:
         self.labels: list[tuple[int, Any, str]] = []
         #: (chunk, row in chunk, pid, tid, ts, on device) of rows without a correlation id
         self.uncorrelated: list[tuple[int, int, Any, Any, int, bool]] = []
+        #: (chunk, (phase, pid, tid, ts_ns, id, ok) as bytes) of the launch flow events
+        #: the compiled extractor read (``ok``: bit 0 ts present, bit 1 id an integer)
+        self.flow_cols: list[tuple[int, tuple[bytes, ...]]] = []
         self.header: dict[str, Any] = {}
 
     def add(self, events: list[Any], chunk: int) -> None:
@@ -335,25 +353,10 @@ class Accumulator:
         del dur
         args = [a if a is not None else _EMPTY for a in map(attrgetter("args"), xs)]
         coll = np.fromiter(map(_NO_COLL.__ne__, map(_COLL_GET, args)), bool, count=n)
-        # category: once per distinct (cat, name), then the few collective rows with their args
         name_codes = self.names.encode(names, n)
         cat_codes = self.cats.encode(cats, n)
-        pair = (cat_codes.astype(np.int64) << 32) | name_codes
-        upair, inverse = np.unique(pair, return_inverse=True)
-        kinds = self.kinds
-        cat_list = list(self.cats.lookup)
-        missing = [p for p in upair.tolist() if p not in kinds]
-        if missing:
-            name_list = list(self.names.lookup)
-            for p in missing:
-                kinds[p] = _classify(cat_list[p >> 32], name_list[p & 0xFFFFFFFF])
-        category = np.array([kinds[p] for p in upair.tolist()], np.int8)[inverse.reshape(-1)]
-        del pair, inverse
         coll_dicts = {i: _args_dict(args[i]) for i in np.flatnonzero(coll).tolist()}
-        for i, d in coll_dicts.items():
-            category[i] = classify_kineto(cats[i], names[i], d)
-        side = np.array([c in _DEVICE_SIDE_CATS for c in cat_list], dtype=bool)
-        on_device = np.isin(category, np.asarray(DEVICE_CATEGORIES, np.int8)) | side[cat_codes]
+        category, on_device = self._category(name_codes, cat_codes, coll_dicts)
         corr = _int_column(list(map(attrgetter("correlation"), args)), n)
         stream = np.where(on_device, _int_column(list(map(attrgetter("stream"), args)), n), -1)
         tid = np.where(on_device, -1, _int_column(list(map(attrgetter("tid"), xs)), n))
@@ -371,6 +374,42 @@ class Accumulator:
         for i in need.tolist():
             e = xs[i]
             self.uncorrelated.append((chunk, i, e.pid, e.tid, int(start[i]), bool(on_device[i])))
+        seq, nbytes, gsize, op_codes, group_codes = self._collectives(n, coll_dicts)
+        self.parts.append(
+            (chunk,
+             {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
+              "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
+              "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
+              "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes})
+        )  # fmt: skip
+
+    def _category(
+        self, name_codes: np.ndarray, cat_codes: np.ndarray, coll_dicts: dict[int, dict[str, Any]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Category and on-device flag of each row: once per distinct (cat, name), then the
+        few collective rows with their args."""
+        pair = (cat_codes.astype(np.int64) << 32) | name_codes
+        upair, inverse = np.unique(pair, return_inverse=True)
+        kinds = self.kinds
+        cat_list = list(self.cats.lookup)
+        missing = [p for p in upair.tolist() if p not in kinds]
+        if missing:
+            name_list = list(self.names.lookup)
+            for p in missing:
+                kinds[p] = _classify(cat_list[p >> 32], name_list[p & 0xFFFFFFFF])
+        category = np.array([kinds[p] for p in upair.tolist()], np.int8)[inverse.reshape(-1)]
+        del pair, inverse
+        if coll_dicts:
+            name_list = list(self.names.lookup)
+            for i, d in coll_dicts.items():
+                cat, name = cat_list[cat_codes[i]], name_list[name_codes[i]]
+                category[i] = classify_kineto(cat, name, d)
+        side = np.array([c in _DEVICE_SIDE_CATS for c in cat_list], dtype=bool)
+        on_device = np.isin(category, np.asarray(DEVICE_CATEGORIES, np.int8)) | side[cat_codes]
+        return category, on_device
+
+    def _collectives(self, n: int, coll_dicts: dict[int, dict[str, Any]]) -> tuple[np.ndarray, ...]:
+        """seq, bytes, group size, op and group codes of the collective rows (-1/0 elsewhere)."""
         seq = np.full(n, -1, np.int64)
         nbytes = np.full(n, -1, np.int64)
         gsize = np.full(n, -1, np.int32)
@@ -386,12 +425,65 @@ class Accumulator:
                 seq[i] = sq if -_LIM < sq < _LIM else -1
                 nbytes[i] = nb if nb < _LIM else -1
                 gsize[i] = gs
+        return seq, nbytes, gsize, op_codes, group_codes
+
+    def add_scanned(self, res: tuple[Any, ...], chunk: int, buf: bytes | bytearray) -> None:
+        """Add what the compiled extractor read from ``buf`` (the same columns as :meth:`add`
+        gives for the same events; spans in ``res`` are offsets into ``buf``)."""
+        (n, names, name_local, cats, cat_local, start_b, dur_b, pid_b, tid_b, corr_b,
+         stream_b, ext_b, dev_b, coll_b, *flow, labels_b, _close) = res  # fmt: skip
+        if flow[0]:
+            self.flow_cols.append((chunk, tuple(flow)))
+        for a, b in np.frombuffer(labels_b, np.int64).reshape(-1, 2).tolist():
+            e: Any = _ONE_EVENT_DECODER.decode(buf[a:b])  # a process_labels event with args
+            if isinstance(e.args.labels, str):
+                self.labels.append((chunk, e.pid, e.args.labels))
+        if n == 0:
+            return
+        name_codes = _remap(self.names, names)[np.frombuffer(name_local, np.int32)]
+        cat_codes = _remap(self.cats, cats)[np.frombuffer(cat_local, np.int32)]
+        start = np.frombuffer(start_b, np.int64)
+        end = start + np.frombuffer(dur_b, np.int64)
+        coll_dicts = {
+            i: _args_dict(_ARGS_DECODER.decode(buf[a:b]))
+            for i, a, b in np.frombuffer(coll_b, np.int64).reshape(-1, 3).tolist()
+        }
+        category, on_device = self._category(name_codes, cat_codes, coll_dicts)
+        corr = np.frombuffer(corr_b, np.int64)
+        stream = np.where(on_device, np.frombuffer(stream_b, np.int64), -1)
+        tid_raw = np.frombuffer(tid_b, np.int64)
+        tid = np.where(on_device | (tid_raw <= -_LIM) | (tid_raw >= _LIM), -1, tid_raw)
+        pid = np.frombuffer(pid_b, np.int64)
+        dev_rows = np.flatnonzero(on_device)
+        dev_codes = np.zeros(n, np.int32)
+        if len(dev_rows):
+            # (pid, cat, device) keys numbered in the order they first appear, as in add()
+            keys = np.stack(
+                [pid[dev_rows], cat_codes[dev_rows].astype(np.int64),
+                 np.frombuffer(dev_b, np.int64)[dev_rows]], axis=1
+            )  # fmt: skip
+            uniq, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+            cat_list = list(self.cats.lookup)
+            kc = self.device_keys
+            codes = np.zeros(len(uniq), np.int32)
+            for j in np.argsort(first, kind="stable").tolist():
+                p, c, d = uniq[j].tolist()
+                codes[j] = kc.setdefault((p, cat_list[c], d), len(kc) + 1)
+            dev_codes[dev_rows] = codes[inverse.reshape(-1)]
+        need = np.flatnonzero((corr < 0) & (on_device | (category == Category.RUNTIME)))
+        if len(need):
+            self.uncorrelated.extend(
+                zip(repeat(chunk), need.tolist(), pid[need].tolist(), tid_raw[need].tolist(),
+                    start[need].tolist(), on_device[need].tolist())
+            )  # fmt: skip
+        seq, nbytes, gsize, op_codes, group_codes = self._collectives(n, coll_dicts)
         self.parts.append(
             (chunk,
              {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
-              "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
-              "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
-              "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes})
+              "tid": tid, "correlation": corr, "external_id": np.frombuffer(ext_b, np.int64),
+              "coll_seq": seq, "coll_bytes": nbytes, "coll_group_size": gsize,
+              "name": name_codes, "coll_op": op_codes, "coll_group": group_codes,
+              "device": dev_codes})
         )  # fmt: skip
 
     def __getstate__(self) -> dict[str, Any]:  # sent back from a worker: no caches
@@ -399,6 +491,12 @@ class Accumulator:
         state["kinds"] = {}
         state["cats"] = _Codes()
         return state
+
+
+def _remap(codes: _Codes, values: list[str]) -> np.ndarray:
+    """The codes in ``codes`` of a chunk's distinct strings (given in first-seen order)."""
+    lookup = codes.lookup
+    return np.array([lookup.setdefault(s, len(lookup)) for s in values], np.int32)
 
 
 _STRING_PARTS = ("name", "coll_op", "coll_group", "device")
@@ -439,10 +537,7 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
     flow_s: dict[tuple[Any, Any, int], int] = {}
     flow_f: dict[tuple[Any, Any, int], int] = {}
     if uncorrelated:
-        for _, ph, pid, tid, ts, fid in sorted(
-            (f for acc in stripes for f in acc.flows), key=lambda f: f[0]
-        ):
-            t = us_to_ns(ts)
+        for _, ph, pid, tid, t, fid in sorted(_flow_entries(stripes), key=itemgetter(0)):
             if type(fid) is int and t is not None:
                 (flow_s if ph == "s" else flow_f)[(pid, tid, t)] = fid
     labels = {
@@ -459,6 +554,24 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
         [(offsets[c] + r, pid, tid, ts, dev) for c, r, pid, tid, ts, dev in uncorrelated],
         (flow_s, flow_f), labels,
     )  # fmt: skip
+
+
+def _flow_entries(stripes: Sequence[Accumulator]) -> list[tuple[int, str, Any, Any, Any, Any]]:
+    """(chunk, phase, pid, tid, ts in ns or None, id or None) of every launch flow event."""
+    out: list[tuple[int, str, Any, Any, Any, Any]] = []
+    for acc in stripes:
+        out.extend((c, ph, pid, tid, us_to_ns(ts), fid) for c, ph, pid, tid, ts, fid in acc.flows)
+        for c, (ph_b, pid_b, tid_b, ts_b, id_b, ok_b) in acc.flow_cols:
+            ok = np.frombuffer(ok_b, np.uint8)
+            ts = np.frombuffer(ts_b, np.int64).tolist()
+            fid = np.frombuffer(id_b, np.int64).tolist()
+            out.extend(
+                zip(repeat(c), ph_b.decode("ascii"), np.frombuffer(pid_b, np.int64).tolist(),
+                    np.frombuffer(tid_b, np.int64).tolist(),
+                    [t if o & 1 else None for t, o in zip(ts, ok.tolist())],
+                    [f if o & 2 else None for f, o in zip(fid, ok.tolist())])
+            )  # fmt: skip
+    return out
 
 
 def _header(doc: Any) -> dict[str, Any]:
@@ -572,7 +685,13 @@ def decode_stripe(
                 cut = _split_point(buf)
                 if cut is None:
                     continue
-                if chunk % count == index:
+                scanned = None
+                if chunk % count == index and _cscan is not None:
+                    scanned = _cscan.scan(buf, 0, cut[0], False, _SCAN_LIMIT_NS)
+                if scanned is not None:
+                    acc.add_scanned(scanned, chunk, buf)
+                    del buf[: cut[1]]
+                elif chunk % count == index:
                     text = b"[" + buf[: cut[0]] + b"]"
                     try:
                         events = _EVENTS_DECODER.decode(text)
@@ -590,6 +709,8 @@ def decode_stripe(
                 else:
                     del buf[: cut[1]]
                 chunk += 1
+            if prefix is not None and _scan_tail(acc, prefix, buf, chunk, chunk % count == index):
+                return acc
             text = bytes(prefix) + bytes(buf) if prefix else bytes(buf)
             del buf
             try:
@@ -607,6 +728,34 @@ def decode_stripe(
             return acc
         except _Reject:
             return None
+
+
+def _scan_tail(acc: Accumulator, prefix: bytes, buf: bytearray, chunk: int, own: bool) -> bool:
+    """Read the last events with the compiled extractor and the header with ``msgspec``.
+
+    The header is the document with its events array emptied (the head kept before it and
+    whatever follows its ``]``). Returns False, having changed nothing, when the ``msgspec``
+    path must read the tail: the extractor is absent or unsure, the rest is not a valid
+    document, or it might name ``traceEvents`` again.
+    """
+    if _cscan is None:
+        return False
+    scanned = _cscan.scan(buf, 0, len(buf), True, _SCAN_LIMIT_NS)
+    if scanned is None:
+        return False
+    rest = bytes(buf[scanned[-1] :])
+    if b"traceEvents" in rest:
+        return False
+    try:
+        doc = _DECODER.decode(prefix + rest)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
+    if not isinstance(doc, _Doc) or doc.traceEvents:
+        return False
+    acc.header = _header(doc)
+    if own:
+        acc.add_scanned(scanned, chunk, buf)
+    return True
 
 
 def _device_of(a: Any, pid: Any) -> Any:

@@ -1,0 +1,847 @@
+/*
+ * otel_ext.analysis.loaders._cscan: a compiled column extractor for Kineto trace events.
+ *
+ * scan(buf, start, stop, final, limit_ns) reads the events of a piece of a Kineto document's
+ * "traceEvents" array straight from its JSON bytes and returns the columns the fast loader
+ * needs (see _kineto_fast.Accumulator.add_scanned), with no Python object per event:
+ *
+ *   - non-final mode: buf[start:stop] is a run of complete events separated by commas (what
+ *     the loader cuts off the front of its buffer); it must be exactly that;
+ *   - final mode: buf[start:stop] holds the last events followed by the closing "]" and
+ *     whatever follows it; the position of that "]" is returned.
+ *
+ * It validates the JSON it reads strictly (grammar, UTF-8, escapes, nesting) and returns None
+ * -- "take the msgspec path for this piece" -- on anything it is not sure to read exactly as
+ * msgspec would: malformed JSON, an unknown or missing "ph", a field of an unexpected type,
+ * times in exponent form or beyond limit_ns, integers beyond int64, duplicate or escaped keys
+ * among the members it reads, lone surrogates, nesting deeper than 64. It never raises on
+ * input data (only on wrong argument types) and checks every read against the buffer's end.
+ *
+ * Times are converted exactly from their decimal text: microseconds with any number of
+ * fractional digits to integer nanoseconds, rounding half away from zero below the
+ * nanosecond (as otel_ext.analysis.loaders._common.us_to_ns does).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64
+#define LIM62 ((int64_t)1 << 62)
+
+/* ------------------------------------------------------------------ growable buffers */
+
+typedef struct {
+    char *data;
+    size_t len, cap;
+} Vec;
+
+static int vec_reserve(Vec *v, size_t extra) {
+    if (extra > SIZE_MAX / 2 - v->len) return 0;
+    if (v->len + extra <= v->cap) return 1;
+    size_t cap = v->cap ? v->cap : 256;
+    while (cap < v->len + extra) cap *= 2;
+    char *d = (char *)realloc(v->data, cap);
+    if (!d) return 0;
+    v->data = d;
+    v->cap = cap;
+    return 1;
+}
+
+static int vec_push(Vec *v, const void *p, size_t n) {
+    if (!vec_reserve(v, n)) return 0;
+    if (n) memcpy(v->data + v->len, p, n);
+    v->len += n;
+    return 1;
+}
+
+static int push_i64(Vec *v, int64_t x) { return vec_push(v, &x, sizeof x); }
+static int push_i32(Vec *v, int32_t x) { return vec_push(v, &x, sizeof x); }
+static int push_u8(Vec *v, uint8_t x) { return vec_push(v, &x, sizeof x); }
+
+static void vec_free(Vec *v) {
+    free(v->data);
+    v->data = NULL;
+    v->len = v->cap = 0;
+}
+
+/* ------------------------------------------------------------------ string dictionary */
+
+typedef struct {
+    uint64_t hash;
+    int32_t code; /* -1: empty */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t cap, count;
+    Vec arena;   /* the distinct strings' bytes, one after the other */
+    Vec entries; /* per code: (offset, length) into arena, as two size_t */
+} Dict;
+
+static uint64_t hash_bytes(const unsigned char *s, size_t n) {
+    uint64_t h = 0x243F6A8885A308D3ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    if (n) memcpy(&w, s, n);
+    h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static int dict_grow(Dict *d) {
+    size_t cap = d->cap ? d->cap * 2 : 64;
+    Slot *s = (Slot *)malloc(cap * sizeof(Slot));
+    if (!s) return 0;
+    for (size_t i = 0; i < cap; i++) s[i].code = -1;
+    for (size_t i = 0; i < d->cap; i++) {
+        if (d->slots[i].code < 0) continue;
+        size_t j = (size_t)d->slots[i].hash & (cap - 1);
+        while (s[j].code >= 0) j = (j + 1) & (cap - 1);
+        s[j] = d->slots[i];
+    }
+    free(d->slots);
+    d->slots = s;
+    d->cap = cap;
+    return 1;
+}
+
+/* The code of a string (first-seen order), or -1 when out of memory. */
+static int32_t dict_code(Dict *d, const unsigned char *s, size_t n) {
+    if ((d->count + 1) * 2 > d->cap && !dict_grow(d)) return -1;
+    uint64_t h = hash_bytes(s, n);
+    size_t j = (size_t)h & (d->cap - 1);
+    const size_t *ent;
+    for (;;) {
+        Slot *sl = &d->slots[j];
+        if (sl->code < 0) break;
+        if (sl->hash == h) {
+            ent = (const size_t *)d->entries.data + 2 * (size_t)sl->code;
+            if (ent[1] == n && memcmp(d->arena.data + ent[0], s, n) == 0) return sl->code;
+        }
+        j = (j + 1) & (d->cap - 1);
+    }
+    if (d->count >= INT32_MAX) return -1;
+    size_t e[2] = {d->arena.len, n};
+    if (!vec_push(&d->arena, s, n) || !vec_push(&d->entries, e, sizeof e)) return -1;
+    d->slots[j].hash = h;
+    d->slots[j].code = (int32_t)d->count;
+    return (int32_t)d->count++;
+}
+
+static void dict_free(Dict *d) {
+    free(d->slots);
+    d->slots = NULL;
+    vec_free(&d->arena);
+    vec_free(&d->entries);
+}
+
+static PyObject *dict_list(Dict *d) {
+    PyObject *list = PyList_New((Py_ssize_t)d->count);
+    if (!list) return NULL;
+    for (size_t i = 0; i < d->count; i++) {
+        const size_t *ent = (const size_t *)d->entries.data + 2 * i;
+        PyObject *s = PyUnicode_DecodeUTF8(d->arena.data + ent[0], (Py_ssize_t)ent[1], "strict");
+        if (!s) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+}
+
+/* ------------------------------------------------------------------ JSON scanning */
+
+typedef struct {
+    const unsigned char *base, *p, *end;
+    int depth;
+    Vec scratch; /* decoded text of strings with escapes */
+} Parser;
+
+enum { K_NONE = 0, K_STR, K_NUM, K_TRUE, K_FALSE, K_NULL, K_ARR, K_OBJ };
+
+typedef struct {
+    const unsigned char *s; /* raw text between the quotes */
+    size_t n;
+    int esc;
+} Str;
+
+typedef struct {
+    int neg, is_int, exp, big;
+    const unsigned char *ip, *fp; /* integer and fraction digits */
+    size_t ni, nf;
+    int64_t value; /* when is_int and not big */
+} Num;
+
+typedef struct {
+    int kind;
+    const unsigned char *start, *stop; /* the value's text */
+    Str str;
+    Num num;
+} Val;
+
+/* 1 for the bytes a string may hold without a closer look */
+static unsigned char plain[256];
+
+static void init_tables(void) {
+    for (int c = 0; c < 256; c++) plain[c] = (c >= 0x20 && c < 0x80 && c != '"' && c != '\\');
+}
+
+static void skip_ws(Parser *P) {
+    while (P->p < P->end) {
+        unsigned char c = *P->p;
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') break;
+        P->p++;
+    }
+}
+
+static int hex4(const unsigned char *s, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = s[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int cont(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/* A string starting at the opening quote: checked (escapes, UTF-8, control characters). */
+static int scan_string(Parser *P, Str *out) {
+    const unsigned char *p = P->p + 1, *end = P->end;
+    out->s = p;
+    out->esc = 0;
+    for (;;) {
+        while (p < end && plain[*p]) p++;
+        if (p >= end) return 0;
+        unsigned char c = *p;
+        if (c == '"') break;
+        if (c == '\\') {
+            out->esc = 1;
+            if (end - p < 2) return 0;
+            unsigned char e = p[1];
+            if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                e == 'r' || e == 't') {
+                p += 2;
+            } else if (e == 'u') {
+                unsigned cp, lo;
+                if (end - p < 6 || !hex4(p + 2, &cp)) return 0;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || !hex4(p + 8, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return 0;
+                    p += 12;
+                } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    return 0;
+                } else {
+                    p += 6;
+                }
+            } else {
+                return 0;
+            }
+        } else if (c < 0x20) {
+            return 0;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (end - p < 2 || !cont(p[1])) return 0;
+            p += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (end - p < 3 || !cont(p[1]) || !cont(p[2])) return 0;
+            if (c == 0xE0 && p[1] < 0xA0) return 0;
+            if (c == 0xED && p[1] > 0x9F) return 0;
+            p += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (end - p < 4 || !cont(p[1]) || !cont(p[2]) || !cont(p[3])) return 0;
+            if (c == 0xF0 && p[1] < 0x90) return 0;
+            if (c == 0xF4 && p[1] > 0x8F) return 0;
+            p += 4;
+        } else {
+            return 0;
+        }
+    }
+    out->n = (size_t)(p - out->s);
+    P->p = p + 1;
+    return 1;
+}
+
+static int put_utf8(Vec *v, unsigned cp) {
+    unsigned char b[4];
+    size_t n;
+    if (cp < 0x80) {
+        b[0] = (unsigned char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (unsigned char)(0xC0 | (cp >> 6));
+        b[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (unsigned char)(0xE0 | (cp >> 12));
+        b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        b[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        n = 3;
+    } else {
+        b[0] = (unsigned char)(0xF0 | (cp >> 18));
+        b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+        b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        b[3] = (unsigned char)(0x80 | (cp & 0x3F));
+        n = 4;
+    }
+    return vec_push(v, b, n);
+}
+
+/* The UTF-8 text of a checked string (its raw bytes when it has no escapes). */
+static int string_text(Parser *P, const Str *s, const unsigned char **text, size_t *n) {
+    if (!s->esc) {
+        *text = s->s;
+        *n = s->n;
+        return 1;
+    }
+    Vec *v = &P->scratch;
+    v->len = 0;
+    const unsigned char *p = s->s, *end = s->s + s->n;
+    while (p < end) {
+        const unsigned char *q = p;
+        while (q < end && *q != '\\') q++;
+        if (!vec_push(v, p, (size_t)(q - p))) return 0;
+        if (q >= end) break;
+        /* checked by scan_string: a complete escape follows */
+        unsigned char e = q[1];
+        unsigned cp, lo;
+        char c;
+        switch (e) {
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'n': c = '\n'; break;
+            case 'r': c = '\r'; break;
+            case 't': c = '\t'; break;
+            case 'u': c = 0; break;
+            default: c = (char)e; break;
+        }
+        if (e != 'u') {
+            if (!vec_push(v, &c, 1)) return 0;
+            p = q + 2;
+            continue;
+        }
+        if (end - q < 6 || !hex4(q + 2, &cp)) return 0;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (end - q < 12 || !hex4(q + 8, &lo)) return 0;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            p = q + 12;
+        } else {
+            p = q + 6;
+        }
+        if (!put_utf8(v, cp)) return 0;
+    }
+    *text = (const unsigned char *)v->data;
+    *n = v->len;
+    return 1;
+}
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static int scan_number(Parser *P, Num *out) {
+    const unsigned char *p = P->p, *end = P->end;
+    memset(out, 0, sizeof *out);
+    if (p < end && *p == '-') {
+        out->neg = 1;
+        p++;
+    }
+    if (p >= end || !is_digit(*p)) return 0;
+    out->ip = p;
+    if (*p == '0') {
+        p++;
+    } else {
+        while (p < end && is_digit(*p)) p++;
+    }
+    out->ni = (size_t)(p - out->ip);
+    if (p < end && *p == '.') {
+        p++;
+        out->fp = p;
+        while (p < end && is_digit(*p)) p++;
+        out->nf = (size_t)(p - out->fp);
+        if (out->nf == 0) return 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || !is_digit(*p)) return 0;
+        while (p < end && is_digit(*p)) p++;
+        out->exp = 1;
+    }
+    out->is_int = !out->fp && !out->exp;
+    if (out->is_int) {
+        if (out->ni > 19) {
+            out->big = 1;
+        } else {
+            uint64_t v = 0;
+            for (size_t i = 0; i < out->ni; i++) v = v * 10 + (uint64_t)(out->ip[i] - '0');
+            /* 19 digits stay below 2**64 */
+            uint64_t lim = out->neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+            if (v > lim)
+                out->big = 1;
+            else
+                out->value = out->neg ? (int64_t)(0 - v) : (int64_t)v;
+        }
+    }
+    P->p = p;
+    return 1;
+}
+
+/* Microseconds as written to nanoseconds; 0 when not a plain decimal or not under limit. */
+static int num_to_ns(const Num *n, int64_t limit, int64_t *out) {
+    if (n->exp || n->ni > 18) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n->ni; i++) v = v * 10 + (uint64_t)(n->ip[i] - '0');
+    if (v > (uint64_t)INT64_MAX / 1000) return 0;
+    v *= 1000;
+    uint64_t frac = 0;
+    for (size_t i = 0; i < 3; i++) frac = frac * 10 + (i < n->nf ? (uint64_t)(n->fp[i] - '0') : 0);
+    v += frac;
+    if (n->nf > 3 && n->fp[3] >= '5') v += 1; /* half away from zero below the ns */
+    if (v >= (uint64_t)limit) return 0;
+    *out = n->neg ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+static int skip_value(Parser *P);
+
+static int match_lit(Parser *P, const char *lit, size_t n) {
+    if ((size_t)(P->end - P->p) < n || memcmp(P->p, lit, n) != 0) return 0;
+    P->p += n;
+    return 1;
+}
+
+/* Any value, captured shallowly (strings and numbers in full, containers skipped). */
+static int scan_value(Parser *P, Val *v) {
+    if (P->p >= P->end) return 0;
+    v->start = P->p;
+    unsigned char c = *P->p;
+    int ok;
+    switch (c) {
+        case '"': v->kind = K_STR; ok = scan_string(P, &v->str); break;
+        case '{': v->kind = K_OBJ; ok = skip_value(P); break;
+        case '[': v->kind = K_ARR; ok = skip_value(P); break;
+        case 't': v->kind = K_TRUE; ok = match_lit(P, "true", 4); break;
+        case 'f': v->kind = K_FALSE; ok = match_lit(P, "false", 5); break;
+        case 'n': v->kind = K_NULL; ok = match_lit(P, "null", 4); break;
+        default:
+            v->kind = K_NUM;
+            ok = (c == '-' || is_digit(c)) && scan_number(P, &v->num);
+    }
+    v->stop = P->p;
+    return ok;
+}
+
+static int skip_value(Parser *P) {
+    if (P->p >= P->end) return 0;
+    unsigned char c = *P->p;
+    if (c == '{' || c == '[') {
+        unsigned char close = c == '{' ? '}' : ']';
+        if (++P->depth > MAX_DEPTH) return 0;
+        P->p++;
+        skip_ws(P);
+        if (P->p < P->end && *P->p == close) {
+            P->p++;
+            P->depth--;
+            return 1;
+        }
+        for (;;) {
+            if (c == '{') {
+                Str k;
+                if (P->p >= P->end || *P->p != '"' || !scan_string(P, &k)) return 0;
+                skip_ws(P);
+                if (P->p >= P->end || *P->p != ':') return 0;
+                P->p++;
+                skip_ws(P);
+            }
+            if (!skip_value(P)) return 0;
+            skip_ws(P);
+            if (P->p >= P->end) return 0;
+            if (*P->p == ',') {
+                P->p++;
+                skip_ws(P);
+                continue;
+            }
+            if (*P->p != close) return 0;
+            P->p++;
+            P->depth--;
+            return 1;
+        }
+    }
+    Val v;
+    return scan_value(P, &v);
+}
+
+/* Members of an object, starting at its "{": calls on_member for each (key checked). */
+typedef int (*MemberFn)(Parser *P, void *ctx, const Str *key);
+
+static int scan_object(Parser *P, MemberFn on_member, void *ctx) {
+    if (P->p >= P->end || *P->p != '{') return 0;
+    if (++P->depth > MAX_DEPTH) return 0;
+    P->p++;
+    skip_ws(P);
+    if (P->p < P->end && *P->p == '}') {
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+    for (;;) {
+        Str k;
+        if (P->p >= P->end || *P->p != '"' || !scan_string(P, &k)) return 0;
+        skip_ws(P);
+        if (P->p >= P->end || *P->p != ':') return 0;
+        P->p++;
+        skip_ws(P);
+        if (!on_member(P, ctx, &k)) return 0;
+        skip_ws(P);
+        if (P->p >= P->end) return 0;
+        if (*P->p == ',') {
+            P->p++;
+            skip_ws(P);
+            continue;
+        }
+        if (*P->p != '}') return 0;
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+}
+
+static int key_is(const Str *k, const char *name, size_t n) {
+    return k->n == n && memcmp(k->s, name, n) == 0;
+}
+
+/* ------------------------------------------------------------------ args */
+
+/* The members of args the loader reads, as in _kineto_fast._ARG_KEYS (0-3 and 13 aside,
+ * 4-11 are the collective keys whose presence marks a collective row). */
+static const char *const ARG_KEYS[] = {
+    "correlation", "stream", "device", "External id",
+    "Collective name", "Process Group Name", "Process Group ID", "Process Group Ranks",
+    "In msg nelems", "Out msg nelems", "pg_name", "collective_name",
+    "Seq", "seq", "Group size", "dtype", "labels",
+};
+#define N_ARG_KEYS (sizeof ARG_KEYS / sizeof ARG_KEYS[0])
+static size_t ARG_LENS[N_ARG_KEYS];
+#define A_CORR 0
+#define A_STREAM 1
+#define A_DEVICE 2
+#define A_EXT 3
+#define A_COLL_FIRST 4
+#define A_COLL_LAST 11
+
+typedef struct {
+    unsigned seen;
+    Val vals[4]; /* correlation, stream, device, External id */
+} Args;
+
+static int on_arg(Parser *P, void *ctx, const Str *k) {
+    Args *a = (Args *)ctx;
+    if (k->esc) return 0; /* an escaped key might spell one we read */
+    for (unsigned i = 0; i < N_ARG_KEYS; i++) {
+        if (key_is(k, ARG_KEYS[i], ARG_LENS[i])) {
+            if (a->seen & (1u << i)) return 0; /* duplicate */
+            a->seen |= 1u << i;
+            if (i < 4) return scan_value(P, &a->vals[i]);
+            return skip_value(P);
+        }
+    }
+    return skip_value(P);
+}
+
+/* ------------------------------------------------------------------ events */
+
+enum { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ID, F_ARGS, N_FIELDS };
+static const char *const FIELD_KEYS[N_FIELDS] = {"ph", "cat", "name", "ts", "dur",
+                                                 "pid", "tid", "id", "args"};
+static size_t FIELD_LENS[N_FIELDS];
+
+typedef struct {
+    unsigned seen;
+    Val f[N_FIELDS];
+    int args_obj;
+    Args args;
+} Event;
+
+static int on_field(Parser *P, void *ctx, const Str *k) {
+    Event *e = (Event *)ctx;
+    if (k->esc) return 0;
+    for (unsigned i = 0; i < N_FIELDS; i++) {
+        if (key_is(k, FIELD_KEYS[i], FIELD_LENS[i])) {
+            if (e->seen & (1u << i)) return 0;
+            e->seen |= 1u << i;
+            if (i == F_ARGS && P->p < P->end && *P->p == '{') {
+                e->args_obj = 1;
+                e->f[i].kind = K_OBJ;
+                e->f[i].start = P->p;
+                if (!scan_object(P, on_arg, &e->args)) return 0;
+                e->f[i].stop = P->p;
+                return 1;
+            }
+            return scan_value(P, &e->f[i]);
+        }
+    }
+    return skip_value(P);
+}
+
+typedef struct {
+    int64_t limit;
+    Dict names, cats;
+    Vec name_code, cat_code, start, dur, pid, tid, corr, stream, ext, dev;
+    Vec coll;   /* (row, args start, args stop) */
+    Vec f_ph, f_pid, f_tid, f_ts, f_id, f_ok;
+    Vec labels; /* (event start, event stop) of process_labels metadata events */
+    int64_t rows;
+} Out;
+
+static const char PHASES[] = "XsfMBEiICbnetPONDRc()TpSF";
+
+static int has(const Event *e, int f) { return (e->seen >> f) & 1u; }
+
+/* An int64 JSON integer (not beyond int64) */
+static int plain_int(const Val *v, int64_t *out) {
+    if (v->kind != K_NUM || !v->num.is_int || v->num.big) return 0;
+    *out = v->num.value;
+    return 1;
+}
+
+/* As _kineto_fast._int_column: integers within (-2**62, 2**62) as they are, else -1. */
+static int64_t int_or_minus1(const Args *a, int present, int idx) {
+    int64_t x;
+    if (!present || !plain_int(&a->vals[idx], &x)) return -1;
+    return (x > -LIM62 && x < LIM62) ? x : -1;
+}
+
+static int text_is(Parser *P, const Val *v, const char *s, size_t n) {
+    const unsigned char *t;
+    size_t len;
+    if (v->kind != K_STR || !string_text(P, &v->str, &t, &len)) return 0;
+    return len == n && memcmp(t, s, n) == 0;
+}
+
+static int handle_event(Parser *P, Out *o, const Event *e, const unsigned char *ev_start) {
+    const Val *ph = &e->f[F_PH];
+    if (!has(e, F_PH) || ph->kind != K_STR || ph->str.esc || ph->str.n != 1) return 0;
+    char c = (char)ph->str.s[0];
+    if (!memchr(PHASES, c, sizeof PHASES - 1)) return 0;
+    int args_ok = !has(e, F_ARGS) || e->args_obj || e->f[F_ARGS].kind == K_NULL;
+    if (c == 'X') {
+        if (!args_ok) return 0;
+        const unsigned char *cat = (const unsigned char *)"", *name;
+        size_t ncat = 0, nname;
+        if (has(e, F_CAT)) {
+            if (e->f[F_CAT].kind != K_STR || !string_text(P, &e->f[F_CAT].str, &cat, &ncat))
+                return 0;
+        }
+        if (ncat == 5 && memcmp(cat, "Trace", 5) == 0) return 1; /* the profiler's own span */
+        int32_t cc = dict_code(&o->cats, cat, ncat);
+        if (cc < 0) return 0;
+        if (!has(e, F_NAME) || e->f[F_NAME].kind != K_STR ||
+            !string_text(P, &e->f[F_NAME].str, &name, &nname))
+            return 0;
+        int32_t nc = dict_code(&o->names, name, nname);
+        if (nc < 0) return 0;
+        int64_t ts, dur = 0, pid, tid, dev;
+        if (!has(e, F_TS) || e->f[F_TS].kind != K_NUM || !num_to_ns(&e->f[F_TS].num, o->limit, &ts))
+            return 0;
+        if (has(e, F_DUR) &&
+            (e->f[F_DUR].kind != K_NUM || !num_to_ns(&e->f[F_DUR].num, o->limit, &dur) || dur < 0))
+            return 0;
+        if (!has(e, F_PID) || !plain_int(&e->f[F_PID], &pid)) return 0;
+        if (!has(e, F_TID) || !plain_int(&e->f[F_TID], &tid)) return 0;
+        const Args *a = &e->args;
+        unsigned seen = e->args_obj ? a->seen : 0;
+        dev = pid;
+        if (seen & (1u << A_DEVICE)) {
+            if (!plain_int(&a->vals[A_DEVICE], &dev)) return 0;
+        }
+        unsigned coll_mask = ((1u << (A_COLL_LAST + 1)) - 1) & ~((1u << A_COLL_FIRST) - 1);
+        if (seen & coll_mask) {
+            int64_t t[3] = {o->rows, (int64_t)(e->f[F_ARGS].start - P->base),
+                            (int64_t)(e->f[F_ARGS].stop - P->base)};
+            if (!vec_push(&o->coll, t, sizeof t)) return 0;
+        }
+        if (!push_i32(&o->name_code, nc) || !push_i32(&o->cat_code, cc) ||
+            !push_i64(&o->start, ts) || !push_i64(&o->dur, dur) || !push_i64(&o->pid, pid) ||
+            !push_i64(&o->tid, tid) ||
+            !push_i64(&o->corr, int_or_minus1(a, (seen >> A_CORR) & 1u, A_CORR)) ||
+            !push_i64(&o->stream, int_or_minus1(a, (seen >> A_STREAM) & 1u, A_STREAM)) ||
+            !push_i64(&o->ext, int_or_minus1(a, (seen >> A_EXT) & 1u, A_EXT)) ||
+            !push_i64(&o->dev, dev))
+            return 0;
+        o->rows++;
+        return 1;
+    }
+    if (c == 's' || c == 'f') {
+        if (!has(e, F_CAT)) return 1;
+        const Val *cat = &e->f[F_CAT];
+        if (cat->kind == K_ARR || cat->kind == K_OBJ) return 0; /* unhashable in Python */
+        if (!(text_is(P, cat, "ac2g", 4) || text_is(P, cat, "async_cpu_to_gpu", 16) ||
+              text_is(P, cat, "async_gpu", 9)))
+            return 1;
+        int64_t pid, tid, ts = 0, id = 0;
+        uint8_t ok = 0;
+        if (!has(e, F_PID) || !plain_int(&e->f[F_PID], &pid)) return 0;
+        if (!has(e, F_TID) || !plain_int(&e->f[F_TID], &tid)) return 0;
+        if (has(e, F_TS) && e->f[F_TS].kind != K_NULL) {
+            if (e->f[F_TS].kind != K_NUM || !num_to_ns(&e->f[F_TS].num, o->limit, &ts)) return 0;
+            ok |= 1;
+        }
+        if (has(e, F_ID) && e->f[F_ID].kind == K_NUM && e->f[F_ID].num.is_int) {
+            if (e->f[F_ID].num.big) return 0;
+            id = e->f[F_ID].num.value;
+            ok |= 2;
+        }
+        return push_u8(&o->f_ph, (uint8_t)c) && push_i64(&o->f_pid, pid) &&
+               push_i64(&o->f_tid, tid) && push_i64(&o->f_ts, ts) && push_i64(&o->f_id, id) &&
+               push_u8(&o->f_ok, ok);
+    }
+    if (c == 'M') {
+        if (!args_ok) return 0;
+        if (e->args_obj && has(e, F_NAME) && text_is(P, &e->f[F_NAME], "process_labels", 14)) {
+            int64_t t[2] = {(int64_t)(ev_start - P->base), (int64_t)(P->p - P->base)};
+            return vec_push(&o->labels, t, sizeof t);
+        }
+        return 1;
+    }
+    return 1; /* other phases: nothing read */
+}
+
+static int scan_event(Parser *P, Out *o) {
+    Event e;
+    memset(&e, 0, sizeof e);
+    const unsigned char *ev_start = P->p;
+    if (!scan_object(P, on_field, &e)) return 0;
+    return handle_event(P, o, &e, ev_start);
+}
+
+/* The events of buf[start:stop]; *close: the "]" position (final mode). */
+static int scan_events(Parser *P, Out *o, int final, Py_ssize_t *close) {
+    skip_ws(P);
+    if (final) {
+        if (P->p < P->end && *P->p == ']') {
+            *close = P->p - P->base;
+            return 1;
+        }
+    } else if (P->p >= P->end) {
+        return 1;
+    }
+    for (;;) {
+        if (P->p >= P->end || *P->p != '{') return 0;
+        if (!scan_event(P, o)) return 0;
+        skip_ws(P);
+        if (P->p >= P->end) return !final;
+        if (*P->p == ',') {
+            P->p++;
+            skip_ws(P);
+            continue;
+        }
+        if (final && *P->p == ']') {
+            *close = P->p - P->base;
+            return 1;
+        }
+        return 0;
+    }
+}
+
+static void out_free(Out *o) {
+    dict_free(&o->names);
+    dict_free(&o->cats);
+    Vec *vs[] = {&o->name_code, &o->cat_code, &o->start, &o->dur, &o->pid, &o->tid,
+                 &o->corr, &o->stream, &o->ext, &o->dev, &o->coll, &o->f_ph,
+                 &o->f_pid, &o->f_tid, &o->f_ts, &o->f_id, &o->f_ok, &o->labels};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+}
+
+static PyObject *as_bytes(const Vec *v) {
+    return PyBytes_FromStringAndSize(v->data ? v->data : "", (Py_ssize_t)v->len);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(buf, start, stop, final, limit_ns, /)\n--\n\n"
+"Columns of the Kineto events in buf[start:stop], or None when the msgspec path must run.\n\n"
+"Returns (rows, names, name_codes, cats, cat_codes, start_ns, dur_ns, pid, tid, correlation,\n"
+"stream, external_id, device, coll, flow_ph, flow_pid, flow_tid, flow_ts, flow_id, flow_ok,\n"
+"labels, close): lists of distinct strings and bytes of native int32/int64/uint8 values.");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *obj;
+    Py_ssize_t start, stop;
+    int final;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "OnnpL:scan", &obj, &start, &stop, &final, &limit)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (start < 0 || stop < start || stop > view.len || limit <= 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan: bad start, stop or limit");
+        return NULL;
+    }
+    Parser P;
+    memset(&P, 0, sizeof P);
+    P.base = (const unsigned char *)view.buf;
+    P.p = P.base + start;
+    P.end = P.base + stop;
+    Out o;
+    memset(&o, 0, sizeof o);
+    o.limit = (int64_t)limit;
+    Py_ssize_t close = -1;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = scan_events(&P, &o, final, &close);
+    Py_END_ALLOW_THREADS
+    vec_free(&P.scratch);
+    PyBuffer_Release(&view);
+    if (!ok) {
+        out_free(&o);
+        Py_RETURN_NONE;
+    }
+    PyObject *names = dict_list(&o.names);
+    PyObject *cats = names ? dict_list(&o.cats) : NULL;
+    PyObject *res = NULL;
+    if (cats) {
+        res = Py_BuildValue(
+            "(LNNNNNNNNNNNNNNNNNNNNn)", (long long)o.rows, names, as_bytes(&o.name_code), cats,
+            as_bytes(&o.cat_code), as_bytes(&o.start), as_bytes(&o.dur), as_bytes(&o.pid),
+            as_bytes(&o.tid), as_bytes(&o.corr), as_bytes(&o.stream), as_bytes(&o.ext),
+            as_bytes(&o.dev), as_bytes(&o.coll), as_bytes(&o.f_ph), as_bytes(&o.f_pid),
+            as_bytes(&o.f_tid), as_bytes(&o.f_ts), as_bytes(&o.f_id), as_bytes(&o.f_ok),
+            as_bytes(&o.labels), close);
+    } else {
+        Py_XDECREF(names);
+    }
+    out_free(&o);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "otel_ext.analysis.loaders._cscan",
+    "A compiled column extractor for Kineto trace events (see scan).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cscan(void) {
+    init_tables();
+    for (size_t i = 0; i < N_ARG_KEYS; i++) ARG_LENS[i] = strlen(ARG_KEYS[i]);
+    for (size_t i = 0; i < N_FIELDS; i++) FIELD_LENS[i] = strlen(FIELD_KEYS[i]);
+    return PyModule_Create(&module);
+}
