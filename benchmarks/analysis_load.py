@@ -1,7 +1,7 @@
 """Benchmark: load + core analyses (otel-ext) vs Holistic Trace Analysis 0.5.0, same files.
 
     python benchmarks/analysis_load.py [--repeat 3] [--ranks64-events 0] [--scale-ranks 100]
-                                       [--full] [--cases two_rank ...]
+                                       [--full] [--no-cscan] [--cases two_rank ...]
 
 Each measurement runs in a fresh subprocess, ``--repeat`` times, best run kept (the machine
 may be shared). Two times per tool: ``wall``, the whole process as a user sees it
@@ -12,7 +12,8 @@ every 10 ms, of the process's and its pool workers' PSS together (HTA, too, pars
 files in a process pool). HTA runs from its own
 virtual environment (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``) when it
 exists. Prints one table with ratios measured in the same run. ``--full`` runs the scaling
-case at 1,000 ranks × 20,000 events (analyses on a generated table).
+case at 1,000 ranks × 20,000 events (analyses on a generated table). ``--no-cscan`` loads
+without the compiled extractor (the ``msgspec`` path alone), for comparison.
 """
 
 from __future__ import annotations
@@ -59,12 +60,17 @@ def sample():  # this process and its pool workers together, every 10 ms
         peak_kb[0] = max(peak_kb[0], pss_kb(me) + sum(pss_kb(k) for k in kids))
 
 threading.Thread(target=sample, daemon=True).start()
+paths = sys.argv[1:]
+if paths and paths[0] == "--no-cscan":  # the msgspec path alone (pool workers fork from here)
+    paths = paths[1:]
+    from otel_ext.analysis.loaders import _kineto_fast
+    _kineto_fast._cscan = None
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.breakdown import (temporal_breakdown, idle_breakdown, kernel_breakdown,
     launch_stats, drop_last_step)
 from otel_ext.analysis.overlap import comm_comp_overlap
 t1 = time.perf_counter()
-r = load_paths(sys.argv[1:])
+r = load_paths(paths)
 t = drop_last_step(r.table)
 tb = temporal_breakdown(t); idle_breakdown(t); comm_comp_overlap(t); kernel_breakdown(t); launch_stats(t)
 seconds = time.perf_counter() - t1
@@ -173,6 +179,7 @@ def main() -> None:
     ap.add_argument("--scale-events", type=int, default=20_000)
     ap.add_argument("--full", action="store_true", help="scaling at 1,000 ranks x 20,000 events")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    ap.add_argument("--no-cscan", action="store_true", help="without the compiled extractor")
     ap.add_argument(
         "--cases",
         nargs="*",
@@ -201,7 +208,8 @@ def main() -> None:
         for name, paths in cases:
             ours_runs, hta_runs = [], []
             for _ in range(args.repeat):  # interleaved: a busy moment hits both tools alike
-                ours_runs.append(run([sys.executable, "-c", OURS, *map(str, paths)]))
+                flag = ["--no-cscan"] if args.no_cscan else []
+                ours_runs.append(run([sys.executable, "-c", OURS, *flag, *map(str, paths)]))
                 if have_hta:
                     hta_cmd = [str(HTA_PY), str(ROOT / "benchmarks" / "hta_runner.py")]
                     hta_runs.append(run([*hta_cmd, str(paths[0])], env))

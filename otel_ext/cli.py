@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from otel_ext import __version__
+from otel_ext import __version__, config
 from otel_ext.errors import OtelExtError
 
 __all__ = ["SUBCOMMANDS", "main"]
@@ -92,6 +92,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+
+    except Exception as exc:
+        # a bug of ours, not bad input: one line, and the traceback on request
+        if config.resolve(config.DEBUG):
+            raise
+        print(
+            f"otel-ext {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(a bug: OTEL_EXT_DEBUG=true shows the traceback; please report it)",
+            file=sys.stderr,
+        )
+        return 70
 
 
 if __name__ == "__main__":

@@ -164,6 +164,15 @@ HOST_ID = _declare(
     )
 )
 
+DEBUG = _declare(
+    EnvVar(
+        "OTEL_EXT_DEBUG",
+        bool,
+        False,
+        "When true, the CLI shows the full traceback of an internal error instead of one line.",
+    )
+)
+
 
 def host_id(value: str | None = None, *, env: Mapping[str, str] | None = None) -> str:
     """The name of this host in ``accel.host.id``: ``value``, else ``OTEL_EXT_HOST_ID``, else

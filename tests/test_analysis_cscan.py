@@ -126,8 +126,15 @@ def _num(text: Any) -> str:
     return text if isinstance(text, str) else json.dumps(text)
 
 
+def _sometimes_odd(draw: st.DrawFn, usual: st.SearchStrategy, regular: bool) -> Any:
+    """A usual value, or (in irregular documents, one time in four) an odd one."""
+    if not regular and draw(st.integers(0, 3)) == 0:
+        return draw(_odd)
+    return draw(usual)
+
+
 @st.composite
-def _args(draw: st.DrawFn) -> str:
+def _args(draw: st.DrawFn, regular: bool) -> str:
     members: list[str] = []
     keys = ["correlation", "stream", "device", "External id", "Collective name", "Seq", "dtype",
             "In msg nelems", "Group size", "Process Group Name", "pg_name", "labels", "other",
@@ -140,13 +147,16 @@ def _args(draw: st.DrawFn) -> str:
                 st.sampled_from(['"allreduce"', '"Float"', '"bfloat16"', "[[1, 2], [3]]"]),
             )
         )
+        if regular and key in ("device", "labels"):
+            value = "0" if key == "device" else '"MTIA 0"'
         members.append(f"{json.dumps(key)}: {value}")
     return "{" + ", ".join(members) + "}"
 
 
 @st.composite
-def _event(draw: st.DrawFn) -> str:
-    ph = draw(st.sampled_from(["X"] * 6 + ["s", "f", "M", "i", "B", "Q", 7]))
+def _event(draw: st.DrawFn, regular: bool) -> str:
+    phases = ["X"] * 6 + ["s", "f", "M", "i", "B"]
+    ph = draw(st.sampled_from(phases if regular else [*phases, "Q", 7]))
     fields: dict[str, str] = {"ph": json.dumps(ph)}
     cat = draw(_cats)
     if draw(st.integers(0, 9)):
@@ -155,20 +165,24 @@ def _event(draw: st.DrawFn) -> str:
         fields["name"] = '"process_labels"'
     elif draw(st.integers(0, 9)):
         fields["name"] = json.dumps(draw(_names), ensure_ascii=draw(st.booleans()))
-    if draw(st.integers(0, 9)):
+    if regular or draw(st.integers(0, 9)):
         fields["ts"] = _num(draw(_times))
     if draw(st.integers(0, 3)):
-        fields["dur"] = _num(draw(st.one_of(_times, st.integers(-2, 0))))
-    fields["pid"] = json.dumps(draw(st.one_of(st.sampled_from([0, 1, 2]), _odd)))
-    fields["tid"] = json.dumps(draw(st.one_of(st.sampled_from([2, 3, 7]), _odd)))
+        fields["dur"] = _num(draw(_times if regular else st.one_of(_times, st.integers(-2, 0))))
+    fields["pid"] = json.dumps(_sometimes_odd(draw, st.sampled_from([0, 1, 2]), regular))
+    fields["tid"] = json.dumps(_sometimes_odd(draw, st.sampled_from([2, 3, 7]), regular))
     if ph in ("s", "f"):
         fields["id"] = json.dumps(draw(st.one_of(st.integers(0, 5), _odd)))
     if draw(st.integers(0, 3)):
-        fields["args"] = draw(st.one_of(_args(), _odd.map(json.dumps)))
+        fields["args"] = (
+            draw(_args(regular))
+            if regular
+            else draw(st.one_of(_args(regular), _odd.map(json.dumps)))
+        )
     if draw(st.integers(0, 20)) == 0:
         fields["ph"] = '"\\u0058"'  # an escaped "X"
     members = [f"{json.dumps(k)}: {v}" for k, v in fields.items()]
-    if draw(st.integers(0, 15)) == 0:
+    if not regular and draw(st.integers(0, 15)) == 0:
         members.append(draw(st.sampled_from(list(members))))  # a duplicate member
     draw(st.randoms(use_true_random=False)).shuffle(members)
     sep = draw(st.sampled_from([", ", ",", ",\n  "]))
@@ -177,12 +191,13 @@ def _event(draw: st.DrawFn) -> str:
 
 @st.composite
 def kineto_texts(draw: st.DrawFn) -> bytes:
-    events = draw(st.lists(_event(), max_size=25))
+    regular = draw(st.booleans())  # regular: what the extractor reads itself, mostly
+    events = draw(st.lists(_event(regular), max_size=25))
     sep = draw(st.sampled_from([", ", ",\n", ","]))
     header = '"schemaVersion": 1, "distributedInfo": {"rank": 3}, "baseTimeNanoseconds": 5'
     tail = draw(st.sampled_from(["", ', "otherData": {"x": [1, 2]}', ', "traceEvents": []']))
     text = ("{" + header + ', "traceEvents": [' + sep.join(events) + "]" + tail + "}").encode()
-    mutation = draw(st.integers(0, 5))
+    mutation = draw(st.integers(0, 5)) if not regular else 0
     if mutation == 1 and text:  # truncated
         text = text[: draw(st.integers(0, len(text) - 1))]
     elif mutation == 2 and text:  # one byte changed

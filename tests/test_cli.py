@@ -236,3 +236,24 @@ def test_console_script_end_to_end() -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "invalid choice" in proc.stderr
+
+
+def test_an_internal_error_is_one_line_and_exit_70(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug (not bad input) still reaches the user as one line, never a traceback."""
+    import semantic_conventions.cli as semconv_cli
+
+    def broken(args: object) -> int:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(semconv_cli, "run", broken)
+    monkeypatch.delenv("OTEL_EXT_DEBUG", raising=False)
+    from otel_ext.cli import main
+
+    assert main(["semconv", "check"]) == 70
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error: ZeroDivisionError: boom" in err[0]
+    monkeypatch.setenv("OTEL_EXT_DEBUG", "true")
+    with pytest.raises(ZeroDivisionError):
+        main(["semconv", "check"])

@@ -294,6 +294,10 @@ class _Codes:
         return self.lookup.setdefault(value, len(self.lookup)) if value else 0
 
 
+#: the types a pid or tid may have on the fast path
+_SCALARS = frozenset({int, str, type(None)})
+
+
 class Accumulator:
     """Columns of one file (or of one stripe of its chunks), built chunk by chunk.
 
@@ -344,6 +348,12 @@ class Accumulator:
             return
         names = list(map(attrgetter("name"), xs))
         if set(map(type, names)) != {str} or set(map(type, cats)) != {str}:
+            raise _Reject
+        # pid and tid key dictionaries: anything but a number or a string (a list, an object)
+        # goes to the careful path, which names the record
+        if not _SCALARS.issuperset(map(type, map(attrgetter("pid"), xs))) or not (
+            _SCALARS.issuperset(map(type, map(attrgetter("tid"), xs)))
+        ):
             raise _Reject
         start = _us_column(list(map(attrgetter("ts"), xs)), n)
         dur = _us_column(list(map(attrgetter("dur"), xs)), n)

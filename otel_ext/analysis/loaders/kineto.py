@@ -302,7 +302,14 @@ def _finish(
         corr = t.columns["correlation"]
         flow_s, flow_f = flows
         for row, pid, tid, ts, on_device in uncorrelated:
-            fid = (flow_f if on_device else flow_s).get((pid, tid, ts))
+            try:
+                fid = (flow_f if on_device else flow_s).get((pid, tid, ts))
+            except TypeError:  # a list or an object where pid/tid should be
+                ctx.bad(
+                    f"event row {row}",
+                    f"pid or tid is not a number or a string: {pid!r:.40}, {tid!r:.40}",
+                )
+                continue
             if fid is not None:
                 corr[row] = fid
     _inherit_collectives(t)
@@ -319,6 +326,10 @@ def _finish(
         ],
     )
     return t
+
+
+#: the JSON types a pid or tid may have (they key dictionaries)
+_ID_TYPES = frozenset({int, str, type(None)})
 
 
 class _State:
@@ -357,6 +368,9 @@ class _State:
                 ctx.bad(f"event {i}", "event is not a JSON object")
                 continue
             ph = ev.get("ph")
+            if type(ev.get("pid")) not in _ID_TYPES or type(ev.get("tid")) not in _ID_TYPES:
+                ctx.bad(f"event {i}", "'pid' or 'tid' is not a number or a string")
+                continue
             if ph != "X":
                 if (ph == "s" or ph == "f") and ev.get("cat") in _LAUNCH_FLOW_CATS:
                     fid = ev.get("id")
