@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
-from otel_ext.analysis.loaders.spans import otlp_attrs
+from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_requests
 
 __all__ = ["MetricPoints", "load_otlp_metrics_text"]
 
@@ -133,18 +133,10 @@ def load_otlp_metrics_text(text: str, *, ctx: LoadContext) -> MetricPoints:
     from semantic_conventions import attributes as A
 
     rows: list[dict[str, Any]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-        except ValueError as e:
-            ctx.bad(f"line {lineno}", f"malformed JSON: {e}")
-            continue
-        if not isinstance(req, dict) or not isinstance(req.get("resourceMetrics", []), list):
-            ctx.bad(f"line {lineno}", "not an ExportMetricsServiceRequest")
-            continue
-        for rm in req.get("resourceMetrics", []):
+    for lineno, resource_metrics in otlp_requests(
+        text, ctx=ctx, key="resourceMetrics", what="ExportMetricsServiceRequest"
+    ):
+        for rm in resource_metrics:
             if not isinstance(rm, dict):
                 continue
             res = otlp_attrs((rm.get("resource") or {}).get("attributes"))

@@ -18,6 +18,7 @@ transfer by its endpoints (``host0->host1``, ``host0/chip1->host0/chip2``; the l
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -233,12 +234,23 @@ def otlp_attrs(items: Any) -> dict[str, Any]:
     return out
 
 
-def load_otlp_traces_text(text: str, *, ctx: LoadContext) -> EventTable:
-    """Spans of an OTLP-JSON traces file (one ``ExportTraceServiceRequest`` per line)."""
+def otlp_requests(
+    text: str, *, ctx: LoadContext, key: str, what: str
+) -> Iterator[tuple[int, list[Any]]]:
+    r"""Each line of an OTLP-JSON file (one export request per line) as ``(line, its key list)``.
+
+    Blank lines are skipped; a line that is not JSON, or not a request with a ``key`` list, is
+    recorded as a bad record (``ctx.bad``) and skipped.
+
+    >>> ctx = LoadContext("t.jsonl", keep_going=True)
+    >>> [n for n, _ in otlp_requests('{"resourceSpans": []}\n\nnot json', ctx=ctx,
+    ...                               key="resourceSpans", what="ExportTraceServiceRequest")]
+    [1]
+    >>> [s.record for s in ctx.skipped]
+    ['line 3']
+    """
     import json
 
-    rows = SpanRows(ctx)
-    n_span = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -247,10 +259,20 @@ def load_otlp_traces_text(text: str, *, ctx: LoadContext) -> EventTable:
         except ValueError as e:
             ctx.bad(f"line {lineno}", f"malformed JSON: {e}")
             continue
-        if not isinstance(req, dict) or not isinstance(req.get("resourceSpans", []), list):
-            ctx.bad(f"line {lineno}", "not an ExportTraceServiceRequest (no resourceSpans list)")
+        if not isinstance(req, dict) or not isinstance(req.get(key, []), list):
+            ctx.bad(f"line {lineno}", f"not an {what} (no {key} list)")
             continue
-        for rs in req.get("resourceSpans", []):
+        yield lineno, req.get(key, [])
+
+
+def load_otlp_traces_text(text: str, *, ctx: LoadContext) -> EventTable:
+    """Spans of an OTLP-JSON traces file (one ``ExportTraceServiceRequest`` per line)."""
+    rows = SpanRows(ctx)
+    n_span = 0
+    for lineno, resource_spans in otlp_requests(
+        text, ctx=ctx, key="resourceSpans", what="ExportTraceServiceRequest"
+    ):
+        for rs in resource_spans:
             if not isinstance(rs, dict):
                 ctx.bad(f"line {lineno}", "resourceSpans entry is not an object")
                 continue
