@@ -310,6 +310,8 @@ def build_findings(
             kind = "throttle" if onset is not None else "straggler"
         own = int(np.count_nonzero(match.member_rank == rank)) or n_inst
         last_pct = 100.0 * r["last_arrivals"] / own
+        # the waits are measured on the traced collectives; say so when a schedule sampled
+        in_traced = f" in the traced {frac:.0%} of the run" if frac < 0.999 else ""
         if kind == "throttle":
             why = (
                 f"clock {evidence['clock_before_hz'] / 1e9:.2f} -> "
@@ -319,12 +321,13 @@ def build_findings(
             )
             summary = (
                 f"{target} throttled: {why}; last at {last_pct:.0f}% of collectives; "
-                f"the others waited {_ms(r['blame_ns'])} for it"
+                f"the others waited {_ms(r['blame_ns'])} for it{in_traced}"
             )
         else:
             summary = (
                 f"{target} is a straggler: compute {r['slowdown']:.2f}x the median rank, last "
-                f"at {last_pct:.0f}% of collectives; the others waited {_ms(r['blame_ns'])}"
+                f"at {last_pct:.0f}% of collectives; the others waited "
+                f"{_ms(r['blame_ns'])}{in_traced}"
             )
         findings.append(Finding(kind, target, saved, pct(saved), summary, evidence))
     # ---- chips whose clock dropped while their peers' did not (counter evidence) --------
