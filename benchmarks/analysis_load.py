@@ -1,7 +1,8 @@
 """Benchmark: load + core analyses (otel-ext) vs Holistic Trace Analysis 0.5.0, same files.
 
     python benchmarks/analysis_load.py [--repeat 3] [--ranks64-events 0] [--scale-ranks 100]
-                                       [--full] [--no-cscan] [--cases two_rank ...]
+                                       [--full] [--no-cscan] [--materialised]
+                                       [--cases two_rank ...]
 
 Each measurement runs in a fresh subprocess, ``--repeat`` times, best run kept (the machine
 may be shared). Two times per tool: ``wall``, the whole process as a user sees it
@@ -13,7 +14,9 @@ files in a process pool). HTA runs from its own
 virtual environment (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``) when it
 exists. Prints one table with ratios measured in the same run. ``--full`` runs the scaling
 case at 1,000 ranks × 20,000 events (analyses on a generated table). ``--no-cscan`` loads
-without the compiled extractor (the ``msgspec`` path alone), for comparison.
+without the compiled extractor (the ``msgspec`` path alone), for comparison. The scaling case's
+table stores its uniform columns as constant columns, as the loaders do (``--materialised``:
+every column a full array, as before).
 """
 
 from __future__ import annotations
@@ -87,13 +90,15 @@ print(json.dumps({"seconds": seconds, "imports": t1 - t0, "events": len(t), "cpu
 SCALE = r"""
 import json, resource, sys, time
 import numpy as np
-from otel_ext.analysis.table import EventTable, NUMERIC_COLUMNS, STRING_COLUMNS
+from otel_ext.analysis.table import EventTable, NUMERIC_COLUMNS, STRING_COLUMNS, constant_column
 from otel_ext.analysis.breakdown import temporal_breakdown, idle_breakdown, launch_stats
 from otel_ext.analysis.overlap import comm_comp_overlap
 ranks, per = int(sys.argv[1]), int(sys.argv[2])
 n = ranks * per
 rng = np.random.default_rng(0)
-cols = {k: np.full(n, d, dtype=t) for k, (t, d) in NUMERIC_COLUMNS.items()}
+full = "--materialised" in sys.argv  # else uniform columns constant, as the loaders build them
+fill = (lambda v, t: np.full(n, v, dtype=t)) if full else (lambda v, t: constant_column(v, t, n))
+cols = {k: fill(d, t) for k, (t, d) in NUMERIC_COLUMNS.items()}
 cols["rank"] = np.repeat(np.arange(ranks, dtype=np.int32), per)
 start = np.cumsum(rng.integers(1_000, 20_000, n)).astype(np.int64)
 cols["start_ns"] = start
@@ -101,7 +106,7 @@ cols["end_ns"] = start + rng.integers(500, 30_000, n)
 cols["category"] = rng.choice(np.array([3, 3, 3, 4, 5], dtype=np.int8), n)
 cols["stream"] = rng.choice(np.array([7, 13, 21]), n)
 for s in STRING_COLUMNS:
-    cols[s] = np.zeros(n, dtype=np.int32)
+    cols[s] = np.zeros(n, dtype=np.int32) if full else constant_column(0, np.int32, n)
 t = EventTable(cols, {s: [""] for s in STRING_COLUMNS})
 t0 = time.perf_counter()
 temporal_breakdown(t); idle_breakdown(t); comm_comp_overlap(t); launch_stats(t)
@@ -181,6 +186,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
     ap.add_argument("--no-cscan", action="store_true", help="without the compiled extractor")
     ap.add_argument(
+        "--materialised",
+        action="store_true",
+        help="scaling case with every column a full array (no constant columns)",
+    )
+    ap.add_argument(
         "--cases",
         nargs="*",
         default=[
@@ -239,7 +249,8 @@ def main() -> None:
         )
     ranks = 1000 if args.full else args.scale_ranks
     for r in sorted({max(1, ranks // 10), ranks}):
-        s = run([sys.executable, "-c", SCALE, str(r), str(args.scale_events)])
+        flag = ["--materialised"] if args.materialised else []
+        s = run([sys.executable, "-c", SCALE, str(r), str(args.scale_events), *flag])
         per = s.get("seconds", 0) / max(1, r * args.scale_events) * 1e9
         print(
             f"scaling: {r} ranks x {args.scale_events} events: analyses {s.get('seconds', 0):.2f} s "

@@ -146,7 +146,7 @@ def test_mtia_differs_only_by_sync_markers(hta_python: Path, shared_traces: Path
     markers &= np.array([n.startswith("event_") for n in names])
     assert markers.sum() > 0
     assert abs(temporal[0].compute_pct - hta["compute_pct"]) > TOL  # we differ ...
-    table.columns["category"][markers] = Category.KERNEL_COMPUTE  # ... by exactly HTA's mistake
+    table.writable("category")[markers] = Category.KERNEL_COMPUTE  # ... by exactly HTA's mistake
     redo = temporal_breakdown(table)[0]
     assert abs(redo.compute_pct - hta["compute_pct"]) <= TOL
     assert abs(redo.idle_pct - hta["idle_pct"]) <= TOL

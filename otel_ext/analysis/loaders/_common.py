@@ -18,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis.table import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable
+from otel_ext.analysis.table import (
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    EventTable,
+    constant_column,
+)
 from otel_ext.errors import InputError
 
 __all__ = [
@@ -192,7 +197,7 @@ class ColumnBuilder:
             if buf is not None:
                 columns[name] = np.frombuffer(buf, dtype=dtype).copy() if n else np.zeros(0, dtype)
             else:
-                columns[name] = np.full(n, default, dtype=dtype)
+                columns[name] = constant_column(default, dtype, n)
         strings: dict[str, list[str]] = {}
         for name in STRING_COLUMNS:
             sbuf = self.str.get(name)
@@ -202,6 +207,6 @@ class ColumnBuilder:
                 )
                 strings[name] = list(self.dicts[name])
             else:
-                columns[name] = np.zeros(n, dtype=np.int32)
+                columns[name] = constant_column(0, np.int32, n)
                 strings[name] = [""]
-        return EventTable(columns, strings, dict(meta or {}))
+        return EventTable(columns, strings, dict(meta or {})).compact()

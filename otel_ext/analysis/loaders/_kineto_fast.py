@@ -43,7 +43,15 @@ import numpy as np
 
 from otel_ext.analysis.classify import classify_kineto
 from otel_ext.analysis.loaders._common import MAX_ABS_NS, us_to_ns
-from otel_ext.analysis.table import DEVICE_CATEGORIES, Category
+from otel_ext.analysis.table import (
+    DEVICE_CATEGORIES,
+    Category,
+    concat_columns,
+    constant_column,
+    is_constant,
+    pack_columns,
+    unpack_columns,
+)
 
 __all__ = [
     "Accumulator",
@@ -419,7 +427,14 @@ class Accumulator:
         return category, on_device
 
     def _collectives(self, n: int, coll_dicts: dict[int, dict[str, Any]]) -> tuple[np.ndarray, ...]:
-        """seq, bytes, group size, op and group codes of the collective rows (-1/0 elsewhere)."""
+        """seq, bytes, group size, op and group codes of the collective rows (-1/0 elsewhere;
+        constant columns when the chunk has no collective row)."""
+        if not coll_dicts:
+            return (
+                constant_column(-1, np.int64, n), constant_column(-1, np.int64, n),
+                constant_column(-1, np.int32, n), constant_column(0, np.int32, n),
+                constant_column(0, np.int32, n),
+            )  # fmt: skip
         seq = np.full(n, -1, np.int64)
         nbytes = np.full(n, -1, np.int64)
         gsize = np.full(n, -1, np.int32)
@@ -500,7 +515,12 @@ class Accumulator:
         state = dict(self.__dict__)
         state["kinds"] = {}
         state["cats"] = _Codes()
+        state["parts"] = [(chunk, pack_columns(part)) for chunk, part in self.parts]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.parts = [(chunk, unpack_columns(part)) for chunk, part in state["parts"]]
 
 
 def _remap(codes: _Codes, values: list[str]) -> np.ndarray:
@@ -531,7 +551,11 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
             remaps[c] = np.array([d.setdefault(v, len(d)) for v in values], dtype=np.int32)
         for chunk, part in acc.parts:
             for c in _STRING_PARTS:
-                part[c] = remaps[c][part[c]]
+                col = part[c]
+                if is_constant(col):  # a constant column stays one
+                    part[c] = constant_column(remaps[c][col[0]], np.int32, len(col))
+                else:
+                    part[c] = remaps[c][col]
             ordered.append((chunk, part))
         acc.parts = []
     ordered.sort(key=lambda cp: cp[0])
@@ -541,7 +565,7 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
         offsets[chunk] = rows
         rows += len(part["start_ns"])
     keys = list(ordered[0][1]) if ordered else []
-    cols = {k: np.concatenate([p[k] for _, p in ordered]) for k in keys}
+    cols = {k: concat_columns([p[k] for _, p in ordered]) for k in keys}
     del ordered
     uncorrelated = sorted(u for acc in stripes for u in acc.uncorrelated)
     flow_s: dict[tuple[Any, Any, int], int] = {}

@@ -56,6 +56,7 @@ from otel_ext.analysis.table import (
     STRING_COLUMNS,
     Category,
     EventTable,
+    constant_column,
 )
 from otel_ext.errors import InputError
 
@@ -217,7 +218,7 @@ def table_from_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTabl
     for name, (dtype, default) in NUMERIC_COLUMNS.items():
         col = fast.numeric.get(name)
         columns[name] = (
-            col.astype(dtype, copy=False) if col is not None else np.full(n, default, dtype=dtype)
+            col.astype(dtype, copy=False) if col is not None else constant_column(default, dtype, n)
         )
     strings: dict[str, list[str]] = {}
     for name in STRING_COLUMNS:
@@ -225,7 +226,7 @@ def table_from_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTabl
         if enc is not None:
             columns[name], strings[name] = enc
         else:
-            columns[name] = np.zeros(n, dtype=np.int32)
+            columns[name] = constant_column(0, np.int32, n)
             strings[name] = [""]
     columns["device"] = fast.device_codes
     t = EventTable(columns, strings, {})
@@ -280,10 +281,11 @@ def _finish(
     host = header.get("host_name") or header.get("hostname") or ""
     if not isinstance(host, str):
         host = str(host)
+    n = len(t)
     if base:
         for col in ("start_ns", "end_ns"):
-            t.columns[col] += np.int64(base)
-    t.columns["rank"][:] = rank
+            t.writable(col)[:] += np.int64(base)
+    t.columns["rank"] = constant_column(rank, np.int32, n)
     names: dict[str, int] = {"": 0}
     remap = np.zeros(len(device_keys) + 1, dtype=np.int32)
     for k, (pid, cat, dv) in enumerate(device_keys, start=1):
@@ -295,11 +297,11 @@ def _finish(
     t.strings["device"] = list(names)
     if host:
         t.strings["host"] = ["", host]
-        t.columns["host"][:] = 1
+        t.columns["host"] = constant_column(1, np.int32, n)
     t.strings["source"] = ["", path]
-    t.columns["source"][:] = 1
+    t.columns["source"] = constant_column(1, np.int32, n)
     if uncorrelated:
-        corr = t.columns["correlation"]
+        corr = t.writable("correlation")
         flow_s, flow_f = flows
         for row, pid, tid, ts, on_device in uncorrelated:
             try:
@@ -325,7 +327,7 @@ def _finish(
             p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)
         ],
     )
-    return t
+    return t.compact()
 
 
 #: the JSON types a pid or tid may have (they key dictionaries)
@@ -495,8 +497,9 @@ def _inherit_collectives(t: EventTable) -> None:
     krows, src = krows[hit], host_rows[order][pos_c[hit]]
     if not len(krows):
         return
-    cat[krows] = Category.KERNEL_COMM
+    t.writable("category")[krows] = Category.KERNEL_COMM
     for col in ("coll_op", "coll_group", "coll_seq", "coll_bytes", "coll_group_size"):
         c = t.columns[col]
         empty = c[krows] <= (0 if col in ("coll_op", "coll_group") else -1)
-        c[krows[empty]] = c[src[empty]]
+        if empty.any():
+            t.writable(col)[krows[empty]] = c[src[empty]]
