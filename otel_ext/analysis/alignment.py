@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct, median
 from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import OtelExtError
@@ -131,7 +132,7 @@ def estimate_rank_offsets(
     >>> off, bound
     ({0: 0.0, 1: 250.0}, {0: 0.0, 1: 0.0})
     """
-    ranks = np.unique(rank)
+    ranks = distinct(rank)
     if len(ranks) == 0:
         return {}, {}, {}, {}
     rpos = np.searchsorted(ranks, rank)
@@ -156,7 +157,7 @@ def estimate_rank_offsets(
         return (lo + hi) / 2
 
     def rank_median(v: np.ndarray) -> np.ndarray:
-        return np.array([np.median(v[rpos == i]) for i in range(len(ranks))])
+        return np.array([median(v[rpos == i]) for i in range(len(ranks))])
 
     for _ in range(iterations):
         ek = inst_median(corrected())
@@ -173,9 +174,9 @@ def estimate_rank_offsets(
                 continue
             y = e[sel] - ek[ipos[sel]] - off[i]
             slope = np.polyfit(x, y, 1)[0]
-            resid_before = np.median(np.abs(y - np.median(y)))
+            resid_before = median(np.abs(y - median(y)))
             y2 = y - slope * x
-            resid_after = np.median(np.abs(y2 - np.median(y2)))
+            resid_after = median(np.abs(y2 - median(y2)))
             if resid_after < 0.5 * resid_before and abs(slope) * np.ptp(x) > 3 * resid_after:
                 drift[i] = slope
         for _ in range(iterations):
@@ -293,8 +294,8 @@ def clock_groups(table: EventTable) -> dict[str, list[int]]:
     host = table["host"]
     names = table.strings["host"]
     groups: dict[str, list[int]] = {}
-    for r in sorted(int(x) for x in np.unique(rank) if x >= 0):
-        codes = np.unique(host[rank == r])
+    for r in sorted(int(x) for x in distinct(rank) if x >= 0):
+        codes = distinct(host[rank == r])
         codes = codes[codes != 0]
         key = names[int(codes[0])] if len(codes) == 1 else f"rank{r}"
         groups.setdefault(key, []).append(r)
@@ -309,8 +310,8 @@ def _shared_corrections(
     off: dict[int, float] = {}
     dr: dict[int, float] = {}
     for members in groups.values():
-        o = float(np.median([offsets.get(r, 0.0) for r in members]))
-        d = float(np.median([drift.get(r, 0.0) for r in members]))
+        o = float(median([offsets.get(r, 0.0) for r in members]))
+        d = float(median([drift.get(r, 0.0) for r in members]))
         for r in members:
             off[r], dr[r] = o, d
     if off:
@@ -427,8 +428,8 @@ def align_ranks(
     if match is None:
         match = match_collectives(table)
     before = count_violations(match)
-    ranks = sorted(int(r) for r in np.unique(table["rank"]) if r >= 0)
-    if match.n_instances == 0 or len(np.unique(match.member_rank)) < 2:
+    ranks = sorted(int(r) for r in distinct(table["rank"]) if r >= 0)
+    if match.n_instances == 0 or len(distinct(match.member_rank)) < 2:
         zero = {r: 0.0 for r in ranks}
         return Alignment(table, match, zero, dict(zero), dict(zero), "none", before, before)
     got = _clocks_estimate(match, fit_drift=fit_drift)

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct, percentile
 from otel_ext.analysis._intervals import group_slices, union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
@@ -379,7 +380,7 @@ def launch_stats(table: EventTable) -> list[LaunchStatsRow]:
         ls = start[lr[has]]
         delay = start[k] - ls
         if delay.shape[0]:
-            p50, p90, p99 = (float(x) for x in np.percentile(delay, [50, 90, 99]))
+            p50, p90, p99 = (float(x) for x in percentile(delay, [50, 90, 99]))
             times = np.concatenate([ls, end[k]])
             steps = np.concatenate([np.ones(ls.shape[0], np.int64), -np.ones(k.shape[0], np.int64)])
             o = np.lexsort((steps, times))  # at equal times, ends (-1) before launches (+1)
@@ -407,7 +408,7 @@ def drop_last_step(table: EventTable) -> EventTable:
     cat, start, src = table["category"], table["start_ns"], table["source"]
     dev = device_mask(table)
     launch = launch_rows(table)
-    for code in np.unique(src).tolist():
+    for code in distinct(src).tolist():
         in_file = src == code
         steps = in_file & (cat == Category.STEP)
         if steps.sum() < 2:

@@ -86,6 +86,12 @@ _COMM_NAME_RE = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 
+#: a name matches ``_COMM_NAME_RE`` only if, case-folded, it holds one of these (each
+#: alternative of the pattern needs one; none has an "i", whose case-insensitive matches are
+#: not all case-folded to "i"); most kernel names hold none and skip the pattern, whose
+#: case-insensitive alternatives are tried at every position of the name
+_COMM_NAME_HINTS = ("ccl", "ep::", "nvshmem", "all", "reduce", "mem_", "userbuffers_")
+
 _HOST_COLLECTIVE_RE = re.compile(r"^(?:record_param_comms|c10d::|nccl:|gloo:|mtia_ccl|deep_ep::)")
 
 
@@ -97,6 +103,9 @@ def is_comm_kernel_name(name: str) -> bool:
     >>> is_comm_kernel_name("void at::native::vectorized_elementwise_kernel<4>")
     False
     """
+    folded = name.casefold()
+    if not any(h in folded for h in _COMM_NAME_HINTS):
+        return False  # the usual compute kernel: its (often long, templated) name not scanned
     return _COMM_NAME_RE.search(name) is not None
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct, median
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
@@ -244,9 +245,9 @@ class CollectiveMatch:
                     "group": grp,
                     "count": len(sel),
                     "total_wait_ns": int(self.wait_ns[msel].sum()),
-                    "median_transfer_ns": int(np.median(self.transfer_ns[sel])),
-                    "median_start_skew_ns": int(np.median(self.start_skew_ns[sel])),
-                    "median_busbw": float(np.median(bw)) if len(bw) else None,
+                    "median_transfer_ns": int(median(self.transfer_ns[sel])),
+                    "median_start_skew_ns": int(median(self.start_skew_ns[sel])),
+                    "median_busbw": float(median(bw)) if len(bw) else None,
                 }
             )
         return out
@@ -424,11 +425,11 @@ def sampled_fraction(table: EventTable) -> dict[str, float]:
     out: dict[str, float] = {}
     groups = table["coll_group"][sel]
     seqs = table["coll_seq"][sel]
-    for g in np.unique(groups):
-        q = np.unique(seqs[groups == g])
+    for g in distinct(groups):
+        q = distinct(seqs[groups == g])
         starts = q[np.r_[True, np.diff(q) > 1]]
         if len(starts) >= 2:
-            span = float(starts[-1] - starts[0] + np.median(np.diff(starts)))
+            span = float(starts[-1] - starts[0] + median(np.diff(starts)))
         else:
             span = float(q[-1] - q[0] + 1)
         frac = min(1.0, len(q) / max(span, float(q[-1] - q[0] + 1)))
@@ -481,7 +482,7 @@ def _instances(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
         hosts = [_host_of(table.strings["device"][int(d)]) for d in table["device"][rows[rest]]]
         host_code = np.unique(np.asarray(hosts, dtype=object), return_inverse=True)[1]
         order = np.lexsort((start, nbytes, host_code))
-        tol = max(1.0, float(np.median(dur)) / 2)
+        tol = max(1.0, float(median(dur)) / 2)
         prev: tuple[int, int, int] | None = None
         cur = -1
         for j in order.tolist():
@@ -536,7 +537,7 @@ def link_stats(
     dur = (table["end_ns"][rows] - start).astype(np.float64)
     nbytes = table["coll_bytes"][rows].astype(np.float64)
     inst, group = _instances(table, rows)
-    codes = [int(c) for c in np.unique(dev) if c != 0]
+    codes = [int(c) for c in distinct(dev) if c != 0]
     names = {c: table.strings["device"][c] for c in codes}
     kinds = {c: _link_kind(names[c]) for c in codes}
     # paired comparison inside each collective (chip links)
@@ -559,7 +560,7 @@ def link_stats(
         every = [v for _, v in items]
         for c, d in items:
             # the median link of the collective (itself included: robust with three or more)
-            ref = float(np.median(every)) if len(every) >= 3 else sum(every) - d
+            ref = float(median(every)) if len(every) >= 3 else sum(every) - d
             if ref > 0:
                 ratios[c].append(d / ref)
         top_c, top_d = items[-1]
@@ -582,8 +583,8 @@ def link_stats(
             "transfers": int(m.sum()),
             "bytes": int(bts[bts > 0].sum()),
             "busy_ns": int(d.sum()),
-            "median_ns": float(np.median(d)),
-            "median_bw": float(np.median(bw)) if len(bw) else None,
+            "median_ns": float(median(d)),
+            "median_bw": float(median(bw)) if len(bw) else None,
             "peers": 0,
             "peer_median_ns": None,
             "slowness": None,
@@ -599,7 +600,7 @@ def link_stats(
             row["group"] = table.strings["coll_group"][int(np.bincount(g).argmax())]
         if kinds[c] == "chip" and len(ratios[c]) >= 1:
             n = len(ratios[c])
-            row["slowness"] = round(float(np.median(ratios[c])), 6)
+            row["slowness"] = round(float(median(ratios[c])), 6)
             row["slowest_share"] = round(last[c] / n, 6)
             row["wait_ns"] = int(wait[c])
             row["basis"] = "same collective"
@@ -610,12 +611,12 @@ def link_stats(
         elif kinds[c] == "chip":
             peer_m = chip & (dev != c) & (size_class >= 0)
             rs = []
-            for k in np.unique(size_class[m & (size_class >= 0)]):
+            for k in distinct(size_class[m & (size_class >= 0)]):
                 pd = dur[peer_m & (size_class == k)]
                 if len(pd):
-                    rs.extend((dur[m & (size_class == k)] / float(np.median(pd))).tolist())
+                    rs.extend((dur[m & (size_class == k)] / float(median(pd))).tolist())
             if rs:
-                row["slowness"] = round(float(np.median(rs)), 6)
+                row["slowness"] = round(float(median(rs)), 6)
                 row["slowest_share"] = round(float(np.mean(np.asarray(rs) > 1.0)), 6)
                 row["basis"] = "same size"
                 row["peers"] = len({int(x) for x in dev[peer_m]})
@@ -697,7 +698,7 @@ def port_stats(
     named = [_host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
     hosts = sorted({h for e in ends for h in e})
     touch = {h: np.asarray([h in e for e in ends]) & ok for h in hosts}
-    med = {h: float(np.median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
+    med = {h: float(median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
     if nominal_bw:
         reference, basis = efficiency * float(nominal_bw), "nominal"
     else:
@@ -707,7 +708,7 @@ def port_stats(
         reference, basis = max(best), "best port"
     slow = ok & (bw < reference / slow_ratio)
     fine = ok & ~slow
-    healthy = float(np.median(bw[fine])) if fine.sum() >= min_transfers else reference
+    healthy = float(median(bw[fine])) if fine.sum() >= min_transfers else reference
     extra = np.where(slow, d - b / healthy * 1e9, 0.0)
     out: dict[str, dict[str, Any]] = {}
     for h in hosts:

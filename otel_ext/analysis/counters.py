@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import median
 from semantic_conventions import metrics as M
 
 __all__ = [
@@ -79,7 +80,7 @@ def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | Non
     if n < 4:
         return None
     raw = v
-    v = v - float(np.median(v))  # centred: the sums below then cancel less
+    v = v - float(median(v))  # centred: the sums below then cancel less
     c = np.cumsum(v)
     c2 = np.cumsum(v * v)
     k = np.arange(1, n)  # split after k points
@@ -125,7 +126,7 @@ def _summary(t: np.ndarray, v: np.ndarray, window: tuple[int, int] | None) -> di
     out: dict[str, Any] = {
         "points": len(v),
         "min": float(v.min()),
-        "median": float(np.median(v)),
+        "median": float(median(v)),
         "max": float(v.max()),
         "first": float(v[0]),
         "last": float(v[-1]),
@@ -187,8 +188,8 @@ def correlate_counters(
                 if window is not None:
                     keep = (pt >= window[0]) & (pt <= window[1])
                     pv = pv[keep] if keep.sum() else pv
-                peer_medians.append(float(np.median(pv)))
-        s["peer_median"] = float(np.median(peer_medians)) if peer_medians else None
+                peer_medians.append(float(median(pv)))
+        s["peer_median"] = float(median(peer_medians)) if peer_medians else None
         step = max(1, len(v) // series_points)
         s["values"] = [[int(a), float(b)] for a, b in zip(t[::step], v[::step])]
         out["series"][name] = s

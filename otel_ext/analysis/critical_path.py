@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
@@ -112,7 +113,7 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     rank = table["rank"][rows]
     start = table["start_ns"][rows]
     end = table["end_ns"][rows]
-    for r in np.unique(rank[is_dev]):
+    for r in distinct(rank[is_dev]):
         idx = np.flatnonzero(is_dev & (rank == r))
         by_end = idx[np.argsort(end[idx], kind="stable")]
         pos = np.searchsorted(end[by_end], start[idx], side="right") - 1

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct
 from otel_ext.analysis.alignment import align_ranks
 from otel_ext.analysis.collectives import (
     CollectiveMatch,
@@ -72,7 +73,7 @@ def wait_heatmap(match: CollectiveMatch, *, bins: int = 60) -> dict[str, Any]:
     lo = int(match.member_start_ns.min())
     hi = int(match.member_start_ns.max()) + 1
     edges = np.linspace(lo, hi, bins + 1)
-    ranks = np.unique(match.member_rank)
+    ranks = distinct(match.member_rank)
     b = np.clip(np.searchsorted(edges, match.member_start_ns, side="right") - 1, 0, bins - 1)
     r = np.searchsorted(ranks, match.member_rank)
     grid = np.zeros((len(ranks), bins), dtype=np.int64)
@@ -217,7 +218,7 @@ def analyze(
     if step_rows.any():
         ranks_with = aligned["rank"][step_rows]
         r0 = int(ranks_with.min())
-        steps = len(np.unique(aligned["name"][step_rows & (aligned["rank"] == r0)]))
+        steps = len(distinct(aligned["name"][step_rows & (aligned["rank"] == r0)]))
     top = strag.top()
     cp = critical_path(
         aligned,

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import median, percentile
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.critical_path import straggler_saving
@@ -180,7 +181,7 @@ def _late_is_systematic(match: CollectiveMatch, rank: int, last_arrivals: int) -
     joined = int(sel.sum())
     if joined < 5:
         return False
-    members = float(np.median(match.n_ranks[match.member_instance[sel]]))
+    members = float(median(match.n_ranks[match.member_instance[sel]]))
     p0 = 1.0 / max(members, 1.0)
     return last_arrivals / joined >= p0 + 3.0 * float(np.sqrt(p0 * (1.0 - p0) / joined))
 
@@ -192,12 +193,12 @@ def _slow_ranks(
     if len(rows) < 2:
         return []
     ratios = [r["compute_ratio"] for r in rows if r["compute_ratio"] is not None]
-    med_ratio = float(np.median(ratios)) if ratios else 1.0
+    med_ratio = float(median(ratios)) if ratios else 1.0
     total_blame = sum(r["blame_ns"] for r in rows)
     out = []
     for r in rows:
         wins = [v for v in r["compute_ratio_by_window"] if v is not None]
-        slowdown = max(r["compute_ratio"] or 0.0, float(np.percentile(wins, 75)) if wins else 0.0)
+        slowdown = max(r["compute_ratio"] or 0.0, float(percentile(wins, 75)) if wins else 0.0)
         slow_compute = slowdown / max(med_ratio, 1e-9) >= th.slow_compute_ratio
         share = r["blame_ns"] / total_blame if total_blame else 0.0
         late = (

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = ["imbalance_of", "load_imbalance"]
@@ -64,7 +65,7 @@ def _per_name(
     ranks = table["rank"][rows].astype(np.int64)
     gcode = _group_codes(ranks, groups)
     out: list[dict[str, Any]] = []
-    for g in np.unique(gcode):
+    for g in distinct(gcode):
         m = gcode == g
         out.extend(_per_name_in(table, rows[m], ranks[m], int(g) if g >= -1 else -1))
     out.sort(key=lambda x: -x["imbalance"])
@@ -129,7 +130,7 @@ def load_imbalance(
         tot = np.zeros(len(ur))
         np.add.at(tot, inv.reshape(-1), d)
         gcode = _group_codes(ur, groups)
-        for g in np.unique(gcode):
+        for g in distinct(gcode):
             m = gcode == g
             if m.sum() < 2:
                 continue

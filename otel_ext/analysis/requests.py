@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct, percentile
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = ["request_latency"]
@@ -81,7 +82,7 @@ def _phase_of(name: str) -> str | None:
 
 
 def _pct(values: list[int], q: float) -> int | None:
-    return int(np.percentile(values, q)) if values else None
+    return int(percentile(values, q)) if values else None
 
 
 def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
@@ -114,12 +115,12 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
     dev_sel = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
     devices: dict[str, _Coverage] = {}
     dev_codes = table["device"][dev_sel]
-    for code in np.unique(dev_codes):
+    for code in distinct(dev_codes):
         rows = np.flatnonzero(dev_sel)[dev_codes == code]
         devices[table.strings["device"][int(code)] or "?"] = _Coverage(start[rows], end[rows])
     # rows of each trace, for attribution from the request's own trace
     traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
-    traced_codes = set(np.unique(trace[traced]).tolist()) if layer_or_coll.any() else set()
+    traced_codes = set(distinct(trace[traced]).tolist()) if layer_or_coll.any() else set()
     out = []
     for r in req_rows.tolist():
         tcode = int(trace[r])

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._arrays import distinct, median
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.table import Category, EventTable
 
@@ -62,7 +63,7 @@ def rank_devices(table: EventTable) -> dict[int, tuple[str, str]]:
     rank = table["rank"]
     out: dict[int, tuple[str, str]] = {}
     cat = table["category"]
-    for r in np.unique(rank[rank >= 0]):
+    for r in distinct(rank[rank >= 0]):
         sel = rank == r
         dev_sel = sel & (cat != Category.LINK_TRANSFER)
         dev = table["device"][dev_sel]
@@ -124,15 +125,15 @@ def compute_ratios(
     ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)
     overall: dict[int, float] = {}
     by_window: dict[int, list[float | None]] = {}
-    for r in np.unique(rank):
+    for r in distinct(rank):
         rs = (rank == r) & np.isfinite(ratio)
         if not rs.any():
             continue
-        overall[int(r)] = float(np.median(ratio[rs]))
+        overall[int(r)] = float(median(ratio[rs]))
         vals: list[float | None] = []
         for w in range(max(len(edges) - 1, 1)):
             ws = rs & (win == w)
-            vals.append(float(np.median(ratio[ws])) if ws.any() else None)
+            vals.append(float(median(ratio[ws])) if ws.any() else None)
         by_window[int(r)] = vals
     return overall, by_window
 
@@ -159,10 +160,10 @@ def _self_lateness(
         return out
     n = int(inst.max()) + 1
     med = np.full(n, np.nan)
-    for k in np.unique(inst[ok]):
+    for k in distinct(inst[ok]):
         g = gap[ok & (inst == k)]
         if len(g) >= 2:
-            med[k] = float(np.median(g))
+            med[k] = float(median(g))
     use = ok & np.isfinite(med[inst])
     out[use] = gap[use] - med[inst[use]]
     return out
@@ -196,7 +197,7 @@ def find_stragglers(
     Returns:
         A :class:`StragglerReport`, rows sorted most likely first.
     """
-    ranks = sorted(int(r) for r in np.unique(table["rank"]) if r >= 0)
+    ranks = sorted(int(r) for r in distinct(table["rank"]) if r >= 0)
     devices = rank_devices(table)
     dev_rows = table["rank"] >= 0
     if dev_rows.any():
@@ -230,14 +231,14 @@ def find_stragglers(
         culprit = _culprits(inst, mrank, lateness, match.n_instances)
         win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
         win = np.minimum(win, windows - 1)
-        present_windows = np.unique(win)
+        present_windows = distinct(win)
         for r in ranks:
             sel = mrank == r
             if not sel.any():
                 continue
             lr = lateness[sel]
             late[r] = int(np.clip(lr, 0, None).sum())
-            med_late[r] = float(np.median(lr))
+            med_late[r] = float(median(lr))
             last_count[r] = int((match.last_rank == r).sum())
             blame[r] = int(inst_blame[culprit == r].sum())
         # persistence: per window, the rank with the largest mean lateness
@@ -247,7 +248,7 @@ def find_stragglers(
             ws = mwin == w
             rr = mrank[ws]
             ll = lateness[ws]
-            ur = np.unique(rr)
+            ur = distinct(rr)
             means = np.array([ll[rr == x].mean() for x in ur])
             if len(means) and means.max() > 0:
                 wins_led[int(ur[int(means.argmax())])] += 1

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from otel_ext._arrays import median
 from otel_ext.clocks._collectives import pair_indices
 from otel_ext.errors import InputError
 
@@ -182,7 +183,7 @@ def _domain_offsets(
             else:
                 lo = mid
         delta, _ = longest(hi)
-    return delta - np.median(delta)
+    return delta - median(delta)
 
 
 _INF = np.int64(1) << np.int64(60)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from otel_ext._arrays import median
 from otel_ext.errors import InputError
 
 __all__ = ["CollectiveOffsets", "estimate_offsets_from_collectives", "pair_indices"]
@@ -164,7 +165,7 @@ def estimate_offsets_from_collectives(
         raise InputError(f"reference rank {ref} has no collectives")
     ref_i = int(np.searchsorted(ranks, ref))
     per_rank = np.bincount(rix[use], minlength=nr)
-    t_ref = float(np.median(ext[use]))
+    t_ref = float(median(ext[use]))
     span = float(ext[use].max() - ext[use].min())
     if fit_drift is None:
         fit_drift = span > 10e9 and bool(per_rank.min() >= 10)
@@ -193,7 +194,7 @@ def estimate_offsets_from_collectives(
             o = sy / np.maximum(sw, 1e-300)
         o, d = o - o[ref_i], d - d[ref_i]
         res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]
-        mad = np.median(np.abs(res)) * 1.4826 + 1e-9
+        mad = median(np.abs(res)) * 1.4826 + 1e-9
         w = np.minimum(1.0, 3.0 * mad / np.maximum(np.abs(res), 1e-300))
 
     res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]

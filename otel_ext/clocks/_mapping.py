@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from otel_ext._arrays import median
 from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError
 
 __all__ = ["ClockMapping", "ComposedMapping", "TimeMapping", "compose"]
@@ -202,7 +203,7 @@ class ClockMapping:
 
     def median_bound_ns(self) -> float:
         """Median knot bound: a one-number summary of the fit's quality."""
-        return float(np.median(self._kb)) + self._resolution_ns()
+        return float(median(self._kb)) + self._resolution_ns()
 
     # -- mapping ------------------------------------------------------------------------
     def unwrap(self, ticks: ArrayLike, near_host_ns: ArrayLike | None = None) -> NDArray[np.int64]:

@@ -643,7 +643,7 @@ def decode_fast(data: bytes | str) -> FastColumns | None:
 
 #: bytes of JSON text decoded at a time (the decoded events of one chunk are freed before
 #: the next one is decoded, so a file never exists whole as Python objects)
-_CHUNK = 4 << 20
+_CHUNK = 1 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _AFTER_EVENT = re.compile(rb"\s*,\s*\{")
 

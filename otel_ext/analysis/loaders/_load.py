@@ -8,7 +8,6 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,8 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
-    """The file's bytes a piece at a time, gunzipped on the fly (gzip members concatenated).
+    """The file's bytes a piece (at most ``size`` bytes) at a time, gunzipped on the fly (gzip
+    members concatenated): a small gzip file that inflates tenfold is never whole in memory.
 
     Raises:
         InputError: unreadable file, truncated or corrupt gzip data.
@@ -92,22 +92,25 @@ def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
         d = _inflate.decompressobj(wbits=31)
         data = first
         pending = False  # the current member has begun and not ended
+        full = False  # the last piece was cut at ``size``: more may come without more input
         try:
             while True:
-                if not data:
+                if not data and not full:
                     data = f.read(size)
                     if not data:
                         break
                 pending = True
-                out = d.decompress(data)
+                out = d.decompress(data, size)  # pieces of at most ``size`` bytes
+                full = len(out) == size
                 if out:
                     yield out
                 if d.eof:  # end of a member; another may follow
                     data = d.unused_data
                     d = _inflate.decompressobj(wbits=31)
                     pending = False
+                    full = False
                 else:
-                    data = b""
+                    data = d.unconsumed_tail
         except _INFLATE_ERRORS as e:
             raise InputError(
                 f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
@@ -463,6 +466,9 @@ def load_paths(
             except InputError as e:
                 handle(i, e)
     else:
+        # imported here: the pool's modules cost 3 MB and a few ms, spent only when it runs
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = [
                 [pool.submit(_load_one, (f, keep_going, k, n)) for k in range(n)]
