@@ -40,7 +40,9 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported (each costs its own imports: the
+    analysis alone needs none of the simulator's, the exporter's or the registry's)."""
     parser = _OneLineParser(
         prog="otel-ext",
         description="Performance telemetry for multi-accelerator AI systems.",
@@ -49,6 +51,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=help_text, description=help_text)
+        if name != command:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -70,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success, 1 on an otel-ext error, 2 on bad arguments.
     """
-    parser = _build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = _build_parser(command)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from otel_ext._arrays import distinct, median, percentile
+from otel_ext._arrays import distinct, distinct_rows, median, percentile
 from otel_ext.analysis import classify
 
 _INTS = st.sampled_from([np.int8, np.int32, np.int64, np.uint8, np.uint64])
@@ -92,9 +92,10 @@ def test_no_numpy_ma_import() -> None:
     """The point of the module: the first call does not import ``numpy.ma`` (10 ms, 1.3 MB)."""
     code = (
         "import sys, numpy as np\n"
-        "from otel_ext._arrays import distinct, median, percentile\n"
+        "from otel_ext._arrays import distinct, distinct_rows, median, percentile\n"
         "a = np.arange(100.0)\n"
         "distinct(a); distinct(a.astype(int)); median(a); percentile(a, [50, 99])\n"
+        "distinct_rows(np.stack([a, a], axis=1))\n"
         "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['numpy', 'ma']))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -118,3 +119,9 @@ def test_comm_prefilter_never_changes_a_verdict(name: str) -> None:
 @given(st.text(max_size=60))
 def test_comm_prefilter_on_any_text(name: str) -> None:
     assert classify.is_comm_kernel_name(name) == (classify._COMM_NAME_RE.search(name) is not None)
+
+
+@given(hnp.arrays(np.int64, st.tuples(st.integers(0, 40), st.integers(1, 3)),
+                  elements=st.integers(-5, 5)))  # fmt: skip
+def test_distinct_rows_is_numpy_unique_rows(a: np.ndarray) -> None:
+    np.testing.assert_array_equal(distinct_rows(a), np.unique(a, axis=0))

@@ -87,9 +87,9 @@ def wait_heatmap(match: CollectiveMatch, *, bins: int = 60) -> dict[str, Any]:
 
 def _device_model(load: Any) -> str | None:
     from semantic_conventions.attributes import ACCEL_DEVICE_MODEL
-    from semantic_conventions.registry import load_registry
+    from semantic_conventions.registry import device_table
 
-    known = set(load_registry().device_specs)
+    known = set(device_table())
     metrics = getattr(load, "metrics", None)
     if metrics is not None and len(metrics):
         for text in metrics.strings.get("attrs", []):
@@ -107,9 +107,9 @@ def _spec(model: str | None, field: str) -> float | None:
     """A device model's registry value (``nic_bandwidth``, ...), or None."""
     if not model:
         return None
-    from semantic_conventions.registry import load_registry
+    from semantic_conventions.registry import device_table
 
-    value = load_registry().device_specs.get(model, {}).get(field)
+    value = device_table().get(model, {}).get(field)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import distinct, median
+from otel_ext._arrays import distinct, distinct_rows, median
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.table import Category, EventTable
 
@@ -119,7 +119,7 @@ def compute_ratios(
     pos = np.searchsorted(uname, name)
     med_of_row = med[pos]
     # names seen on at least two ranks
-    pair = np.unique(np.stack([name, rank.astype(np.int64)], axis=1), axis=0)
+    pair = distinct_rows(np.stack([name, rank.astype(np.int64)], axis=1))
     ranks_per_name = np.bincount(np.searchsorted(uname, pair[:, 0]), minlength=len(uname))
     usable = (med_of_row > 0) & (ranks_per_name[pos] >= 2)
     ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from otel_ext._arrays import distinct_rows
 from otel_ext.clocks._errors import ClockFitError
 from otel_ext.clocks._export import mapping_from_attributes
 from otel_ext.clocks._fit import fit_clock
@@ -153,7 +154,7 @@ def brackets_from_span_records(records: Iterable[Any]) -> dict[str, ClockBracket
         rows.setdefault(domain, []).append(block)
     out: dict[str, ClockBrackets] = {}
     for domain in sorted(rows):
-        table = np.unique(np.concatenate(rows[domain]), axis=0)
+        table = distinct_rows(np.concatenate(rows[domain]))
         hb = np.ascontiguousarray(table[:, 0])
         dt = np.ascontiguousarray(table[:, 1]).view(np.uint64)
         ha = np.ascontiguousarray(table[:, 2])

@@ -100,9 +100,9 @@ def match_device_model(
 
 
 def _default_table() -> Mapping[str, Mapping[str, Any]]:
-    from semantic_conventions.registry import load_registry
+    from semantic_conventions.registry import device_table
 
-    return load_registry().device_specs
+    return device_table()
 
 
 class _Device:
