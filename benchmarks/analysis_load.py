@@ -5,10 +5,12 @@
                                        [--cases two_rank ...]
 
 Each measurement runs in a fresh subprocess, ``--repeat`` times, best run kept (the machine
-may be shared). Two times per tool: ``wall``, the whole process as a user sees it
-(interpreter start-up and imports included), and ``work``, from after the imports to the
-answer; and ``cpu``, the CPU seconds of the whole process (and of our pool's workers), which
-a busy machine disturbs least. Peak memory, alike for both: the larger of the main process's peak RSS and the peak, sampled
+may be shared). Times per tool: ``load + analyses`` (the issue's measure), wall-clock from
+after the imports to the answer; ``process``, the whole process as a user sees it
+(interpreter start-up and imports included); and ``cpu``, the CPU seconds of the whole
+process (and of our pool's workers), which a busy machine disturbs least. ``every
+analysis``: our whole report (``analyze``: alignment, causality, collectives, stragglers,
+critical path, findings and the rest), load included, in its own fresh process. Peak memory, alike for both: the larger of the main process's peak RSS and the peak, sampled
 every 10 ms, of the process's and its pool workers' PSS together (HTA, too, parses several
 files in a process pool). HTA runs from its own
 virtual environment (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``) when it
@@ -85,6 +87,15 @@ print(json.dumps({"seconds": seconds, "imports": t1 - t0, "events": len(t), "cpu
                   "children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
                   "sampled_total_kb": peak_kb[0],
                   "temporal": [x.as_dict() for x in tb]}))
+"""
+
+FULL = r"""
+import json, resource, sys, time
+from otel_ext.analysis.engine import analyze
+t1 = time.perf_counter()
+doc = analyze(sys.argv[1:])
+print(json.dumps({"seconds": time.perf_counter() - t1, "findings": len(doc["findings"]),
+                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 """
 
 SCALE = r"""
@@ -223,13 +234,21 @@ def main() -> None:
                 if have_hta:
                     hta_cmd = [str(HTA_PY), str(ROOT / "benchmarks" / "hta_runner.py")]
                     hta_runs.append(run([*hta_cmd, str(paths[0])], env))
-            rows.append((name, _best(ours_runs), _best(hta_runs) if hta_runs else {}))
+            full = _best([run([sys.executable, "-c", FULL, *map(str, paths)])
+                          for _ in range(args.repeat)])  # fmt: skip
+            rows.append((name, _best(ours_runs), _best(hta_runs) if hta_runs else {}, full))
     print(
-        f"{'case':38} {'ours wall':>9} {'HTA wall':>9} {'ratio':>6} {'ours work':>9} "
-        f"{'HTA work':>9} {'ratio':>6} {'ours cpu':>8} {'HTA cpu':>8} {'ratio':>6} "
-        f"{'ours MB':>8} {'HTA MB':>7} {'mem':>5} {'agree':>6}"
+        "load + analyses: the issue's measure, wall-clock from after the imports to the answer;"
+        " process: the whole process (interpreter start-up and imports included); every"
+        " analysis: our whole report (alignment, causality, collectives, stragglers, critical"
+        " path, findings ...), load included"
     )
-    for name, o, h in rows:
+    print(
+        f"{'case':38} {'load+analyses s':>15} {'HTA s':>6} {'ratio':>6} "
+        f"{'process s':>9} {'HTA s':>6} {'ratio':>6} {'cpu s':>6} {'HTA cpu':>7} {'ratio':>6} "
+        f"{'ours MB':>7} {'HTA MB':>6} {'mem':>5} {'agree':>6} {'every analysis s':>16}"
+    )
+    for name, o, h, full in rows:
         if "error" in o:
             print(f"{name:38} ours failed: {o['error']}")
             continue
@@ -242,10 +261,11 @@ def main() -> None:
         mr = f"{omb / hmb:.2f}" if ok and hmb else "-"
         hc = h.get("cpu", 0.0) if ok else 0.0
         spc = f"{hc / o['cpu']:.1f}x" if hc and o.get("cpu") else "-"
+        every = f"{full['seconds']:.2f}" if "seconds" in full else full.get("error", "-")[-40:]
         print(
-            f"{name:38} {o['wall']:9.2f} {hw:9.2f} {sp:>6} {o['seconds']:9.2f} {hs:9.2f} "
-            f"{spw:>6} {o.get('cpu', 0):8.2f} {hc:8.2f} {spc:>6} "
-            f"{omb:8.0f} {hmb:7.0f} {mr:>5} {_agree(o, h) if ok else '-':>6}"
+            f"{name:38} {o['seconds']:15.3f} {hs:6.2f} {spw:>6} {o['wall']:9.2f} {hw:6.2f} "
+            f"{sp:>6} {o.get('cpu', 0):6.2f} {hc:7.2f} {spc:>6} "
+            f"{omb:7.0f} {hmb:6.0f} {mr:>5} {_agree(o, h) if ok else '-':>6} {every:>16}"
         )
     ranks = 1000 if args.full else args.scale_ranks
     for r in sorted({max(1, ranks // 10), ranks}):

@@ -231,6 +231,184 @@ def _forward(
     return delta, False
 
 
+def _topological(n_nodes: int, src: list[int], dst: list[int]) -> tuple[list[int], list[int]]:
+    """Kahn's order of the nodes, and the nodes left over (on or after a cycle)."""
+    indeg = [0] * n_nodes
+    out: list[list[int]] = [[] for _ in range(n_nodes)]
+    for k, (a, b) in enumerate(zip(src, dst)):
+        out[a].append(k)
+        indeg[b] += 1
+    ready = [v for v in range(n_nodes) if indeg[v] == 0]
+    topo: list[int] = []
+    while ready:
+        v = ready.pop()
+        topo.append(v)
+        for k in out[v]:
+            b = dst[k]
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    left = [v for v in range(n_nodes) if indeg[v] > 0]
+    return topo, left
+
+
+def _cyclic_components(nodes: list[int], src: list[int], dst: list[int]) -> dict[int, int]:
+    """Strongly connected components of more than one node among ``nodes``: node -> id
+    (Tarjan's algorithm, iterative)."""
+    inside = set(nodes)
+    out: dict[int, list[int]] = {v: [] for v in nodes}
+    for a, b in zip(src, dst):
+        if a in inside and b in inside:
+            out[a].append(b)
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    comp: dict[int, int] = {}
+    n_comp = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            succ = out[v]
+            while i < len(succ):
+                w = succ[i]
+                i += 1
+                if w not in index:
+                    work.append((v, i))
+                    work.append((w, 0))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                if low[v] == index[v]:
+                    members = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        members.append(w)
+                        if w == v:
+                            break
+                    if len(members) > 1:
+                        for w in members:
+                            comp[w] = n_comp
+                        n_comp += 1
+                if work:
+                    u = work[-1][0]
+                    low[u] = min(low[u], low[v])
+    return comp
+
+
+def _forward_exact(
+    t: NDArray[np.int64],
+    s0: NDArray[np.int64],
+    e0: NDArray[np.int64],
+    send: NDArray[np.intp],
+    recv: NDArray[np.intp],
+    latency: int,
+    coll: NDArray[np.int64] | None,
+    order: NDArray[np.intp],
+    seg: NDArray[np.int64],
+    cost: NDArray[np.int64],
+    pos: NDArray[np.intp],
+) -> tuple[NDArray[np.int64], NDArray[np.bool_], NDArray[np.bool_], NDArray[np.bool_]]:
+    """The forward pass as longest paths in topological order: the least shifts that satisfy
+    every constraint (what the rounds of :func:`_forward` converge to), in one pass.
+
+    Collectives go through one node per instance (every member's start before it, every
+    member's end after it), so an instance of ``m`` members costs ``2m`` edges, not ``m²``.
+    Constraints on a causal cycle (a strongly connected component) are dropped: those
+    violated in the input first, then, if a cycle remains, every message and collective edge
+    of it. Returns the shifts and what was dropped: per message, per event's start into its
+    instance, per event's end out of it.
+    """
+    n = s0.size
+    points = 2 * n
+    src: list[int] = []
+    dst: list[int] = []
+    wgt: list[int] = []
+    # chain edges: consecutive points of a domain, the shift carried on with its decay
+    same = np.flatnonzero(seg[1:] == seg[:-1])
+    p, q = order[same], order[same + 1]
+    w_chain = (t[q] - t[p]) - (cost[pos[q]] - cost[pos[p]])
+    src += p.tolist()
+    dst += q.tolist()
+    wgt += w_chain.tolist()
+    ev = np.arange(n)
+    src += (2 * ev).tolist()
+    dst += (2 * ev + 1).tolist()
+    wgt += (e0 - s0).tolist()
+    fixed = len(src)  # edges before here are never dropped
+    src += (2 * send).tolist()
+    dst += (2 * recv + 1).tolist()
+    wgt += [latency] * send.size
+    n_msg = send.size
+    members = np.zeros(0, dtype=np.intp)
+    n_inst = 0
+    if coll is not None:
+        cand = np.flatnonzero(coll >= 0)
+        _, inv, counts = np.unique(coll[cand], return_inverse=True, return_counts=True)
+        keep = counts[inv] >= 2
+        members = cand[keep]
+        ids2, inst = np.unique(coll[members], return_inverse=True)
+        n_inst = ids2.size
+        vnode = points + inst
+        src += (2 * members).tolist() + vnode.tolist()
+        dst += vnode.tolist() + (2 * members + 1).tolist()
+        wgt += [0] * (2 * members.size)
+    n_nodes = points + n_inst
+    floor = t.tolist() + [-(1 << 62)] * n_inst
+    # an instance's last arrival in the input: its ends before it are violations
+    last_in = np.full(n_inst, -(1 << 62), dtype=np.int64)
+    if n_inst:
+        np.maximum.at(last_in, inst, t[2 * members])
+    ref = t.tolist() + last_in.tolist()
+    alive = [True] * len(src)
+    topo, left = _topological(n_nodes, src, dst)
+    for attempt in range(2):
+        if not left:
+            break
+        comp = _cyclic_components(left, src, dst)
+        for k in range(fixed, len(src)):
+            a, b = src[k], dst[k]
+            if alive[k] and a in comp and comp[a] == comp.get(b, -1):
+                # violated in the input: a message, or a member's end before the last start
+                violated = b < points and floor[b] < ref[a] + wgt[k]
+                if attempt == 1 or violated:
+                    alive[k] = False
+        live = [k for k in range(len(src)) if alive[k]]
+        topo, left = _topological(n_nodes, [src[k] for k in live], [dst[k] for k in live])
+    out: list[list[int]] = [[] for _ in range(n_nodes)]
+    for k in range(len(src)):
+        if alive[k]:
+            out[src[k]].append(k)
+    best = floor[:]
+    for v in topo:
+        tv = best[v]
+        for k in out[v]:
+            b = dst[k]
+            cand_t = tv + wgt[k]
+            if cand_t > best[b]:
+                best[b] = cand_t
+    delta = np.asarray(best[:points], dtype=np.int64) - t
+    a_msg = np.asarray(alive[fixed : fixed + n_msg], dtype=bool)
+    dropped_in = np.zeros(n, dtype=bool)
+    dropped_out = np.zeros(n, dtype=bool)
+    if members.size:
+        base = fixed + n_msg
+        alive_in = np.asarray(alive[base : base + members.size], dtype=bool)
+        alive_out = np.asarray(alive[base + members.size :], dtype=bool)
+        dropped_in[members[~alive_in]] = True
+        dropped_out[members[~alive_out]] = True
+    return delta, ~a_msg, dropped_in, dropped_out
+
+
 def repair_causality(
     domain: ArrayLike,
     start_ns: ArrayLike,
@@ -243,7 +421,7 @@ def repair_causality(
     gamma: float = 0.95,
     domain_offsets: bool = True,
     backward: bool = True,
-    max_rounds: int = 10_000,
+    max_rounds: int = 32,
 ) -> CausalityRepair:
     """Shift events minimally so every message and collective is causal.
 
@@ -260,9 +438,11 @@ def repair_causality(
             of the domain, 0 only keeps order.
         domain_offsets: run phase 1 (per-domain offsets) first.
         backward: run backward amortization after the forward pass.
-        max_rounds: cap on forward iterations (also capped by the number of constraints + 2;
-            constraints still violated then form a causal cycle and are dropped, counted
-            in ``unresolved``).
+        max_rounds: rounds of the vectorised forward pass tried first; when they do not
+            settle (long chains of jumps, or a causal cycle), the exact pass runs instead:
+            longest paths in topological order, same answer, one pass. Constraints on a
+            causal cycle are dropped (those violated in the input first) and those left
+            violated are counted in ``unresolved``.
 
     Returns:
         :class:`CausalityRepair`.
@@ -327,33 +507,21 @@ def repair_causality(
     pos[order] = np.arange(2 * n)
 
     n_cross = pa.size
-    rounds = min(max_rounds, ca.size + 2)
     active = np.ones(ca.size, dtype=bool)
     unresolved = 0
-    converged = False
-    for _attempt in range(4):
-        delta, converged = _forward(
-            t, ca[active], cb[active], cl[active], order, seg, cost, pos, rounds
-        )
-        if converged:
-            break
-        # a causal cycle: drop the cross-domain constraints still violated, and retry
-        tp = t + delta
-        bad = active & (tp[cb] < tp[ca] + cl)
-        bad[n_cross:] = False
-        if not bad.any():
-            break
-        unresolved += int(bad.sum())
-        active &= ~bad
+    delta, converged = _forward(t, ca, cb, cl, order, seg, cost, pos, max(0, max_rounds))
     if not converged:
-        # give up on phase 2 rather than return half-propagated shifts
-        delta = np.zeros(2 * n, dtype=np.int64)
-        tp = t + delta
-        unresolved = max(
-            unresolved, int(np.sum(tp[cb[:n_cross]] < tp[ca[:n_cross]] + cl[:n_cross])), 1
+        delta, msg_dropped, in_dropped, out_dropped = _forward_exact(
+            t, s0, e0, send, recv, int(np.ceil(min_latency_ns)), coll, order, seg, cost, pos
         )
-        active = np.zeros(ca.size, dtype=bool)
-        active[n_cross:] = True
+        active[: send.size] = ~msg_dropped
+        if coll is not None:
+            pi, pj = pair_indices(coll)  # the collective constraints, in _constraints' order
+            active[send.size : n_cross] = ~(in_dropped[pj] | out_dropped[pi])
+        tp = t + delta
+        unresolved = int(
+            np.sum(~active[:n_cross] & (tp[cb[:n_cross]] < tp[ca[:n_cross]] + cl[:n_cross]))
+        )
 
     if backward and gamma < 1.0:
         barrier = np.zeros(2 * n, dtype=bool)
