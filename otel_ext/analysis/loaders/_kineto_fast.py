@@ -570,7 +570,9 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
     uncorrelated = sorted(u for acc in stripes for u in acc.uncorrelated)
     flow_s: dict[tuple[Any, Any, int], int] = {}
     flow_f: dict[tuple[Any, Any, int], int] = {}
-    if uncorrelated:
+    if uncorrelated and not any(acc.flows for acc in stripes):
+        flow_s, flow_f = _scanned_flow_maps(stripes)
+    elif uncorrelated:
         for _, ph, pid, tid, t, fid in sorted(_flow_entries(stripes), key=itemgetter(0)):
             if type(fid) is int and t is not None:
                 (flow_s if ph == "s" else flow_f)[(pid, tid, t)] = fid
@@ -588,6 +590,29 @@ def merge(stripes: Sequence[Accumulator]) -> FastColumns:
         [(offsets[c] + r, pid, tid, ts, dev) for c, r, pid, tid, ts, dev in uncorrelated],
         (flow_s, flow_f), labels,
     )  # fmt: skip
+
+
+def _scanned_flow_maps(
+    stripes: Sequence[Accumulator],
+) -> tuple[dict[tuple[Any, Any, int], int], dict[tuple[Any, Any, int], int]]:
+    """``(pid, tid, ts) -> id`` of the flow starts and of the other flow phases, from the
+    compiled extractor's columns, in file order (a later duplicate wins, as in
+    :func:`_flow_entries`' path); entries without a time or an integer id are left out."""
+    parts = sorted((cf for acc in stripes for cf in acc.flow_cols), key=itemgetter(0))
+    if not parts:
+        return {}, {}
+
+    def col(i: int, dtype: Any) -> np.ndarray:
+        return np.concatenate([np.frombuffer(f[i], dtype) for _, f in parts])
+
+    ph, pid, tid, ts, fid, ok = (col(0, np.uint8), col(1, np.int64), col(2, np.int64),
+                                 col(3, np.int64), col(4, np.int64), col(5, np.uint8))  # fmt: skip
+    valid = (ok & 3) == 3
+    maps = []
+    for m in (valid & (ph == ord("s")), valid & (ph != ord("s"))):
+        keys = zip(pid[m].tolist(), tid[m].tolist(), ts[m].tolist())
+        maps.append(dict(zip(keys, fid[m].tolist())))
+    return maps[0], maps[1]
 
 
 def _flow_entries(stripes: Sequence[Accumulator]) -> list[tuple[int, str, Any, Any, Any, Any]]:
