@@ -103,3 +103,48 @@ def test_collectives_waits_match_injection(doc: dict[str, Any]) -> None:
     for inst in coll["instances"]:
         assert inst["last_rank"] == STRAGGLER
         assert inst["n_ranks"] == 4
+
+
+DAY_US = 86_400 * 10**6
+
+
+def test_separate_runs_are_not_one_job(tmp_path: Path) -> None:
+    """The same two rank files, one of them captured nine days later: two runs. Their
+    collectives are not matched with each other (no clock offset of nine days, no causality
+    repair, no straggler across runs), the report lists the runs and rates impact against
+    their own spans."""
+    from conftest import SHARED_TRACES, require
+
+    require(SHARED_TRACES.is_dir(), f"real traces folder {SHARED_TRACES}")
+    for rank, name in enumerate(["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"]):
+        doc = json.loads(gzip.decompress((SHARED_TRACES / "two_rank" / name).read_bytes()))
+        for e in doc["traceEvents"]:
+            if rank == 1 and isinstance(e.get("ts"), int | float):
+                e["ts"] += 9 * DAY_US
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(doc))
+    together = analyze([SHARED_TRACES / "two_rank"], workers=1)
+    apart = analyze([tmp_path], workers=1)
+    assert [r["ranks"] for r in together["runs"]] == [[0, 1]]
+    assert together["collectives"]["count"] > 0
+    assert [r["ranks"] for r in apart["runs"]] == [[0], [1]]
+    assert apart["collectives"]["count"] == 0
+    assert all(r["clock_offset_ns"] == 0 for r in apart["ranks"])
+    assert apart["causality"]["violations_before"] == 0
+    assert apart["causality"]["method"] == "none"
+    assert not [f for f in apart["findings"] if f["kind"] in ("straggler", "load-imbalance")]
+    spans = sum(r["end_ns"] - r["start_ns"] for r in apart["runs"])
+    assert apart["run"]["duration_ns"] == spans < 10 * 10**9
+    # each rank's own numbers do not depend on the other's clock
+    by_rank = {r["rank"]: r for r in together["temporal_breakdown"]}
+    for r in apart["temporal_breakdown"]:
+        assert r["idle_pct"] == by_rank[r["rank"]]["idle_pct"]
+
+
+def test_real_a100_and_v100_files_are_two_runs() -> None:
+    """``diff_a100_vs_v100``: an A100 and a V100 capture, nine days apart."""
+    from conftest import SHARED_TRACES, require
+
+    require(SHARED_TRACES.is_dir(), f"real traces folder {SHARED_TRACES}")
+    doc = analyze([SHARED_TRACES / "diff_a100_vs_v100"], workers=1)
+    assert [r["ranks"] for r in doc["runs"]] == [[3], [1]]
+    assert doc["collectives"]["count"] == 0 and doc["causality"]["violations_after"] == 0

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct, median
+from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
@@ -340,6 +341,11 @@ def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
             key[:, 1] = np.where(use_id, cid, op_code)
     if len(rows) == 0:
         return _empty(source)
+    runs = rank_runs(table)
+    if len(set(runs.values())) > 1:  # files of separate runs: a collective is within one
+        rk = np.array(sorted(runs), dtype=np.int64)
+        run_ids = np.array([runs[r] for r in rk.tolist()], dtype=np.int64)
+        key = np.column_stack([run_ids[np.searchsorted(rk, rank)], key])
     ukeys, inst = np.unique(key, axis=0, return_inverse=True)
     inst = inst.reshape(-1)
     # merge rows of one (instance, rank)

@@ -47,6 +47,7 @@ from otel_ext.analysis.findings import Thresholds, build_findings
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.requests import request_latency
 from otel_ext.analysis.roofline import roofline
+from otel_ext.analysis.runs import rank_runs, runs_summary
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices
 from otel_ext.analysis.table import Category, EventTable
 
@@ -256,12 +257,20 @@ def analyze(
         port = by_host.get(row["host"]) if row["kind"] == "nic" else None
         if port is not None:
             row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
-    imb = load_imbalance(aligned, groups=_peer_groups(amatch))
+    peers = _peer_groups(amatch)
+    runs = rank_runs(aligned)
+    if not peers and len(set(runs.values())) > 1:
+        peers = runs  # ranks of separate runs are never compared with each other
+    imb = load_imbalance(aligned, groups=peers)
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
     dev = aligned["rank"] >= 0
     run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0
     run_end = int(aligned["end_ns"][dev].max()) if dev.any() else 0
+    run_list = runs_summary(aligned)
+    run_ns = run_end - run_start
+    if len(run_list) > 1:  # separate runs: their own spans, not the days between them
+        run_ns = sum(int(r["end_ns"]) - int(r["start_ns"]) for r in run_list)  # type: ignore[call-overload]
     findings = build_findings(
         match=amatch,
         stragglers=strag,
@@ -273,7 +282,7 @@ def analyze(
         temporal=temporal,
         idle=idle,
         imbalance=imb,
-        run_ns=run_end - run_start,
+        run_ns=run_ns,
         rank_names=names,
         thresholds=th,
     )
@@ -305,12 +314,13 @@ def analyze(
         "run": {
             "start_ns": run_start,
             "end_ns": run_end,
-            "duration_ns": run_end - run_start,
+            "duration_ns": run_ns,
             "events": len(table),
             "metric_points": len(metrics) if metrics is not None else 0,
             "device_model": model,
         },
         "ranks": ranks,
+        "runs": run_list,
         "temporal_breakdown": temporal,
         "idle_breakdown": idle,
         "comm_comp_overlap": ovl,

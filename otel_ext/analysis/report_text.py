@@ -59,6 +59,13 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         f"metric points from {n_in} files; {len(doc.get('ranks', []))} ranks; run "
         f"{_ms(run.get('duration_ns', 0))}"
     )
+    runs = doc.get("runs") or []
+    if len(runs) > 1:
+        w(
+            f"{len(runs)} separate runs (hours or days apart, ranks "
+            + "; ".join(",".join(str(r) for r in x["ranks"]) for x in runs)
+            + "): collectives are matched and ranks compared within a run only"
+        )
     findings = doc.get("findings") or []
     w("Findings (most important first):" if findings else "Findings: none")
     for i, f in enumerate(findings[:top], 1):

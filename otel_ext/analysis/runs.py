@@ -1,0 +1,80 @@
+"""Which ranks belong to one run: files of separate jobs given together are told apart.
+
+Profiler traces carry host wall-clock times (epoch-based), and the ranks of one job cover the
+same steps, within the hosts' clock differences (milliseconds with NTP, seconds without).
+Ranks whose time spans lie more than :data:`RUN_GAP_NS` apart are from separate runs (two
+captures compared side by side, such as an A100 run and a V100 run): their collectives are
+not one collective, and aligning one run's clock to the other's would move it by days.
+Collectives are therefore matched within a run only (:mod:`otel_ext.analysis.collectives`),
+and the report lists the runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from otel_ext.analysis.table import EventTable
+
+__all__ = ["RUN_GAP_NS", "rank_runs", "runs_summary"]
+
+#: ranks further apart in time than this are separate runs (10 minutes)
+RUN_GAP_NS = 600 * 10**9
+
+
+def _rank_spans(table: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rank = table["rank"]
+    sel = rank >= 0
+    if not sel.any():
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    r = rank[sel].astype(np.int64)
+    ranks, inv = np.unique(r, return_inverse=True)
+    lo = np.full(ranks.size, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, inv, table["start_ns"][sel])
+    np.maximum.at(hi, inv, table["end_ns"][sel])
+    return ranks, lo, hi
+
+
+def rank_runs(table: EventTable, gap_ns: int = RUN_GAP_NS) -> dict[int, int]:
+    """Run index of each rank (0 for the earliest run): ranks whose spans overlap or lie
+    within ``gap_ns`` of each other, transitively, are one run.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> day = 86_400 * 10**9
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=10, rank=0, category=C.KERNEL_COMPUTE),
+    ...     dict(start_ns=5, end_ns=20, rank=1, category=C.KERNEL_COMPUTE),
+    ...     dict(start_ns=9 * day, end_ns=9 * day + 10, rank=3, category=C.KERNEL_COMPUTE)])
+    >>> rank_runs(t)
+    {0: 0, 1: 0, 3: 1}
+    """
+    ranks, lo, hi = _rank_spans(table)
+    out: dict[int, int] = {}
+    run, reach = -1, None
+    for i in np.argsort(lo, kind="stable").tolist():
+        if reach is None or int(lo[i]) > reach + gap_ns:
+            run += 1
+            reach = int(hi[i])
+        else:
+            reach = max(reach, int(hi[i]))
+        out[int(ranks[i])] = run
+    return out
+
+
+def runs_summary(table: EventTable, gap_ns: int = RUN_GAP_NS) -> list[dict[str, object]]:
+    """One record per run: its ranks and its time span."""
+    ranks, lo, hi = _rank_spans(table)
+    runs = rank_runs(table, gap_ns)
+    out: list[dict[str, object]] = []
+    for k in sorted(set(runs.values())):
+        members = [i for i, r in enumerate(ranks.tolist()) if runs[r] == k]
+        out.append(
+            {
+                "run": k,
+                "ranks": [int(ranks[i]) for i in members],
+                "start_ns": int(lo[members].min()),
+                "end_ns": int(hi[members].max()),
+            }
+        )
+    return out
