@@ -312,3 +312,53 @@ def test_parallel_load_keeps_constants(tmp_path: Path) -> None:
     for c in ("span_id", "flops", "trace_id", "coll_seq", "coll_op", "host"):
         assert is_constant(par[c]), c
     assert par["rank"].tolist() == [0] * 4000 + [1] * 4000 + [2] * 4000
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(-1, 6), st.integers(0, 5 * 10**12), st.integers(0, 10**9)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([0, 7, 10**6]),
+)
+def test_rank_runs_are_the_overlap_components(
+    rows: list[tuple[int, int, int]], rank_base: int
+) -> None:
+    """Runs are the connected components of 'spans within the gap', against a pairwise
+    reference; rank numbers far apart (sorted path) and close (direct path) alike."""
+    from otel_ext.analysis.runs import RUN_GAP_NS, rank_runs
+
+    t = EventTable.from_rows(
+        [
+            dict(
+                start_ns=s,
+                end_ns=s + d,
+                rank=r + rank_base if r >= 0 else -1,
+                category=Category.KERNEL_COMPUTE,
+            )
+            for r, s, d in rows
+        ]
+    )
+    spans: dict[int, list[int]] = {}
+    for r, s, d in rows:
+        if r >= 0:
+            lo, hi = spans.setdefault(r + rank_base, [s, s + d])
+            spans[r + rank_base] = [min(lo, s), max(hi, s + d)]
+    near = {a: {b for b in spans if spans[b][0] <= spans[a][1] + RUN_GAP_NS
+                and spans[a][0] <= spans[b][1] + RUN_GAP_NS} for a in spans}  # fmt: skip
+    comp: dict[int, int] = {}
+    for a in sorted(spans, key=lambda k: spans[k][0]):
+        if a in comp:
+            continue
+        todo, comp[a] = [a], len(set(comp.values()))
+        while todo:
+            for b in near[todo.pop()]:
+                if b not in comp:
+                    comp[b] = comp[a]
+                    todo.append(b)
+    got = rank_runs(t)
+    assert set(got) == set(spans)
+    assert {frozenset(k for k in got if got[k] == v) for v in got.values()} == {
+        frozenset(k for k in comp if comp[k] == v) for v in comp.values()
+    }

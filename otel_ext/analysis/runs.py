@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from otel_ext.analysis.table import EventTable
+from otel_ext.analysis.table import EventTable, is_constant
 
 __all__ = ["RUN_GAP_NS", "rank_runs", "runs_summary"]
 
@@ -23,17 +23,33 @@ RUN_GAP_NS = 600 * 10**9
 
 def _rank_spans(table: EventTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rank = table["rank"]
+    empty = np.zeros(0, dtype=np.int64)
+    if len(rank) == 0:
+        return empty, empty, empty
+    if is_constant(rank):  # one file: one rank (or none)
+        if rank[0] < 0:
+            return empty, empty, empty
+        one = np.array([int(rank[0])], dtype=np.int64)
+        start, end = table["start_ns"], table["end_ns"]
+        return one, np.array([start.min()], np.int64), np.array([end.max()], np.int64)
     sel = rank >= 0
     if not sel.any():
-        empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    r = rank[sel].astype(np.int64)
-    ranks, inv = np.unique(r, return_inverse=True)
+    r = rank[sel].astype(np.intp)
+    top = int(r.max()) + 1
+    direct = top <= 4 * r.size + 1024  # rank numbers index the spans directly (no sort)
+    if direct:
+        ranks, inv = np.arange(top, dtype=np.int64), r
+    else:
+        ranks, inv = np.unique(r, return_inverse=True)
     lo = np.full(ranks.size, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(ranks.size, np.iinfo(np.int64).min, dtype=np.int64)
     np.minimum.at(lo, inv, table["start_ns"][sel])
     np.maximum.at(hi, inv, table["end_ns"][sel])
-    return ranks, lo, hi
+    if direct:
+        present = hi != np.iinfo(np.int64).min
+        return ranks[present], lo[present], hi[present]
+    return ranks.astype(np.int64), lo, hi
 
 
 def rank_runs(table: EventTable, gap_ns: int = RUN_GAP_NS) -> dict[int, int]:
