@@ -231,25 +231,36 @@ def _forward(
     return delta, False
 
 
-def _topological(n_nodes: int, src: list[int], dst: list[int]) -> tuple[list[int], list[int]]:
-    """Kahn's order of the nodes, and the nodes left over (on or after a cycle)."""
-    indeg = [0] * n_nodes
-    out: list[list[int]] = [[] for _ in range(n_nodes)]
-    for k, (a, b) in enumerate(zip(src, dst)):
-        out[a].append(k)
-        indeg[b] += 1
+def _longest_paths(
+    n_nodes: int,
+    src: NDArray[np.intp],
+    dst: NDArray[np.intp],
+    wgt: NDArray[np.int64],
+    floor: list[int],
+) -> tuple[list[int], list[int]]:
+    """Longest paths from ``floor`` along the edges, in Kahn's topological order (a node is
+    settled when its last predecessor is), and the nodes left over (on or after a cycle)."""
+    by_src = np.argsort(src, kind="stable")
+    succ = dst[by_src].tolist()
+    w = wgt[by_src].tolist()
+    first = np.zeros(n_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n_nodes), out=first[1:])
+    off = first.tolist()
+    indeg = np.bincount(dst, minlength=n_nodes).tolist()
+    best = floor[:]
     ready = [v for v in range(n_nodes) if indeg[v] == 0]
-    topo: list[int] = []
     while ready:
         v = ready.pop()
-        topo.append(v)
-        for k in out[v]:
-            b = dst[k]
+        bv = best[v]
+        for k in range(off[v], off[v + 1]):
+            b = succ[k]
+            c = bv + w[k]
+            if c > best[b]:
+                best[b] = c
             indeg[b] -= 1
             if indeg[b] == 0:
                 ready.append(b)
-    left = [v for v in range(n_nodes) if indeg[v] > 0]
-    return topo, left
+    return best, [v for v in range(n_nodes) if indeg[v] > 0]
 
 
 def _cyclic_components(nodes: list[int], src: list[int], dst: list[int]) -> dict[int, int]:
@@ -330,83 +341,65 @@ def _forward_exact(
     """
     n = s0.size
     points = 2 * n
-    src: list[int] = []
-    dst: list[int] = []
-    wgt: list[int] = []
     # chain edges: consecutive points of a domain, the shift carried on with its decay
     same = np.flatnonzero(seg[1:] == seg[:-1])
     p, q = order[same], order[same + 1]
-    w_chain = (t[q] - t[p]) - (cost[pos[q]] - cost[pos[p]])
-    src += p.tolist()
-    dst += q.tolist()
-    wgt += w_chain.tolist()
     ev = np.arange(n)
-    src += (2 * ev).tolist()
-    dst += (2 * ev + 1).tolist()
-    wgt += (e0 - s0).tolist()
-    fixed = len(src)  # edges before here are never dropped
-    src += (2 * send).tolist()
-    dst += (2 * recv + 1).tolist()
-    wgt += [latency] * send.size
+    srcs = [p, 2 * ev, 2 * send]
+    dsts = [q, 2 * ev + 1, 2 * recv + 1]
+    wgts = [(t[q] - t[p]) - (cost[pos[q]] - cost[pos[p]]), e0 - s0, np.full(send.size, latency)]
+    fixed = p.size + n  # chain and duration edges (before here) are never dropped
     n_msg = send.size
     members = np.zeros(0, dtype=np.intp)
+    inst = np.zeros(0, dtype=np.intp)
     n_inst = 0
     if coll is not None:
         cand = np.flatnonzero(coll >= 0)
         _, inv, counts = np.unique(coll[cand], return_inverse=True, return_counts=True)
-        keep = counts[inv] >= 2
-        members = cand[keep]
-        ids2, inst = np.unique(coll[members], return_inverse=True)
-        n_inst = ids2.size
+        members = cand[counts[inv] >= 2]
+        ids, inst = np.unique(coll[members], return_inverse=True)
+        n_inst = ids.size
         vnode = points + inst
-        src += (2 * members).tolist() + vnode.tolist()
-        dst += vnode.tolist() + (2 * members + 1).tolist()
-        wgt += [0] * (2 * members.size)
+        srcs += [2 * members, vnode]
+        dsts += [vnode, 2 * members + 1]
+        wgts += [np.zeros(2 * members.size, dtype=np.int64)]
+    src = np.concatenate(srcs).astype(np.intp)
+    dst = np.concatenate(dsts).astype(np.intp)
+    wgt = np.concatenate(wgts).astype(np.int64)
     n_nodes = points + n_inst
     floor = t.tolist() + [-(1 << 62)] * n_inst
-    # an instance's last arrival in the input: its ends before it are violations
-    last_in = np.full(n_inst, -(1 << 62), dtype=np.int64)
-    if n_inst:
-        np.maximum.at(last_in, inst, t[2 * members])
-    ref = t.tolist() + last_in.tolist()
-    alive = [True] * len(src)
-    topo, left = _topological(n_nodes, src, dst)
-    for attempt in range(2):
-        if not left:
-            break
-        comp = _cyclic_components(left, src, dst)
-        for k in range(fixed, len(src)):
-            a, b = src[k], dst[k]
-            if alive[k] and a in comp and comp[a] == comp.get(b, -1):
-                # violated in the input: a message, or a member's end before the last start
-                violated = b < points and floor[b] < ref[a] + wgt[k]
-                if attempt == 1 or violated:
-                    alive[k] = False
-        live = [k for k in range(len(src)) if alive[k]]
-        topo, left = _topological(n_nodes, [src[k] for k in live], [dst[k] for k in live])
-    out: list[list[int]] = [[] for _ in range(n_nodes)]
-    for k in range(len(src)):
-        if alive[k]:
-            out[src[k]].append(k)
-    best = floor[:]
-    for v in topo:
-        tv = best[v]
-        for k in out[v]:
-            b = dst[k]
-            cand_t = tv + wgt[k]
-            if cand_t > best[b]:
-                best[b] = cand_t
+    alive = np.ones(src.size, dtype=bool)
+    best, left = _longest_paths(n_nodes, src, dst, wgt, floor)
+    if left:
+        # an instance's last arrival in the input: member ends before it are violations
+        last_in = np.full(n_inst, -(1 << 62), dtype=np.int64)
+        if n_inst:
+            np.maximum.at(last_in, inst, t[2 * members])
+        ref = np.concatenate([t, last_in])
+        droppable = np.arange(src.size) >= fixed
+        violated = (dst < points) & (ref[dst] < ref[src] + wgt)
+        for attempt in range(2):
+            if not left:
+                break
+            inside = np.zeros(n_nodes, dtype=bool)
+            inside[left] = True
+            sub = np.flatnonzero(alive & inside[src] & inside[dst])
+            comp = _cyclic_components(left, src[sub].tolist(), dst[sub].tolist())
+            cid = np.full(n_nodes, -1, dtype=np.int64)
+            if comp:
+                cid[list(comp)] = list(comp.values())
+            cyc = alive & droppable & (cid[src] >= 0) & (cid[src] == cid[dst])
+            alive &= ~(cyc & (violated if attempt == 0 else True))
+            best, left = _longest_paths(n_nodes, src[alive], dst[alive], wgt[alive], floor)
     delta = np.asarray(best[:points], dtype=np.int64) - t
-    a_msg = np.asarray(alive[fixed : fixed + n_msg], dtype=bool)
+    dropped_msg = ~alive[fixed : fixed + n_msg]
     dropped_in = np.zeros(n, dtype=bool)
     dropped_out = np.zeros(n, dtype=bool)
     if members.size:
         base = fixed + n_msg
-        alive_in = np.asarray(alive[base : base + members.size], dtype=bool)
-        alive_out = np.asarray(alive[base + members.size :], dtype=bool)
-        dropped_in[members[~alive_in]] = True
-        dropped_out[members[~alive_out]] = True
-    return delta, ~a_msg, dropped_in, dropped_out
+        dropped_in[members[~alive[base : base + members.size]]] = True
+        dropped_out[members[~alive[base + members.size :]]] = True
+    return delta, dropped_msg, dropped_in, dropped_out
 
 
 def repair_causality(
