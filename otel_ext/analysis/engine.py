@@ -270,7 +270,7 @@ def analyze(
     run_list = runs_summary(aligned)
     run_ns = run_end - run_start
     if len(run_list) > 1:  # separate runs: their own spans, not the days between them
-        run_ns = sum(int(r["end_ns"]) - int(r["start_ns"]) for r in run_list)  # type: ignore[call-overload]
+        run_ns = sum(r["end_ns"] - r["start_ns"] for r in run_list)
     findings = build_findings(
         match=amatch,
         stragglers=strag,

@@ -11,6 +11,8 @@ and the report lists the runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from otel_ext.analysis.table import EventTable, is_constant
@@ -78,11 +80,11 @@ def rank_runs(table: EventTable, gap_ns: int = RUN_GAP_NS) -> dict[int, int]:
     return out
 
 
-def runs_summary(table: EventTable, gap_ns: int = RUN_GAP_NS) -> list[dict[str, object]]:
+def runs_summary(table: EventTable, gap_ns: int = RUN_GAP_NS) -> list[dict[str, Any]]:
     """One record per run: its ranks and its time span."""
     ranks, lo, hi = _rank_spans(table)
     runs = rank_runs(table, gap_ns)
-    out: list[dict[str, object]] = []
+    out: list[dict[str, Any]] = []
     for k in sorted(set(runs.values())):
         members = [i for i, r in enumerate(ranks.tolist()) if runs[r] == k]
         out.append(
