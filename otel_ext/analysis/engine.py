@@ -47,7 +47,7 @@ from otel_ext.analysis.findings import Thresholds, build_findings
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.requests import request_latency
 from otel_ext.analysis.roofline import roofline
-from otel_ext.analysis.runs import rank_runs, runs_summary
+from otel_ext.analysis.runs import runs_summary
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices
 from otel_ext.analysis.table import Category, EventTable
 
@@ -258,16 +258,16 @@ def analyze(
         if port is not None:
             row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
     peers = _peer_groups(amatch)
-    runs = rank_runs(aligned)
-    if not peers and len(set(runs.values())) > 1:
-        peers = runs  # ranks of separate runs are never compared with each other
+    run_list = runs_summary(aligned)
+    if not peers and len(run_list) > 1:
+        # ranks of separate runs are never compared with each other
+        peers = {r: run["run"] for run in run_list for r in run["ranks"]}
     imb = load_imbalance(aligned, groups=peers)
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
     dev = aligned["rank"] >= 0
     run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0
     run_end = int(aligned["end_ns"][dev].max()) if dev.any() else 0
-    run_list = runs_summary(aligned)
     run_ns = run_end - run_start
     if len(run_list) > 1:  # separate runs: their own spans, not the days between them
         run_ns = sum(r["end_ns"] - r["start_ns"] for r in run_list)

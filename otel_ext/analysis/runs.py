@@ -67,32 +67,20 @@ def rank_runs(table: EventTable, gap_ns: int = RUN_GAP_NS) -> dict[int, int]:
     >>> rank_runs(t)
     {0: 0, 1: 0, 3: 1}
     """
-    ranks, lo, hi = _rank_spans(table)
-    out: dict[int, int] = {}
-    run, reach = -1, None
-    for i in np.argsort(lo, kind="stable").tolist():
-        if reach is None or int(lo[i]) > reach + gap_ns:
-            run += 1
-            reach = int(hi[i])
-        else:
-            reach = max(reach, int(hi[i]))
-        out[int(ranks[i])] = run
-    return out
+    return {r: run["run"] for run in runs_summary(table, gap_ns) for r in run["ranks"]}
 
 
 def runs_summary(table: EventTable, gap_ns: int = RUN_GAP_NS) -> list[dict[str, Any]]:
-    """One record per run: its ranks and its time span."""
+    """One record per run, earliest first: ``run``, ``ranks`` (ascending), ``start_ns``,
+    ``end_ns``."""
     ranks, lo, hi = _rank_spans(table)
-    runs = rank_runs(table, gap_ns)
     out: list[dict[str, Any]] = []
-    for k in sorted(set(runs.values())):
-        members = [i for i, r in enumerate(ranks.tolist()) if runs[r] == k]
-        out.append(
-            {
-                "run": k,
-                "ranks": [int(ranks[i]) for i in members],
-                "start_ns": int(lo[members].min()),
-                "end_ns": int(hi[members].max()),
-            }
-        )
+    for i in np.argsort(lo, kind="stable").tolist():
+        if not out or int(lo[i]) > out[-1]["end_ns"] + gap_ns:
+            out.append({"run": len(out), "ranks": [], "start_ns": int(lo[i]), "end_ns": 0})
+        run = out[-1]
+        run["ranks"].append(int(ranks[i]))
+        run["end_ns"] = max(run["end_ns"], int(hi[i]))
+    for run in out:
+        run["ranks"].sort()
     return out
