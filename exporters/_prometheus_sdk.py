@@ -43,9 +43,6 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -53,6 +50,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
+from exporters._prometheus_family import new_family
 from exporters._prometheus_mapping import prometheus_name, sanitize_label
 
 __all__ = ["PrometheusMetricReader"]
@@ -155,13 +153,7 @@ class PrometheusMetricReader(MetricReader):
         else:
             return None
         pn = prometheus_name(m.name, m.unit or "", kind)
-        fam: Any
-        if pn.type == "counter":
-            fam = CounterMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
-        elif pn.type == "histogram":
-            fam = HistogramMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
-        else:
-            fam = GaugeMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
+        fam = new_family(pn, doc)
         for p in data.data_points:
             labels = {sanitize_label(k): str(v) for k, v in (p.attributes or {}).items()}
             fam._labelnames = tuple(labels)

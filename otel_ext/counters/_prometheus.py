@@ -30,15 +30,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
+from exporters._prometheus_family import new_family
 from exporters._prometheus_mapping import PrometheusName, prometheus_name, sanitize_label
 from otel_ext.counters._bridge import CounterBridge, SeriesState
 from otel_ext.counters._source import HistogramValue, SeriesKey
@@ -124,13 +122,7 @@ class CounterCollector(Collector):
     def _family(self, metric: str, series: list[SeriesState]) -> Metric:
         pn = self.name_of(metric, series[0].instrument)
         doc = help_text(metric)
-        fam: Any
-        if pn.type == "counter":
-            fam = CounterMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
-        elif pn.type == "histogram":
-            fam = HistogramMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
-        else:
-            fam = GaugeMetricFamily(pn.family, doc, labels=(), unit=pn.unit)
+        fam = new_family(pn, doc)
         for st in series:
             labels = {sanitize_label(k): str(v) for k, v in st.attributes.items()}
             fam._labelnames = tuple(labels)
