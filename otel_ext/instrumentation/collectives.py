@@ -61,18 +61,8 @@ COLLECTIVE_DURATION_BOUNDS_S: tuple[float, ...] = (
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
 
 _TWO_N = frozenset({"all_reduce"})
-_N_MINUS_ONE_OVER_N = frozenset(
-    {
-        "all_gather",
-        "all_gather_into_tensor",
-        "all_gather_single",
-        "reduce_scatter",
-        "reduce_scatter_tensor",
-        "reduce_scatter_single",
-        "all_to_all",
-        "all_to_all_single",
-    }
-)
+#: the all-gather, reduce-scatter and all-to-all family
+_N_MINUS_ONE_OVER_N = COLLECTIVE_OPS - {"all_reduce", "broadcast", "reduce", "barrier"}
 
 
 def bus_factor(op: str, group_size: int) -> float:
