@@ -29,10 +29,10 @@ pytest: venv
 
 test: lint typecheck pytest
 
-# every benchmark script (hta_runner.py is the helper that runs HTA in its own venv)
+# every benchmark script (hta_runner.py runs HTA in its own venv; _*.py are helpers)
 bench: venv
 	@for b in benchmarks/*.py; do \
-	  case $$b in *hta_runner.py) continue;; esac; \
+	  case $$b in *hta_runner.py|*/_*.py) continue;; esac; \
 	  echo "== $$b"; $(PY) $$b || exit 1; \
 	done
 

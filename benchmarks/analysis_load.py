@@ -38,33 +38,11 @@ TRACES = ROOT.parent / "shared" / "traces" / "pytorch-profiler"
 HTA_PY = Path(os.environ.get("OTEL_EXT_HTA_VENV", "/tmp/otel-ext-hta-venv")) / "bin" / "python"
 
 OURS = r"""
-import json, os, resource, sys, threading, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
-peak_kb = [0]
-stop = threading.Event()
-
-def pss_kb(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-def sample():  # this process and its pool workers together, every 10 ms
-    me = os.getpid()
-    while not stop.wait(0.01):
-        kids = []
-        for task in os.listdir(f"/proc/{me}/task"):
-            try:
-                kids += open(f"/proc/{me}/task/{task}/children").read().split()
-            except OSError:
-                pass
-        peak_kb[0] = max(peak_kb[0], pss_kb(me) + sum(pss_kb(k) for k in kids))
-
-threading.Thread(target=sample, daemon=True).start()
+sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+from _pss import start_pss_sampler
+peak_kb, stop = start_pss_sampler()  # this process and its pool workers, every 10 ms
 paths = sys.argv[1:]
 if paths and paths[0] == "--no-cscan":  # the msgspec path alone (pool workers fork from here)
     paths = paths[1:]

@@ -13,42 +13,16 @@ import logging
 import os
 import resource
 import sys
-import threading
 import time
 
 os.environ.setdefault("HTA_DISABLE_NS_ROUNDING", "1")
 logging.disable(logging.CRITICAL)
 
-
-def _pss_kb(pid: str) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _sample(peak: list, stop: threading.Event) -> None:
-    """Peak PSS of this process and its children (HTA parses files in a process pool)."""
-    me = str(os.getpid())
-    while not stop.wait(0.01):
-        kids: list = []
-        for task in os.listdir(f"/proc/{me}/task"):
-            try:
-                with open(f"/proc/{me}/task/{task}/children") as f:
-                    kids += f.read().split()
-            except OSError:
-                pass
-        peak[0] = max(peak[0], _pss_kb(me) + sum(_pss_kb(k) for k in kids))
+from _pss import start_pss_sampler  # noqa: E402  (benchmarks/, this script's folder)
 
 
 def main() -> None:
-    peak = [0]
-    stop = threading.Event()
-    threading.Thread(target=_sample, args=(peak, stop), daemon=True).start()
+    peak, stop = start_pss_sampler()  # this process and its pool workers, every 10 ms
     from hta.trace_analysis import TraceAnalysis
 
     folder = sys.argv[1]
