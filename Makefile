@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck pytest bench semconv clean
+.PHONY: venv demo test system-deps lint typecheck pytest bench semconv clean
 
 venv: $(STAMP)
 
@@ -27,7 +27,12 @@ typecheck: venv
 pytest: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# the Debian packages the integration tests need: installed when root with apt-get, otherwise
+# one line names the integration tests that cannot run here and why
+system-deps:
+	@.ci/install-system-deps
+
+test: system-deps lint typecheck pytest
 
 # every benchmark script (hta_runner.py runs HTA in its own venv; _*.py are helpers)
 bench: venv

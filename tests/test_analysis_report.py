@@ -135,3 +135,59 @@ def test_html_renders_in_chromium(throttle_doc: dict[str, Any], tmp_path: Path) 
     shot2 = tmp_path / "blank.png"
     _chromium(binary, blank, tmp_path, f"--screenshot={shot2}", "--window-size=300,200")
     assert float(_png_pixels(shot2.read_bytes()).std()) == 0.0
+
+
+HOSTILE_IDS = [
+    "host1<!--<script>",
+    "h</script><script>document.title='x'</script>",
+    "a&amp;<b>",
+    "l\u2028s\u2029",
+]
+
+
+def _hostile_doc(doc: dict[str, Any], host_id: str) -> dict[str, Any]:
+    """``doc`` with the top finding's counter target (a host id as a user wrote it) replaced."""
+    out = json.loads(json.dumps(doc))
+    counters = next(
+        f["evidence"]["counters"] for f in out["findings"] if f.get("evidence", {}).get("counters")
+    )
+    counters["target"] = host_id
+    counters["series"] = {f"{host_id}/{k}": v for k, v in counters["series"].items()}
+    return out
+
+
+@pytest.mark.parametrize("host_id", HOSTILE_IDS)
+def test_embedded_json_escapes_script_breakers(throttle_doc: dict[str, Any], host_id: str) -> None:
+    page = render_html(_hostile_doc(throttle_doc, host_id))
+    blob = page.split('<script type="application/json" id="report-data">', 1)[1]
+    blob = blob.split("</script>", 1)[0]
+    # nothing that could end the element, open a comment or a reference survives in the block
+    assert not set(blob) & {"<", ">", "&", "\u2028", "\u2029"}
+    data = json.loads(blob)
+    assert data["counters"]["target"] == host_id
+    assert all(name.startswith(host_id + "/") for name in data["counters"]["series"])
+
+
+@pytest.mark.integration
+def test_hostile_host_id_keeps_page_script_in_chromium(
+    throttle_doc: dict[str, Any], tmp_path: Path
+) -> None:
+    binary = require_binary("chromium")
+    host_id = "host1<!--<script>"
+    page = tmp_path / "hostile.html"
+    page.write_text(render_html(_hostile_doc(throttle_doc, host_id)))
+    dom = _chromium(binary, page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "<title>ok</title>" in dom.stdout, re.findall(r"<title>.*?</title>", dom.stdout)
+    assert dom.stdout.count("<rect") > 8 * 60  # the heatmap was drawn
+    assert "host1&lt;!--&lt;script&gt;/accel.device.clock.frequency" in dom.stdout
+
+    # the check can fail: with only "</" escaped (the old block) the comment swallows the script
+    text = page.read_text()
+    start = text.index('id="report-data">') + len('id="report-data">')
+    end = text.index("</script>", start)
+    old_blob = json.dumps(json.loads(text[start:end])).replace("</", "<\\/")
+    broken = tmp_path / "broken.html"
+    broken.write_text(text[:start] + old_blob + text[end:])
+    dom2 = _chromium(binary, broken, tmp_path, "--dump-dom")
+    assert "<title>ok</title>" not in dom2.stdout

@@ -20,7 +20,42 @@ import html
 import json
 from typing import Any
 
-__all__ = ["render_html"]
+__all__ = ["json_for_script", "render_html"]
+
+# Characters that must not appear raw inside an HTML <script> element: "<" starts "</script>"
+# and "<!--" (which, followed by "<script", swallows the page's own script), ">" ends "-->",
+# "&" keeps the block free of character references, U+2028/U+2029 are line terminators to
+# pre-2019 JavaScript. Each becomes its JSON \\u escape, which JSON.parse reads back unchanged.
+_SCRIPT_UNSAFE = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+_SCRIPT_UNSAFE_TABLE = str.maketrans(_SCRIPT_UNSAFE)
+
+
+def json_for_script(data: Any) -> str:
+    """``data`` as JSON that is safe to embed in an HTML ``<script>`` element.
+
+    Every ``<``, ``>``, ``&``, U+2028 and U+2029 is written as its ``\\uXXXX`` escape (inside
+    strings, the only place JSON can hold them), so no value can end the element, open an HTML
+    comment or change how the page's own script parses; ``JSON.parse`` returns ``data`` unchanged.
+
+    Args:
+        data: a JSON-serialisable value (others are written with ``str``).
+
+    Returns:
+        The JSON text, free of the five characters.
+
+    >>> json_for_script({"host": "host1<!--<script>"})
+    '{"host": "host1\\\\u003c!--\\\\u003cscript\\\\u003e"}'
+    >>> json.loads(json_for_script(["</script>&\u2028"])) == ["</script>&\u2028"]
+    True
+    """
+    return json.dumps(data, default=str).translate(_SCRIPT_UNSAFE_TABLE)
+
 
 _COLORS = {
     "compute": "#4e79a7",
@@ -241,7 +276,7 @@ def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str
     coll = doc.get("collectives") or {}
     counters = _top_counters(doc)
     data = {"heatmap": coll.get("wait_heatmap"), "counters": counters}
-    blob = json.dumps(data, default=str).replace("</", "<\\/")
+    blob = json_for_script(data)
     strag = doc.get("stragglers") or []
     strag_rows = [
         [s["rank"], s.get("device", ""), f"{s['score']:.2f}", _ms(s["late_ns"]), _ms(s["blame_ns"]),
