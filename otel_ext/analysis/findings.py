@@ -46,10 +46,11 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import median, percentile
+from otel_ext._arrays import median
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.critical_path import straggler_saving
+from otel_ext.analysis.significance import ALPHA
 from otel_ext.analysis.stragglers import StragglerReport
 from semantic_conventions import metrics as M
 
@@ -62,8 +63,11 @@ CAUSE_KINDS = ("straggler", "throttle", "slow-link", "slow-nic")
 class Thresholds:
     """Where a number becomes a finding (all documented in docs/analysis.md)."""
 
+    alpha: float = ALPHA  # family-wise significance of every cross-rank verdict
+    min_collectives: int = 5  # a rank joined at least this many collectives to be judged late
+    lateness_effect: float = 1.0  # median self-lateness over the members' lateness spread
     slow_compute_ratio: float = 1.08  # a rank's compute this much slower than the median
-    straggler_blame_share: float = 0.5  # or: this share of all waiting is for one rank
+    straggler_blame_share: float = 0.5  # this share of all waiting is for one rank
     straggler_score: float = 0.5
     throttle_freq_drop: float = 0.92  # frequency after / before the change point
     onset_ratio_early: float = 1.04  # compute ratio before a throttle's onset at most
@@ -100,6 +104,13 @@ class Finding:
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
+
+
+def _p(p: float) -> str:
+    """A p-value as the report prints it: ``0.0098``, ``<1e-06``, ``1``."""
+    if p < 1e-6:
+        return "<1e-06"
+    return f"{p:.2g}" if p < 0.01 else f"{p:.2f}".rstrip("0").rstrip(".")
 
 
 def _freq_evidence(counters: dict[str, Any], th: Thresholds) -> tuple[bool, dict[str, Any]]:
@@ -168,27 +179,20 @@ def _group_of(match: CollectiveMatch, rank: int) -> str | None:
     return max(set(groups), key=groups.count)
 
 
-def _late_is_systematic(match: CollectiveMatch, rank: int, last_arrivals: int) -> bool:
-    """Whether a rank arrives last more often than chance would make it.
-
-    In a group of ``n`` members that are equally fast, each is last in about ``1/n`` of the
-    collectives; a straggler is last far more often. The rank's share of last arrivals must
-    clear chance by three standard errors of a binomial proportion over the collectives it
-    joined (and it must have joined at least five), so a short run of two chips, where one
-    of them is always last, does not make a straggler.
-    """
-    sel = match.member_rank == rank
-    joined = int(sel.sum())
-    if joined < 5:
-        return False
-    members = float(median(match.n_ranks[match.member_instance[sel]]))
-    p0 = 1.0 / max(members, 1.0)
-    return last_arrivals / joined >= p0 + 3.0 * float(np.sqrt(p0 * (1.0 - p0) / joined))
-
-
 def _slow_ranks(
     stragglers: StragglerReport, th: Thresholds, match: CollectiveMatch
 ) -> list[dict[str, Any]]:
+    """The ranks whose evidence clears the thresholds, each with the test it passed.
+
+    A rank is *late* when it joined at least ``min_collectives`` collectives, was last in
+    more of them than chance allows (``p_last`` ≤ ``alpha``, adjusted for the ranks tested),
+    its median self-caused lateness is at least ``lateness_effect`` times the spread of
+    every member's, it carries ``straggler_blame_share`` of the waiting and its score clears
+    ``straggler_score``. Its compute is *slow* when its median ratio to the same work
+    elsewhere is ``slow_compute_ratio`` over the median rank's and the sign test clears
+    ``alpha``; slow compute alone is a verdict only where no collective could show the
+    others waiting (the rank joined none), or where it slowed part-way (a throttle).
+    """
     rows = stragglers.rows
     if len(rows) < 2:
         return []
@@ -197,19 +201,34 @@ def _slow_ranks(
     total_blame = sum(r["blame_ns"] for r in rows)
     out = []
     for r in rows:
-        wins = [v for v in r["compute_ratio_by_window"] if v is not None]
-        slowdown = max(r["compute_ratio"] or 0.0, float(percentile(wins, 75)) if wins else 0.0)
-        slow_compute = slowdown / max(med_ratio, 1e-9) >= th.slow_compute_ratio
+        ratio = r["compute_ratio"]
+        rel = (ratio or 0.0) / max(med_ratio, 1e-9)
+        compute_sig = r.get("compute_p", 1.0) <= th.alpha
+        slow_compute = ratio is not None and rel >= th.slow_compute_ratio and compute_sig
+        onset = _onset(r["compute_ratio_by_window"], th)
+        part_way = onset is not None and compute_sig
         share = r["blame_ns"] / total_blame if total_blame else 0.0
+        effect = r.get("lateness_effect")
         late = (
-            share >= th.straggler_blame_share
+            r.get("collectives", 0) >= th.min_collectives
+            and r.get("p_last", 1.0) <= th.alpha
+            and (effect is None or effect >= th.lateness_effect)
+            and share >= th.straggler_blame_share
             and r["score"] >= th.straggler_score
-            and _late_is_systematic(match, r["rank"], r["last_arrivals"])
         )
-        if slow_compute or late:
-            out.append({**r, "slowdown": float(slowdown), "blame_share": share})
-    # the slowest compute first; keep only ranks clearly apart from the rest
-    out.sort(key=lambda x: (-x["slowdown"], -x["blame_share"]))
+        alone = slow_compute and r.get("collectives", 0) == 0
+        if late or alone or part_way:
+            out.append(
+                {
+                    **r,
+                    "relative_compute": rel,
+                    "blame_share": share,
+                    "late": late,
+                    "slow_compute": slow_compute,
+                    "onset": onset,
+                }
+            )
+    out.sort(key=lambda x: (not x["late"], -x["blame_share"], -x["relative_compute"]))
     return out
 
 
@@ -271,7 +290,6 @@ def build_findings(
 
     have_metrics = metrics is not None and len(metrics) > 0
     # ---- slow ranks: straggler or throttle -------------------------------------------
-    n_inst = max(match.n_instances, 1)
     compute_ns = {int(t["rank"]): int(t.get("compute_ns", 0)) for t in temporal}
     for r in _slow_ranks(stragglers, th, match):
         rank = int(r["rank"])
@@ -279,22 +297,32 @@ def build_findings(
         traced = straggler_saving(match, rank)
         frac = _coverage(coverage, _group_of(match, rank))
         saved = int(traced / frac)
-        if saved == 0 and r["slowdown"] > 1.0:
+        rel = r["relative_compute"]
+        if saved == 0 and r["slow_compute"] and rel > 1.0:
             # no collectives to wait at: the extra compute time itself
-            saved = int(compute_ns.get(rank, 0) * (1.0 - 1.0 / r["slowdown"]))
+            saved = int(compute_ns.get(rank, 0) * (1.0 - 1.0 / rel))
         evidence: dict[str, Any] = {
             "rank": rank,
             "compute_ratio": r["compute_ratio"],
+            "relative_compute": round(rel, 4),
             "compute_ratio_by_window": r["compute_ratio_by_window"],
+            "compute_slower": r.get("compute_slower", 0),
+            "compute_faster": r.get("compute_faster", 0),
+            "compute_p": r.get("compute_p", 1.0),
             "late_ns": r["late_ns"],
             "blame_ns": r["blame_ns"],
             "blame_share": round(r["blame_share"], 4),
             "last_arrivals": r["last_arrivals"],
-            "collectives": int(np.count_nonzero(match.member_rank == rank)),
+            "collectives": r.get("collectives", 0),
+            "expected_last": r.get("expected_last", 0.0),
+            "p_last": r.get("p_last", 1.0),
+            "median_lateness_ns": r.get("median_lateness_ns", 0.0),
+            "lateness_effect": r.get("lateness_effect"),
             "persistence": round(r["persistence"], 4),
             "score": round(r["score"], 4),
             "traced_saving_ns": int(traced),
             "sampled_fraction": frac,
+            "test": "late" if r["late"] else ("part-way" if r["onset"] is not None else "compute"),
         }
         throttled = False
         if have_metrics:
@@ -302,17 +330,30 @@ def build_findings(
             throttled, fev = _freq_evidence(counters, th)
             evidence.update(fev)
             evidence["counters"] = counters
-        onset = _onset(r["compute_ratio_by_window"], th)
+        onset = r["onset"]
         if onset is not None and len(stragglers.window_edges_ns) > onset:
             evidence["onset_ns"] = stragglers.window_edges_ns[onset]
         if have_metrics and evidence.get("clock_ratio") is not None:
             kind = "throttle" if throttled else "straggler"
         else:
             kind = "throttle" if onset is not None else "straggler"
-        own = int(np.count_nonzero(match.member_rank == rank)) or n_inst
-        last_pct = 100.0 * r["last_arrivals"] / own
         # the waits are measured on the traced collectives; say so when a schedule sampled
         in_traced = f" in the traced {frac:.0%} of the run" if frac < 0.999 else ""
+        joined = evidence["collectives"]
+        lateness = (
+            f"last at {r['last_arrivals']} of {joined} collectives (chance "
+            f"{evidence['expected_last']:.1f}, p={_p(evidence['p_last'])})"
+            if joined
+            else "joined no collective"
+        )
+        compute = (
+            f"compute {evidence['compute_ratio']:.2f}x the same work elsewhere "
+            f"(slower in {evidence['compute_slower']} of "
+            f"{evidence['compute_slower'] + evidence['compute_faster']}, "
+            f"p={_p(evidence['compute_p'])})"
+            if evidence["compute_ratio"] is not None
+            else "no comparable compute"
+        )
         if kind == "throttle":
             why = (
                 f"clock {evidence['clock_before_hz'] / 1e9:.2f} -> "
@@ -321,13 +362,12 @@ def build_findings(
                 else "compute slowed part-way through the run"
             )
             summary = (
-                f"{target} throttled: {why}; last at {last_pct:.0f}% of collectives; "
-                f"the others waited {_ms(r['blame_ns'])} for it{in_traced}"
+                f"{target} throttled: {why}; {lateness}; the others waited "
+                f"{_ms(r['blame_ns'])} for it{in_traced}"
             )
         else:
             summary = (
-                f"{target} is a straggler: compute {r['slowdown']:.2f}x the median rank, last "
-                f"at {last_pct:.0f}% of collectives; the others waited "
+                f"{target} is a straggler: {lateness}; {compute}; the others waited "
                 f"{_ms(r['blame_ns'])}{in_traced}"
             )
         findings.append(Finding(kind, target, saved, pct(saved), summary, evidence))

@@ -35,11 +35,19 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import distinct, distinct_rows, median
+from otel_ext._arrays import distinct, distinct_rows, group_median, median
 from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.significance import adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["StragglerReport", "compute_ratios", "find_stragglers", "rank_devices"]
+__all__ = [
+    "ComputeRatios",
+    "StragglerReport",
+    "compute_ratio_stats",
+    "compute_ratios",
+    "find_stragglers",
+    "rank_devices",
+]
 
 
 @dataclass
@@ -56,25 +64,49 @@ class StragglerReport:
 def rank_devices(table: EventTable) -> dict[int, tuple[str, str]]:
     """Each rank's most frequent (host, device) names.
 
+    One pass over the table (the most frequent code per rank from a sort of (rank, code)
+    pairs), however many ranks.
+
     >>> t = EventTable.from_rows([dict(rank=0, host="h0", device="h0/chip0")])
     >>> rank_devices(t)
     {0: ('h0', 'h0/chip0')}
     """
     rank = table["rank"]
-    out: dict[int, tuple[str, str]] = {}
+    ranks = distinct(rank[rank >= 0])
+    if len(ranks) == 0:
+        return {}
     cat = table["category"]
-    for r in distinct(rank[rank >= 0]):
-        sel = rank == r
-        dev_sel = sel & (cat != Category.LINK_TRANSFER)
-        dev = table["device"][dev_sel]
-        host = table["host"][sel]
-        dev = dev[dev > 0]
-        host = host[host > 0]
-        d = table.strings["device"][int(np.bincount(dev).argmax())] if len(dev) else ""
-        h = table.strings["host"][int(np.bincount(host).argmax())] if len(host) else ""
+    dev_code = _mode_per_rank(
+        rank, table["device"], ranks, (rank >= 0) & (cat != Category.LINK_TRANSFER)
+    )
+    host_code = _mode_per_rank(rank, table["host"], ranks, rank >= 0)
+    out: dict[int, tuple[str, str]] = {}
+    for i, r in enumerate(ranks.tolist()):
+        d = table.strings["device"][int(dev_code[i])] if dev_code[i] > 0 else ""
+        h = table.strings["host"][int(host_code[i])] if host_code[i] > 0 else ""
         if not h and "/" in d:
             h = d.split("/", 1)[0]
         out[int(r)] = (h, d)
+    return out
+
+
+def _mode_per_rank(
+    rank: np.ndarray, codes: np.ndarray, ranks: np.ndarray, sel: np.ndarray
+) -> np.ndarray:
+    """The most frequent non-zero code of each rank (0 when it has none)."""
+    out = np.zeros(len(ranks), dtype=np.int64)
+    sel = sel & (codes > 0)
+    if not sel.any():
+        return out
+    r = np.searchsorted(ranks, rank[sel]).astype(np.int64)
+    c = codes[sel].astype(np.int64)
+    width = int(c.max()) + 1
+    keys, counts = np.unique(r * width + c, return_counts=True)
+    key_r, key_c = keys // width, keys % width
+    # per rank, the code seen most often (ties: the smallest code, as bincount's argmax)
+    order = np.lexsort((key_c, -counts, key_r))
+    best = order[np.r_[True, key_r[order][1:] != key_r[order][:-1]]]
+    out[key_r[best]] = key_c[best]
     return out
 
 
@@ -94,48 +126,73 @@ def compute_ratios(
     Returns:
         ``(overall, by_window)`` keyed by rank; a window with no work is ``None``.
     """
+    stats = compute_ratio_stats(table, edges)
+    return stats.overall, stats.by_window
+
+
+@dataclass
+class ComputeRatios:
+    """Per-rank compute speed against the same work on the other ranks.
+
+    Attributes:
+        overall: the rank's median duration ratio.
+        by_window: the same per time window (``None`` where it ran nothing comparable).
+        slower, faster: how many of its comparable kernels ran slower / faster than the
+            median of the same work (the sign test's counts).
+    """
+
+    overall: dict[int, float]
+    by_window: dict[int, list[float | None]]
+    slower: dict[int, int]
+    faster: dict[int, int]
+
+
+def compute_ratio_stats(table: EventTable, edges: np.ndarray) -> ComputeRatios:
+    """:func:`compute_ratios` with the sign-test counts, in one linear pass."""
+    empty = ComputeRatios({}, {}, {}, {})
     cat = table["category"]
     sel = (cat == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
     if not sel.any():
         sel = (cat == Category.LAYER) & (table["rank"] >= 0)
     rows = np.flatnonzero(sel)
     if len(rows) == 0:
-        return {}, {}
+        return empty
     # same-named work is compared among ranks of the same host when hosts are known (the
     # chips of a host form a tensor-parallel group; other hosts may run other phases)
     # ... and in the same time window (the work behind a name may change over the run)
-    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
-    win = np.minimum(win, max(len(edges) - 2, 0))
-    host = table["host"][rows].astype(np.int64)
     n_win = max(len(edges) - 1, 1)
+    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
+    win = np.minimum(win, n_win - 1)
+    host = table["host"][rows].astype(np.int64)
     name = (
         table["name"][rows].astype(np.int64) * (len(table.strings["host"]) + 1) + host
     ) * n_win + win
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
-    rank = table["rank"][rows]
-    order = np.lexsort((dur, name))
-    uname, first, counts = np.unique(name[order], return_index=True, return_counts=True)
-    med = (dur[order][first + (counts - 1) // 2] + dur[order][first + counts // 2]) / 2
-    pos = np.searchsorted(uname, name)
-    med_of_row = med[pos]
+    rank = table["rank"][rows].astype(np.int64)
+    uname, pos = np.unique(name, return_inverse=True)
+    pos = pos.reshape(-1)
+    med_of_row = group_median(dur, pos, len(uname))[pos]
     # names seen on at least two ranks
-    pair = distinct_rows(np.stack([name, rank.astype(np.int64)], axis=1))
-    ranks_per_name = np.bincount(np.searchsorted(uname, pair[:, 0]), minlength=len(uname))
+    pair = distinct_rows(np.stack([pos.astype(np.int64), rank], axis=1))
+    ranks_per_name = np.bincount(pair[:, 0], minlength=len(uname))
     usable = (med_of_row > 0) & (ranks_per_name[pos] >= 2)
     ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)
-    overall: dict[int, float] = {}
-    by_window: dict[int, list[float | None]] = {}
-    for r in distinct(rank):
-        rs = (rank == r) & np.isfinite(ratio)
-        if not rs.any():
+    ranks = distinct(rank)
+    rpos = np.searchsorted(ranks, rank)
+    finite = np.isfinite(ratio)
+    overall_m = group_median(ratio, rpos, len(ranks))
+    by_w = group_median(ratio, rpos * n_win + win, len(ranks) * n_win).reshape(len(ranks), n_win)
+    slower = np.bincount(rpos[finite & (ratio > 1.0)], minlength=len(ranks))
+    faster = np.bincount(rpos[finite & (ratio < 1.0)], minlength=len(ranks))
+    out = ComputeRatios({}, {}, {}, {})
+    for i, r in enumerate(ranks.tolist()):
+        if np.isnan(overall_m[i]):
             continue
-        overall[int(r)] = float(median(ratio[rs]))
-        vals: list[float | None] = []
-        for w in range(max(len(edges) - 1, 1)):
-            ws = rs & (win == w)
-            vals.append(float(median(ratio[ws])) if ws.any() else None)
-        by_window[int(r)] = vals
-    return overall, by_window
+        out.overall[r] = float(overall_m[i])
+        out.by_window[r] = [None if np.isnan(v) else float(v) for v in by_w[i].tolist()]
+        out.slower[r] = int(slower[i])
+        out.faster[r] = int(faster[i])
+    return out
 
 
 def _self_lateness(
@@ -148,7 +205,7 @@ def _self_lateness(
     such as a ring over host processes, release their members one after another). Only the
     first is the member's doing: its *gap* (arrival minus its own previous exit) against the
     median gap of the collective's members. Members with no previous collective keep their
-    raw lateness (arrival minus the median arrival).
+    raw lateness (arrival minus the median arrival). Linear: one sort, one grouped median.
     """
     out = raw.astype(np.float64)
     order = np.lexsort((start, rank))
@@ -159,25 +216,26 @@ def _self_lateness(
     if not ok.any():
         return out
     n = int(inst.max()) + 1
-    med = np.full(n, np.nan)
-    for k in distinct(inst[ok]):
-        g = gap[ok & (inst == k)]
-        if len(g) >= 2:
-            med[k] = float(median(g))
+    med = group_median(gap, inst, n)
+    have = np.bincount(inst[ok], minlength=n)
+    med[have < 2] = np.nan
     use = ok & np.isfinite(med[inst])
     out[use] = gap[use] - med[inst[use]]
     return out
 
 
 def _culprits(inst: np.ndarray, rank: np.ndarray, late: np.ndarray, n: int) -> np.ndarray:
-    """Per collective instance, the member rank with the largest self-caused lateness."""
+    """Per collective instance, the member rank with the largest self-caused lateness (the
+    first member in order on ties)."""
     culprit = np.full(n, -1, dtype=np.int64)
-    best = np.full(n, -np.inf)
-    for i in range(len(inst)):
-        k = inst[i]
-        if late[i] > best[k]:
-            best[k] = late[i]
-            culprit[k] = rank[i]
+    if len(inst) == 0:
+        return culprit
+    idx = np.arange(len(inst))
+    # per instance: largest lateness, then the earliest member index
+    order = np.lexsort((idx, -late, inst))
+    first = np.r_[True, inst[order][1:] != inst[order][:-1]]
+    best = order[first]
+    culprit[inst[best]] = rank[best]
     return culprit
 
 
@@ -187,7 +245,18 @@ def find_stragglers(
     *,
     windows: int = 8,
 ) -> StragglerReport:
-    """Score every rank as a straggler candidate.
+    """Score every rank as a straggler candidate, with the statistics a verdict needs.
+
+    Every pass is linear in the collective members and the table's rows (one sort and
+    grouped reductions; no loop over ranks or collectives).
+
+    Row keys besides the module docstring's: ``collectives`` (joined), ``expected_last``
+    (last arrivals chance alone gives: Σ 1/n over its collectives), ``p_last`` (the binomial
+    tail of its last arrivals, adjusted for the ranks tested, see
+    :mod:`otel_ext.analysis.significance`), ``lateness_effect`` (its median self-caused
+    lateness over the robust spread, 1.4826 × MAD, of every member's), ``compute_slower`` /
+    ``compute_faster`` (its kernels slower / faster than the same work's median) and
+    ``compute_p`` (the sign test of those counts, adjusted).
 
     Args:
         table: the aligned event table (for names and compute ratios).
@@ -197,7 +266,9 @@ def find_stragglers(
     Returns:
         A :class:`StragglerReport`, rows sorted most likely first.
     """
-    ranks = sorted(int(r) for r in distinct(table["rank"]) if r >= 0)
+    ranks_arr = distinct(table["rank"][table["rank"] >= 0]).astype(np.int64)
+    ranks = ranks_arr.tolist()
+    nr = len(ranks)
     devices = rank_devices(table)
     dev_rows = table["rank"] >= 0
     if dev_rows.any():
@@ -206,13 +277,16 @@ def find_stragglers(
     else:
         lo = hi = 0
     edges = np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
-    ratio, ratio_w = compute_ratios(table, edges)
-    late = {r: 0 for r in ranks}
-    blame = {r: 0 for r in ranks}
-    last_count = {r: 0 for r in ranks}
-    med_late = {r: 0.0 for r in ranks}
-    persistence = {r: 0.0 for r in ranks}
-    if match.n_instances:
+    cr = compute_ratio_stats(table, edges)
+    late = np.zeros(nr, dtype=np.int64)
+    blame = np.zeros(nr, dtype=np.int64)
+    last_count = np.zeros(nr, dtype=np.int64)
+    joined = np.zeros(nr, dtype=np.int64)
+    expected = np.zeros(nr)
+    med_late = np.zeros(nr)
+    persistence = np.zeros(nr)
+    effect = np.zeros(nr)
+    if match.n_instances and nr:
         inst = match.member_instance
         start = match.member_start_ns
         # median start per instance
@@ -222,6 +296,7 @@ def find_stragglers(
         lo_s, hi_s = start[order[firsts + (counts - 1) // 2]], start[order[firsts + counts // 2]]
         med = lo_s + (hi_s - lo_s) // 2  # integer: a float64 loses ns at epoch times
         mrank = match.member_rank
+        rpos = np.searchsorted(ranks_arr, mrank)
         lateness = _self_lateness(inst, mrank, start, match.member_end_ns, start - med[inst])
         gap = match.last_arrival_ns - match.second_last_arrival_ns
         inst_blame = gap * (match.n_ranks - 1)
@@ -231,47 +306,64 @@ def find_stragglers(
         culprit = _culprits(inst, mrank, lateness, match.n_instances)
         win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
         win = np.minimum(win, windows - 1)
-        present_windows = distinct(win)
-        for r in ranks:
-            sel = mrank == r
-            if not sel.any():
-                continue
-            lr = lateness[sel]
-            late[r] = int(np.clip(lr, 0, None).sum())
-            med_late[r] = float(median(lr))
-            last_count[r] = int((match.last_rank == r).sum())
-            blame[r] = int(inst_blame[culprit == r].sum())
+        late = np.bincount(rpos, weights=np.clip(lateness, 0, None), minlength=nr).astype(np.int64)
+        med_late = np.nan_to_num(group_median(lateness, rpos, nr))
+        joined = np.bincount(rpos, minlength=nr)
+        expected = np.bincount(rpos, weights=1.0 / match.n_ranks[inst], minlength=nr)
+        last_pos = np.searchsorted(ranks_arr, match.last_rank)
+        last_count = np.bincount(last_pos, minlength=nr)
+        has_culprit = culprit >= 0
+        blame = np.bincount(
+            np.searchsorted(ranks_arr, culprit[has_culprit]),
+            weights=inst_blame[has_culprit],
+            minlength=nr,
+        ).astype(np.int64)
+        spread = 1.4826 * float(median(np.abs(lateness - median(lateness))))
+        effect = med_late / spread if spread > 0 else np.where(med_late > 0, np.inf, 0.0)
         # persistence: per window, the rank with the largest mean lateness
         mwin = win[inst]
-        wins_led = {r: 0 for r in ranks}
-        for w in present_windows:
-            ws = mwin == w
-            rr = mrank[ws]
-            ll = lateness[ws]
-            ur = distinct(rr)
-            means = np.array([ll[rr == x].mean() for x in ur])
-            if len(means) and means.max() > 0:
-                wins_led[int(ur[int(means.argmax())])] += 1
-        for r in ranks:
-            persistence[r] = wins_led[r] / max(len(present_windows), 1)
-    total_blame = sum(blame.values())
+        cell = mwin * nr + rpos
+        sums = np.bincount(cell, weights=lateness, minlength=windows * nr).reshape(windows, nr)
+        cnt = np.bincount(cell, minlength=windows * nr).reshape(windows, nr)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(cnt > 0, sums / np.maximum(cnt, 1), -np.inf)
+        present = cnt.sum(axis=1) > 0
+        leader = means.argmax(axis=1)
+        led = present & (means.max(axis=1) > 0)
+        wins_led = np.bincount(leader[led], minlength=nr)
+        persistence = wins_led / max(int(present.sum()), 1)
+    tested = int(np.count_nonzero(joined >= 1)) or 1
+    p_chance = np.where(joined > 0, expected / np.maximum(joined, 1), 0.0)
+    p_last = adjusted(binomial_upper_tail(last_count, joined, p_chance), tested)
+    slower = np.array([cr.slower.get(r, 0) for r in ranks], dtype=np.int64)
+    faster = np.array([cr.faster.get(r, 0) for r in ranks], dtype=np.int64)
+    compared = int(np.count_nonzero(slower + faster)) or 1
+    compute_p = adjusted(binomial_upper_tail(slower, slower + faster, 0.5), compared)
+    total_blame = int(blame.sum())
     rows: list[dict[str, Any]] = []
-    for r in ranks:
-        share = blame[r] / total_blame if total_blame > 0 else 0.0
+    for i, r in enumerate(ranks):
+        share = int(blame[i]) / total_blame if total_blame > 0 else 0.0
         host, device = devices.get(r, ("", ""))
         rows.append(
             {
                 "rank": r,
                 "host": host,
                 "device": device,
-                "score": 0.5 * share + 0.5 * persistence[r],
-                "late_ns": late[r],
-                "blame_ns": blame[r],
-                "last_arrivals": last_count[r],
-                "median_lateness_ns": med_late[r],
-                "persistence": persistence[r],
-                "compute_ratio": ratio.get(r),
-                "compute_ratio_by_window": ratio_w.get(r, []),
+                "score": 0.5 * share + 0.5 * float(persistence[i]),
+                "late_ns": int(late[i]),
+                "blame_ns": int(blame[i]),
+                "last_arrivals": int(last_count[i]),
+                "collectives": int(joined[i]),
+                "expected_last": round(float(expected[i]), 4),
+                "p_last": float(p_last[i]),
+                "median_lateness_ns": float(med_late[i]),
+                "lateness_effect": round(float(effect[i]), 4) if np.isfinite(effect[i]) else None,
+                "persistence": float(persistence[i]),
+                "compute_ratio": cr.overall.get(r),
+                "compute_ratio_by_window": cr.by_window.get(r, []),
+                "compute_slower": int(slower[i]),
+                "compute_faster": int(faster[i]),
+                "compute_p": float(compute_p[i]),
             }
         )
     rows.sort(key=lambda x: (-x["score"], -x["blame_ns"], -x["late_ns"], x["rank"]))
