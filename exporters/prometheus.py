@@ -27,13 +27,14 @@ True
 from __future__ import annotations
 
 import base64
+import binascii
 import hmac
 import json
 import logging
 import ssl
 import threading
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 
+from exporters._http_server import HardenedHTTPServer, HttpResponse
 from exporters._prometheus_mapping import (
     PrometheusName,
     map_unit,
@@ -59,6 +61,7 @@ __all__ = [
     "PrometheusExpositionServer",
     "PrometheusMetricReader",
     "PrometheusName",
+    "basic_auth_matches",
     "map_unit",
     "parse_basic_auth",
     "parse_listen",
@@ -118,6 +121,26 @@ def parse_basic_auth(value: str) -> tuple[str, str]:
     return user, password
 
 
+def basic_auth_matches(header: str | None, credentials: bytes) -> bool:
+    """Whether an ``Authorization`` header carries ``credentials`` (``b"user:pass"``).
+
+    The scheme name is case-insensitive (RFC 7617); the comparison takes constant time.
+
+    >>> basic_auth_matches("basic cHJvbTpwdw==", b"prom:pw"), basic_auth_matches("Basic x", b"a:b")
+    (True, False)
+    >>> basic_auth_matches("Bearer cHJvbTpwdw==", b"prom:pw"), basic_auth_matches(None, b"a:b")
+    (False, False)
+    """
+    scheme, _, token = (header or "").strip().partition(" ")
+    if scheme.lower() != "basic":
+        return False
+    try:
+        given = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return hmac.compare_digest(given, credentials)
+
+
 def wants_openmetrics(accept: str | None) -> bool:
     """Whether an ``Accept`` header asks for OpenMetrics (over the 0.0.4 text format).
 
@@ -158,6 +181,11 @@ class PrometheusExpositionServer:
         certfile, keyfile: PEM files to serve HTTPS.
         basic_auth: ``(user, password)`` required on ``/metrics``.
         health: returns the ``/healthz`` JSON body (its ``ok`` decides 200 or 503).
+        timeout_s: limit on each read, write and TLS handshake of a connection.
+        idle_timeout_s: how long a kept-alive connection may wait for its next scrape.
+        max_connections: connections served at once; more are answered 503 or closed.
+
+    The transport is :class:`exporters._http_server.HardenedHTTPServer`: see its limits.
     """
 
     def __init__(
@@ -170,21 +198,30 @@ class PrometheusExpositionServer:
         keyfile: str | None = None,
         basic_auth: tuple[str, str] | None = None,
         health: Callable[[], dict[str, Any]] | None = None,
+        timeout_s: float = 10.0,
+        idle_timeout_s: float = 90.0,
+        max_connections: int = 64,
     ):
         self.exposers = list(exposers)
         self.host = host
         self.port = port
         self.certfile = certfile
         self.keyfile = keyfile
-        self._auth = (
-            "Basic " + base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
-            if basic_auth
-            else None
+        self._credentials = (
+            f"{basic_auth[0]}:{basic_auth[1]}".encode() if basic_auth is not None else None
         )
         self.health = health
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self.timeout_s = timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
+        self._httpd: HardenedHTTPServer | None = None
+        self._lock = threading.Lock()
         self.scrapes = 0
+
+    @property
+    def http(self) -> HardenedHTTPServer | None:
+        """The running transport (its ``refused``/``client_errors`` counts), or ``None``."""
+        return self._httpd
 
     @property
     def scheme(self) -> str:
@@ -212,96 +249,65 @@ class PrometheusExpositionServer:
             parts.append(_EOF)
         return b"".join(parts)
 
+    def respond(self, method: str, path: str, headers: Message) -> HttpResponse:
+        """The response to one request (``method`` is ``GET`` or ``HEAD``)."""
+        path = path.split("?", 1)[0]
+        if path == "/healthz":
+            status = self.health() if self.health else {"ok": True}
+            body = json.dumps(status, sort_keys=True).encode()
+            return HttpResponse(200 if status.get("ok") else 503, body, "application/json")
+        if path != "/metrics":
+            return HttpResponse(404, b"not found: try /metrics or /healthz\n", "text/plain")
+        if self._credentials is not None and not basic_auth_matches(
+            headers.get("Authorization"), self._credentials
+        ):
+            return HttpResponse(
+                401,
+                b"unauthorized\n",
+                "text/plain",
+                (("WWW-Authenticate", 'Basic realm="otel-ext"'),),
+            )
+        om = wants_openmetrics(headers.get("Accept"))
+        body = self.render(openmetrics=om)
+        with self._lock:
+            self.scrapes += 1
+        return HttpResponse(200, body, OM_CONTENT_TYPE if om else CONTENT_TYPE_PLAIN_0_0_4)
+
     def start(self) -> tuple[str, int]:
         """Bind and serve on a daemon thread; return the bound ``(host, port)``.
 
         Raises:
             ConfigError: the address cannot be bound or the TLS files cannot be loaded.
         """
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                _log.debug("%s " + format, self.client_address[0], *args)
-
-            def _send(
-                self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
-            ) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def do_HEAD(self) -> None:
-                self.do_GET()
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    status = server.health() if server.health else {"ok": True}
-                    body = json.dumps(status, sort_keys=True).encode()
-                    self._send(200 if status.get("ok") else 503, body, "application/json")
-                elif path == "/metrics":
-                    if server._auth is not None and not hmac.compare_digest(
-                        (self.headers.get("Authorization") or "").encode(), server._auth.encode()
-                    ):
-                        self._send(
-                            401,
-                            b"unauthorized\n",
-                            "text/plain",
-                            {"WWW-Authenticate": 'Basic realm="otel-ext"'},
-                        )
-                        return
-                    om = wants_openmetrics(self.headers.get("Accept"))
-                    body = server.render(openmetrics=om)
-                    server.scrapes += 1
-                    self._send(200, body, OM_CONTENT_TYPE if om else CONTENT_TYPE_PLAIN_0_0_4)
-                else:
-                    self._send(404, b"not found: try /metrics or /healthz\n", "text/plain")
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            address_family = (
-                __import__("socket").AF_INET6 if ":" in self.host else __import__("socket").AF_INET
-            )
-
-        try:
-            httpd = Server((self.host, self.port), Handler)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        ctx = None
         if self.certfile:
             try:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                 ctx.load_cert_chain(self.certfile, self.keyfile)
             except (OSError, ssl.SSLError) as exc:
-                httpd.server_close()
                 raise ConfigError(
                     f"cannot load TLS certificate/key: {exc}", path=self.certfile
                 ) from None
-            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        try:
+            httpd = HardenedHTTPServer(
+                (self.host, self.port),
+                self.respond,
+                ssl_context=ctx,
+                timeout_s=self.timeout_s,
+                idle_timeout_s=self.idle_timeout_s,
+                max_connections=self.max_connections,
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         self._httpd = httpd
-        self.port = httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, name="otel-ext-prometheus", daemon=True
-        )
-        self._thread.start()
+        self.port = httpd.start()[1]
         return self.host, self.port
 
     def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
+        """Stop serving and close the socket and open connections (idempotent)."""
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
+            self._httpd.stop()
             self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
 
 class _ServedReader(PrometheusMetricReader):

@@ -89,8 +89,13 @@ def test_basic_auth_required_on_metrics_only(tmp_path):
         bad = "Basic " + base64.b64encode(b"prom:nope").decode()
         with pytest.raises(urllib.error.HTTPError):
             fetch(f"http://{host}:{port}/metrics", {"Authorization": bad})
-        good = "Basic " + base64.b64encode(b"prom:pw").decode()
-        assert fetch(f"http://{host}:{port}/metrics", {"Authorization": good})[0] == 200
+        token = base64.b64encode(b"prom:pw").decode()
+        for scheme in ("Basic", "basic", "BASIC"):  # RFC 7617: the scheme is case-insensitive
+            auth = {"Authorization": f"{scheme} {token}"}
+            assert fetch(f"http://{host}:{port}/metrics", auth)[0] == 200
+        for wrong in (f"Bearer {token}", f"Basic{token}", "Basic !!!", "basic"):
+            with pytest.raises(urllib.error.HTTPError):
+                fetch(f"http://{host}:{port}/metrics", {"Authorization": wrong})
         assert fetch(f"http://{host}:{port}/healthz")[0] == 200
     finally:
         server.stop()
@@ -101,32 +106,22 @@ def test_basic_auth_required_on_metrics_only(tmp_path):
         parse_basic_auth("nocolon")
 
 
-@pytest.mark.integration
-def test_tls(tmp_path):
+def make_cert(tmp_path):
+    """A self-signed certificate for 127.0.0.1, made by the real ``openssl``."""
     openssl = require_binary("openssl")
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.mark.integration
+def test_tls(tmp_path):
+    cert, key = make_cert(tmp_path)
     bridge = sim_bridge()
     bridge.sample_once()
     server = PrometheusExpositionServer(
