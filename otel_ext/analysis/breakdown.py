@@ -16,7 +16,17 @@ Per rank (rows with ``rank == -1`` are grouped per source file instead):
 Idle breakdown, per stream (HTA's three classes): each gap before a kernel is **host wait**
 when the kernel's launch call started after the previous kernel on the stream had ended (the
 host was late), **kernel wait** when it is shorter than ``kernel_wait_threshold_ns`` (the
-launch overhead of back-to-back kernels; HTA's default of 30 µs), **other** otherwise.
+launch overhead of back-to-back kernels; HTA's default of 30 µs), **other** otherwise. A
+fourth class HTA does not have: **graph wait**, a gap between two kernels of one graph replay
+(CUDA/HIP graph launch: one runtime call, many kernels sharing its correlation id). The host
+submitted the whole graph at once, so such a gap is neither a late host nor a launch
+overhead; it is the graph's own dependency structure.
+
+Graph replays (:func:`launch_fanout`): a runtime call whose correlation id is shared by two or
+more device rows launched all of them. Only the first kernel of a replay waited for its launch;
+the others were queued by it. Launch statistics therefore measure the launch delay of direct
+launches and of each replay's first kernel, count the replays and the kernels they queued,
+and keep every kernel in the queue length (each was queued at the replay's launch).
 
 >>> from otel_ext.analysis.table import Category, EventTable
 >>> t = EventTable.from_rows([
@@ -47,8 +57,10 @@ __all__ = [
     "TemporalBreakdownRow",
     "device_mask",
     "drop_last_step",
+    "graph_replays",
     "idle_breakdown",
     "kernel_breakdown",
+    "launch_fanout",
     "launch_rows",
     "launch_stats",
     "rank_groups",
@@ -181,6 +193,93 @@ def launch_rows(table: EventTable) -> np.ndarray:
     return out
 
 
+def launch_fanout(table: EventTable, launch: np.ndarray | None = None) -> np.ndarray:
+    """For each row, how many device rows its launch call launched (0 without a launch).
+
+    A value above 1 marks a kernel of a graph replay.
+
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=5, category=Category.RUNTIME, correlation=9, name="hipGraphLaunch"),
+    ...     dict(start_ns=2, end_ns=20, category=Category.KERNEL_COMPUTE, correlation=9, stream=3),
+    ...     dict(start_ns=20, end_ns=30, category=Category.KERNEL_COMPUTE, correlation=9, stream=3),
+    ... ])
+    >>> launch_fanout(t).tolist()
+    [0, 2, 2]
+    """
+    lr = launch_rows(table) if launch is None else launch
+    out = np.zeros(len(table), dtype=np.int64)
+    has = lr >= 0
+    if has.any():
+        counts = np.bincount(lr[has], minlength=len(table))
+        out[has] = counts[lr[has]]
+    return out
+
+
+def _first_of_launch(table: EventTable, launch: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Of ``rows`` (launched rows), those that start first among their launch's rows on their
+    stream (ties: table order)."""
+    lr = launch[rows]
+    order = np.lexsort((rows, table["start_ns"][rows], table["stream"][rows], lr))
+    key_l, key_s = lr[order], table["stream"][rows][order]
+    first = np.r_[True, (key_l[1:] != key_l[:-1]) | (key_s[1:] != key_s[:-1])]
+    out = np.zeros(len(rows), dtype=bool)
+    out[order] = first
+    return out
+
+
+def graph_replays(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
+    """The graph replays of ``table``: launches that each launched two or more device rows.
+
+    Returns:
+        ``{"count", "kernels", "replays"}``: the number of replays, the device rows they
+        launched, and per replay (longest first, at most ``limit``) its ``rank``, ``source``,
+        ``launch`` (the runtime call's name), ``launch_start_ns``, ``kernels``, ``streams``,
+        ``first_kernel_start_ns``, ``last_kernel_end_ns`` and ``busy_ns`` (the union of its
+        device rows).
+
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=5, category=Category.RUNTIME, correlation=9, name="hipGraphLaunch", rank=0),
+    ...     dict(start_ns=2, end_ns=20, category=Category.KERNEL_COMPUTE, correlation=9, stream=3, rank=0),
+    ...     dict(start_ns=25, end_ns=30, category=Category.KERNEL_COMPUTE, correlation=9, stream=3, rank=0),
+    ... ])
+    >>> g = graph_replays(t)
+    >>> g["count"], g["kernels"], g["replays"][0]["busy_ns"], g["replays"][0]["launch"]
+    (1, 2, 23, 'hipGraphLaunch')
+    """
+    launch = launch_rows(table)
+    fan = launch_fanout(table, launch)
+    rows = np.flatnonzero(fan > 1)
+    if not rows.shape[0]:
+        return {"count": 0, "kernels": 0, "replays": []}
+    start, end = table["start_ns"], table["end_ns"]
+    order, keys, slices = group_slices(launch[rows])
+    names = table.strings["name"]
+    out: list[dict[str, Any]] = []
+    for lrow, sl in zip(keys.tolist(), slices):
+        r = rows[order[sl]]
+        r = r[np.argsort(start[r], kind="stable")]
+        out.append(
+            {
+                "rank": int(table["rank"][lrow]),
+                "source": table.strings["source"][int(table["source"][lrow])],
+                "launch": names[int(table["name"][lrow])],
+                "launch_start_ns": int(start[lrow]),
+                "kernels": int(r.shape[0]),
+                "streams": len(distinct(table["stream"][r])),
+                "first_kernel_start_ns": int(start[r].min()),
+                "last_kernel_end_ns": int(end[r].max()),
+                "busy_ns": union_length(start[r], end[r]),
+            }
+        )
+    out.sort(
+        key=lambda g: (
+            -(g["last_kernel_end_ns"] - g["first_kernel_start_ns"]),
+            g["launch_start_ns"],
+        )
+    )
+    return {"count": len(out), "kernels": int(rows.shape[0]), "replays": out[:limit]}
+
+
 @dataclass(frozen=True)
 class IdleBreakdownRow:
     """Idle time of one stream of one rank, by cause (ns, and shares of the stream's idle)."""
@@ -195,6 +294,8 @@ class IdleBreakdownRow:
     host_wait_pct: float
     kernel_wait_pct: float
     other_pct: float
+    graph_wait_ns: int = 0
+    graph_wait_pct: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -203,7 +304,8 @@ class IdleBreakdownRow:
 def idle_breakdown(
     table: EventTable, *, kernel_wait_threshold_ns: int = DEFAULT_KERNEL_WAIT_NS
 ) -> list[IdleBreakdownRow]:
-    """Idle time per rank and stream: host wait, kernel wait, other (HTA's classes).
+    """Idle time per rank and stream: host wait, kernel wait, other (HTA's classes), and
+    graph wait (a gap between two kernels of one graph replay).
 
     Args:
         table: the events.
@@ -221,6 +323,14 @@ def idle_breakdown(
     >>> r = idle_breakdown(t, kernel_wait_threshold_ns=10)[0]
     >>> (r.stream, r.idle_ns, r.host_wait_ns, r.kernel_wait_ns, r.other_ns)
     (7, 25, 20, 5, 0)
+    >>> g = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=1, category=C.RUNTIME, correlation=1, rank=0),
+    ...     dict(start_ns=5, end_ns=10, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ...     dict(start_ns=50, end_ns=60, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ... ])
+    >>> r = idle_breakdown(g, kernel_wait_threshold_ns=10)[0]
+    >>> (r.idle_ns, r.graph_wait_ns, r.other_ns)
+    (40, 40, 0)
     """
     dev = device_mask(table)
     launch = launch_rows(table)
@@ -239,11 +349,13 @@ def idle_breakdown(
             lr = launch[r[1:]]
             has = lr >= 0
             launch_start = np.where(has, start[np.maximum(lr, 0)], np.iinfo(np.int64).min)
-            host = has & (launch_start > prev_end)
-            kwait = ~host & (gap < kernel_wait_threshold_ns)
-            other = ~host & ~kwait
+            graph = has & (lr == launch[r[:-1]])  # both kernels queued by one graph launch
+            host = has & ~graph & (launch_start > prev_end)
+            kwait = ~host & ~graph & (gap < kernel_wait_threshold_ns)
+            other = ~host & ~graph & ~kwait
             hw, kw, ot = int(gap[host].sum()), int(gap[kwait].sum()), int(gap[other].sum())
-            idle = hw + kw + ot
+            gw = int(gap[graph].sum())
+            idle = hw + kw + ot + gw
             out.append(
                 IdleBreakdownRow(
                     rank,
@@ -256,6 +368,8 @@ def idle_breakdown(
                     _pct(hw, idle),
                     _pct(kw, idle),
                     _pct(ot, idle),
+                    gw,
+                    _pct(gw, idle),
                 )
             )
     return out
@@ -331,7 +445,11 @@ def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
 
 @dataclass(frozen=True)
 class LaunchStatsRow:
-    """Launch delay (kernel start − launch start) and launch-queue length of one rank."""
+    """Launch delay (kernel start − launch start) and launch-queue length of one rank.
+
+    ``delayed`` kernels are those the delay statistics cover: direct launches and the first
+    kernel of each graph replay; ``graph_launches`` replays queued ``graph_kernels`` kernels.
+    """
 
     rank: int
     source: str
@@ -345,6 +463,9 @@ class LaunchStatsRow:
     before_launch: int
     queue_max: int
     queue_mean: float
+    delayed: int = 0
+    graph_launches: int = 0
+    graph_kernels: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -368,9 +489,21 @@ def launch_stats(table: EventTable) -> list[LaunchStatsRow]:
     >>> r = launch_stats(t)[0]
     >>> (r.launched, r.delay_mean_ns, r.delay_max_ns, r.queue_max, r.before_launch)
     (2, 14.0, 18, 2, 0)
+
+    A graph replay's later kernels were queued, not delayed:
+
+    >>> g = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=1, category=C.RUNTIME, correlation=1, rank=0),
+    ...     dict(start_ns=3, end_ns=9, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ...     dict(start_ns=9, end_ns=90, category=C.KERNEL_COMPUTE, correlation=1, rank=0, stream=7),
+    ... ])
+    >>> r = launch_stats(g)[0]
+    >>> (r.launched, r.delayed, r.delay_max_ns, r.graph_launches, r.graph_kernels, r.queue_max)
+    (2, 1, 3, 1, 2, 2)
     """
     dev = device_mask(table)
     launch = launch_rows(table)
+    fan = launch_fanout(table, launch)
     start, end = table["start_ns"], table["end_ns"]
     out = []
     for rank, source, rows in rank_groups(table, dev):
@@ -378,7 +511,12 @@ def launch_stats(table: EventTable) -> list[LaunchStatsRow]:
         has = lr >= 0
         k = rows[has]
         ls = start[lr[has]]
-        delay = start[k] - ls
+        graph = fan[k] > 1
+        direct = ~graph
+        if graph.any():
+            direct[graph] = _first_of_launch(table, launch, k[graph])
+        n_graph_launches = len(distinct(launch[k[graph]])) if graph.any() else 0
+        delay = start[k[direct]] - ls[direct]
         if delay.shape[0]:
             p50, p90, p99 = (float(x) for x in percentile(delay, [50, 90, 99]))
             times = np.concatenate([ls, end[k]])
@@ -392,9 +530,11 @@ def launch_stats(table: EventTable) -> list[LaunchStatsRow]:
         else:
             p50 = p90 = p99 = mean_d = qmean = 0.0
             qmax = max_d = before = 0
+        before += int((start[k[~direct]] < ls[~direct]).sum())
         out.append(
             LaunchStatsRow(rank, source, int(rows.shape[0]), int(k.shape[0]), mean_d, p50, p90,
-                           p99, max_d, before, qmax, qmean)
+                           p99, max_d, before, qmax, qmean, int(direct.sum()), n_graph_launches,
+                           int(graph.sum()))
         )  # fmt: skip
     return out
 

@@ -9,7 +9,32 @@ arrives, so the path into a collective comes from the last arriver. Edges consid
 * **launch → kernel**: the runtime call that launched a kernel (same rank, correlation id);
 * **cross-stream**: the same rank's device event that ended last before a device event
   started (stream-to-stream waits are not in traces; this is the dependency they imply);
-* **cross-rank collective**: a member of a collective depends on the last member's arrival.
+* **cross-rank collective**: a member of a collective depends on the last member's arrival;
+* **device → host synchronisation**: a blocking runtime call (``cudaDeviceSynchronize``,
+  ``cudaStreamSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy`` /
+  ``hipMemcpyWithStream`` ...) returns when device work ends: the device row it waited for
+  (its own copy, by correlation id, else the rank's device row that ended last before the call
+  returned) releases it. The call's time before that release was waiting, off the path; the
+  rest is on the path as ``sync``. Where the device is the bottleneck the path so follows the
+  device work the host waited for, not the host's blocked call.
+
+**Device-bound host waits.** A host that waits for the device without a blocking runtime call
+(DeepEP's dispatch polls a counter the GPU writes; ``.item()`` loops; event queries) shows as
+a gap between two runtime calls. Where the rank's device was busy for at least
+``device_bound_share`` of such a gap (default 90 %), the host was not what held the work back:
+the path goes to the device row that ended last before the host resumed, and only the time from
+that end to the host's next call is ``host``. Below that share the gap stays host-side work.
+
+**Graph replays.** A CUDA/HIP graph launch is one runtime call whose correlation id hundreds
+of kernels share. Only the replay's first kernel on each stream depends on the launch, and
+from the launch's *start* (graph kernels begin while the call is still submitting); the
+others depend on the kernel before them (they were queued by the launch, not launched late).
+The wait between the launch's start and its first kernel is ``queue``. The path lists the
+replays it passes through (``graph_replays``: launch, kernels in the replay, kernels and time
+on the path).
+
+Runtime calls on the path are ``launch`` (kernel and graph launches), ``sync`` (blocking
+calls) or ``runtime`` (other calls: event records, asynchronous copies' submission ...).
 
 The path is found backwards from the event that ends last: at each event the predecessor
 that released it latest is the one it waited for. The time between that release and the
@@ -36,16 +61,18 @@ gap to the second-last arrival, summed over the collectives it arrived last at).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from otel_ext._arrays import distinct
+from otel_ext.analysis._intervals import merge_intervals
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
-__all__ = ["CriticalPath", "critical_path", "straggler_saving"]
+__all__ = ["CriticalPath", "critical_path", "runtime_label", "straggler_saving"]
 
 _LABEL = {
     Category.KERNEL_COMPUTE: "compute",
@@ -55,6 +82,23 @@ _LABEL = {
     Category.MEMSET: "memory",
     Category.RUNTIME: "launch",
 }
+
+#: blocking runtime calls: they return when device work ends
+_SYNC_CALL_RE = re.compile(
+    r"Synchronize|^(?:cuda|hip|cu)Memcpy(?!\w*Async)\w*$|^(?:cuda|hip|cu)MemcpyWithStream$"
+)
+
+
+def runtime_label(name: str) -> str:
+    """The critical-path label of a runtime call: ``launch``, ``sync`` or ``runtime``.
+
+    >>> [runtime_label(n) for n in ("cudaLaunchKernel", "hipGraphLaunch", "hipMemcpyWithStream",
+    ...                             "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaEventRecord")]
+    ['launch', 'launch', 'sync', 'sync', 'runtime', 'runtime']
+    """
+    if _SYNC_CALL_RE.search(name):
+        return "sync"
+    return "launch" if "Launch" in name else "runtime"
 
 
 @dataclass
@@ -66,6 +110,7 @@ class CriticalPath:
     by_rank: dict[int, int]
     by_category: dict[str, int]
     straggler: dict[str, Any] | None
+    graph_replays: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self, *, max_segments: int = 2000) -> dict[str, Any]:
         return {
@@ -76,6 +121,7 @@ class CriticalPath:
                 for c, ns in sorted(self.by_category.items(), key=lambda x: -x[1])
             ],
             "straggler_what_if": self.straggler,
+            "graph_replays": self.graph_replays,
             "segments": self.segments[-max_segments:],
             "segments_total": len(self.segments),
         }
@@ -154,6 +200,7 @@ def critical_path(
     straggler_rank: int | None = None,
     steps: int | None = None,
     max_steps: int = 2_000_000,
+    device_bound_share: float = 0.9,
 ) -> CriticalPath:
     """The cross-rank critical path of ``table``.
 
@@ -163,6 +210,8 @@ def critical_path(
         straggler_rank: the rank to evaluate "what if it ran at the median" for.
         steps: the number of steps in the run (for a per-step saving), if known.
         max_steps: a safety cap on the walk's length.
+        device_bound_share: a host gap during which the rank's device was busy for at least
+            this share is a wait for the device (see the module docstring).
 
     Returns:
         A :class:`CriticalPath`.
@@ -182,15 +231,30 @@ def critical_path(
     rcat = cat[rows]
     prev = _lane_prev(rows, table)
     dprev = _device_prev(rows, table)
-    launch = np.full(len(rows), -1, dtype=np.int64)
-    try:
-        from otel_ext.analysis.breakdown import launch_rows
+    from otel_ext.analysis.breakdown import launch_fanout, launch_rows
 
-        lr = launch_rows(table)[rows]
-        ok = lr >= 0
-        launch[ok] = pos_of[lr[ok]]
-    except ImportError:  # pragma: no cover - part of the same package
-        pass
+    lr_all = launch_rows(table)
+    fan_all = launch_fanout(table, lr_all)
+    launch = np.full(len(rows), -1, dtype=np.int64)
+    lr = lr_all[rows]
+    ok = lr >= 0
+    launch[ok] = pos_of[lr[ok]]
+    fan = fan_all[rows]
+    graph = (fan > 1) & (launch >= 0)
+    if graph.any():
+        # a replay's first kernel on each stream waits for the launch; the rest are queued
+        g = np.flatnonzero(graph)
+        o = np.lexsort((start[g], table["stream"][rows][g], launch[g]))
+        gl, gs = launch[g][o], table["stream"][rows][g][o]
+        first = np.r_[True, (gl[1:] != gl[:-1]) | (gs[1:] != gs[:-1])]
+        launch[g[o[~first]]] = -1
+    sync = _sync_pred(rows, table, launch, rcat)
+    busy = _DeviceBusy(rows, table)
+    names = table.strings["name"]
+    name_codes = table["name"][rows]
+    rt_label = {
+        int(c): runtime_label(names[int(c)]) for c in distinct(name_codes[rcat == Category.RUNTIME])
+    }
     peer = np.full(len(rows), -1, dtype=np.int64)
     if match.n_instances:
         inst = match.member_instance
@@ -207,8 +271,7 @@ def critical_path(
     i = int(np.argmax(end))
     seg_end = int(end[i])
     segments: list[dict[str, Any]] = []
-    names = table.strings["name"]
-    name_codes = table["name"][rows]
+    graph_on_path: dict[int, list[int]] = {}
     allow_peer = True
     walked = 0
     while walked < max_steps:
@@ -219,26 +282,48 @@ def critical_path(
             (launch[i], "launch"),
             (dprev[i], "device"),
             (peer[i], "peer"),
+            (sync[i], "sync"),
         ):
             if cand < 0 or (kind == "peer" and not allow_peer):
                 continue
-            rel = int(start[cand]) if kind == "peer" else int(end[cand])
+            if kind == "peer" or (kind == "launch" and graph[i]):
+                rel = int(start[cand])
+            else:
+                rel = int(end[cand])
             if rel <= seg_end and rel > release:
                 best, release, via = int(cand), rel, kind
-        label = _LABEL.get(Category(int(rcat[i])), "other")
         s_i = min(int(start[i]), seg_end)
+        if rcat[i] == Category.RUNTIME and release < s_i:
+            d = busy.last_end_before(int(rank[i]), s_i)
+            if d >= 0 and int(end[d]) > release:
+                covered = busy.within(int(rank[i]), release, s_i)
+                if covered >= device_bound_share * (s_i - release):
+                    best, release, via = d, int(end[d]), "device"
+        if rcat[i] == Category.RUNTIME:
+            label = rt_label.get(int(name_codes[i]), "launch")
+        else:
+            label = _LABEL.get(Category(int(rcat[i])), "other")
         name = names[name_codes[i]]
-        if via == "peer" and release > s_i:
-            # waited in the collective for the last arrival: only the rest is on the path
+        if fan[i] > 1:
+            acc = graph_on_path.setdefault(int(lr[i]), [0, 0])
+            acc[0] += 1
+            acc[1] += seg_end - s_i
+        if via in ("peer", "sync") and release > s_i:
+            # waited in the collective for the last arrival, or in a blocking call for the
+            # device: only the rest is on the path
             segments.append(_seg(rank[i], label, release, seg_end, name))
-            i, seg_end, allow_peer = best, release, False
+            i, seg_end, allow_peer = best, release, via != "peer"
             continue
         segments.append(_seg(rank[i], label, s_i, seg_end, name))
         if best < 0:
             break
         if release < s_i:
-            # a gap before a device event is device idle; before a launch, host-side work
-            gap = "host" if rcat[i] == Category.RUNTIME else "idle"
+            # a gap before a device event is device idle (queue when a graph launch released
+            # it); before a launch, host-side work
+            if rcat[i] == Category.RUNTIME:
+                gap = "host"
+            else:
+                gap = "queue" if via == "launch" and graph[i] else "idle"
             segments.append(_seg(rank[i], gap, release, s_i, ""))
         i, seg_end, allow_peer = best, min(release, s_i), True
     segments.reverse()
@@ -259,7 +344,105 @@ def critical_path(
             "saved_pct": round(100.0 * saved / length, 4) if length else 0.0,
             "saved_per_step_ns": int(saved / steps) if steps else None,
         }
-    return CriticalPath(segments, int(length), by_rank, by_cat, what_if)
+    replays: list[dict[str, Any]] = []
+    for lrow, (k_on, ns_on) in graph_on_path.items():
+        replays.append(
+            {
+                "rank": int(table["rank"][lrow]),
+                "launch": names[int(table["name"][lrow])],
+                "launch_start_ns": int(table["start_ns"][lrow]),
+                "kernels": int(fan_all[np.flatnonzero(lr_all == lrow)[0]]),
+                "kernels_on_path": k_on,
+                "on_path_ns": int(ns_on),
+            }
+        )
+    replays.sort(key=lambda g: -int(g["on_path_ns"]))
+    return CriticalPath(segments, int(length), by_rank, by_cat, what_if, replays)
+
+
+class _DeviceBusy:
+    """Per rank: the union of device rows (for busy time inside a window) and the device rows
+    by end (for the one that ended last before a time)."""
+
+    def __init__(self, rows: np.ndarray, table: EventTable) -> None:
+        cat = table["category"][rows]
+        is_dev = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
+        rank = table["rank"][rows]
+        start = table["start_ns"][rows]
+        end = table["end_ns"][rows]
+        self._by_rank: dict[int, tuple[np.ndarray, ...]] = {}
+        for r in distinct(rank[is_dev]).tolist():
+            idx = np.flatnonzero(is_dev & (rank == r))
+            by_end = idx[np.argsort(end[idx], kind="stable")]
+            ms, me = merge_intervals(start[idx], end[idx])
+            cum = np.r_[0, np.cumsum(me - ms)]
+            self._by_rank[int(r)] = (by_end, end[by_end], ms, me, cum)
+
+    def last_end_before(self, rank: int, t: int) -> int:
+        """Position of the rank's device row that ended last at or before ``t``, or -1."""
+        got = self._by_rank.get(rank)
+        if got is None:
+            return -1
+        by_end, ends = got[0], got[1]
+        k = int(np.searchsorted(ends, t, side="right")) - 1
+        return int(by_end[k]) if k >= 0 else -1
+
+    def within(self, rank: int, a: int, b: int) -> int:
+        """Device-busy time of ``rank`` inside ``[a, b)``."""
+        got = self._by_rank.get(rank)
+        if got is None or b <= a:
+            return 0
+        ms, me, cum = got[2], got[3], got[4]
+        i = int(np.searchsorted(me, a, side="right"))
+        j = int(np.searchsorted(ms, b, side="left"))
+        if j <= i:
+            return 0
+        total = int(cum[j] - cum[i]) - max(0, a - int(ms[i])) - max(0, int(me[j - 1]) - b)
+        return max(total, 0)
+
+
+def _sync_pred(
+    rows: np.ndarray, table: EventTable, launch: np.ndarray, rcat: np.ndarray
+) -> np.ndarray:
+    """For each blocking runtime call among ``rows``, the device row (position in ``rows``)
+    whose end released it, or -1: its own device activity (correlation id) if any, else the
+    rank's device row that ended last at or before the call's end; only where that end falls
+    inside the call (the call waited for it)."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    rt = np.flatnonzero(rcat == Category.RUNTIME)
+    if not rt.shape[0]:
+        return out
+    names = table.strings["name"]
+    codes = table["name"][rows]
+    sync_codes = [c for c in distinct(codes[rt]).tolist() if runtime_label(names[c]) == "sync"]
+    calls = rt[np.isin(codes[rt], sync_codes)]
+    if not calls.shape[0]:
+        return out
+    start = table["start_ns"][rows]
+    end = table["end_ns"][rows]
+    rank = table["rank"][rows]
+    is_dev = np.isin(rcat, [int(c) for c in DEVICE_CATEGORIES])
+    # own device activity: the launched row that ends last
+    own = np.full(len(rows), -1, dtype=np.int64)
+    d = np.flatnonzero(is_dev & (launch >= 0))
+    if d.shape[0]:
+        o = d[np.lexsort((end[d], launch[d]))]
+        last = np.r_[launch[o][1:] != launch[o][:-1], True]
+        own[launch[o][last]] = o[last]
+    for r in distinct(rank[calls]).tolist():
+        dev_r = np.flatnonzero(is_dev & (rank == r))
+        c_r = calls[rank[calls] == r]
+        cand = own[c_r]
+        if dev_r.shape[0]:
+            by_end = dev_r[np.argsort(end[dev_r], kind="stable")]
+            pos = np.searchsorted(end[by_end], end[c_r], side="right") - 1
+            fallback = np.where(pos >= 0, by_end[np.maximum(pos, 0)], -1)
+            cand = np.where(cand >= 0, cand, fallback)
+        ok = cand >= 0
+        inside = np.zeros(len(c_r), dtype=bool)
+        inside[ok] = (end[cand[ok]] > start[c_r[ok]]) & (end[cand[ok]] <= end[c_r[ok]])
+        out[c_r[inside]] = cand[inside]
+    return out
 
 
 def _seg(rank: Any, category: str, start: int, end: int, name: str) -> dict[str, Any]:

@@ -132,6 +132,9 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         w(f"Critical path: {_ms(cp['length_ns'])} ({comp})")
         ranks_on = ", ".join(f"rank {c['rank']} {_ms(c['ns'])}" for c in cp.get("by_rank", []))
         w(f"        by rank: {ranks_on}")
+        for g in cp.get("graph_replays", [])[:3]:  # one launch, many kernels queued by it
+            w(f"        graph replay: {g['kernels']} kernels from one launch ({g['launch']}, "
+              f"{_ms(g['on_path_ns'])} on the path)")  # fmt: skip
         wi = cp.get("straggler_what_if")
         if wi:
             frac = wi.get("sampled_fraction", 1.0)
