@@ -164,6 +164,23 @@ HOST_ID = _declare(
     )
 )
 
+ACTIVE_SPANS = _declare(
+    EnvVar(
+        "OTEL_EXT_ACTIVE_SPANS",
+        bool,
+        True,
+        "When false, `configure()` does not publish the span running on each device for the node agent's exemplars.",
+    )
+)
+ACTIVE_SPAN_DIR = _declare(
+    EnvVar(
+        "OTEL_EXT_ACTIVE_SPAN_DIR",
+        str,
+        "",
+        "Folder of the per-device active-span records shared by workloads and the node agent (default: `$XDG_RUNTIME_DIR/otel-ext`, else `/tmp/otel-ext-$UID`).",
+    )
+)
+
 DEBUG = _declare(
     EnvVar(
         "OTEL_EXT_DEBUG",

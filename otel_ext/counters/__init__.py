@@ -7,7 +7,9 @@ attributes, value, timestamp and clock domain): :class:`NvmlSource` (NVIDIA GPUs
 alone). :class:`CounterBridge` samples them, unfolds counters (reset and wrap-around),
 evaluates the registry's derived metrics with provenance, and guards cardinality;
 :class:`CounterCollector` exposes it to Prometheus (OpenMetrics with exemplars from the
-:class:`ActiveSpanRegistry`), :class:`OtlpCounterBridge` to OpenTelemetry.
+:class:`ActiveSpanRegistry`, which in the node agent reads the workloads' shared records
+through :class:`SharedActiveSpanReader`), :class:`OtlpCounterBridge` to OpenTelemetry;
+:class:`TargetInfoCollector` says what the agent serves.
 ``otel-ext exporter`` (:mod:`otel_ext.counters.cli`) is the node daemon.
 
 >>> bridge = CounterBridge([SimulatedSource(BuiltinSimModel(chips=2))])
@@ -17,6 +19,7 @@ evaluates the registry's derived metrics with provenance, and guards cardinality
 
 from __future__ import annotations
 
+from otel_ext.counters._active_span_reader import SharedActiveSpanReader, best_span, running_time
 from otel_ext.counters._bridge import CounterBridge, Exemplar, SeriesState
 from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeries, Provenance
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef, current_span_ref
@@ -36,6 +39,7 @@ from otel_ext.counters._source import (
     Sample,
     SeriesDescription,
 )
+from otel_ext.counters._target_info import TargetInfoCollector
 
 __all__ = [
     "CLOCK_HOST_MONOTONIC",
@@ -62,9 +66,13 @@ __all__ = [
     "Sample",
     "SeriesDescription",
     "SeriesState",
+    "SharedActiveSpanReader",
     "SimCounterModel",
     "SimulatedSource",
+    "TargetInfoCollector",
+    "best_span",
     "counter_delta",
     "current_span_ref",
     "match_device_model",
+    "running_time",
 ]

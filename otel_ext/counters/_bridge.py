@@ -173,6 +173,9 @@ class CounterBridge:
         self._dropped_total = 0
         self._warned: dict[str, int] = {}
         self._refs: dict[str, ExemplarRef | None] = {}
+        self._interval = (0, 0)
+        #: source name -> why it could not start (filled by :meth:`open`)
+        self.unavailable: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.rounds = 0
@@ -180,10 +183,12 @@ class CounterBridge:
         self.on_round: list[Callable[[CounterBridge], None]] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
-    def open(self, *, require_all: bool = False) -> list[str]:
+    def open(self, *, require_all: bool = False, quiet: bool = False) -> list[str]:
         """Open every source; return the names of those that started.
 
-        A source that cannot start is skipped with a warning when others work.
+        A source that cannot start is skipped with a warning (``quiet``: logged at debug
+        level, for sources that were only probed) when others work; its one-line reason
+        stays in :attr:`unavailable`.
 
         Raises:
             SourceUnavailableError: no source could start (or one could not and
@@ -198,7 +203,13 @@ class CounterBridge:
                 if require_all:
                     raise
                 reasons.append(f"{src.name}: {exc}")
-                _log.warning("counter source %s skipped: %s", src.name, exc)
+                self.unavailable[src.name] = str(exc)
+                _log.log(
+                    logging.DEBUG if quiet else logging.WARNING,
+                    "counter source %s skipped: %s",
+                    src.name,
+                    exc,
+                )
                 continue
             self._active.append(src)
             self._up[src.name] = 1
@@ -253,6 +264,11 @@ class CounterBridge:
         """Run one round: sample every source, update series, derive. Never raises."""
         with self._sample_lock:
             now = self._clock()
+            previous = self._interval[1]
+            self._interval = (
+                previous if 0 < previous < now else now - int(self.interval_s * 1e9),
+                now,
+            )
             results: list[tuple[CounterSource, list[Sample] | None]] = []
             for src in self._active or self.sources:
                 try:
@@ -327,7 +343,7 @@ class CounterBridge:
             return None
         key = str(dev)
         if key not in self._refs:
-            self._refs[key] = self.active_spans.lookup(key)
+            self._refs[key] = self.active_spans.covering(key, *self._interval)
         return self._refs[key]
 
     def _update(self, st: SeriesState, s: Sample, now: int) -> None:

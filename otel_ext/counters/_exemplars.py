@@ -2,8 +2,11 @@
 
 The instrumentation (or the simulated cluster) tells the bridge "device D is running span S
 now" through :class:`ActiveSpanRegistry`; when the bridge samples a counter of device D it
-attaches that span's ``trace_id`` and ``span_id`` as the exemplar. When sampling in-process
-and no device entry exists, the span current in the OpenTelemetry context is used instead.
+attaches that span's ``trace_id`` and ``span_id`` as the exemplar. A node agent in another
+process reads the workloads' shared records instead (``shared=``, a
+``SharedActiveSpanReader``: the span that ran for most of the sampling interval). When
+sampling in-process and no device entry exists, the span current in the OpenTelemetry
+context is used instead.
 
 Threading: every method is thread-safe and O(1); nothing here raises.
 
@@ -24,11 +27,12 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanContext
 
-__all__ = ["ActiveSpanRegistry", "ExemplarRef", "current_span_ref"]
+__all__ = ["ActiveSpanRegistry", "ExemplarRef", "SharedSpans", "current_span_ref"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +65,29 @@ def current_span_ref() -> ExemplarRef | None:
     return ExemplarRef.of(ctx)
 
 
+class SharedSpans(Protocol):
+    """Where spans of other processes come from (``SharedActiveSpanReader``)."""
+
+    def covering(self, device_id: str, start_ns: int, end_ns: int) -> ExemplarRef | None:
+        """The span that ran for most of ``[start_ns, end_ns]`` on ``device_id``."""
+        ...
+
+
 class ActiveSpanRegistry:
     """Device (or link) id -> the span active on it now.
 
     Args:
         use_current_context: when no entry exists for a device, fall back to the span
             current in the sampling thread's OpenTelemetry context.
+        shared: records published by other processes on this host (the node agent's
+            ``SharedActiveSpanReader``), asked when this process has no entry.
     """
 
-    def __init__(self, *, use_current_context: bool = True):
+    def __init__(self, *, use_current_context: bool = True, shared: SharedSpans | None = None):
         self._lock = threading.Lock()
         self._active: dict[str, tuple[SpanContext, ExemplarRef]] = {}
         self.use_current_context = use_current_context
+        self.shared = shared
 
     def set_active(self, device_id: str, span: Span | SpanContext) -> None:
         """Record that ``span`` is running on ``device_id`` now (replacing the previous one)."""
@@ -106,6 +121,24 @@ class ActiveSpanRegistry:
         entry = self._active.get(device_id)
         if entry is not None:
             return entry[1]
+        if self.use_current_context:
+            return current_span_ref()
+        return None
+
+    def covering(self, device_id: str, start_ns: int, end_ns: int) -> ExemplarRef | None:
+        """The span to show for ``device_id`` over the sampling interval ``[start_ns, end_ns]``.
+
+        An entry set in this process wins; else the span that ran for most of the interval
+        in another process (the :attr:`shared` records, read by the node agent); else, when
+        ``use_current_context``, the current context's span.
+        """
+        entry = self._active.get(device_id)
+        if entry is not None:
+            return entry[1]
+        if self.shared is not None:
+            ref = self.shared.covering(device_id, start_ns, end_ns)
+            if ref is not None:
+                return ref
         if self.use_current_context:
             return current_span_ref()
         return None

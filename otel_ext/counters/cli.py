@@ -1,7 +1,18 @@
 """``otel-ext exporter``: the node agent serving counters on ``/metrics`` (like dcgm-exporter).
 
-``otel-ext exporter --source nvml|host|infiniband|sim [--source ...] --listen HOST:PORT
-[--interval SECONDS] [--otlp] [--tls-cert FILE --tls-key FILE] [--basic-auth USER:PASS|FILE]``
+``otel-ext exporter [--source nvml|host|infiniband|sim ...] --listen HOST:PORT
+[--interval SECONDS] [--otlp] [--tls-cert FILE --tls-key FILE] [--basic-auth USER:PASS|FILE]
+[--active-span-dir DIR ...]``
+
+Without ``--source`` the agent serves what the machine has: NVML when a driver answers,
+InfiniBand/RoCE when sysfs has ports, and the host source always; it prints what it serves
+and why the others are not. The simulated source runs only when asked (``--source sim``)
+and is labelled ``accel_device_kind="sim"`` in ``target_info``.
+
+Exemplars: the agent reads the active-span records that workloads on this host publish
+(``OTEL_EXT_ACTIVE_SPAN_DIR`` or the default folders; ``--active-span-dir``) and attaches to
+device D's counters and histogram buckets the span that ran for most of each sampling
+interval on D.
 
 Binds ``127.0.0.1`` unless told otherwise; serves ``/metrics`` and ``/healthz`` until
 SIGTERM or SIGINT, then shuts down cleanly (stops sampling, closes the sources, flushes
@@ -34,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         choices=SOURCES,
         dest="sources",
-        help="counter source (repeat for several; default: sim)",
+        help="counter source (repeat for several; default: what this machine has: "
+        "nvml, infiniband when present, host always)",
     )
     parser.add_argument(
         "--listen",
@@ -79,6 +91,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="built-in simulated model with constant rates (known derived values)",
     )
     parser.add_argument("--host-id", default=None, help="accel.host.id (default: the host name)")
+    parser.add_argument(
+        "--active-span-dir",
+        action="append",
+        default=None,
+        dest="active_span_dirs",
+        help="folder of the workloads' active-span records (repeat for several; default "
+        "OTEL_EXT_ACTIVE_SPAN_DIR, else the default folders)",
+    )
+
+
+AUTO_SOURCES = ("nvml", "infiniband", "host")
 
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
@@ -92,7 +115,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
     )
 
     out: list[Any] = []
-    for name in dict.fromkeys(args.sources or ["sim"]):
+    for name in dict.fromkeys(args.sources or AUTO_SOURCES):
         if name == "nvml":
             out.append(NvmlSource(host=args.host_id))
         elif name == "host":
@@ -115,7 +138,14 @@ def run(args: argparse.Namespace) -> int:
         SourceUnavailableError: no source could start.
     """
     from exporters.prometheus import PrometheusExpositionServer, parse_basic_auth, parse_listen
-    from otel_ext.counters import CounterBridge, CounterCollector, OtlpCounterBridge
+    from otel_ext.counters import (
+        ActiveSpanRegistry,
+        CounterBridge,
+        CounterCollector,
+        OtlpCounterBridge,
+        SharedActiveSpanReader,
+        TargetInfoCollector,
+    )
 
     logging.basicConfig(level=logging.INFO, format="otel-ext exporter: %(message)s")
     host, port = parse_listen(config.resolve(config.PROMETHEUS_LISTEN, args.listen))
@@ -125,8 +155,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--interval must be positive")
     auth = parse_basic_auth(args.basic_auth) if args.basic_auth else None
 
-    bridge = CounterBridge(build_sources(args), interval_s=args.interval, window_s=args.window)
-    started = bridge.open()
+    detect = not args.sources
+    span_dirs = args.active_span_dirs or SharedActiveSpanReader.default_directories()
+    reader = SharedActiveSpanReader(span_dirs[0], extra_directories=span_dirs[1:])
+    bridge = CounterBridge(
+        build_sources(args),
+        interval_s=args.interval,
+        window_s=args.window,
+        active_spans=ActiveSpanRegistry(use_current_context=False, shared=reader),
+    )
+    started = bridge.open(quiet=detect)
     provider = None
     if args.otlp:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -138,8 +176,9 @@ def run(args: argparse.Namespace) -> int:
         )
         OtlpCounterBridge(bridge, meter_provider=provider)
     bridge.sample_once()
+    target = TargetInfoCollector(host_id=config.host_id(args.host_id), sources=started)
     server = PrometheusExpositionServer(
-        [CounterCollector(bridge)],
+        [target, CounterCollector(bridge)],
         host=host,
         port=port,
         certfile=args.tls_cert,
@@ -159,9 +198,14 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     bridge.start()
+    how = "detected" if detect else "asked"
+    if "sim" in started:
+        how += ", SIMULATED counters"
+    missing = "".join(f"; {name}: {why}" for name, why in bridge.unavailable.items())
     print(
         f"otel-ext exporter: serving {server.scheme}://{bound_host}:{bound_port}/metrics "
-        f"(sources: {', '.join(started)}; every {bridge.interval_s:g}s)",
+        f"(sources: {', '.join(started)} ({how}){missing}; every {bridge.interval_s:g}s; "
+        f"active spans from {', '.join(map(str, reader.directories))})",
         file=sys.stderr,
         flush=True,
     )
@@ -171,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.stop()
         bridge.stop()
+        reader.close()
         if provider is not None:
             provider.shutdown()
         for s, h in previous.items():
