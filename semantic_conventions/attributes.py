@@ -27,6 +27,8 @@ __all__ = [
     "ACCEL_COLLECTIVE_BUSBW",
     "ACCEL_COLLECTIVE_BYTES",
     "ACCEL_COLLECTIVE_DTYPE",
+    "ACCEL_COLLECTIVE_ENQUEUE_END_NS",
+    "ACCEL_COLLECTIVE_ENQUEUE_START_NS",
     "ACCEL_COLLECTIVE_GROUP",
     "ACCEL_COLLECTIVE_GROUP_SIZE",
     "ACCEL_COLLECTIVE_ID",
@@ -34,6 +36,7 @@ __all__ = [
     "ACCEL_COLLECTIVE_PEER",
     "ACCEL_COLLECTIVE_RANK",
     "ACCEL_COLLECTIVE_SEQ",
+    "ACCEL_COLLECTIVE_TIMING",
     "ACCEL_COUNTERS_METRIC",
     "ACCEL_DEVICE_ID",
     "ACCEL_DEVICE_INDEX",
@@ -138,6 +141,10 @@ ACCEL_COLLECTIVE_BUSBW = 'accel.collective.busbw'
 ACCEL_COLLECTIVE_BYTES = 'accel.collective.bytes'
 #: Element type of the payload.
 ACCEL_COLLECTIVE_DTYPE = 'accel.collective.dtype'
+#: Host time (ns since the epoch) when the issuing call returned (the collective was enqueued; on NCCL it may not have run yet).
+ACCEL_COLLECTIVE_ENQUEUE_END_NS = 'accel.collective.enqueue_end_ns'
+#: Host time (ns since the epoch) when the call that issued the collective began; with device timing the span's own start is the device's.
+ACCEL_COLLECTIVE_ENQUEUE_START_NS = 'accel.collective.enqueue_start_ns'
 #: Name of the process group.
 ACCEL_COLLECTIVE_GROUP = 'accel.collective.group'
 #: Number of ranks in the group.
@@ -152,6 +159,8 @@ ACCEL_COLLECTIVE_PEER = 'accel.collective.peer'
 ACCEL_COLLECTIVE_RANK = 'accel.collective.rank'
 #: Per-group sequence number; (group, seq) names one collective on every member.
 ACCEL_COLLECTIVE_SEQ = 'accel.collective.seq'
+#: Where the span's start and end came from, `device` (events on the collective's stream, or the backend's own per-work timing) or `host` (host clock, the call to its completion).
+ACCEL_COLLECTIVE_TIMING = 'accel.collective.timing'
 #: The metric a counter-bridge statistic (such as dropped series) refers to.
 ACCEL_COUNTERS_METRIC = 'accel.counters.metric'
 #: Cluster-unique name of the device, `HOST/CHIP` (or the runtime's device name).
