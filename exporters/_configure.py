@@ -61,6 +61,12 @@ from opentelemetry.util.re import parse_env_headers
 from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
 from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 from exporters._guard import DropCounter
+from exporters._otlp_outage import (
+    CollectorEndpoint,
+    OutageGuardMetricExporter,
+    OutageGuardSpanExporter,
+    quiet_sdk_retry_logs,
+)
 from exporters._perfetto import PerfettoTraceExporter
 from exporters._resource import accelerator_attributes
 from otel_ext import config
@@ -176,6 +182,8 @@ class Telemetry:
         span_exporters: exporter name → span exporter.
         metric_readers: exporter name → metric reader.
         drops: the drop counter; :meth:`dropped` reads it.
+        active_spans: the processor publishing each device's running span, if on.
+        shutdown_timeout_s: the default bound of :meth:`shutdown` (the export timeout).
     """
 
     def __init__(
@@ -188,8 +196,12 @@ class Telemetry:
         span_exporters: Mapping[str, SpanExporter] | None = None,
         metric_readers: Mapping[str, MetricReader] | None = None,
         drops: DropCounter | None = None,
+        active_spans: Any = None,
+        shutdown_timeout_s: float = 10.0,
     ):
         self.tracer_provider = tracer_provider
+        self.active_spans = active_spans
+        self.shutdown_timeout_s = shutdown_timeout_s
         self.meter_provider = meter_provider
         self.resource = resource
         self.processors = list(processors)
@@ -202,9 +214,10 @@ class Telemetry:
         """Telemetry items dropped so far, per signal (``traces``, ``metrics``)."""
         return self.drops.totals()
 
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Export everything pending; False if not done within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
+    def force_flush(self, timeout_s: float | None = None) -> bool:
+        """Export everything pending; False if not done within ``timeout_s``
+        (default :attr:`shutdown_timeout_s`)."""
+        deadline = time.monotonic() + (self.shutdown_timeout_s if timeout_s is None else timeout_s)
         ok = True
         for processor in self.processors:
             left = max(0.0, deadline - time.monotonic())
@@ -217,8 +230,14 @@ class Telemetry:
                 ok = False
         return ok and time.monotonic() <= deadline
 
-    def shutdown(self, timeout_s: float = 10.0) -> bool:
+    def shutdown(self, timeout_s: float | None = None) -> bool:
         """Flush and stop every exporter, spending at most about ``timeout_s`` in total.
+
+        Args:
+            timeout_s: the bound (default: :attr:`shutdown_timeout_s`, the export timeout
+                ``configure`` resolved). An OTLP exporter whose collector is unreachable
+                is stopped at once rather than retried until the bound (its spans are
+                dropped and counted).
 
         Returns:
             True when everything finished in time. Never raises.
@@ -226,7 +245,15 @@ class Telemetry:
         if self._shut:
             return True
         self._shut = True
+        if timeout_s is None:
+            timeout_s = self.shutdown_timeout_s
         deadline = time.monotonic() + timeout_s
+        for exporter in self.span_exporters.values():
+            if isinstance(exporter, OutageGuardSpanExporter):
+                try:
+                    exporter.abort_if_unreachable()
+                except Exception:
+                    _log.warning("stopping an unreachable OTLP exporter failed", exc_info=True)
         for processor in self.processors:
             processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
         ok = True
@@ -517,9 +544,45 @@ def _perfetto(settings: ExporterSettings) -> PerfettoTraceExporter:
     return exporter
 
 
+def _collector(
+    settings: ExporterSettings, otlp: OtlpSettings, signal_var: str
+) -> CollectorEndpoint:
+    """The reachability of ``otlp``'s collector, shared by the signals sending to one address."""
+    table: dict[str, CollectorEndpoint] = settings.shared.setdefault("collectors", {})
+    parsed = urlparse(otlp.endpoint if "://" in otlp.endpoint else "http://" + otlp.endpoint)
+    key = parsed.netloc or otlp.endpoint
+    endpoint = table.get(key)
+    if endpoint is None:
+        endpoint = table[key] = CollectorEndpoint(
+            otlp.endpoint,
+            signal_var=signal_var,
+            probe_timeout_s=min(1.0, settings.export_timeout_s),
+        )
+    elif signal_var not in endpoint.signal_vars:
+        endpoint.signal_vars.append(signal_var)
+    quiet_sdk_retry_logs()
+    return endpoint
+
+
+def _otlp_spans(settings: ExporterSettings) -> SpanExporter:
+    return OutageGuardSpanExporter(
+        _otlp_exporter(settings.otlp_traces, "traces"),
+        _collector(settings, settings.otlp_traces, "OTEL_TRACES_EXPORTER"),
+        drops=settings.drops,
+    )
+
+
+def _otlp_metrics(settings: ExporterSettings) -> MetricExporter:
+    return OutageGuardMetricExporter(
+        _otlp_exporter(settings.otlp_metrics, "metrics"),
+        _collector(settings, settings.otlp_metrics, "OTEL_METRICS_EXPORTER"),
+        drops=settings.drops,
+    )
+
+
 def _builtin_span(name: str) -> SpanExporterFactory | None:
     return {
-        "otlp": lambda s: _otlp_exporter(s.otlp_traces, "traces"),
+        "otlp": _otlp_spans,
         "file": lambda s: OtlpJsonFileSpanExporter(
             s.file_dir / "traces.jsonl", max_bytes=s.file_max_bytes, gzip=s.file_gzip
         ),
@@ -530,7 +593,7 @@ def _builtin_span(name: str) -> SpanExporterFactory | None:
 
 def _builtin_metric(name: str) -> MetricReaderFactory | None:
     table: dict[str, MetricReaderFactory] = {
-        "otlp": lambda s: _periodic(s, lambda: _otlp_exporter(s.otlp_metrics, "metrics")),
+        "otlp": lambda s: _periodic(s, lambda: _otlp_metrics(s)),
         "file": lambda s: _periodic(
             s,
             lambda: OtlpJsonFileMetricExporter(
@@ -583,6 +646,8 @@ def configure(
     schedule_delay_s: float | None = None,
     max_export_batch_size: int | None = None,
     detect_accelerator: bool = True,
+    publish_active_spans: bool | None = None,
+    active_span_dir: str | os.PathLike[str] | None = None,
     disabled: bool | None = None,
     set_global: bool = True,
     env: Mapping[str, str] | None = None,
@@ -595,7 +660,8 @@ def configure(
         resource_attributes: extra resource attributes, over ``OTEL_RESOURCE_ATTRIBUTES``
             and the detected accelerator attributes.
         traces_exporter: names, list or comma-separated (else ``OTEL_TRACES_EXPORTER``).
-            Default: ``otlp`` when an OTLP endpoint is configured, else ``file``.
+            Default: ``otlp``, as the specification says (without a collector the spans
+            are dropped and counted, and one warning says so and how to write files).
         metrics_exporter: likewise (``OTEL_METRICS_EXPORTER``).
         endpoint: OTLP endpoint base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``; the signal
             variables ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``... are used as given).
@@ -612,13 +678,19 @@ def configure(
         file_dir: folder of the ``file`` and ``perfetto`` exporters (``OTEL_EXT_FILE_DIR``).
         file_max_bytes: rotation size (``OTEL_EXT_FILE_MAX_BYTES``).
         file_gzip: gzip the OTLP-JSON files (``OTEL_EXT_FILE_GZIP``).
-        export_timeout_s: longest time one export may take (``OTEL_EXT_EXPORT_TIMEOUT_S``,
-            else ``OTEL_EXPORTER_OTLP_TIMEOUT`` in ms, else 10 s).
+        export_timeout_s: longest time one export may take, and the default bound of
+            :meth:`Telemetry.shutdown` (``OTEL_EXT_EXPORT_TIMEOUT_S``, else
+            ``OTEL_BSP_EXPORT_TIMEOUT`` in ms, else ``OTEL_EXPORTER_OTLP_TIMEOUT`` in ms,
+            else 10 s).
         metric_export_interval_s: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms), default 60 s.
         max_queue_size: spans queued at most (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048).
         schedule_delay_s: ``OTEL_BSP_SCHEDULE_DELAY`` (ms), default 5 s.
         max_export_batch_size: ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, default 512.
         detect_accelerator: add host, device, rank and world size to the resource.
+        publish_active_spans: publish the span running on each device
+            (``accel.device.id``) for the node agent's exemplars (``OTEL_EXT_ACTIVE_SPANS``,
+            default true); see :mod:`otel_ext.instrumentation.active_span_record`.
+        active_span_dir: the records' folder (``OTEL_EXT_ACTIVE_SPAN_DIR``).
         disabled: return no-op providers (``OTEL_SDK_DISABLED``).
         set_global: install the providers as the OpenTelemetry globals.
         env: the environment to read (defaults to ``os.environ``).
@@ -639,7 +711,8 @@ def configure(
 
     timeout_s = export_timeout_s
     if timeout_s is None and _get(env, config.EXPORT_TIMEOUT_S.name) is None:
-        timeout_s = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, scale=0.001)
+        fallback = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10_000.0) / 1000
+        timeout_s = _number(env, "OTEL_BSP_EXPORT_TIMEOUT", fallback * 1000) / 1000
     timeout_s = config.resolve(config.EXPORT_TIMEOUT_S, timeout_s, env=env)
     otlp_args: dict[str, Any] = {
         "protocol": protocol,
@@ -668,13 +741,7 @@ def configure(
         otlp_metrics=_otlp(env, "metrics", **otlp_args),
         drops=drops,
     )
-    has_endpoint = endpoint is not None or _get(
-        env,
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    )
-    default = "otlp" if has_endpoint else "file"
+    default = "otlp"  # the specification's default for both signals
     span_names = _names(traces_exporter, env, "OTEL_TRACES_EXPORTER", default)
     metric_names = _names(metrics_exporter, env, "OTEL_METRICS_EXPORTER", default)
     span_factories = {
@@ -690,6 +757,18 @@ def configure(
     batch = int(max_export_batch_size or _number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
 
     tracer_provider = TracerProvider(resource=resource)
+    publisher = None
+    if config.resolve(config.ACTIVE_SPANS, publish_active_spans, env=env):
+        from otel_ext.instrumentation._active_span import (
+            ActiveSpanPublisher,
+            ActiveSpanPublishingProcessor,
+        )
+
+        span_dir = active_span_dir
+        if span_dir is None and _get(env, config.ACTIVE_SPAN_DIR.name):
+            span_dir = _get(env, config.ACTIVE_SPAN_DIR.name)
+        publisher = ActiveSpanPublishingProcessor(ActiveSpanPublisher(span_dir))
+        tracer_provider.add_span_processor(publisher)
     processors: list[BoundedBatchSpanProcessor] = []
     span_exporters: dict[str, SpanExporter] = {}
     for name, span_factory in span_factories.items():
@@ -727,4 +806,6 @@ def configure(
         span_exporters=span_exporters,
         metric_readers=readers,
         drops=drops,
+        active_spans=publisher,
+        shutdown_timeout_s=timeout_s,
     )

@@ -7,6 +7,7 @@ import json
 import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otlp_receivers import http_receiver  # noqa: F401 (fixture)
 
 from exporters import (
     accelerator_attributes,
@@ -116,17 +117,126 @@ def test_otlp_settings_from_the_standard_variables():
         _otlp({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "traces", **args)
 
 
-def test_default_is_file_without_an_endpoint_and_otlp_with_one(tmp_path):
-    telemetry = configure(file_dir=tmp_path, set_global=False, env={})
+def test_default_is_otlp_as_the_specification_says(tmp_path):
+    telemetry = configure(set_global=False, env={}, export_timeout_s=0.5)
+    assert list(telemetry.span_exporters) == ["otlp"] and list(telemetry.metric_readers) == ["otlp"]
+    assert telemetry.shutdown(timeout_s=3)
+    telemetry = configure(
+        traces_exporter="file", metrics_exporter="file", file_dir=tmp_path, set_global=False, env={}
+    )
     assert list(telemetry.span_exporters) == ["file"] and list(telemetry.metric_readers) == ["file"]
     telemetry.shutdown()
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_no_collector_one_line_counted_drops_and_shutdown_within_the_setting(protocol, caplog):
+    import logging
+    import time
+
+    endpoint = f"http://127.0.0.1:{_unused_port()}"
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_BSP_EXPORT_TIMEOUT": "4000",
+        "OTEL_BSP_SCHEDULE_DELAY": "20",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "16",
+    }
+    caplog.set_level(logging.DEBUG)
     telemetry = configure(
-        set_global=False,
-        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"},
-        export_timeout_s=0.5,
+        set_global=False, env=env, metrics_exporter="none", publish_active_spans=False
     )
-    assert list(telemetry.span_exporters) == ["otlp"]
-    telemetry.shutdown(timeout_s=3)
+    assert telemetry.shutdown_timeout_s == 4.0
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    for i in range(100):
+        with tracer.start_as_current_span(f"s{i}"):
+            pass
+    started = time.monotonic()
+    assert telemetry.shutdown()
+    took = time.monotonic() - started
+    assert took < 4.0  # bounded by OTEL_BSP_EXPORT_TIMEOUT, not retried until it
+    assert telemetry.dropped() == {"traces": 100}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert endpoint.removeprefix("http://") in warnings[0]
+    assert "OTEL_TRACES_EXPORTER=file" in warnings[0]
+    assert not [r for r in caplog.records if "Transient error" in r.getMessage()]
+
+
+def test_collector_lost_mid_run_is_noticed_and_shutdown_stays_bounded(http_receiver, caplog):  # noqa: F811
+    import logging
+    import time
+
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": http_receiver.endpoint,
+        "OTEL_BSP_EXPORT_TIMEOUT": "5000",
+        "OTEL_BSP_SCHEDULE_DELAY": "20",
+    }
+    telemetry = configure(
+        set_global=False, env=env, metrics_exporter="none", publish_active_spans=False
+    )
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("before"):
+        pass
+    assert telemetry.force_flush(timeout_s=5) and http_receiver.wait_for_spans({"before"})
+    http_receiver.stop()
+    caplog.set_level(logging.WARNING)
+    for i in range(10):
+        with tracer.start_as_current_span(f"during{i}"):
+            pass
+    started = time.monotonic()
+    telemetry.shutdown()
+    assert time.monotonic() - started < 5.0
+    assert telemetry.dropped() == {"traces": 10}
+    assert not [r for r in caplog.records if "Transient error" in r.getMessage()]
+    assert any("no OTLP collector" in r.getMessage() for r in caplog.records)
+
+
+def test_configure_publishes_active_spans_of_device_spans(tmp_path):
+    from otel_ext.instrumentation import device_attributes, layer
+    from otel_ext.instrumentation.active_span_record import decode_record
+
+    folder = tmp_path / "spans"
+    telemetry = configure(
+        traces_exporter="none",
+        metrics_exporter="none",
+        set_global=False,
+        env={"OTEL_EXT_ACTIVE_SPAN_DIR": str(folder)},
+    )
+    provider = telemetry.tracer_provider
+    with layer(
+        "blocks.0",
+        index=0,
+        attributes=device_attributes("chip3", host_id="h"),
+        tracer_provider=provider,
+    ) as scope:
+        (path,) = folder.iterdir()
+        snap = decode_record(path.read_bytes())
+        assert snap.device_id == "h/chip3"
+        assert [e.span_id for e in snap.open] == [scope.span.get_span_context().span_id]
+    snap = decode_record(path.read_bytes())
+    assert snap.open == [] and [e.span_id for e in snap.ring] == [
+        scope.span.get_span_context().span_id
+    ]
+    assert oct(path.stat().st_mode & 0o777) == "0o640"
+    assert not folder.stat().st_mode & 0o002
+    telemetry.shutdown()
+    assert list(folder.iterdir()) == []
+    off = configure(
+        traces_exporter="none",
+        metrics_exporter="none",
+        set_global=False,
+        env={"OTEL_EXT_ACTIVE_SPAN_DIR": str(folder), "OTEL_EXT_ACTIVE_SPANS": "false"},
+    )
+    assert off.active_spans is None
+    off.shutdown()
 
 
 def test_disabled_sdk_gives_no_op_providers():
