@@ -1,0 +1,515 @@
+"""Benchmark: the whole default analysis at 64, 512 and 4,096 ranks, a fixed work per rank.
+
+    python benchmarks/analysis_scale.py [--ranks 64,512,4096] [--collectives 200]
+                                        [--steps 10] [--kernels 20] [--timeout 300]
+                                        [--phases] [--memory] [--profile]
+
+Each size is a synthetic multi-rank :class:`~otel_ext.analysis.table.EventTable` built in
+memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` profiler steps,
+each with ``--kernels`` compute kernels on one stream and ``--collectives / --steps``
+all-reduces (communication kernels with ``coll_group="world"``, ``coll_seq``, ``coll_bytes``,
+``coll_group_size`` = the rank count) on another; every kernel has its launch (a runtime call
+with the kernel's correlation id inside a CPU op, on the rank's host thread). Ranks sit 8 to a
+host (``host{h}``, device ``host{h}/chip{c}``); each host's clock is off by a few
+milliseconds; one rank (the straggler) computes 25 % slower and so arrives last at every
+collective. Every member of a collective leaves at one common exit after the last arrival.
+
+Each size runs ``otel_ext.analysis.engine.analyze(table)`` in a fresh subprocess (so its
+memory is its own: the process's peak RSS), under ``--timeout`` seconds. Printed per size:
+rows, the table's bytes, the analysis's seconds and the process's peak RSS, and each against
+linear scaling from the smallest size: ``(time(n) / time(n0)) / (n / n0)``, so 1.0 = linear,
+2.0 = twice what linear growth predicts.
+
+``--phases`` also times each step the engine calls (every otel-ext function the engine's
+module calls, and the breakdown and overlap functions; a step called inside another is
+counted in the outer one), with the same ratios. ``--memory`` adds each step's peak of
+traced allocations (``tracemalloc``, which slows the run; its times are not the plain
+ones). ``--profile`` runs each size under ``cProfile`` once more and lists the functions
+whose own time grows faster than linear from the smallest to the largest size that finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from otel_ext.analysis.table import (  # noqa: E402
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    Category,
+    EventTable,
+    constant_column,
+)
+
+CHIPS_PER_HOST = 8
+COMPUTE_STREAM, COMM_STREAM = 7, 13
+EPOCH_NS = 1_764_000_000 * 10**9  # host wall-clock times, as profiler traces hold them
+US = 1_000
+COMPUTE_NAMES = (
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+    "flash_fwd_kernel",
+    "void at::native::reduce_kernel<512, 1>",
+)
+COMM_NAME = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+
+
+def make_table(
+    ranks: int,
+    *,
+    collectives: int = 200,
+    steps: int = 10,
+    kernels: int = 20,
+    straggler: int | None = None,
+    seed: int = 0,
+) -> EventTable:
+    """A synthetic ``ranks``-rank table with the same work on every rank (see the module text).
+
+    Args:
+        ranks: the number of ranks (8 per host).
+        collectives: all-reduces per rank (a multiple of ``steps``).
+        steps: profiler steps per rank.
+        kernels: compute kernels per step.
+        straggler: the rank that computes 25 % slower (default: the third-last).
+        seed: the random generator's seed.
+
+    Returns:
+        The table, rank after rank, each rank's rows in time order.
+
+    >>> t = make_table(16, collectives=4, steps=2, kernels=2)
+    >>> len(t), sorted(set(t["rank"].tolist())) == list(range(16))
+    (416, True)
+    >>> t.strings["device"][int(t["device"][-1])], int(t["coll_group_size"].max())
+    ('host1/chip7', 16)
+    """
+    if collectives % steps:
+        raise SystemExit(f"--collectives ({collectives}) must be a multiple of --steps ({steps})")
+    rng = np.random.default_rng(seed)
+    strag = ranks - 3 if straggler is None else straggler
+    per_step = collectives // steps
+    # one step's items in program order: compute kernels spread between the all-reduces
+    # (True: an all-reduce; the step's last item is one, its gradient sync)
+    total = kernels + per_step
+    kinds = np.zeros(total, dtype=bool)
+    kinds[(np.arange(1, per_step + 1) * total) // per_step - 1] = True
+    kinds = np.tile(kinds, steps)
+    n_items = kinds.size
+    step_of = np.repeat(np.arange(steps), kernels + per_step)
+    # true-time simulation, vectorised over ranks, item by item
+    slow = np.ones(ranks)
+    slow[strag] = 1.25
+    base_dur = rng.uniform(100 * US, 400 * US, n_items)
+    nbytes = np.where(kinds, rng.choice([8, 16, 32, 64], n_items) * 2**20, -1).astype(np.int64)
+    transfer = 150 * US + nbytes / 200e9 * 1e9  # ~200 GB/s bus
+    start = np.empty((ranks, n_items), dtype=np.int64)
+    end = np.empty((ranks, n_items), dtype=np.int64)
+    cur = np.zeros(ranks)
+    for i in range(n_items):
+        gap = rng.uniform(5 * US, 15 * US, ranks)
+        if kinds[i]:
+            arrive = cur + gap
+            exit_ = arrive.max() + transfer[i]
+            start[:, i] = arrive
+            end[:, i] = exit_ + rng.uniform(0, 2 * US, ranks)  # leave together (ns jitter)
+            cur = np.full(ranks, exit_)
+        else:
+            dur = base_dur[i] * slow * rng.lognormal(0.0, 0.02, ranks)
+            start[:, i] = cur + gap
+            end[:, i] = start[:, i] + dur
+            cur = end[:, i].astype(np.float64)
+    # each host's clock offset (host 0 the reference)
+    hosts = (ranks + CHIPS_PER_HOST - 1) // CHIPS_PER_HOST
+    host_off = np.r_[0, rng.uniform(-5e6, 5e6, hosts - 1)].astype(np.int64)
+    rank_ids = np.arange(ranks)
+    local = EPOCH_NS + host_off[rank_ids // CHIPS_PER_HOST][:, None]
+    k_start, k_end = start + local, end + local
+    # launches on the host thread: CPU op [ks-30us, ks-8us] around runtime [ks-25us, ks-12us]
+    op_start, op_end = k_start - 30 * US, k_start - 8 * US
+    rt_start, rt_end = k_start - 25 * US, k_start - 12 * US
+    # steps: from the step's first CPU op to its last kernel's launch end
+    first = np.flatnonzero(np.r_[True, step_of[1:] != step_of[:-1]])
+    last = np.r_[first[1:], n_items] - 1
+    st_start, st_end = op_start[:, first] - 5 * US, op_end[:, last] + 5 * US
+    # per rank: steps, then per item (CPU op, runtime, kernel); 3 rows per item
+    per_rank = steps + 3 * n_items
+    n = ranks * per_rank
+
+    def lay(steps_v: Any, op_v: Any, rt_v: Any, k_v: Any, dtype: Any) -> np.ndarray:
+        m = np.empty((ranks, per_rank), dtype=dtype)
+        m[:, :steps] = steps_v
+        m[:, steps::3] = op_v
+        m[:, steps + 1 :: 3] = rt_v
+        m[:, steps + 2 :: 3] = k_v
+        return m
+
+    s_m = lay(st_start, op_start, rt_start, k_start, np.int64)
+    e_m = lay(st_end, op_end, rt_end, k_end, np.int64)
+    order = np.argsort(s_m, axis=1, kind="stable")  # each rank's rows in time order
+    take = np.take_along_axis
+
+    def col(m: np.ndarray) -> np.ndarray:
+        return take(m, order, axis=1).reshape(n)
+
+    comm = np.broadcast_to(kinds, (ranks, n_items))
+    cat_k = np.where(kinds, int(Category.KERNEL_COMM), int(Category.KERNEL_COMPUTE))
+    item = np.arange(n_items)
+    corr = item + 1  # per file (rank), as a profiler numbers them
+    seq = np.cumsum(kinds) - 1
+    # string dictionaries
+    names = ["", *(f"ProfilerStep#{s}" for s in range(steps)), *COMPUTE_NAMES, COMM_NAME]
+    names += ["cudaLaunchKernel", "aten::mm", "c10d::allreduce_"]
+    code = {s: i for i, s in enumerate(names)}
+    k_name = np.where(kinds, code[COMM_NAME], code[COMPUTE_NAMES[0]] + item % len(COMPUTE_NAMES))
+    op_name = np.where(kinds, code["c10d::allreduce_"], code["aten::mm"])
+    strings = {s: [""] for s in STRING_COLUMNS}
+    strings["name"] = names
+    strings["host"] = ["", *(f"host{h}" for h in range(hosts))]
+    strings["device"] = ["", *(f"host{r // 8}/chip{r % 8}" for r in range(ranks))]
+    strings["coll_op"] = ["", "allreduce"]
+    strings["coll_group"] = ["", "world"]
+    strings["source"] = ["", *(f"rank{r}.pt.trace.json" for r in range(ranks))]
+    minus = -1
+    columns: dict[str, np.ndarray] = {}
+    columns["start_ns"] = col(s_m)
+    columns["end_ns"] = col(e_m)
+    columns["category"] = col(
+        lay(int(Category.STEP), int(Category.CPU_OP), int(Category.RUNTIME), cat_k, np.int8)
+    )
+    columns["rank"] = np.repeat(rank_ids.astype(np.int32), per_rank)
+    columns["stream"] = col(
+        lay(minus, minus, minus, np.where(kinds, COMM_STREAM, COMPUTE_STREAM), np.int64)
+    )
+    tid = 4_000 + rank_ids[:, None] % CHIPS_PER_HOST
+    columns["tid"] = col(lay(tid, tid, tid, minus, np.int64))
+    columns["coll_seq"] = col(lay(minus, minus, minus, np.where(kinds, seq, minus), np.int64))
+    columns["coll_bytes"] = col(lay(minus, minus, minus, nbytes, np.int64))
+    columns["correlation"] = col(lay(minus, minus, corr, corr, np.int64))
+    columns["external_id"] = col(lay(minus, corr, corr, corr, np.int64))
+    columns["coll_group_size"] = col(
+        lay(minus, minus, minus, np.where(kinds, ranks, minus), np.int32)
+    )
+    columns["name"] = col(
+        lay(1 + np.arange(steps), op_name, code["cudaLaunchKernel"], k_name, np.int32)
+    )
+    columns["host"] = np.repeat((1 + rank_ids // CHIPS_PER_HOST).astype(np.int32), per_rank)
+    columns["device"] = np.repeat((1 + rank_ids).astype(np.int32), per_rank)
+    columns["source"] = columns["device"].copy()
+    columns["coll_op"] = col(lay(0, 0, 0, comm.astype(np.int32), np.int32))
+    columns["coll_group"] = columns["coll_op"].copy()
+    for name, (dtype, default) in NUMERIC_COLUMNS.items():
+        columns.setdefault(name, constant_column(default, dtype, n))
+    for name in STRING_COLUMNS:
+        columns.setdefault(name, constant_column(0, np.int32, n))
+    ordered = {k: columns[k] for k in (*NUMERIC_COLUMNS, *STRING_COLUMNS)}
+    return EventTable(ordered, strings, {"synthetic": {"ranks": ranks, "straggler": strag}})
+
+
+# --- the measured child process ---------------------------------------------------------------
+
+
+def _instrument_engine(memory: bool) -> dict[str, list[float]]:
+    """Wrap every otel-ext function the engine calls with a timer (outermost call counted).
+
+    Returns ``{step name: [seconds, calls, peak traced bytes]}``, filled as the engine runs.
+    """
+    import functools
+    import inspect
+    import tracemalloc
+
+    from otel_ext.analysis import breakdown, collectives, engine, overlap
+
+    phases: dict[str, list[float]] = {}
+    depth = [0]
+
+    def wrap(name: str, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0] += 1
+            if memory:
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = time.perf_counter() - t0
+                rec = phases.setdefault(name, [0.0, 0, 0])
+                rec[0] += dt
+                rec[1] += 1
+                if memory:
+                    rec[2] = max(rec[2], tracemalloc.get_traced_memory()[1] - base)
+                depth[0] -= 1
+
+        return timed
+
+    for mod in (engine,):
+        for name, obj in list(vars(mod).items()):
+            if name == "analyze" or not inspect.isfunction(obj):
+                continue
+            if getattr(obj, "__module__", "").startswith("otel_ext"):
+                setattr(mod, name, wrap(name, obj))
+    for mod in (breakdown, overlap):
+        for name, obj in list(vars(mod).items()):
+            own = inspect.isfunction(obj) and obj.__module__ == mod.__name__
+            if own and not name.startswith("_"):
+                setattr(mod, name, wrap(name, obj))
+    cls = collectives.CollectiveMatch
+    for meth in ("summary", "rows"):
+        setattr(cls, meth, wrap(f"CollectiveMatch.{meth}", getattr(cls, meth)))
+    return phases
+
+
+def child(args: argparse.Namespace) -> None:
+    """Build one size's table, analyse it, print one JSON line."""
+    import resource
+
+    t0 = time.perf_counter()
+    table = make_table(
+        args.child, collectives=args.collectives, steps=args.steps, kernels=args.kernels
+    )
+    build_s = time.perf_counter() - t0
+    rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from otel_ext.analysis.engine import analyze
+
+    # warm-up on 16 ranks: lazy imports and numpy's first calls are not the analysis's cost
+    analyze(make_table(16, collectives=args.steps, steps=args.steps, kernels=2))
+    phases = _instrument_engine(args.memory) if (args.phases or args.memory) else {}
+    if args.memory:
+        import tracemalloc
+
+        tracemalloc.start()
+    prof = None
+    if args.profile_out:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t1 = time.perf_counter()
+    doc = analyze(table)
+    seconds = time.perf_counter() - t1
+    if prof is not None:
+        prof.disable()
+        _dump_profile(prof, args.profile_out)
+    top = doc["stragglers"][0] if doc["stragglers"] else {}
+    print(
+        json.dumps(
+            {
+                "ranks": args.child,
+                "rows": len(table),
+                "table_mb": table.nbytes() / 2**20,
+                "build_s": build_s,
+                "seconds": seconds,
+                "rss_built_kb": rss_built,
+                "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "collectives": doc["collectives"]["count"],
+                "findings": len(doc["findings"]),
+                "top_straggler": top.get("rank"),
+                "straggler": table.meta["synthetic"]["straggler"],
+                "phases": phases,
+            }
+        )
+    )
+
+
+def _dump_profile(prof: Any, path: str) -> None:
+    import pstats
+
+    st = pstats.Stats(prof)
+    out = {}
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        if tt < 1e-4 and ct < 1e-3:
+            continue
+        short = file.split("/otel_ext/", 1)[-1] if "/otel_ext/" in file else Path(file).name
+        out[f"{short}:{line}({func})"] = [nc, tt, ct]
+    Path(path).write_text(json.dumps(out))
+
+
+# --- the parent: one fresh process per size ------------------------------------------------------
+
+
+def run_size(args: argparse.Namespace, ranks: int, *, profile_out: str | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--child", str(ranks)]
+    cmd += ["--collectives", str(args.collectives), "--steps", str(args.steps)]
+    cmd += ["--kernels", str(args.kernels)]
+    if args.phases:
+        cmd.append("--phases")
+    if args.memory:
+        cmd.append("--memory")
+    if profile_out:
+        cmd += ["--profile-out", profile_out]
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"ranks": ranks, "error": f"timed out after {args.timeout} s"}
+    if out.returncode != 0:
+        return {"ranks": ranks, "error": out.stderr.strip()[-400:] or f"rc {out.returncode}"}
+    res: dict = json.loads(out.stdout.strip().splitlines()[-1])
+    res["wall"] = time.perf_counter() - t0
+    return res
+
+
+def _vs_linear(value: float, base: float, n: int, n0: int) -> float:
+    return (value / base) / (n / n0) if base > 0 else float("nan")
+
+
+def print_sizes(results: list[dict]) -> None:
+    ok = [r for r in results if "error" not in r]
+    print(
+        "| ranks | rows | table MB | analyze s | peak RSS MB | time vs linear |"
+        " memory vs linear | collectives | top straggler (true) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    b = ok[0] if ok else None
+    for r in results:
+        if "error" in r:
+            print(f"| {r['ranks']:,} | – | – | {r['error']} | – | – | – | – | – |")
+            continue
+        assert b is not None
+        tr = _vs_linear(r["seconds"], b["seconds"], r["ranks"], b["ranks"])
+        mr = _vs_linear(r["maxrss_kb"], b["maxrss_kb"], r["ranks"], b["ranks"])
+        print(
+            f"| {r['ranks']:,} | {r['rows']:,} | {r['table_mb']:.0f} | {r['seconds']:.2f} |"
+            f" {r['maxrss_kb'] / 1024:.0f} | {tr:.2f} | {mr:.2f} | {r['collectives']} |"
+            f" {r['top_straggler']} ({r['straggler']}) |"
+        )
+
+
+def print_phases(results: list[dict]) -> None:
+    ok = [r for r in results if "error" not in r and r.get("phases")]
+    if not ok:
+        return
+    b = ok[0]
+    names = sorted(
+        {k for r in ok for k in r["phases"]}, key=lambda k: -ok[-1]["phases"].get(k, [0])[0]
+    )
+    mem = any(v[2] for r in ok for v in r["phases"].values())
+    heads = ["step", *(f"{r['ranks']:,} s" for r in ok)]
+    heads += [f"vs linear {r['ranks']:,}" for r in ok[1:]]
+    if mem:
+        heads += [f"{r['ranks']:,} MB" for r in ok]
+    print("| " + " | ".join(heads) + " |")
+    print("|---" * len(heads) + "|")
+    for k in [*names, "(engine, outside the steps)"]:
+        if k.startswith("("):
+            vals = [r["seconds"] - sum(v[0] for v in r["phases"].values()) for r in ok]
+            mems = [0.0 for _ in ok]
+        else:
+            vals = [r["phases"].get(k, [0.0])[0] for r in ok]
+            mems = [r["phases"].get(k, [0, 0, 0])[2] / 2**20 for r in ok]
+        cells = [f"{v:.3f}" for v in vals]
+        cells += [
+            f"{_vs_linear(v, vals[0], r['ranks'], b['ranks']):.2f}"
+            for v, r in zip(vals[1:], ok[1:])
+        ]
+        if mem:
+            cells += [f"{m:.0f}" for m in mems]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+
+
+def print_profile(profiles: list[tuple[int, dict]], min_share: float = 0.01) -> None:
+    """Functions whose own time grows faster than linear from the first to the last size."""
+    if len(profiles) < 2:
+        return
+    (n0, p0), (n1, p1) = profiles[0], profiles[-1]
+    total1 = sum(v[1] for v in p1.values())
+    rows = []
+    for k, (nc, tt, ct) in p1.items():
+        if tt < min_share * total1:
+            continue
+        base = p0.get(k, [0, 0.0, 0.0])
+        ratio = _vs_linear(tt, base[1], n1, n0) if base[1] > 0 else float("inf")
+        calls = _vs_linear(nc, base[0], n1, n0) if base[0] > 0 else float("inf")
+        rows.append((ratio, k, tt, base[1], nc, base[0], calls, ct))
+    rows.sort(reverse=True)
+    print(
+        f"\nOwn time (cProfile) of functions with ≥ {min_share:.0%} of the {n1:,}-rank total,"
+        f" vs linear from {n0:,} ranks:"
+    )
+    print(
+        f"| function | {n0:,} s | {n1:,} s | time vs linear | calls {n0:,} | calls {n1:,} |"
+        " calls vs linear | cumulative s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for ratio, k, tt, t0, nc, c0, calls, ct in rows:
+        print(
+            f"| `{k}` | {t0:.3f} | {tt:.3f} | {ratio:.2f} | {c0} | {nc} | {calls:.2f} | {ct:.3f} |"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--ranks", default="64,512,4096", help="comma-separated rank counts")
+    ap.add_argument("--collectives", type=int, default=200, help="all-reduces per rank")
+    ap.add_argument("--steps", type=int, default=10, help="profiler steps per rank")
+    ap.add_argument("--kernels", type=int, default=20, help="compute kernels per step")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per size")
+    ap.add_argument("--phases", action="store_true", help="time each engine step")
+    ap.add_argument("--memory", action="store_true", help="each step's traced peak (slower)")
+    ap.add_argument("--profile", action="store_true", help="cProfile: super-linear functions")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    sizes = [int(x) for x in args.ranks.split(",")]
+    print(
+        f"per rank: {args.steps} steps x ({args.kernels} compute kernels +"
+        f" {args.collectives // args.steps} all-reduces), each kernel with its launch;"
+        f" {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
+    )
+    results = []
+    for n in sizes:
+        res = run_size(args, n)
+        print(
+            f"  {n:,} ranks: "
+            + (
+                res["error"]
+                if "error" in res
+                else f"{res['rows']:,} rows, build {res['build_s']:.1f} s, analyze {res['seconds']:.2f} s,"
+                f" peak RSS {res['maxrss_kb'] / 1024:.0f} MB"
+            ),
+            flush=True,
+        )
+        results.append(res)
+    print()
+    print_sizes(results)
+    if args.phases or args.memory:
+        print()
+        print_phases(results)
+    if args.profile:
+        import tempfile
+
+        profiles = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in sizes:
+                path = os.path.join(tmp, f"{n}.json")
+                saved = args.phases, args.memory
+                args.phases = args.memory = False
+                res = run_size(args, n, profile_out=path)
+                args.phases, args.memory = saved
+                if "error" in res:
+                    print(f"  profile {n:,} ranks: {res['error']}")
+                    continue
+                profiles.append((n, json.loads(Path(path).read_text())))
+        print_profile(profiles)
+
+
+if __name__ == "__main__":
+    main()
