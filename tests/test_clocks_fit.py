@@ -248,3 +248,113 @@ def test_constant_host_offset_shifts_output_by_that_constant(
     true_ns, ticks = simulate_events(clock, 50, 0.0, 3e9, seed=seed)
     hint = true_ns.astype(np.int64)
     assert np.array_equal(m1.to_host_ns(ticks, hint) + c, m2.to_host_ns(ticks, hint + c))
+
+
+# -- hostile brackets: torn reads, counter resets (issue 18) -----------------------------
+def _torn(ticks: np.ndarray, k: int, sign: int, bits: int) -> np.ndarray:
+    """Bracket ``k`` read with one 32-bit half from the other side of a carry."""
+    out = ticks.copy()
+    out[k] = np.uint64((int(out[k]) + sign * (1 << 32)) % (1 << bits))
+    return out
+
+
+def test_torn_read_costs_one_bracket_named_in_the_issues() -> None:
+    clock = SyntheticClock(offset_ticks=10**12, skew_ppm=20.0)
+    b = simulate_brackets(clock, np.arange(0.0, 10e9, 1e8), seed=1)
+    clean = fit_clock(b.host_before_ns, b.device_ticks, b.host_after_ns)
+    for sign in (1, -1):
+        m = fit_clock(b.host_before_ns, _torn(b.device_ticks, 40, sign, 64), b.host_after_ns)
+        assert m.samples_rejected == clean.samples_rejected + 1
+        assert any("torn" in i and "bracket 40" in i for i in m.issues), m.issues
+        true_ns, ticks = simulate_events(clock, 500, 0.0, 10e9, seed=2)
+        host, bound = m.align(ticks, true_ns.astype(np.int64))
+        assert np.all(np.abs(host - true_ns) <= bound)
+
+
+def test_spike_does_not_cost_the_good_bracket_after_it() -> None:
+    t = np.arange(0, 2_000_000_000, 100_000_000)
+    ticks = t.copy()
+    ticks[7] += 5_000_000_000  # a spike: 5 s ahead for one read
+    m = fit_clock(t - 1000, ticks, t + 1000)
+    assert m.samples_rejected == 1 and m.samples_used == t.size - 1
+    assert "bracket 7" in m.issues[0]
+    assert abs(int(m.to_host_ns(ticks[8])[()]) - int(t[8])) <= 1000  # bracket 8 was kept
+
+
+def test_counter_reset_fits_the_epoch_after_it() -> None:
+    clock = SyntheticClock(offset_ticks=10**12, skew_ppm=-30.0)
+    b = simulate_brackets(clock, np.arange(0.0, 10e9, 1e8), seed=3)
+    jump = np.uint64(int(b.device_ticks[60]) - 1_000)  # the counter restarts near 1000
+    ticks = b.device_ticks.copy()
+    ticks[60:] -= jump
+    m = fit_clock(b.host_before_ns, ticks, b.host_after_ns, domain="host0/chip1")
+    assert m.samples_used <= 40 and m.samples_rejected >= 60
+    assert any("reset" in i and "bracket 60" in i for i in m.issues), m.issues
+    true_ns, before = simulate_events(clock, 500, 6.1e9, 10e9, seed=4)
+    host, bound = m.align(before - jump, true_ns.astype(np.int64))
+    assert np.all(np.abs(host - true_ns) <= bound)
+    assert float(np.median(bound)) < 5_000.0
+
+
+def test_no_two_brackets_agree_is_one_clear_error() -> None:
+    t = np.arange(0, 400_000_000, 100_000_000)
+    ticks = np.array([0, 10**13, 5, 10**15], dtype=np.uint64)  # nothing agrees with anything
+    with pytest.raises(InsufficientSamplesError, match="agree") as err:
+        fit_clock(t - 1000, ticks, t + 1000, domain="host0/chip2")
+    assert "host0/chip2" in str(err.value)
+
+
+@st.composite
+def hostile_runs(draw: st.DrawFn) -> tuple[SyntheticClock, int, int, int, int]:
+    bits = draw(st.sampled_from([48, 64]))
+    clock = SyntheticClock(
+        offset_ticks=draw(st.integers(0, (1 << 64) - 1)),
+        skew_ppm=draw(st.floats(-100, 100)),
+        wander_ppm=draw(st.floats(0, 5)),
+        wander_period_s=draw(st.floats(20, 200)),
+        counter_bits=bits,
+    )
+    n = 60
+    return (
+        clock,
+        draw(st.integers(0, n - 1)),
+        draw(st.sampled_from([1, -1])),
+        n,
+        draw(st.integers(0, 2**16)),
+    )
+
+
+@_settings
+@given(hostile_runs())
+def test_one_torn_read_anywhere_costs_one_bracket(run) -> None:
+    clock, k, sign, n, seed = run
+    bits = clock.counter_bits
+    b = simulate_brackets(
+        clock, np.arange(0.0, n * 1e8, 1e8), delays=DelayModel(outlier_fraction=0.0), seed=seed
+    )
+    m = fit_clock(
+        b.host_before_ns, _torn(b.device_ticks, k, sign, bits), b.host_after_ns, counter_bits=bits
+    )
+    assert m.samples_rejected == 1 and f"bracket {k}" in " ".join(m.issues)
+    true_ns, ticks = simulate_events(clock, 300, 0.0, (n - 1) * 1e8, seed=seed + 1)
+    host, bound = m.align(ticks, true_ns.astype(np.int64))
+    assert np.all(np.abs(host - true_ns) <= bound)
+
+
+@_settings
+@given(hostile_runs(), st.integers(10**10, 2**47))
+def test_counter_reset_anywhere_splits_the_fit_there(run, jump: int) -> None:
+    clock, k, _, n, seed = run
+    k = min(max(k, 2), n - 3)
+    bits = clock.counter_bits
+    mask = np.uint64((1 << bits) - 1)
+    b = simulate_brackets(
+        clock, np.arange(0.0, n * 1e8, 1e8), delays=DelayModel(outlier_fraction=0.0), seed=seed
+    )
+    ticks = b.device_ticks.copy()
+    ticks[k:] = (ticks[k:] - np.uint64(jump)) & mask
+    m = fit_clock(b.host_before_ns, ticks, b.host_after_ns, counter_bits=bits)
+    assert m.samples_used == n - k and f"from bracket {k}" in " ".join(m.issues)
+    true_ns, after = simulate_events(clock, 300, (k + 0.5) * 1e8, (n - 1) * 1e8, seed=seed + 1)
+    host, bound = m.align((after - np.uint64(jump)) & mask, true_ns.astype(np.int64))
+    assert np.all(np.abs(host - true_ns) <= bound)

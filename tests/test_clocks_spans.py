@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 from opentelemetry.sdk.metrics import MeterProvider
@@ -204,3 +205,134 @@ def test_clock_telemetry_exports_bound_drift_samples() -> None:
     assert points[METRIC_ACCEL_CLOCK_SAMPLES]["host0/chip0"][0] == 40
     assert "host0/chip1" not in points[METRIC_ACCEL_CLOCK_SAMPLES]
     provider.shutdown()
+
+
+# -- hardening (issue 18) ----------------------------------------------------------------
+class GlitchyDevice:
+    """A 64-bit device counter read against ``host``: one torn read, then a reset."""
+
+    def __init__(self, host: FakeHost, *, torn_at: int, reset_at: int) -> None:
+        self.host, self.torn_at, self.reset_at = host, torn_at, reset_at
+        self.reads = 0
+        self.base = 0
+
+    def __call__(self) -> int:
+        self.host.now += 300
+        ticks = 10**12 + self.host.now - self.base
+        self.reads += 1
+        if self.reads == self.torn_at:
+            return ticks + (1 << 32)  # one half read across a carry
+        if self.reads == self.reset_at:
+            self.base = self.host.now - 5  # the counter restarts near 5
+            return 10**12 + 5
+        return ticks
+
+
+def test_sampler_survives_a_torn_read_and_a_counter_reset(caplog) -> None:
+    host = FakeHost()
+    device = GlitchyDevice(host, torn_at=10, reset_at=30)
+    s = ClockSampler(device, domain="host0/chip7", host_clock=host, burst=1)
+    for i in range(1, 45):
+        assert s.sample_burst()
+        host.now += 100_000_000
+        m = s.mapping()
+        if i >= 2:
+            assert m is not None, (i, s.fit_errors)
+    assert s.fit_errors <= 1 and "Traceback" not in caplog.text
+    m = s.mapping()
+    assert m is not None and m.quality == "low"
+    assert any("reset" in i for i in m.issues) and any("bracket 9" in i for i in m.issues)
+    assert s.brackets()[0].size == 44  # the window kept every bracket
+    # the mapping maps the counter as it runs now
+    t = host.now - 50_000_000
+    ticks = 10**12 + t - device.base
+    assert abs(int(m.to_host_ns(ticks)[()]) - t) <= int(m.bound_ns(ticks)[()]) + 1
+
+
+class BarrierProcessor(SimpleSpanProcessor):
+    """Its ``on_end`` waits until ``parties`` threads are inside it at the same time."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.met = 0
+
+    def on_end(self, span) -> None:
+        self.barrier.wait()  # BrokenBarrierError if span ends are serialised
+        self.met += 1
+
+
+def test_span_ends_are_not_serialised_on_one_lock() -> None:
+    nxt = BarrierProcessor(2)
+    proc = ClockReconcilingSpanProcessor(nxt, {}.get, background=False)
+    tracer = TracerProvider().get_tracer("t")
+    spans = [tracer.start_span(f"host {i}") for i in range(2)]
+    for s in spans:
+        s.end()
+    errors: list[BaseException] = []
+
+    def end(span) -> None:
+        try:
+            proc.on_end(span)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=end, args=(s,)) for s in spans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not errors and nxt.met == 2 and not nxt.barrier.broken
+
+
+def test_device_spans_of_two_domains_are_forwarded_concurrently() -> None:
+    nxt = BarrierProcessor(2)
+    t = np.arange(0, 10**9, 10**8)
+    fitted = fit_clock(t - 500, t, t + 500)
+    proc = ClockReconcilingSpanProcessor(
+        nxt, {"host0/chip0": fitted, "host0/chip1": fitted}.get, background=False
+    )
+    tracer = TracerProvider().get_tracer("t")
+    for domain in ("host0/chip0", "host0/chip1"):
+        span = tracer.start_span(
+            "accel.kernel",
+            start_time=5 * 10**8,
+            attributes={
+                ACCEL_CLOCK_DOMAIN: domain,
+                ACCEL_CLOCK_RAW_START_TICKS: 5 * 10**8,
+                ACCEL_CLOCK_RAW_END_TICKS: 5 * 10**8 + 1000,
+            },
+        )
+        span.end(end_time=5 * 10**8 + 1000)
+        proc.on_end(span)
+    counts: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: counts.append(proc.release_ready())) for _ in range(2)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert sorted(counts) == [1, 1] and nxt.met == 2 and proc.aligned == 2
+
+
+def test_hold_back_bound_is_over_all_domains() -> None:
+    exporter = InMemorySpanExporter()
+    proc = ClockReconcilingSpanProcessor(
+        SimpleSpanProcessor(exporter), {}.get, max_pending=3, background=False
+    )
+    tracer = TracerProvider().get_tracer("t")
+    for i in range(5):
+        span = tracer.start_span(
+            "accel.kernel",
+            attributes={
+                ACCEL_CLOCK_DOMAIN: f"host0/chip{i % 2}",
+                ACCEL_CLOCK_RAW_START_TICKS: i,
+                ACCEL_CLOCK_RAW_END_TICKS: i + 1,
+            },
+        )
+        span.end()
+        proc.on_end(span)
+    assert proc.dropped == 2 and len(exporter.get_finished_spans()) == 2  # passed through
+    proc.force_flush()
+    assert proc.unaligned == 3 and len(exporter.get_finished_spans()) == 5

@@ -10,8 +10,12 @@ an interrupted read (an outlier) only loosens its own constraint; it cannot pull
 The estimate, in four steps (pure numpy):
 
 1. **Unwrap** the counter along the bracket sequence, using the host gap between brackets
-   to count the wraps; drop zero/negative-width brackets and brackets whose ticks run
-   backwards; raise on NaN.
+   to count the wraps; drop zero/negative-width brackets; raise on NaN. Then keep the
+   brackets that agree with their neighbours on the counter
+   (:func:`~otel_ext.clocks._bracket_runs.counter_epochs`): a torn 64-bit read, a corrupt
+   or a backward read costs its own bracket, never the good one after it; a counter reset
+   splits the brackets into epochs and the last epoch (the counter as it runs now) is
+   fitted. Each dropped bracket is named in ``issues``.
 2. **Local feasible intervals.** If ``|g''| <= kappa`` near a point ``x_k``, then for any
    brackets ``i < k < j``, ``g(x_k)`` lies within the interpolation of their intervals
    widened by the chord error ``kappa (x_k - x_i)(x_j - x_k) / 2``. Intersecting over all
@@ -46,6 +50,7 @@ import itertools
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from otel_ext.clocks._bracket_runs import counter_epochs
 from otel_ext.clocks._errors import ClockFitError, InsufficientSamplesError
 from otel_ext.clocks._mapping import ClockMapping, _as_u64
 
@@ -71,6 +76,15 @@ def _as_host(values: ArrayLike, name: str) -> NDArray[np.int64]:
     if arr.dtype.kind not in "iu":
         raise ClockFitError(f"{name} must be numeric, got dtype {arr.dtype}")
     return arr.astype(np.int64)
+
+
+def _brackets(positions: ArrayLike, most: int = 8) -> str:
+    """``"bracket 4"`` / ``"brackets 3, 9 (+2 more)"``: input indices, for messages."""
+    where = sorted(int(i) for i in np.asarray(positions).ravel())
+    if len(where) == 1:
+        return f"bracket {where[0]}"
+    more = f" (+{len(where) - most} more)" if len(where) > most else ""
+    return "brackets " + ", ".join(map(str, where[:most])) + more
 
 
 def _unwrap_sequence(
@@ -240,24 +254,45 @@ def fit_clock(
             f"(zero-width or non-monotonic host reads; first at bracket {first})"
         )
     idx = np.flatnonzero(keep)
-    idx = idx[np.lexsort((ha[idx], hb[idx]))]
+    idx = idx[np.lexsort((raw[idx], ha[idx], hb[idx]))]
     tick_ns = 1e9 / ticks_per_second
     period = 1 << counter_bits
 
-    # 1. unwrap; drop brackets whose ticks go backwards against non-overlapping neighbours
-    dropped_backwards = 0
-    for _ in range(8):
-        if idx.size < 2:
-            break
+    # 1. unwrap, then keep the brackets that agree with their neighbours on the counter: a
+    #    torn, corrupt or backward read is dropped alone (never the good bracket after it);
+    #    after a counter reset the brackets split into epochs and the last one is fitted
+    if idx.size >= 2:
         mid = (hb[idx] + ha[idx]) // 2
         x = _unwrap_sequence(raw[idx], mid, counter_bits, ticks_per_second)
-        back = (x[1:] <= x[:-1]) & (hb[idx][1:] >= ha[idx][:-1])
-        if not back.any():
-            break
-        dropped_backwards += int(back.sum())
-        idx = np.delete(idx, np.flatnonzero(back) + 1)
-    if dropped_backwards:
-        issues.append(f"{dropped_backwards} brackets whose device ticks ran backwards dropped")
+        runs = counter_epochs(
+            x,
+            hb[idx],
+            ha[idx],
+            ticks_per_second=ticks_per_second,
+            max_rate_error_ppm=max_rate_error_ppm,
+            host_resolution_ns=host_resolution_ns,
+        )
+        if runs.outliers.size:
+            issues.append(
+                f"{runs.outliers.size} brackets whose device ticks disagree with their "
+                f"neighbours dropped (torn, corrupt or backwards reads): "
+                f"{_brackets(idx[runs.outliers])}"
+            )
+        if not runs.epochs:
+            raise InsufficientSamplesError(
+                f"no two of {n_in} brackets agree on the device counter "
+                f"(ticks against host time off by more than {max_rate_error_ppm:g} ppm)",
+                record=record,
+            )
+        last = runs.epochs[-1]
+        if len(runs.epochs) > 1:
+            earlier = sum(int(e.size) for e in runs.epochs[:-1])
+            issues.append(
+                f"device counter reset or jumped {len(runs.epochs) - 1} time(s): fitted the "
+                f"last counter epoch, from bracket {int(idx[last[0]])} ({last.size} brackets); "
+                f"{earlier} brackets of earlier epochs not used"
+            )
+        idx = idx[last]
     if idx.size < 2:
         raise InsufficientSamplesError(
             f"need at least 2 usable brackets, got {idx.size} of {n_in}", record=record
@@ -268,11 +303,19 @@ def fit_clock(
         gaps = np.diff(x).astype(np.float64) * max_rate_error_ppm * 1e-6
         if np.any(gaps >= period / 4):
             issues.append("gap between brackets too long to count counter wraps safely")
-    if np.any(np.diff(x) <= 0):
-        # overlapping brackets with equal/backward ticks: keep the narrower of each clash
-        ok = np.concatenate([[True], np.diff(x) > 0])
-        issues.append(f"{int((~ok).sum())} brackets with repeated device ticks dropped")
-        idx, x = idx[ok], x[ok]
+    # overlapping brackets with equal (or, within a tick, backward) ticks: of each clash,
+    # drop the wider bracket
+    repeated: list[int] = []
+    while idx.size >= 2 and np.any(np.diff(x) <= 0):
+        clash = int(np.flatnonzero(np.diff(x) <= 0)[0])
+        widths = ha[idx[clash : clash + 2]] - hb[idx[clash : clash + 2]]
+        drop = clash + 1 if widths[1] >= widths[0] else clash
+        repeated.append(int(idx[drop]))
+        idx, x = np.delete(idx, drop), np.delete(x, drop)
+    if repeated:
+        issues.append(
+            f"{len(repeated)} brackets with repeated device ticks dropped: {_brackets(repeated)}"
+        )
         if idx.size < 2:
             raise InsufficientSamplesError(
                 "need at least 2 brackets with distinct ticks", record=record
@@ -319,17 +362,22 @@ def fit_clock(
             if idx.size < 2:
                 raise InsufficientSamplesError("fewer than 2 consistent brackets", record=record)
             continue
-        mapping = ClockMapping(
-            knot_ticks=x[knots],
-            knot_host_ns=(k_lo + k_hi) / 2.0,
-            knot_bound_ns=(k_hi - k_lo) / 2.0,
-            segment_curvature=seg_kappa,
-            tick_raw_ref=r0,
-            host_ref_ns=h0,
-            counter_bits=counter_bits,
-            ticks_per_second=ticks_per_second,
-            domain=domain,
-        )
+        try:
+            mapping = ClockMapping(
+                knot_ticks=x[knots],
+                knot_host_ns=(k_lo + k_hi) / 2.0,
+                knot_bound_ns=(k_hi - k_lo) / 2.0,
+                segment_curvature=seg_kappa,
+                tick_raw_ref=r0,
+                host_ref_ns=h0,
+                counter_bits=counter_bits,
+                ticks_per_second=ticks_per_second,
+                domain=domain,
+            )
+        except ClockFitError as exc:  # a safety net: name the brackets at the knots
+            raise ClockFitError(
+                f"{exc} (knots at {_brackets(idx[knots])})", record=record
+            ) from None
         # self-check: every bracket must be consistent with the mapping within its bound
         y, b = mapping._eval(x)
         y = y - 0.5 * tick_ns
@@ -348,7 +396,8 @@ def fit_clock(
             raise InsufficientSamplesError("fewer than 2 consistent brackets", record=record)
     if mapping is None:
         raise ClockFitError(
-            "brackets are mutually inconsistent (device reads outside their host brackets?)",
+            "brackets are mutually inconsistent (device reads outside their host brackets?); "
+            f"{idx.size} left: {_brackets(idx)}",
             record=record,
         )
     if rejected_inconsistent:

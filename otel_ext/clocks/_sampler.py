@@ -8,7 +8,11 @@ it must be the clock of the spans to align (OpenTelemetry's SDK uses ``time.time
 
 Threading: :meth:`sample_burst` may be called from any thread; :meth:`start` runs it every
 ``interval_s`` on one daemon thread until :meth:`stop`. Reader errors never propagate: they
-are counted (``read_errors``) and logged once.
+are counted (``read_errors``) and logged once. A bad read (a torn 64-bit read, a counter
+reset) costs the fit that bracket, or the brackets before the reset (see
+:func:`~otel_ext.clocks.fit_clock`), never the window; a fit that still fails is counted
+(``fit_errors``), logged once with the brackets it names, and :meth:`ClockSampler.mapping`
+returns ``None`` until the window fits again.
 
 :class:`ClockRegistry` holds, per clock domain, a sampler or a fixed mapping; span
 processors and telemetry look mappings up there.
@@ -90,8 +94,10 @@ class ClockSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._logged = False
+        self._fit_logged = False
         self.samples_taken = 0
         self.read_errors = 0
+        self.fit_errors = 0
 
     def sample_burst(self) -> bool:
         """Take one burst now and keep its narrowest bracket; never raises.
@@ -185,8 +191,12 @@ class ClockSampler:
                 domain=self.domain,
                 **self.fit_options,
             )
-        except ClockFitError:
+        except ClockFitError as exc:  # its message names the domain and the brackets
             fitted = None
+            self.fit_errors += 1
+            if not self._fit_logged:
+                self._fit_logged = True
+                _log.warning("clock fit for %s failed (logged once): %s", self.domain, exc)
         with self._lock:
             self._mapping, self._fitted_at = fitted, taken
         return fitted

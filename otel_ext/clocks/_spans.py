@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,19 @@ def record_device_span(
     return span
 
 
+class _DomainQueue:
+    """The held spans of one clock domain, its lock and its counts."""
+
+    __slots__ = ("aligned", "dropped", "lock", "pending", "unaligned")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: deque[tuple[int, ReadableSpan]] = deque()
+        self.aligned = 0
+        self.unaligned = 0
+        self.dropped = 0
+
+
 class ClockReconcilingSpanProcessor(SpanProcessor):
     """Hands device spans to ``next_processor`` as aligned copies, after a short hold-back.
 
@@ -126,9 +140,14 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
     through at once. Spans whose domain has no mapping by the deadline pass through
     unchanged (counted in ``unaligned``).
 
-    Threading and blocking: ``on_start``/``on_end`` may be called from any thread; ``on_end``
-    only appends to a bounded queue under a lock (spans beyond ``max_pending`` pass through
-    uncorrected and are counted in ``dropped``). With ``background=True`` a daemon thread
+    Threading and blocking: ``on_start``/``on_end`` may be called from any thread, and no
+    lock is shared by all span ends: a span without clock attributes goes straight to
+    ``next_processor.on_end`` (which the SDK requires to be thread-safe); a device span is
+    appended to its own clock domain's queue under that domain's lock (the domains are an
+    immutable snapshot read without a lock, replaced under a lock when a new domain first
+    appears). Spans beyond ``max_pending`` held in all domains together pass through
+    uncorrected and are counted in ``dropped`` (concurrent span ends may overshoot the bound
+    by at most one span each). With ``background=True`` a daemon thread
     releases held spans every ``hold_back_s / 4``; otherwise :meth:`release_ready` does (it
     is also called by ``force_flush``, which releases everything). Nothing here raises into
     the caller: errors are logged once and the original span is forwarded.
@@ -158,13 +177,9 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
         self.hold_back_ns = int(hold_back_s * 1e9)
         self.clock = clock
         self.max_pending = max_pending
-        self._lock = threading.Lock()
-        self._emit_lock = threading.Lock()
-        self._pending: deque[tuple[int, ReadableSpan]] = deque()
+        self._domains_lock = threading.Lock()  # taken only to add a domain
+        self._domains: Mapping[str, _DomainQueue] = MappingProxyType({})
         self._logged = False
-        self.aligned = 0
-        self.unaligned = 0
-        self.dropped = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if background:
@@ -191,18 +206,47 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
             and ACCEL_CLOCK_RAW_END_TICKS in attrs
         )
 
+    @property
+    def aligned(self) -> int:
+        """Device spans forwarded with aligned times."""
+        return sum(q.aligned for q in self._domains.values())
+
+    @property
+    def unaligned(self) -> int:
+        """Device spans forwarded unchanged: no mapping for their domain by the deadline."""
+        return sum(q.unaligned for q in self._domains.values())
+
+    @property
+    def dropped(self) -> int:
+        """Device spans forwarded uncorrected because the hold-back queue was full."""
+        return sum(q.dropped for q in self._domains.values())
+
+    def _queue(self, domain: str) -> _DomainQueue:
+        queue = self._domains.get(domain)  # lock-free: the mapping is never mutated
+        if queue is not None:
+            return queue
+        with self._domains_lock:
+            queue = self._domains.get(domain)
+            if queue is None:
+                queue = _DomainQueue()
+                self._domains = MappingProxyType({**self._domains, domain: queue})
+            return queue
+
     def on_end(self, span: ReadableSpan) -> None:
         """Hold a device span back, or forward any other span at once; never raises."""
         try:
             if not self._is_device(span):
                 self._forward(span)
                 return
-            with self._lock:
-                full = len(self._pending) >= self.max_pending
-                if not full:
-                    self._pending.append((self.clock() + self.hold_back_ns, span))
+            queue = self._queue(str((span.attributes or {})[ACCEL_CLOCK_DOMAIN]))
+            held = sum(len(q.pending) for q in self._domains.values())
+            with queue.lock:
+                full = held >= self.max_pending
+                if full:
+                    queue.dropped += 1
+                else:
+                    queue.pending.append((self.clock() + self.hold_back_ns, span))
             if full:
-                self.dropped += 1
                 self._forward(span)
         except Exception as exc:
             self._log_once(exc)
@@ -210,39 +254,54 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
     def release_ready(self, *, everything: bool = False) -> int:
         """Forward held spans that are covered or past their deadline; returns how many."""
         now = self.clock()
-        with self._lock:
-            held = list(self._pending)
-            self._pending.clear()
-        keep: list[tuple[int, ReadableSpan]] = []
         released = 0
-        for deadline, span in held:
+        for domain, queue in self._domains.items():
+            with queue.lock:
+                held = list(queue.pending)
+                queue.pending.clear()
+            if not held:
+                continue
             try:
-                out = self._correct(span, final=everything or now >= deadline)
+                mapping = self.mappings(domain)
             except Exception as exc:
                 self._log_once(exc)
-                out = span
-            if out is None:
-                keep.append((deadline, span))
-                continue
-            self._forward(out)
-            released += 1
-        if keep:
-            with self._lock:
-                self._pending.extendleft(reversed(keep))
+                mapping = None
+            keep: list[tuple[int, ReadableSpan]] = []
+            aligned = unaligned = 0
+            for deadline, span in held:
+                final = everything or now >= deadline
+                try:
+                    out = self._correct(span, mapping, final=final)
+                except Exception as exc:
+                    self._log_once(exc)
+                    out = span
+                if out is None:
+                    keep.append((deadline, span))
+                    continue
+                if out is span:
+                    unaligned += mapping is None
+                else:
+                    aligned += 1
+                self._forward(out)
+                released += 1
+            with queue.lock:
+                queue.aligned += aligned
+                queue.unaligned += unaligned
+                if keep:
+                    queue.pending.extendleft(reversed(keep))
         return released
 
-    def _correct(self, span: ReadableSpan, *, final: bool) -> ReadableSpan | None:
+    def _correct(
+        self, span: ReadableSpan, mapping: TimeMapping | None, *, final: bool
+    ) -> ReadableSpan | None:
+        """An aligned copy of ``span``; ``span`` itself when final without a mapping; ``None``
+        to keep holding it."""
         attrs = span.attributes or {}
-        domain = str(attrs[ACCEL_CLOCK_DOMAIN])
-        mapping = self.mappings(domain)
         start_ticks = int(attrs[ACCEL_CLOCK_RAW_START_TICKS])  # type: ignore[arg-type]
         end_ticks = int(attrs[ACCEL_CLOCK_RAW_END_TICKS])  # type: ignore[arg-type]
         hints = (span.start_time, span.end_time)
         if mapping is None:
-            if final:
-                self.unaligned += 1
-                return span
-            return None
+            return span if final else None
         if not final and isinstance(mapping, ClockMapping):
             hint = None if hints[1] is None else np.array([hints[1]])
             if not bool(
@@ -252,7 +311,6 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
         start, end, bound = _aligned(mapping, start_ticks, end_ticks, hints)
         new_attrs: dict[str, Any] = dict(attrs)
         new_attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = bound
-        self.aligned += 1
         return ReadableSpan(
             name=span.name,
             context=span.context,
@@ -269,8 +327,7 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
         )
 
     def _forward(self, span: ReadableSpan) -> None:
-        with self._emit_lock:
-            self.next.on_end(span)
+        self.next.on_end(span)
 
     def _log_once(self, exc: BaseException) -> None:
         if not self._logged:
