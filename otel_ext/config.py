@@ -202,3 +202,13 @@ def host_id(value: str | None = None, *, env: Mapping[str, str] | None = None) -
     import socket
 
     return resolve(HOST_ID, value or None, env=env) or socket.gethostname() or "localhost"
+
+
+COMM_KERNELS = _declare(
+    EnvVar(
+        "OTEL_EXT_COMM_KERNELS",
+        str,
+        "",
+        "Extra communication-kernel name tables (YAML, the shape of `semantic_conventions/model/kernels/communication.yaml`), separated by the OS path separator; `otel-ext analyze` counts kernels they match as communication.",
+    )
+)

@@ -158,6 +158,8 @@ def load_registry(root: str | Path | None = None) -> Registry:
         if path.parent.name == "devices":
             _load_specs(reg, doc, rel)
             continue
+        if path.parent.name == "kernels":  # kernel-name tables: otel_ext.analysis.classify
+            continue
         if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
             raise RegistryError("expected a mapping with a 'groups' list", path=rel)
         for group in doc["groups"]:

@@ -15,13 +15,18 @@ We decide from three kinds of evidence, strongest first:
    metadata (``record_param_comms``, ``c10d::*``, ``nccl:*``) is communication: the
    ``External id`` of the kernel is the host op's. The loader applies this after reading a file
    (:func:`is_collective_host_op`).
-3. **Names**, as a last resort, with patterns for each library we know, not a single prefix:
+3. **Names**, as a last resort, with patterns for each library we know, not a single prefix,
+   from a documented table in the conventions registry
+   (``semantic_conventions/model/kernels/communication.yaml``: each entry's library,
+   regular expression, prefilter hints, fixed operation, examples and counter-examples):
    NCCL and RCCL of any version (``ncclKernel_*``, ``ncclDevKernel_*``,
    ``ncclDevKernel_Generic``), MSCCL, DeepEP (the ``internode``/``intranode``/``internode_ll``
    namespaces: ``dispatch``, ``combine``, ``notify_dispatch``, ``cached_notify``), NVSHMEM,
    PyTorch symmetric memory (``one_shot_all_reduce``, ``two_shot_all_reduce``,
-   ``multimem_*``), vLLM's ``cross_device_reduce``, Transformer Engine ``userbuffers``, and
-   generic all-to-all kernel names.
+   ``multimem_*``), vLLM's and SGLang's custom all-reduce (``cross_device_reduce_*``), vLLM's
+   quick all-reduce, TensorRT-LLM's one-/two-shot all-reduce, Transformer Engine
+   ``userbuffers``, and generic collective kernel names. More tables of the same shape
+   extend it without code: ``OTEL_EXT_COMM_KERNELS`` names them.
 
 DeepEP's ``get_dispatch_layout`` only computes a routing table from local data; it moves
 nothing between ranks, so it stays computation.
@@ -41,19 +46,30 @@ Memory activities come from the profiler category (``gpu_memcpy``, ``gpu_memset`
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from otel_ext.analysis.table import Category
+from otel_ext.config import COMM_KERNELS, resolve
+from otel_ext.errors import InputError
 
 __all__ = [
     "COLLECTIVE_ARG_KEYS",
+    "COMM_KERNEL_TABLE",
+    "CommKernelPattern",
     "classify_kernel",
     "classify_kineto",
+    "comm_kernel_op",
+    "comm_kernel_pattern",
     "has_collective_metadata",
     "is_collective_host_op",
     "is_comm_kernel_name",
+    "load_comm_kernel_table",
+    "use_comm_kernel_table",
 ]
 
 #: ``args`` keys that only collective operations carry (PyTorch's ``record_param_comms`` and
@@ -69,28 +85,205 @@ COLLECTIVE_ARG_KEYS: tuple[str, ...] = (
     "collective_name",
 )
 
-_COMM_NAME_RE = re.compile(
-    r"""
-    (?:^|[\s:])nccl\w*Kernel        # NCCL/RCCL: ncclKernel_*, ncclDevKernel_*, ncclDevKernel_Generic
-    | (?:^|[\s:])rccl\w*            # RCCL-specific kernels
-    | msccl\w*Kernel                # MSCCL
-    | \b(?:deep_ep|dpsk::ep|ep)::(?:internode|intranode|internode_ll|low_latency)::
-        (?:dispatch|combine|notify_dispatch|cached_notify|clean_low_latency_buffer|\w*dispatch|\w*combine)
-    | \bnvshmem\w*                  # NVSHMEM device collectives / puts
-    | \b(?:one|two)_shot_all_reduce # torch symmetric memory
-    | \bmultimem_(?:all_reduce|all_gather|reduce_scatter)
-    | \bcross_device_reduce         # vLLM custom all-reduce
-    | \buserbuffers_                # Transformer Engine userbuffers
-    | \b(?:all_?to_?all|alltoall|all_?gather|all_?reduce|reduce_?scatter)\w*_kernel
-    """,
-    re.VERBOSE | re.IGNORECASE,
+#: the packaged table of communication-kernel name patterns (see its header for the fields)
+COMM_KERNEL_TABLE = (
+    Path(__file__).resolve().parents[2]
+    / "semantic_conventions"
+    / "model"
+    / "kernels"
+    / "communication.yaml"
 )
 
-#: a name matches ``_COMM_NAME_RE`` only if, case-folded, it holds one of these (each
-#: alternative of the pattern needs one; none has an "i", whose case-insensitive matches are
-#: not all case-folded to "i"); most kernel names hold none and skip the pattern, whose
-#: case-insensitive alternatives are tried at every position of the name
-_COMM_NAME_HINTS = ("ccl", "ep::", "nvshmem", "all", "reduce", "mem_", "userbuffers_")
+
+@dataclass(frozen=True)
+class CommKernelPattern:
+    """One entry of the communication-kernel table (``semantic_conventions/model/kernels``)."""
+
+    id: str
+    library: str
+    regex: str
+    hints: tuple[str, ...]
+    op: str | None
+    examples: tuple[str, ...]
+    counter_examples: tuple[str, ...]
+    source: str
+
+
+def _table_error(path: Path | str, record: str, problem: str) -> InputError:
+    return InputError(problem, path=str(path), record=record)
+
+
+def _strings(path: Path, rec: str, raw: dict[str, Any], key: str) -> tuple[str, ...]:
+    v = raw.get(key) or []
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise _table_error(path, rec, f"'{key}' must be a list of non-empty strings")
+    return tuple(v)
+
+
+def _read_table(path: Path) -> list[CommKernelPattern]:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    except OSError as exc:
+        raise _table_error(
+            path, "-", f"cannot read the kernel table: {exc.strerror or exc}"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "-"
+        raise _table_error(path, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
+        raise _table_error(path, "-", "expected a mapping with a 'patterns' list")
+    out = []
+    for k, raw in enumerate(doc["patterns"]):
+        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
+            raise _table_error(path, f"patterns[{k}]", "every pattern needs an 'id' (a string)")
+        rec = f"pattern {raw['id']!r}"
+        regex = raw.get("regex")
+        if not isinstance(regex, str) or not regex:
+            raise _table_error(path, rec, "'regex' must be a non-empty string")
+        try:
+            re.compile(regex, re.IGNORECASE)
+        except re.error as exc:
+            raise _table_error(path, rec, f"'regex' does not compile: {exc}") from None
+        hints = _strings(path, rec, raw, "hints")
+        for h in hints:
+            if h != h.casefold() or "i" in h or "ss" in h:
+                raise _table_error(path, rec, f"hint {h!r} must be casefolded, without 'i' or 'ss'")
+        op = raw.get("op")
+        if op is not None and not isinstance(op, str):
+            raise _table_error(path, rec, "'op' must be a string")
+        out.append(
+            CommKernelPattern(
+                id=raw["id"], library=str(raw.get("library", "")), regex=regex, hints=hints,
+                op=op, examples=_strings(path, rec, raw, "examples"),
+                counter_examples=_strings(path, rec, raw, "counter_examples"), source=str(path),
+            )
+        )  # fmt: skip
+    return out
+
+
+def load_comm_kernel_table(
+    *, extra_tables: Sequence[str | Path] | None = None, env: Mapping[str, str] | None = None
+) -> list[CommKernelPattern]:
+    """The communication-kernel patterns: the packaged table, then the extra tables.
+
+    Args:
+        extra_tables: more table files of the same shape; default: the paths in
+            ``OTEL_EXT_COMM_KERNELS`` (separated by ``os.pathsep``).
+        env: the environment to read (default ``os.environ``).
+
+    Raises:
+        InputError: a table is unreadable, not YAML, or an entry is malformed (the message
+            names the file and the entry), or two entries share an id.
+
+    >>> ids = [p.id for p in load_comm_kernel_table(env={})]
+    >>> "torch_symm_mem_multimem" in ids and "vllm_custom_all_reduce" in ids
+    True
+    """
+    if extra_tables is None:
+        raw = resolve(COMM_KERNELS, env=env)
+        extra_tables = [p for p in raw.split(os.pathsep) if p.strip()] if raw else []
+    out: list[CommKernelPattern] = []
+    seen: dict[str, str] = {}
+    for path in [COMM_KERNEL_TABLE, *(Path(p) for p in extra_tables)]:
+        for pat in _read_table(Path(path)):
+            if pat.id in seen:
+                raise _table_error(
+                    path, f"pattern {pat.id!r}", f"duplicate id (also in {seen[pat.id]})"
+                )
+            seen[pat.id] = str(path)
+            out.append(pat)
+    return out
+
+
+class _CommNames:
+    """The table compiled: one alternation (a named group per entry) and its prefilter."""
+
+    def __init__(self, patterns: Sequence[CommKernelPattern]) -> None:
+        self.patterns = list(patterns)
+        alternatives = "|".join(f"(?P<p{k}>{p.regex})" for k, p in enumerate(self.patterns))
+        self.regex = re.compile(alternatives or r"(?!)", re.IGNORECASE)
+        # no prefilter when any pattern has no hints: every name is then searched
+        self.hints: tuple[str, ...] | None = (
+            tuple(sorted({h for p in self.patterns for h in p.hints}))
+            if all(p.hints for p in self.patterns)
+            else None
+        )
+
+    def match(self, name: str) -> CommKernelPattern | None:
+        if self.hints is not None:
+            folded = name.casefold()
+            if not any(h in folded for h in self.hints):
+                return None  # the usual compute kernel: its (often long) name not scanned
+        m = self.regex.search(name)
+        if m is None or m.lastgroup is None:
+            return None
+        return self.patterns[int(m.lastgroup[1:])]
+
+
+_NAMES = _CommNames(load_comm_kernel_table())
+#: the table as one pattern (every entry an alternative)
+_COMM_NAME_RE = _NAMES.regex
+
+
+def use_comm_kernel_table(patterns: Sequence[CommKernelPattern]) -> None:
+    """Classify with ``patterns`` from now on, in this process (e.g. a table loaded with
+    :func:`load_comm_kernel_table` and ``extra_tables=``). Loader processes started later
+    read ``OTEL_EXT_COMM_KERNELS`` themselves: set it to extend a whole ``otel-ext analyze``.
+    """
+    global _NAMES, _COMM_NAME_RE
+    _NAMES = _CommNames(patterns)
+    _COMM_NAME_RE = _NAMES.regex
+
+
+def comm_kernel_pattern(name: str) -> CommKernelPattern | None:
+    """The table entry a kernel name matches, or None.
+
+    >>> comm_kernel_pattern("void vllm::cross_device_reduce_1stage<half, 8>(vllm::RankData*)").id
+    'vllm_custom_all_reduce'
+    >>> comm_kernel_pattern("volta_sgemm_128x64_nn") is None
+    True
+    """
+    return _NAMES.match(name)
+
+
+#: operations spelled in kernel names (letters only, lower case), first match wins
+_NAME_OPS = (
+    ("allreduce", "allreduce"),
+    ("reducescatter", "reducescatter"),
+    ("allgather", "allgather"),
+    ("alltoall", "alltoall"),
+    ("sendrecv", "sendrecv"),
+    ("broadcast", "broadcast"),
+)
+
+
+def comm_kernel_op(name: str) -> str | None:
+    """The collective operation a communication kernel's name implies, or None.
+
+    The table's ``op`` when the entry fixes one, else the operation spelled in the name.
+
+    >>> comm_kernel_op("void (anonymous namespace)::multimem_all_reduce_kernel<float, 16>()")
+    'allreduce'
+    >>> comm_kernel_op("void deep_ep::intranode::combine<nv_bfloat16, 8, 768>(nv_bfloat16*)")
+    'alltoall'
+    >>> comm_kernel_op("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)") is None
+    True
+    """
+    pat = _NAMES.match(name)
+    if pat is None:
+        return None
+    if pat.op:
+        return pat.op
+    low = re.sub(r"[^a-z]", "", name.lower())
+    for needle, op in _NAME_OPS:
+        if needle in low:
+            return op
+    return None
+
 
 _HOST_COLLECTIVE_RE = re.compile(r"^(?:record_param_comms|c10d::|nccl:|gloo:|mtia_ccl|deep_ep::)")
 
@@ -103,10 +296,7 @@ def is_comm_kernel_name(name: str) -> bool:
     >>> is_comm_kernel_name("void at::native::vectorized_elementwise_kernel<4>")
     False
     """
-    folded = name.casefold()
-    if not any(h in folded for h in _COMM_NAME_HINTS):
-        return False  # the usual compute kernel: its (often long, templated) name not scanned
-    return _COMM_NAME_RE.search(name) is not None
+    return _NAMES.match(name) is not None
 
 
 def has_collective_metadata(args: Mapping[str, Any] | None) -> bool:
