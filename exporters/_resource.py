@@ -12,6 +12,14 @@ local rank, the usual one-process-per-device layout; an explicit ``accel.device.
 >>> attrs == {"accel.host.id": "node7", "accel.rank": 5, "accel.world_size": 8,
 ...           "accel.local_rank": 1, "accel.device.id": "node7/chip1"}
 True
+
+:class:`AcceleratorResourceDetector` offers the same attributes to any OpenTelemetry SDK
+setup, as the ``otel_ext_accelerator`` resource detector entry point
+(``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_ext_accelerator``).
+
+>>> AcceleratorResourceDetector(env={"LOCAL_RANK": "0"}, hostname="n1").detect().attributes[
+...     "accel.device.id"]
+'n1/chip0'
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.sdk.resources import Resource, ResourceDetector
+
 from otel_ext import config
 from semantic_conventions.attributes import (
     ACCEL_DEVICE_ID,
@@ -31,7 +41,7 @@ from semantic_conventions.attributes import (
     ACCEL_WORLD_SIZE,
 )
 
-__all__ = ["accelerator_attributes"]
+__all__ = ["AcceleratorResourceDetector", "accelerator_attributes"]
 
 _log = logging.getLogger(__name__)
 
@@ -94,3 +104,28 @@ def accelerator_attributes(
         attrs[ACCEL_LOCAL_RANK] = local
         attrs[ACCEL_DEVICE_ID] = f"{host}/chip{local}"
     return attrs
+
+
+class AcceleratorResourceDetector(ResourceDetector):
+    """An SDK resource detector for :func:`accelerator_attributes`.
+
+    Args:
+        env: the environment (defaults to ``os.environ`` at detection time).
+        hostname: the host name (defaults to ``OTEL_EXT_HOST_ID``, then the machine's).
+        raise_on_error: the SDK's detector option (nothing here raises).
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        hostname: str | None = None,
+        raise_on_error: bool = False,
+    ):
+        super().__init__(raise_on_error=raise_on_error)
+        self._env = env
+        self._hostname = hostname
+
+    def detect(self) -> Resource:
+        """The accelerator attributes of this process as a resource."""
+        return Resource(accelerator_attributes(env=self._env, hostname=self._hostname))
