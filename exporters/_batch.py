@@ -153,7 +153,9 @@ class BoundedBatchSpanProcessor(SpanProcessor):
             self._wake.clear()
             if self._shutdown:
                 break
-            self._drain(everything=bool(self._flush_requests))
+            with self._lock:
+                flushing = bool(self._flush_requests)
+            self._drain(everything=flushing)
         self._drain(everything=True)
 
     def _take(self) -> list[ReadableSpan]:
@@ -163,7 +165,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
 
     def _drain(self, *, everything: bool) -> None:
         with self._export_lock:
-            requests, self._flush_requests = self._flush_requests, []
+            with self._lock:  # force_flush appends under this lock: no request is lost
+                requests, self._flush_requests = self._flush_requests, []
             while True:
                 batch = self._take()
                 if batch:
@@ -194,7 +197,8 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         if self._shutdown:
             return False
         done = threading.Event()
-        self._flush_requests.append(done)
+        with self._lock:  # the worker takes the list under this lock: never a stale list
+            self._flush_requests.append(done)
         self._wake.set()
         if not done.wait(timeout_millis / 1000):
             return False

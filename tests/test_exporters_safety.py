@@ -11,6 +11,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from exporters import BoundedBatchSpanProcessor, DropCounter, configure, read_spans
 from semantic_conventions.attributes import ACCEL_TELEMETRY_SIGNAL
@@ -158,3 +159,55 @@ def test_a_forked_child_keeps_exporting_to_its_own_file(tmp_path):
     assert names == ["child-span", "parent-after", "parent-before", "parent-queued"]
     # Two complete files: the parent's and the child's; no partial left behind.
     assert len(list(tmp_path.iterdir())) == 2
+
+
+class _PreemptedList(list):
+    """A flush-request list whose ``append`` is delayed as if the thread were preempted
+    between reading the list and appending to it, until the worker has swapped it out."""
+
+    processor: BoundedBatchSpanProcessor | None = None
+
+    def append(self, item):
+        deadline = time.monotonic() + 0.5
+        while self.processor is not None and self.processor._flush_requests is self:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.001)  # the preemption being simulated
+        super().append(item)
+
+
+def test_force_flush_is_never_lost_to_the_worker_swapping_requests():
+    processor = BoundedBatchSpanProcessor(
+        InMemorySpanExporter(), schedule_delay_s=0.001, max_export_batch_size=4
+    )
+    try:
+        for _ in range(3):
+            stale = _PreemptedList()
+            stale.processor = processor
+            with processor._lock:
+                processor._flush_requests = stale
+            started = time.monotonic()
+            assert processor.force_flush(3_000) is True  # not after its whole timeout
+            assert time.monotonic() - started < 2.5
+    finally:
+        processor.shutdown()
+
+
+def test_concurrent_flushes_on_an_idle_worker_all_succeed():
+    processor = BoundedBatchSpanProcessor(InMemorySpanExporter(), schedule_delay_s=30)
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def flush() -> None:
+        for _ in range(50):
+            ok = processor.force_flush(10_000)
+            with lock:
+                results.append(ok)
+
+    threads = [threading.Thread(target=flush) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    processor.shutdown()
+    assert results == [True] * 400
