@@ -190,6 +190,39 @@ DEBUG = _declare(
     )
 )
 
+MAX_INFLATED_BYTES = _declare(
+    EnvVar(
+        "OTEL_EXT_MAX_INFLATED_BYTES",
+        int,
+        4 * 1024**3,
+        "Largest size a gzip input file may inflate to when `otel-ext analyze` reads it; beyond it the file is an error (a gzip bomb guard).",
+    )
+)
+MAX_INFLATE_RATIO = _declare(
+    EnvVar(
+        "OTEL_EXT_MAX_INFLATE_RATIO",
+        int,
+        250,
+        "Largest ratio of inflated to compressed size of a gzip input file, checked once 64 MiB have been inflated (real traces compress 5-30 times).",
+    )
+)
+MAX_RECORD_BYTES = _declare(
+    EnvVar(
+        "OTEL_EXT_MAX_RECORD_BYTES",
+        int,
+        256 * 1024**2,
+        "Largest single record `otel-ext analyze` holds while reading: one OTLP-JSON line, one profiler event, a trace file's header.",
+    )
+)
+MAX_SKIPPED_LISTED = _declare(
+    EnvVar(
+        "OTEL_EXT_MAX_SKIPPED_LISTED",
+        int,
+        1000,
+        "With `--keep-going`, bad records listed one by one per file; the rest are counted in one summary record.",
+    )
+)
+
 
 def host_id(value: str | None = None, *, env: Mapping[str, str] | None = None) -> str:
     """The name of this host in ``accel.host.id``: ``value``, else ``OTEL_EXT_HOST_ID``, else

@@ -62,17 +62,53 @@ class SkippedRecord:
 
 @dataclass
 class LoadContext:
-    """Where errors go while loading one file: raised, or recorded when ``keep_going``."""
+    """Where errors go while loading one file: raised, or recorded when ``keep_going``.
+
+    At most ``max_listed`` bad records are listed one by one (default
+    ``OTEL_EXT_MAX_SKIPPED_LISTED``); the others are counted (``bad_count``) and summed up
+    in one last record, so a file of a million bad records costs a few kilobytes, and every
+    bad record is still accounted for.
+
+    >>> ctx = LoadContext("f.json", keep_going=True, max_listed=2)
+    >>> for i in range(5):
+    ...     ctx.bad(f"event {i}", "bad")
+    >>> [s.record for s in ctx.skipped], ctx.bad_count
+    (['event 0', 'event 1', 'records after event 1'], 5)
+    >>> ctx.skipped[-1].reason
+    '3 more bad records not listed (OTEL_EXT_MAX_SKIPPED_LISTED=2); the last: event 4: bad'
+    """
 
     path: str
     keep_going: bool = False
     skipped: list[SkippedRecord] = field(default_factory=list)
+    max_listed: int | None = None
+    bad_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_listed is None:
+            from otel_ext.config import MAX_SKIPPED_LISTED, resolve
+
+            self.max_listed = max(1, resolve(MAX_SKIPPED_LISTED))
 
     def bad(self, record: str, problem: str) -> None:
         """Report a bad record: raise :class:`InputError`, or record it and go on."""
         if not self.keep_going:
             raise InputError(problem, path=self.path, record=record)
-        self.skipped.append(SkippedRecord(self.path, record, problem))
+        self.bad_count += 1
+        limit = self.max_listed or 1
+        if self.bad_count <= limit:
+            self.skipped.append(SkippedRecord(self.path, record, problem))
+            return
+        summary = SkippedRecord(
+            self.path,
+            f"records after {self.skipped[limit - 1].record}",
+            f"{self.bad_count - limit} more bad records not listed "
+            f"(OTEL_EXT_MAX_SKIPPED_LISTED={limit}); the last: {record}: {problem}"[:500],
+        )
+        if self.bad_count == limit + 1:
+            self.skipped.append(summary)
+        else:
+            self.skipped[-1] = summary
 
 
 def us_to_ns(value: Any) -> int | None:

@@ -339,6 +339,12 @@ class Accumulator:
             for e in events:
                 t = type(e)
                 if t is _FlowS or t is _FlowF:
+                    if (
+                        type(e.cat) is not str
+                        or type(e.pid) not in _SCALARS
+                        or (type(e.tid) not in _SCALARS)
+                    ):
+                        raise _Reject  # the careful path names the record
                     if e.cat in _LAUNCH_FLOW_CATS:
                         ph = "s" if t is _FlowS else "f"
                         self.flows.append((chunk, ph, e.pid, e.tid, e.ts, e.id))
@@ -673,7 +679,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _AFTER_EVENT = re.compile(rb"\s*,\s*\{")
 
 
-def _split_point(buf: bytes | bytearray) -> tuple[int, int] | None:
+def _split_point(buf: bytes | bytearray, lo: int = 0) -> tuple[int, int] | None:
     """(end of the last complete-looking event, start of the next) in ``buf``, or None.
 
     A candidate is a ``}`` followed by ``,`` and ``{``. It may be a false one (inside a string
@@ -683,7 +689,7 @@ def _split_point(buf: bytes | bytearray) -> tuple[int, int] | None:
     """
     pos = len(buf)
     for _ in range(8):
-        q = buf.rfind(b"}", 0, pos)
+        q = buf.rfind(b"}", lo, pos)
         if q < 0:
             return None
         m = _AFTER_EVENT.match(buf, q + 1)
@@ -718,31 +724,40 @@ def decode_stripe(
     """
     if msgspec is None:
         return None
+    from otel_ext.config import MAX_RECORD_BYTES, resolve
+
+    max_record = resolve(MAX_RECORD_BYTES)
     acc = Accumulator()
     buf = bytearray()
     prefix: bytes | None = None
     splitting = True
     chunk = 0
+    searched = 0  # bytes of ``buf`` already searched for a key or a cut
     with _NoGC():
         try:
             for piece in pieces:
                 buf += piece
+                if len(buf) > max_record:
+                    return None  # no cut for too long: the careful path (bounded) decides
                 if prefix is None:
-                    m = _EVENTS_KEY.search(buf)
+                    m = _EVENTS_KEY.search(buf, max(0, searched - 64))
                     if m is None:
+                        searched = len(buf)
                         continue
                     prefix = bytes(buf[: m.end()])
                     if not prefix.lstrip().startswith(b"{"):
                         return None
                     try:  # the key must be a member of the top-level object
                         _HEAD_DECODER.decode(prefix + b"]}")
-                    except (msgspec.DecodeError, msgspec.ValidationError):
+                    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                         return None
                     del buf[: m.end()]
+                    searched = 0
                 if not splitting or len(buf) < _CHUNK // 2:
                     continue
-                cut = _split_point(buf)
+                cut = _split_point(buf, max(0, searched - 64))
                 if cut is None:
+                    searched = len(buf)
                     continue
                 scanned = None
                 if chunk % count == index and _cscan is not None:
@@ -750,6 +765,7 @@ def decode_stripe(
                 if scanned is not None:
                     acc.add_scanned(scanned, chunk, buf)
                     del buf[: cut[1]]
+                    searched = 0
                 elif chunk % count == index:
                     text = b"[" + buf[: cut[0]] + b"]"
                     try:
@@ -759,14 +775,16 @@ def decode_stripe(
                             return None
                         splitting = len(buf) < 8 * _CHUNK  # stop trying if it keeps failing
                         continue
-                    except msgspec.ValidationError:
+                    except (msgspec.ValidationError, RecursionError):
                         return None
                     del buf[: cut[1]]
+                    searched = 0
                     del text
                     acc.add(events, chunk)
                     del events
                 else:
                     del buf[: cut[1]]
+                    searched = 0
                 chunk += 1
             if prefix is not None and _scan_tail(acc, prefix, buf, chunk, chunk % count == index):
                 return acc
@@ -785,7 +803,8 @@ def decode_stripe(
             if chunk % count == index:
                 acc.add(events, chunk)
             return acc
-        except _Reject:
+        except (_Reject, TypeError, ValueError, RecursionError):
+            # irregular input (a field of an unexpected type): the careful path names it
             return None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import os
 import re
@@ -19,7 +18,7 @@ from otel_ext.analysis.loaders.kineto import (
     looks_like_kineto,
     table_from_fast,
 )
-from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_text
+from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_lines
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
 
@@ -56,27 +55,48 @@ _HEAD = 65536
 _OUR_GENERATOR = re.compile(r'"generator"\s*:\s*"otel-ext"')
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", path=str(path), record="file") from e
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as e:
+class _Limits:
+    """How far a gzip file may inflate (``OTEL_EXT_MAX_INFLATED_BYTES`` in all, and
+    ``OTEL_EXT_MAX_INFLATE_RATIO`` times its compressed size once 64 MiB are out)."""
+
+    RATIO_FROM = 64 << 20
+
+    def __init__(self) -> None:
+        from otel_ext.config import MAX_INFLATE_RATIO, MAX_INFLATED_BYTES, resolve
+
+        self.max_bytes = resolve(MAX_INFLATED_BYTES)
+        self.max_ratio = resolve(MAX_INFLATE_RATIO)
+
+    def check(self, path: Path, inflated: int, compressed: int) -> None:
+        if inflated > self.max_bytes:
             raise InputError(
-                f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
-            ) from e
-    return data
+                f"gzip data inflates to more than {self.max_bytes} bytes "
+                "(OTEL_EXT_MAX_INFLATED_BYTES); refused as a possible gzip bomb",
+                path=str(path),
+                record="file",
+            )
+        if inflated > self.RATIO_FROM and inflated > self.max_ratio * max(compressed, 1):
+            raise InputError(
+                f"gzip data inflates more than {self.max_ratio} times its compressed size "
+                f"({inflated} bytes from {compressed}; OTEL_EXT_MAX_INFLATE_RATIO); refused as "
+                "a possible gzip bomb",
+                path=str(path),
+                record="file",
+            )
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The whole (gunzipped) file, within the inflation limits."""
+    return b"".join(_iter_bytes(path))
 
 
 def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
     """The file's bytes a piece (at most ``size`` bytes) at a time, gunzipped on the fly (gzip
-    members concatenated): a small gzip file that inflates tenfold is never whole in memory.
+    members concatenated): a small gzip file that inflates tenfold is never whole in memory,
+    and one that inflates beyond the limits (:class:`_Limits`) is stopped as soon as it does.
 
     Raises:
-        InputError: unreadable file, truncated or corrupt gzip data.
+        InputError: unreadable file, truncated or corrupt gzip data, a gzip bomb.
     """
     try:
         f = path.open("rb")
@@ -89,6 +109,9 @@ def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
                 yield first
                 first = f.read(size)
             return
+        limits = _Limits()
+        compressed = len(first)
+        inflated = 0
         d = _inflate.decompressobj(wbits=31)
         data = first
         pending = False  # the current member has begun and not ended
@@ -97,12 +120,15 @@ def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
             while True:
                 if not data and not full:
                     data = f.read(size)
+                    compressed += len(data)
                     if not data:
                         break
                 pending = True
                 out = d.decompress(data, size)  # pieces of at most ``size`` bytes
                 full = len(out) == size
                 if out:
+                    inflated += len(out)
+                    limits.check(path, inflated, compressed)
                     yield out
                 if d.eof:  # end of a member; another may follow
                     data = d.unused_data
@@ -244,6 +270,8 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
     head_fmt, head_bytes, pieces = _open_stream(p)
+    if head_fmt == "unknown":  # decided by the first characters: the rest need not be read
+        raise InputError(NOT_TELEMETRY, path=ps, record="file")
     if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
@@ -254,9 +282,38 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
             return FileResult(ps, "kineto", table=table_from_fast(merge([acc]), ctx, ps),
                               skipped=ctx.skipped)  # fmt: skip
         data = _read_bytes(p)  # irregular input: the careful path, on the whole text
-    else:
-        data = head_bytes + b"".join(pieces)
+        return _load_whole(p, data, ctx)
+    if head_fmt in ("otlp-traces", "otlp-metrics"):
+        return _load_otlp(p, head_fmt, head_bytes, pieces, ctx)
+    data = head_bytes + b"".join(pieces)
     del head_bytes
+    return _load_whole(p, data, ctx)
+
+
+def _load_otlp(
+    p: Path, fmt: str, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
+) -> FileResult:
+    """An OTLP-JSON file, streamed a line (one export request) at a time."""
+    from otel_ext.analysis.loaders.spans import iter_lines, load_otlp_traces_lines
+    from otel_ext.config import MAX_RECORD_BYTES, resolve
+
+    ps = str(p)
+    lines = iter_lines(itertools.chain([head], pieces), max_line=resolve(MAX_RECORD_BYTES))
+    try:
+        if fmt == "otlp-traces":
+            return FileResult(ps, fmt, table=load_otlp_traces_lines(lines, ctx=ctx),
+                              skipped=ctx.skipped)  # fmt: skip
+        return FileResult(ps, fmt, metrics=load_otlp_metrics_lines(lines, ctx=ctx),
+                          skipped=ctx.skipped)  # fmt: skip
+    except InputError as e:
+        if e.path is None:  # a line over the size limit
+            raise InputError(e.message, path=ps, record=e.record) from None
+        raise
+
+
+def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:
+    """A file read whole (Jaeger, irregular Kineto; formats decided on the whole text)."""
+    ps = str(p)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     fmt = detect_format(p, data[:_HEAD].decode("utf-8", errors="replace"),
@@ -266,31 +323,31 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     if fmt == "empty":
         raise InputError("empty file", path=ps, record="file")
     if fmt == "unknown":
-        raise InputError(
-            "not a recognised telemetry format (Kineto trace, OTLP-JSON traces or metrics, "
-            "Jaeger JSON)",
-            path=ps,
-            record="file",
-        )
+        raise InputError(NOT_TELEMETRY, path=ps, record="file")
     if fmt == "kineto":
         return FileResult(
             ps, fmt, table=load_kineto_careful(data, path=ps, ctx=ctx), skipped=ctx.skipped
         )
+    if fmt in ("otlp-traces", "otlp-metrics"):  # recognised only once read whole
+        return _load_otlp(p, fmt, data, iter(()), ctx)
+    from otel_ext.analysis.loaders._jsonstream import surrogate_positions
+    from otel_ext.analysis.loaders.spans import load_jaeger_text
+
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start})", path=ps, record="file") from e
+        bad = None
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="surrogateescape")
+        bad = surrogate_positions(text)
     del data
-    if fmt == "otlp-traces":
-        from otel_ext.analysis.loaders.spans import load_otlp_traces_text
+    return FileResult(ps, fmt, table=load_jaeger_text(text, ctx=ctx, bad_positions=bad),
+                      skipped=ctx.skipped)  # fmt: skip
 
-        return FileResult(ps, fmt, table=load_otlp_traces_text(text, ctx=ctx), skipped=ctx.skipped)
-    if fmt == "jaeger":
-        from otel_ext.analysis.loaders.spans import load_jaeger_text
 
-        return FileResult(ps, fmt, table=load_jaeger_text(text, ctx=ctx), skipped=ctx.skipped)
-    # otlp-metrics
-    return FileResult(ps, fmt, metrics=load_otlp_metrics_text(text, ctx=ctx), skipped=ctx.skipped)
+#: the message of a file that is no telemetry format we read
+NOT_TELEMETRY = (
+    "not a recognised telemetry format (Kineto trace, OTLP-JSON traces or metrics, Jaeger JSON)"
+)
 
 
 @dataclass
@@ -446,7 +503,16 @@ def load_paths(
     skipped: list[SkippedRecord] = list(missing)
     paths_s = [str(f) for f in files]
 
+    explicit = {str(Path(p)) for p in paths if not Path(p).is_dir()}
+
     def handle(i: int, res: FileResult | InputError) -> None:
+        if (
+            isinstance(res, InputError)
+            and res.message == NOT_TELEMETRY
+            and paths_s[i] not in explicit
+        ):
+            # a stray non-telemetry file found in a folder: left out and listed, not fatal
+            res = FileResult(paths_s[i], "not-telemetry", note=f"left out: {NOT_TELEMETRY}")
         if isinstance(res, InputError):
             if not keep_going:
                 raise res
@@ -483,9 +549,14 @@ def load_paths(
                     else:
                         res = _join_stripes(paths_s[i], keep_going, answers)
                 except InputError as e:
-                    for later in futures[i + 1 :]:
-                        for pending in later:
-                            pending.cancel()
+                    # in keep-going mode the later files are still wanted: cancelling them
+                    # here made their ``result()`` raise CancelledError
+                    if not keep_going and not (
+                        e.message == NOT_TELEMETRY and paths_s[i] not in explicit
+                    ):
+                        for later in futures[i + 1 :]:
+                            for pending in later:
+                                pending.cancel()
                     handle(i, e)
                     continue
                 handle(i, res)
@@ -494,6 +565,8 @@ def load_paths(
     for r in results:
         if r.format in DERIVED_FORMATS:
             skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
+        elif r.format == "not-telemetry":
+            skipped.append(SkippedRecord(r.path, "file", r.note))
     table = EventTable.concat(tables) if tables else EventTable.empty()
     return LoadResult(
         table=table,

@@ -58,7 +58,6 @@ from otel_ext.analysis.table import (
     EventTable,
     constant_column,
 )
-from otel_ext.errors import InputError
 
 __all__ = [
     "DTYPE_BYTES",
@@ -81,6 +80,37 @@ _DEVICE_SIDE_CATS = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "mtia_ccp_events"}
 )
 _LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu", "async_gpu"})
+#: the Trace Event Format's phases: events of the others than ``X`` are read (flows,
+#: process labels) or deliberately not loaded (instants, counters, async, samples...)
+KNOWN_PHASES = frozenset(
+    [
+        "X",
+        "s",
+        "f",
+        "t",
+        "M",
+        "B",
+        "E",
+        "i",
+        "I",
+        "C",
+        "b",
+        "n",
+        "e",
+        "P",
+        "O",
+        "N",
+        "D",
+        "R",
+        "c",
+        "(",
+        ")",
+        "T",
+        "p",
+        "S",
+        "F",
+    ]
+)
 _KINETO_KEYS = re.compile(r'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 _NUMERIC = [
     "start_ns", "end_ns", "category", "stream", "tid", "correlation", "external_id",
@@ -169,32 +199,47 @@ def load_kineto_text(
 def load_kineto_careful(
     text: str | bytes, *, path: str, ctx: LoadContext, events_key: str = "traceEvents"
 ) -> EventTable:
-    """The careful path alone (event by event; exact error messages)."""
+    """The careful path alone (event by event; exact error messages).
+
+    Bytes that are not UTF-8 cost the events (or header member) holding them, not the file.
+    """
     if isinstance(text, bytes):
+        data = text[3:] if text.startswith(b"\xef\xbb\xbf") else text
         try:
-            text = text.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise InputError(f"not UTF-8 text (byte {e.start})", path=path, record="file") from e
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="surrogateescape")
+        del data
     return _load_careful(text, path=path, ctx=ctx, events_key=events_key)
+
+
+def _looks_like_event(v: Any) -> bool:
+    return type(v) is dict and "ph" in v
 
 
 def _load_careful(text: str, *, path: str, ctx: LoadContext, events_key: str) -> EventTable:
     """The event-by-event path: exact error messages, ``keep_going`` per record."""
+    from otel_ext.analysis.loaders._jsonstream import surrogate_positions
+
     b = ColumnBuilder(_NUMERIC, _STRINGS)
     header: dict[str, Any] = {}
     state = _State(b, ctx)
+    bad_positions = surrogate_positions(text) or None
+    skip = ctx.bad if ctx.keep_going else None
     try:
         stripped = text.lstrip()
         if not stripped:
             ctx.bad("file", "empty file")
             return b.build({"format": "kineto", "rank": -1})
+        end = [-1]
         if stripped.startswith("["):
-            end = [-1]
-            state.consume(iter_array(text, 0, end))
-            tail = end[0]
+            state.consume(iter_array(text, 0, end, on_skip=skip, looks_like=_looks_like_event,
+                                     label="event", bad_positions=bad_positions))  # fmt: skip
         else:
-            tail = -1
-            for key, value in iter_object(text, stream_key=events_key):
+            for key, value in iter_object(
+                text, stream_key=events_key, end=end, keep_going=ctx.keep_going, on_skip=ctx.bad,
+                looks_like=_looks_like_event, label="event", bad_positions=bad_positions,
+            ):  # fmt: skip
                 if key == events_key and not isinstance(value, list):
                     if isinstance(value, dict) or not hasattr(value, "__next__"):
                         ctx.bad(events_key, "traceEvents is not an array")
@@ -202,10 +247,11 @@ def _load_careful(text: str, *, path: str, ctx: LoadContext, events_key: str) ->
                     state.consume(value)
                 else:
                     header[key] = value
+        tail = end[0]
         if tail >= 0 and text[tail:].strip():
             ctx.bad("file", f"unexpected text after the JSON document at offset {tail}")
     except JsonSyntaxError as e:
-        record = f"event {e.index}" if e.index is not None else "file"
+        record = e.record or (f"event {e.index}" if e.index is not None else "file")
         kept = f" (kept the {len(b)} rows before it)" if ctx.keep_going else ""
         ctx.bad(record, f"malformed JSON{kept}: {e}")
     return state.finish(header, path)
@@ -233,6 +279,43 @@ def table_from_fast(fast: FastColumns, ctx: LoadContext, path: str) -> EventTabl
     return _finish(
         t, fast.header, ctx, path, fast.device_keys, fast.labels, fast.uncorrelated, fast.flows
     )
+
+
+def _hashable(v: Any) -> bool:
+    return isinstance(v, int | str | float) or v is None
+
+
+def device_ordinals(props: list[dict[str, Any]], devices: list[Any]) -> dict[Any, int]:
+    """The GPU ordinal (a ``deviceProperties`` id) of each device number kernels carry.
+
+    NVIDIA traces number devices by ordinal (the mapping is the identity). On AMD traces
+    (ROCm: an ``AMD`` device name or a 64-wide wavefront in ``deviceProperties``) kernels carry
+    the ROCm agent number, which counts the host's CPU agents first: device 9 on a one-GPU
+    run, 2 on an eight-GPU one. The agent numbers seen are then shifted down onto the
+    ordinals, when the trace decides the shift: with one GPU, or when the agents seen span
+    all of the GPUs. Otherwise the numbers are left as they are.
+
+    >>> amd = [{"id": 0, "name": "AMD Instinct MI300X", "warpSize": 64}]
+    >>> device_ordinals(amd, [9, 9]), device_ordinals([{"id": 0, "warpSize": 32}], [0])
+    ({9: 0}, {})
+    >>> eight = [{"id": i, "name": "AMD Instinct MI300X"} for i in range(8)]
+    >>> device_ordinals(eight, [2, 3, 4, 5, 6, 7, 8, 9])[9], device_ordinals(eight, [2])
+    (7, {})
+    """
+    if not props:
+        return {}
+    amd = any(str(p.get("name", "")).startswith("AMD") or p.get("warpSize") == 64 for p in props)
+    seen = sorted({d for d in devices if type(d) is int})
+    if not amd or not seen:
+        return {}
+    ids = sorted(int(p["id"]) for p in props if type(p.get("id")) is int)
+    if len(ids) != len(props) or ids != list(range(len(ids))):
+        return {}
+    n = len(ids)
+    lo, hi = seen[-1] - n + 1, seen[0]  # the shifts that keep every agent on an ordinal
+    if lo != hi or lo < 0:
+        return {}
+    return {d: d - lo for d in seen}
 
 
 def _device_prefix(pid: Any, cat: str, labels: dict[Any, str]) -> str:
@@ -281,6 +364,13 @@ def _finish(
     host = header.get("host_name") or header.get("hostname") or ""
     if not isinstance(host, str):
         host = str(host)
+    props = header.get("deviceProperties")
+    if props is not None and not (
+        isinstance(props, list) and all(isinstance(p, dict) for p in props)
+    ):
+        ctx.bad("deviceProperties", "deviceProperties is not a list of objects")
+        props = None
+    ordinal = device_ordinals(props or [], [dv for _, _, dv in device_keys])
     n = len(t)
     if base:
         for col in ("start_ns", "end_ns"):
@@ -289,7 +379,7 @@ def _finish(
     names: dict[str, int] = {"": 0}
     remap = np.zeros(len(device_keys) + 1, dtype=np.int32)
     for k, (pid, cat, dv) in enumerate(device_keys, start=1):
-        d = f"{_device_prefix(pid, cat, labels)}{dv}"
+        d = f"{_device_prefix(pid, cat, labels)}{ordinal.get(dv, dv) if _hashable(dv) else dv}"
         if host:
             d = f"{host}/{d}"
         remap[k] = names.setdefault(d, len(names))
@@ -323,9 +413,7 @@ def _finish(
         host=host,
         base_ns=base,
         distributed_info=dist if isinstance(dist, dict) else None,
-        devices=[
-            p.get("name") for p in header.get("deviceProperties") or [] if isinstance(p, dict)
-        ],
+        devices=[p.get("name") for p in props or []],
     )
     return t.compact()
 
@@ -374,7 +462,11 @@ class _State:
                 ctx.bad(f"event {i}", "'pid' or 'tid' is not a number or a string")
                 continue
             if ph != "X":
-                if (ph == "s" or ph == "f") and ev.get("cat") in _LAUNCH_FLOW_CATS:
+                if type(ph) is not str or ph not in KNOWN_PHASES:
+                    ctx.bad(f"event {i}", f"'ph' is missing or not a known phase: {ph!r:.40}")
+                    continue
+                fcat = ev.get("cat")
+                if (ph == "s" or ph == "f") and type(fcat) is str and fcat in _LAUNCH_FLOW_CATS:
                     fid = ev.get("id")
                     t = us_to_ns(ev.get("ts"))
                     if type(fid) is int and t is not None:

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from exporters._otlp_decode import DataPoint, Metric, RequestError, careful_items, decode_metrics
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
-from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_requests
+from otel_ext.analysis.loaders.spans import otlp_attrs
 
-__all__ = ["MetricPoints", "load_otlp_metrics_text"]
+__all__ = ["MetricPoints", "load_otlp_metrics_lines"]
 
 _STR_COLS = ("name", "kind", "device", "host", "link", "attrs", "source")
 
@@ -118,70 +119,127 @@ class MetricPoints:
         )
 
 
-def _point_value(p: dict[str, Any]) -> float | None:
-    for key in ("asDouble", "asInt"):
-        if key in p:
-            try:
-                return float(p[key])
-            except (TypeError, ValueError):
-                return None
+_KINDS = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
+_COUNT_LIMIT = 2**62
+
+
+def _number(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _count(v: Any) -> int | None:
+    """A histogram's ``count`` (a JSON integer or digit string, below 2**62), else None."""
+    if type(v) is int:
+        return v if 0 <= v < _COUNT_LIMIT else None
+    if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) < 20:
+        i = int(v)
+        return i if i < _COUNT_LIMIT else None
     return None
 
 
-def load_otlp_metrics_text(text: str, *, ctx: LoadContext) -> MetricPoints:
-    """Points of an OTLP-JSON metrics file (one ``ExportMetricsServiceRequest`` per line)."""
-    from semantic_conventions import attributes as A
+class _Rows:
+    def __init__(self, ctx: LoadContext) -> None:
+        from semantic_conventions import attributes as A
 
-    rows: list[dict[str, Any]] = []
-    for lineno, resource_metrics in otlp_requests(
-        text, ctx=ctx, key="resourceMetrics", what="ExportMetricsServiceRequest"
-    ):
-        for rm in resource_metrics:
-            if not isinstance(rm, dict):
+        self.ctx = ctx
+        self.rows: list[dict[str, Any]] = []
+        self.keys = (A.ACCEL_DEVICE_ID, A.ACCEL_HOST_ID, A.ACCEL_LINK_ID)
+        self.n_points = 0
+
+    def metric(self, lineno: int, res: dict[str, Any], metric: Metric) -> None:
+        ctx = self.ctx
+        if not metric.name:
+            ctx.bad(f"line {lineno}", "metric without a name")
+            return
+        bodies = [(k, getattr(metric, k)) for k in _KINDS if getattr(metric, k) is not None]
+        if not bodies:
+            ctx.bad(f"line {lineno} metric {metric.name}", "metric has no data (no gauge, sum, "
+                    "histogram, exponentialHistogram or summary)")  # fmt: skip
+            return
+        for kind, body in bodies:
+            for pi, p in enumerate(body.dataPoints):
+                self.point(f"line {lineno} metric {metric.name} point {pi}", res, metric.name,
+                           kind, p)  # fmt: skip
+
+    def point(self, record: str, res: dict[str, Any], name: str, kind: str, p: DataPoint) -> None:
+        ctx = self.ctx
+        self.n_points += 1
+        t = ns_or_none(p.timeUnixNano)
+        if t is None:
+            ctx.bad(record, "timeUnixNano missing or not an integer")
+            return
+        start = 0
+        if p.startTimeUnixNano is not None:
+            st = ns_or_none(p.startTimeUnixNano)
+            if st is None:
+                ctx.bad(record, "startTimeUnixNano not an integer")
+                return
+            start = st
+        if kind in ("histogram", "exponentialHistogram", "summary"):
+            count = _count(p.count if p.count is not None else 0)
+            if count is None:
+                ctx.bad(record, f"count is not a non-negative 64-bit integer: {p.count!r:.40}")
+                return
+            value = _number(p.sum) if p.sum is not None else float("nan")
+            if value is None:
+                ctx.bad(record, f"sum is not a number: {p.sum!r:.40}")
+                return
+        else:
+            raw = p.asDouble if p.asDouble is not None else p.asInt
+            value = _number(raw)
+            count = -1
+            if value is None:
+                ctx.bad(record, "value missing or not a number")
+                return
+        attrs = dict(res)
+        attrs.update(otlp_attrs(p.attributes))
+        dev, host, link = (attrs.get(k) for k in self.keys)
+        self.rows.append(
+            dict(name=name, kind=kind, time_ns=t, start_time_ns=start, value=value, count=count,
+                 device=dev, host=host, link=link,
+                 attrs=json.dumps(attrs, sort_keys=True, default=str), source=ctx.path)
+        )  # fmt: skip
+
+
+def load_otlp_metrics_lines(
+    lines: Iterable[tuple[int, bytes]], *, ctx: LoadContext
+) -> MetricPoints:
+    """Points of an OTLP-JSON metrics file given as ``(line number, line bytes)``.
+
+    Each line is decoded by the project's OTLP-JSON decoder; a line it rejects (a member of
+    the wrong type, too deep) is re-read one metric at a time, so that a bad metric costs its
+    points (named), not the line.
+    """
+    out = _Rows(ctx)
+    for lineno, line in lines:
+        try:
+            req = decode_metrics(line)
+        except RequestError:
+            try:
+                items = list(careful_items(line, "resourceMetrics"))
+            except RequestError as e:
+                ctx.bad(f"line {lineno}", str(e))
                 continue
-            res = otlp_attrs((rm.get("resource") or {}).get("attributes"))
-            for sm in rm.get("scopeMetrics") or []:
-                for metric in (sm or {}).get("metrics") or []:
-                    if not isinstance(metric, dict) or not isinstance(metric.get("name"), str):
-                        ctx.bad(f"line {lineno}", "metric without a name")
-                        continue
-                    for kind in ("gauge", "sum", "histogram", "exponentialHistogram"):
-                        body = metric.get(kind)
-                        if not isinstance(body, dict):
-                            continue
-                        for pi, p in enumerate(body.get("dataPoints") or []):
-                            record = f"line {lineno} metric {metric['name']} point {pi}"
-                            if not isinstance(p, dict):
-                                ctx.bad(record, "data point is not an object")
-                                continue
-                            t = ns_or_none(p.get("timeUnixNano"))
-                            if t is None:
-                                ctx.bad(record, "timeUnixNano missing or not an integer")
-                                continue
-                            attrs = dict(res)
-                            attrs.update(otlp_attrs(p.get("attributes")))
-                            if kind in ("histogram", "exponentialHistogram"):
-                                value = _point_value({"asDouble": p.get("sum", "nan")})
-                                count = int(p.get("count", 0) or 0)
-                            else:
-                                value = _point_value(p)
-                                count = -1
-                            if value is None:
-                                ctx.bad(record, "value missing or not a number")
-                                continue
-                            rows.append(
-                                dict(
-                                    name=metric["name"],
-                                    kind=kind,
-                                    time_ns=t,
-                                    start_time_ns=ns_or_none(p.get("startTimeUnixNano")) or 0,
-                                    value=value,
-                                    count=count,
-                                    device=attrs.get(A.ACCEL_DEVICE_ID),
-                                    host=attrs.get(A.ACCEL_HOST_ID),
-                                    link=attrs.get(A.ACCEL_LINK_ID),
-                                    attrs=json.dumps(attrs, sort_keys=True, default=str),
-                                    source=ctx.path,
-                                )
-                            )
-    return MetricPoints.from_rows(rows)
+            cache: dict[int, dict[str, Any]] = {}
+            for where, resource, metric, err in items:
+                if err is not None:
+                    ctx.bad(f"line {lineno} {where}".rstrip(), str(err))
+                    continue
+                res = cache.get(id(resource))
+                if res is None:
+                    res = cache[id(resource)] = (
+                        otlp_attrs(resource.attributes) if resource is not None else {}
+                    )
+                out.metric(lineno, res, metric)
+            continue
+        for rm in req.resourceMetrics:
+            res = otlp_attrs(rm.resource.attributes) if rm.resource is not None else {}
+            for sm in rm.scopeMetrics:
+                for metric in sm.metrics:
+                    out.metric(lineno, res, metric)
+    return MetricPoints.from_rows(out.rows)

@@ -7,8 +7,14 @@ domain and raw device ticks, FLOP and byte estimates. The span name (from
 :mod:`semantic_conventions.spans`) gives the category.
 
 OTLP-JSON (``traces.jsonl``, our file exporter and the Collector's): one
-``ExportTraceServiceRequest`` per line, hex ids, times as decimal strings of nanoseconds.
-Jaeger (``{"data": [{"traceID", "spans", "processes"}]}``): times in integer microseconds.
+``ExportTraceServiceRequest`` per line, ids in hex (the OTLP/JSON encoding) or base64 (the
+protobuf JSON mapping), times as decimal strings of nanoseconds. Each line is decoded by the
+project's one OTLP-JSON decoder (:mod:`exporters._otlp_decode`) into typed records, and the
+columns of all its spans are pulled out whole (``map``/``attrgetter`` and numpy, no Python
+code per span): :class:`OtlpSpanColumns`. A line the typed decoder rejects is re-read one span
+at a time, so a bad span costs that span (named), not the line.
+Jaeger (``{"data": [{"traceID", "spans", "processes"}]}``): times in integer microseconds,
+read span by span (:class:`SpanRows`), the reference the OTLP path is tested against.
 
 Rows are named for what they are: a kernel by its kernel name, a layer by its layer name, a
 request phase by its phase (``queue``, ``prefill``, ``decode``, ``kv_transfer``), a link
@@ -18,15 +24,41 @@ transfer by its endpoints (``host0->host1``, ``host0/chip1->host0/chip2``; the l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from functools import cache
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
+from exporters._otlp_decode import (
+    RequestError,
+    Span,
+    any_value,
+    careful_items,
+    decode_traces,
+    id_to_hex,
+)
 from otel_ext.analysis.classify import classify_kernel
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, ns_or_none
-from otel_ext.analysis.table import Category, EventTable
+from otel_ext.analysis.table import (
+    NUMERIC_COLUMNS,
+    STRING_COLUMNS,
+    Category,
+    EventTable,
+    constant_column,
+)
 
-__all__ = ["SpanRows", "otlp_value"]
+__all__ = [
+    "OtlpSpanColumns",
+    "SpanRows",
+    "iter_lines",
+    "load_jaeger_text",
+    "load_otlp_traces_lines",
+    "otlp_value",
+]
 
 _NUMERIC = [
     "start_ns", "end_ns", "category", "rank", "stream", "coll_seq", "coll_bytes",
@@ -37,6 +69,7 @@ _STRINGS = [
     "name", "host", "device", "coll_op", "coll_group", "coll_id", "trace_id", "clock_domain",
     "source",
 ]  # fmt: skip
+_LIM = 2**62
 
 
 @cache
@@ -78,36 +111,7 @@ def otlp_value(v: Any) -> Any:
     >>> otlp_value({"arrayValue": {"values": [{"boolValue": True}]}})
     [True]
     """
-    if not isinstance(v, dict):
-        return None
-    for key, val in v.items():
-        if key == "stringValue" or key == "boolValue":
-            return val
-        if key == "intValue":
-            return int_or_none(val)
-        if key == "doubleValue":
-            try:
-                return float(val)
-            except (TypeError, ValueError):
-                return None
-        if key == "arrayValue":
-            return [otlp_value(x) for x in (val or {}).get("values", [])]
-        if key == "kvlistValue":
-            return {
-                kv.get("key"): otlp_value(kv.get("value")) for kv in (val or {}).get("values", [])
-            }
-        if key == "bytesValue":
-            return val
-    return None
-
-
-def _hex_id(value: Any) -> int:
-    if isinstance(value, str) and value:
-        try:
-            return int(value[-16:], 16)
-        except ValueError:
-            return 0
-    return 0
+    return any_value(v)
 
 
 def _num(value: Any, default: float = -1.0) -> float:
@@ -119,8 +123,48 @@ def _num(value: Any, default: float = -1.0) -> float:
         return default
 
 
+def _s(v: Any) -> str:
+    return v if isinstance(v, str) else ("" if v is None else str(v))
+
+
+def _int_attr(v: Any) -> int:
+    i = int_or_none(v)
+    return -1 if i is None or not -_LIM < i < _LIM else i
+
+
+def _category(name: str, kind: Any, kname: Any) -> int:
+    """The category of a span from its name (and a kernel's kind or kernel name)."""
+    n = _names()
+    category = n["span_category"].get(name)
+    if category is None:
+        if name == n["kernel_span"]:
+            category = n["kernel_kind"].get(kind) if isinstance(kind, str) else None
+            if category is None:
+                category = classify_kernel(kname if isinstance(kname, str) else name)
+        else:
+            category = Category.OTHER
+    return int(category)
+
+
+def _display(name: str, category: int, attrs: dict[str, Any]) -> tuple[str, Any]:
+    """The row's name and device given the span's attributes (see the module docstring)."""
+    A = _names()["A"]
+    display = attrs.get(A.ACCEL_KERNEL_NAME) if name == _names()["kernel_span"] else None
+    if not isinstance(display, str):
+        display = attrs.get(A.ACCEL_LAYER_NAME) if category == Category.LAYER else None
+    if not isinstance(display, str) and category == Category.PHASE:
+        display = attrs.get(A.ACCEL_REQUEST_PHASE)
+    device = attrs.get(A.ACCEL_DEVICE_ID)
+    if category == Category.LINK_TRANSFER:
+        device = attrs.get(A.ACCEL_LINK_ID) or device
+        src, dst = attrs.get(A.ACCEL_LINK_SRC), attrs.get(A.ACCEL_LINK_DST)
+        if isinstance(src, str) and isinstance(dst, str) and src and dst:
+            display = f"{src}->{dst}"
+    return (display if isinstance(display, str) and display else name), device
+
+
 class SpanRows:
-    """Accumulates spans from either format and builds the table."""
+    """Accumulates spans one at a time (Jaeger; the reference of the OTLP columns)."""
 
     def __init__(self, ctx: LoadContext) -> None:
         self.ctx = ctx
@@ -152,60 +196,35 @@ class SpanRows:
             self.ctx.bad(record, f"negative duration ({end_ns} < {start_ns})")
             return
         A = self.n["A"]
-        category = self.n["span_category"].get(name)
-        if category is None:
-            if name == self.n["kernel_span"]:
-                kind = attrs.get(A.ACCEL_KERNEL_KIND)
-                category = self.n["kernel_kind"].get(kind) if isinstance(kind, str) else None
-                if category is None:
-                    kname = attrs.get(A.ACCEL_KERNEL_NAME)
-                    category = classify_kernel(kname if isinstance(kname, str) else name)
-            else:
-                category = Category.OTHER
-        display = attrs.get(A.ACCEL_KERNEL_NAME) if name == self.n["kernel_span"] else None
-        if not isinstance(display, str):
-            display = attrs.get(A.ACCEL_LAYER_NAME) if category == Category.LAYER else None
-        if not isinstance(display, str) and category == Category.PHASE:
-            # phase rows are named by their phase (queue, prefill, decode, kv_transfer)
-            display = attrs.get(A.ACCEL_REQUEST_PHASE)
+        category = _category(name, attrs.get(A.ACCEL_KERNEL_KIND), attrs.get(A.ACCEL_KERNEL_NAME))
+        display, device = _display(name, category, attrs)
         rank = int_or_none(attrs.get(A.ACCEL_RANK))
-        device = attrs.get(A.ACCEL_DEVICE_ID)
-        if category == Category.LINK_TRANSFER:
-            # a transfer belongs to its link (host0/chip1-chip2, host1/nic0), not to a chip;
-            # it is named by its endpoints (``host0->host1``), which tell the two network
-            # ports a transfer crossed apart from the one port its link id names
-            device = attrs.get(A.ACCEL_LINK_ID) or device
-            src, dst = attrs.get(A.ACCEL_LINK_SRC), attrs.get(A.ACCEL_LINK_DST)
-            if isinstance(src, str) and isinstance(dst, str) and src and dst:
-                display = f"{src}->{dst}"
-
-        def i(key: str) -> int:
-            v = int_or_none(attrs.get(key))
-            return -1 if v is None or not -(2**62) < v < 2**62 else v
-
-        flops = _num(attrs.get(A.ACCEL_LAYER_FLOPS, attrs.get(A.ACCEL_KERNEL_FLOPS)))
-        nbytes = _num(attrs.get(A.ACCEL_LAYER_BYTES, attrs.get(A.ACCEL_KERNEL_BYTES)))
+        i = _int_attr
+        lf = A.ACCEL_LAYER_FLOPS if A.ACCEL_LAYER_FLOPS in attrs else A.ACCEL_KERNEL_FLOPS
+        lb = A.ACCEL_LAYER_BYTES if A.ACCEL_LAYER_BYTES in attrs else A.ACCEL_KERNEL_BYTES
         self.b.add(
             start_ns=start_ns,
             end_ns=end_ns,
-            category=int(category),
+            category=category,
             rank=-1 if rank is None or not -1 <= rank < 2**31 else rank,
-            stream=i(A.ACCEL_KERNEL_STREAM),
-            coll_seq=i(A.ACCEL_COLLECTIVE_SEQ),
-            coll_bytes=(
-                i(A.ACCEL_LINK_BYTES)
-                if category == Category.LINK_TRANSFER
-                else i(A.ACCEL_COLLECTIVE_BYTES)
+            stream=i(attrs.get(A.ACCEL_KERNEL_STREAM)),
+            coll_seq=i(attrs.get(A.ACCEL_COLLECTIVE_SEQ)),
+            coll_bytes=i(
+                attrs.get(
+                    A.ACCEL_LINK_BYTES
+                    if category == Category.LINK_TRANSFER
+                    else A.ACCEL_COLLECTIVE_BYTES
+                )
             ),
-            coll_group_size=max(-1, min(i(A.ACCEL_COLLECTIVE_GROUP_SIZE), 2**31 - 1)),
-            correlation=i(A.ACCEL_KERNEL_CORRELATION_ID),
+            coll_group_size=max(-1, min(i(attrs.get(A.ACCEL_COLLECTIVE_GROUP_SIZE)), 2**31 - 1)),
+            correlation=i(attrs.get(A.ACCEL_KERNEL_CORRELATION_ID)),
             span_id=span_id,
             parent_span_id=parent_span_id,
-            raw_start_ticks=i(A.ACCEL_CLOCK_RAW_START_TICKS),
-            raw_end_ticks=i(A.ACCEL_CLOCK_RAW_END_TICKS),
-            flops=flops,
-            bytes_accessed=nbytes,
-            name=display or name,
+            raw_start_ticks=i(attrs.get(A.ACCEL_CLOCK_RAW_START_TICKS)),
+            raw_end_ticks=i(attrs.get(A.ACCEL_CLOCK_RAW_END_TICKS)),
+            flops=_num(attrs.get(lf)),
+            bytes_accessed=_num(attrs.get(lb)),
+            name=display,
             host=_s(attrs.get(A.ACCEL_HOST_ID)),
             device=_s(device),
             coll_op=_s(attrs.get(A.ACCEL_COLLECTIVE_OP)),
@@ -220,138 +239,623 @@ class SpanRows:
         return self.b.build(meta)
 
 
-def _s(v: Any) -> str:
-    return v if isinstance(v, str) else ("" if v is None else str(v))
-
-
 def otlp_attrs(items: Any) -> dict[str, Any]:
-    """An OTLP attribute list (``[{"key", "value"}]``) as a dict."""
+    """An OTLP attribute list (typed :class:`~exporters._otlp_decode.KeyValue` records or
+    generic ``[{"key", "value"}]``) as a dict."""
     out: dict[str, Any] = {}
     if isinstance(items, list):
         for kv in items:
-            if isinstance(kv, dict) and isinstance(kv.get("key"), str):
-                out[kv["key"]] = otlp_value(kv.get("value"))
+            if isinstance(kv, dict):
+                if isinstance(kv.get("key"), str):
+                    out[kv["key"]] = any_value(kv.get("value"))
+            elif hasattr(kv, "key"):
+                out[kv.key] = any_value(kv.value)
     return out
 
 
-def otlp_requests(
-    text: str, *, ctx: LoadContext, key: str, what: str
-) -> Iterator[tuple[int, list[Any]]]:
-    r"""Each line of an OTLP-JSON file (one export request per line) as ``(line, its key list)``.
+# ------------------------------------------------------------------ OTLP: whole columns
 
-    Blank lines are skipped; a line that is not JSON, or not a request with a ``key`` list, is
-    recorded as a bad record (``ctx.bad``) and skipped.
+_ATTRS = attrgetter("attributes")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
 
-    >>> ctx = LoadContext("t.jsonl", keep_going=True)
-    >>> [n for n, _ in otlp_requests('{"resourceSpans": []}\n\nnot json', ctx=ctx,
-    ...                               key="resourceSpans", what="ExportTraceServiceRequest")]
-    [1]
-    >>> [s.record for s in ctx.skipped]
-    ['line 3']
-    """
-    import json
 
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+class _Strings:
+    """A string dictionary (code 0 is the empty string)."""
+
+    def __init__(self) -> None:
+        self.lookup: dict[str, int] = {"": 0}
+
+    def encode(self, values: list[str]) -> np.ndarray:
+        lookup = self.lookup
+        for s in dict.fromkeys(values):
+            if s not in lookup:
+                lookup[s] = len(lookup)
+        return np.fromiter(map(lookup.__getitem__, values), np.int32, count=len(values))
+
+
+#: attribute -> (column, kind): kinds ``i`` integer, ``s`` string, ``f`` float, ``v`` any
+@cache
+def _wanted() -> dict[str, int]:
+    A = _names()["A"]
+    keys = [
+        A.ACCEL_RANK, A.ACCEL_KERNEL_STREAM, A.ACCEL_COLLECTIVE_SEQ, A.ACCEL_COLLECTIVE_BYTES,
+        A.ACCEL_LINK_BYTES, A.ACCEL_COLLECTIVE_GROUP_SIZE, A.ACCEL_KERNEL_CORRELATION_ID,
+        A.ACCEL_CLOCK_RAW_START_TICKS, A.ACCEL_CLOCK_RAW_END_TICKS, A.ACCEL_LAYER_FLOPS,
+        A.ACCEL_KERNEL_FLOPS, A.ACCEL_LAYER_BYTES, A.ACCEL_KERNEL_BYTES, A.ACCEL_HOST_ID,
+        A.ACCEL_DEVICE_ID, A.ACCEL_COLLECTIVE_OP, A.ACCEL_COLLECTIVE_GROUP,
+        A.ACCEL_COLLECTIVE_ID, A.ACCEL_CLOCK_DOMAIN, A.ACCEL_KERNEL_KIND, A.ACCEL_KERNEL_NAME,
+        A.ACCEL_LAYER_NAME, A.ACCEL_REQUEST_PHASE, A.ACCEL_LINK_ID, A.ACCEL_LINK_SRC,
+        A.ACCEL_LINK_DST,
+    ]  # fmt: skip
+    return {k: i for i, k in enumerate(keys)}
+
+
+_MISSING = object()
+
+
+class _Attr:
+    """One attribute over the rows of a group of spans: where it is set, and its values."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.rows: np.ndarray = np.zeros(0, np.int64)
+        self.values: list[Any] = []  # AnyValue records (or None)
+        self.res: Any = _MISSING  # the resource's value (any_value'd) when set there
+
+    def present(self) -> np.ndarray:
+        m = np.zeros(self.n, bool)
+        if self.res is not _MISSING:
+            m[:] = True
+        m[self.rows] = True
+        return m
+
+    def py(self) -> list[Any]:
+        """Per-row Python value (None where absent): the slow, exact form."""
+        out: list[Any] = [None if self.res is _MISSING else self.res] * self.n
+        for r, v in zip(self.rows.tolist(), self.values):
+            out[r] = any_value(v)
+        return out
+
+    def ints(self) -> np.ndarray:
+        """int64 per row (-1 where absent, unreadable or beyond +-2**62), as ``_int_attr``."""
+        base = -1 if self.res is _MISSING else _int_attr(self.res)
+        out = np.full(self.n, base, np.int64)
+        if not len(self.rows):
+            return out
         try:
-            req = json.loads(line)
-        except ValueError as e:
-            ctx.bad(f"line {lineno}", f"malformed JSON: {e}")
-            continue
-        if not isinstance(req, dict) or not isinstance(req.get(key, []), list):
-            ctx.bad(f"line {lineno}", f"not an {what} (no {key} list)")
-            continue
-        yield lineno, req.get(key, [])
+            raw = list(map(attrgetter("intValue"), self.values))
+            if not {int, str}.issuperset(map(type, raw)):
+                raise TypeError
+            arr = np.fromiter(map(int, raw), np.int64, count=len(raw))
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            arr = np.fromiter(map(_int_attr, map(any_value, self.values)), np.int64,
+                              count=len(self.values))  # fmt: skip
+        arr[(arr <= -_LIM) | (arr >= _LIM)] = -1
+        out[self.rows] = arr
+        return out
+
+    def floats(self) -> np.ndarray:
+        """float64 per row (-1.0 where absent or unreadable), as ``_num``."""
+        base = -1.0 if self.res is _MISSING else _num(self.res)
+        out = np.full(self.n, base, np.float64)
+        if not len(self.rows):
+            return out
+        try:
+            raw = list(map(attrgetter("doubleValue"), self.values))
+            if not {float, int}.issuperset(map(type, raw)):
+                raise TypeError
+            arr = np.fromiter(raw, np.float64, count=len(raw))
+        except (TypeError, ValueError, AttributeError):
+            arr = np.fromiter(map(_num, map(any_value, self.values)), np.float64,
+                              count=len(self.values))  # fmt: skip
+        out[self.rows] = arr
+        return out
+
+    def strs(self) -> list[str]:
+        """str per row ('' where absent), as ``_s``."""
+        base = "" if self.res is _MISSING else _s(self.res)
+        out = [base] * self.n
+        if not len(self.rows):
+            return out
+        try:
+            raw = list(map(attrgetter("stringValue"), self.values))
+            if set(map(type, raw)) != {str}:
+                raise TypeError
+        except (TypeError, AttributeError):
+            raw = list(map(_s, map(any_value, self.values)))
+        arr = np.array(out, dtype=object)
+        arr[self.rows] = raw
+        return arr.tolist()  # type: ignore[no-any-return]
 
 
-def load_otlp_traces_text(text: str, *, ctx: LoadContext) -> EventTable:
-    """Spans of an OTLP-JSON traces file (one ``ExportTraceServiceRequest`` per line)."""
-    rows = SpanRows(ctx)
-    n_span = 0
-    for lineno, resource_spans in otlp_requests(
-        text, ctx=ctx, key="resourceSpans", what="ExportTraceServiceRequest"
-    ):
-        for rs in resource_spans:
-            if not isinstance(rs, dict):
-                ctx.bad(f"line {lineno}", "resourceSpans entry is not an object")
-                continue
-            res = otlp_attrs((rs.get("resource") or {}).get("attributes"))
-            for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
-                for span in (ss or {}).get("spans") or []:
-                    record = f"line {lineno} span {n_span}"
-                    n_span += 1
-                    if not isinstance(span, dict):
-                        ctx.bad(record, "span is not an object")
-                        continue
-                    attrs = dict(res)
-                    attrs.update(otlp_attrs(span.get("attributes")))
-                    rows.add(
-                        record=record,
-                        name=span.get("name"),
-                        start_ns=ns_or_none(span.get("startTimeUnixNano")),
-                        end_ns=ns_or_none(span.get("endTimeUnixNano")),
-                        attrs=attrs,
-                        trace_id=span.get("traceId") or "",
-                        span_id=_hex_id(span.get("spanId")),
-                        parent_span_id=_hex_id(span.get("parentSpanId")),
+class OtlpSpanColumns:
+    """The columns of every OTLP span of a file, built a request (line) at a time."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        self.ctx = ctx
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.dicts = {c: _Strings() for c in _STRINGS}
+        self.spans_seen = 0
+
+    def add_groups(self, lineno: int, groups: list[tuple[dict[str, Any], list[Span], int]]) -> None:
+        """Spans of one line: ``(resource attributes, spans, number of the first span)``."""
+        for res, spans, first in groups:
+            if spans:
+                self._add(lineno, res, spans, first)
+
+    def _add(self, lineno: int, res: dict[str, Any], spans: list[Span], first: int) -> None:
+        ctx, nm = self.ctx, _names()
+        A = nm["A"]
+        n = len(spans)
+        names = list(map(attrgetter("name"), spans))
+        keep = np.ones(n, bool)
+        if set(map(type, names)) != {str}:
+            for k, s in enumerate(names):
+                if type(s) is not str:
+                    ctx.bad(
+                        f"line {lineno} span {first + k}", "span name is missing or not a string"
                     )
-    return rows.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
+                    keep[k] = False
+                    names[k] = ""
+        not_events = nm["not_events"]
+        if not_events.intersection(names):
+            keep &= np.fromiter(map(not_events.__contains__, names), bool, count=n) == 0
+        start = _ns_column(list(map(attrgetter("startTimeUnixNano"), spans)))
+        end = _ns_column(list(map(attrgetter("endTimeUnixNano"), spans)))
+        bad_t = keep & ((start == _NONE) | (end == _NONE))
+        for k in np.flatnonzero(bad_t).tolist():
+            ctx.bad(f"line {lineno} span {first + k}",
+                    "start or end time is missing, not an integer or out of range")  # fmt: skip
+        keep &= ~bad_t
+        neg = keep & (end < start)
+        for k in np.flatnonzero(neg).tolist():
+            ctx.bad(f"line {lineno} span {first + k}",
+                    f"negative duration ({int(end[k])} < {int(start[k])})")  # fmt: skip
+        keep &= ~neg
+        ids, ok_id = _span_ids(list(map(attrgetter("spanId"), spans)))
+        parents, ok_parent = _span_ids(list(map(attrgetter("parentSpanId"), spans)))
+        traces = list(map(attrgetter("traceId"), spans))
+        trace_hex, ok_trace = _trace_ids(traces)
+        bad_id = keep & ~(ok_id & ok_parent & ok_trace)
+        for k in np.flatnonzero(bad_id).tolist():
+            s = spans[k]
+            ctx.bad(f"line {lineno} span {first + k}",
+                    "trace, span or parent id is neither hex nor base64: "
+                    f"{s.traceId!r:.40}, {s.spanId!r:.40}, {s.parentSpanId!r:.40}")  # fmt: skip
+        keep &= ~bad_id
+        if not keep.all():
+            sel = np.flatnonzero(keep)
+            spans = [spans[k] for k in sel.tolist()]
+            names = [names[k] for k in sel.tolist()]
+            start, end, ids, parents = start[sel], end[sel], ids[sel], parents[sel]
+            trace_hex = [trace_hex[k] for k in sel.tolist()]
+            n = len(spans)
+            if n == 0:
+                return
+        attrs = self._attributes(spans, res)
+        g = attrs.__getitem__
+        # category once per distinct (name, kernel kind, kernel name)
+        kind = g(A.ACCEL_KERNEL_KIND).py() if nm["kernel_span"] in names else [None] * n
+        kname = g(A.ACCEL_KERNEL_NAME).strs()
+        triples = list(zip(names, map(_hashable, kind), kname))
+        cats = {t: _category(t[0], t[1], t[2] or None) for t in dict.fromkeys(triples)}
+        category = np.fromiter(map(cats.__getitem__, triples), np.int8, count=n)
+        display = list(names)
+        is_kernel = np.fromiter(map(nm["kernel_span"].__eq__, names), bool, count=n)
+        if is_kernel.any():
+            has = g(A.ACCEL_KERNEL_NAME).present()
+            for k in np.flatnonzero(is_kernel & has).tolist():
+                if kname[k]:
+                    display[k] = kname[k]
+        _rename(display, category == Category.LAYER, g(A.ACCEL_LAYER_NAME))
+        _rename(display, category == Category.PHASE, g(A.ACCEL_REQUEST_PHASE))
+        device = g(A.ACCEL_DEVICE_ID).strs()
+        link = category == Category.LINK_TRANSFER
+        if link.any():
+            link_id = g(A.ACCEL_LINK_ID).strs()
+            src, dst = g(A.ACCEL_LINK_SRC).py(), g(A.ACCEL_LINK_DST).py()
+            for k in np.flatnonzero(link).tolist():
+                device[k] = link_id[k] or device[k]
+                s, d = src[k], dst[k]
+                if isinstance(s, str) and isinstance(d, str) and s and d:
+                    display[k] = f"{s}->{d}"
+        rank = g(A.ACCEL_RANK).ints()
+        rank[(rank < -1) | (rank >= 2**31)] = -1
+        gsize = np.clip(g(A.ACCEL_COLLECTIVE_GROUP_SIZE).ints(), -1, 2**31 - 1)
+        cbytes = np.where(link, g(A.ACCEL_LINK_BYTES).ints(), g(A.ACCEL_COLLECTIVE_BYTES).ints())
+        lf, kf = g(A.ACCEL_LAYER_FLOPS), g(A.ACCEL_KERNEL_FLOPS)
+        lb, kb = g(A.ACCEL_LAYER_BYTES), g(A.ACCEL_KERNEL_BYTES)
+        flops = np.where(lf.present(), lf.floats(), kf.floats())
+        nbytes = np.where(lb.present(), lb.floats(), kb.floats())
+        d = self.dicts
+        self.parts.append({
+            "start_ns": start, "end_ns": end, "category": category,
+            "rank": rank.astype(np.int32),
+            "stream": g(A.ACCEL_KERNEL_STREAM).ints(),
+            "coll_seq": g(A.ACCEL_COLLECTIVE_SEQ).ints(),
+            "coll_bytes": cbytes,
+            "coll_group_size": gsize.astype(np.int32),
+            "correlation": g(A.ACCEL_KERNEL_CORRELATION_ID).ints(),
+            "span_id": ids.astype(np.uint64), "parent_span_id": parents.astype(np.uint64),
+            "raw_start_ticks": g(A.ACCEL_CLOCK_RAW_START_TICKS).ints(),
+            "raw_end_ticks": g(A.ACCEL_CLOCK_RAW_END_TICKS).ints(),
+            "flops": flops, "bytes_accessed": nbytes,
+            "name": d["name"].encode(display),
+            "host": d["host"].encode(g(A.ACCEL_HOST_ID).strs()),
+            "device": d["device"].encode(device),
+            "coll_op": d["coll_op"].encode(g(A.ACCEL_COLLECTIVE_OP).strs()),
+            "coll_group": d["coll_group"].encode(g(A.ACCEL_COLLECTIVE_GROUP).strs()),
+            "coll_id": d["coll_id"].encode(g(A.ACCEL_COLLECTIVE_ID).strs()),
+            "trace_id": d["trace_id"].encode(trace_hex),
+            "clock_domain": d["clock_domain"].encode(g(A.ACCEL_CLOCK_DOMAIN).strs()),
+        })  # fmt: skip
+
+    def _attributes(self, spans: list[Span], res: dict[str, Any]) -> dict[str, _Attr]:
+        n = len(spans)
+        wanted = _wanted()
+        out = {k: _Attr(n) for k in wanted}
+        for k, v in res.items():
+            if k in out:
+                out[k].res = v
+        lists = list(map(_ATTRS, spans))
+        lens = np.fromiter(map(len, lists), np.int64, count=n)
+        kvs = list(chain.from_iterable(lists))
+        if not kvs:
+            return out
+        codes = np.fromiter(map(wanted.get, map(_KEY, kvs), repeat(-1)), np.int16, count=len(kvs))
+        rows = np.repeat(np.arange(n), lens)
+        order = np.argsort(codes, kind="stable")
+        sc = codes[order]
+        bounds = np.searchsorted(sc, np.arange(len(wanted) + 1))
+        getter = kvs.__getitem__
+        for key, c in wanted.items():
+            a, b = bounds[c], bounds[c + 1]
+            if a == b:
+                continue
+            idx = order[a:b]
+            att = out[key]
+            att.rows = rows[idx]
+            att.values = list(map(_VALUE, map(getter, idx.tolist())))
+        return out
+
+    def build(self, meta: dict[str, Any]) -> EventTable:
+        n = sum(len(p["start_ns"]) for p in self.parts)
+        columns: dict[str, np.ndarray] = {}
+        for name, (dtype, default) in NUMERIC_COLUMNS.items():
+            if name in _NUMERIC:
+                columns[name] = (
+                    np.concatenate([p[name] for p in self.parts]).astype(dtype, copy=False)
+                    if self.parts
+                    else np.zeros(0, dtype)
+                )
+            else:
+                columns[name] = constant_column(default, dtype, n)
+        strings: dict[str, list[str]] = {}
+        for name in STRING_COLUMNS:
+            if name == "source":
+                columns[name] = constant_column(1, np.int32, n)
+                strings[name] = ["", self.ctx.path]
+            elif name in _STRINGS:
+                columns[name] = (
+                    np.concatenate([p[name] for p in self.parts])
+                    if self.parts
+                    else np.zeros(0, np.int32)
+                )
+                strings[name] = list(self.dicts[name].lookup)
+            else:
+                columns[name] = constant_column(0, np.int32, n)
+                strings[name] = [""]
+        return EventTable(columns, strings, dict(meta)).compact()
 
 
-def load_jaeger_text(text: str, *, ctx: LoadContext) -> EventTable:
-    """Spans of a Jaeger JSON export (``{"data": [{"traceID", "spans", "processes"}]}``)."""
-    import json
+def _rename(display: list[str], mask: np.ndarray, att: _Attr) -> None:
+    if not mask.any():
+        return
+    vals = att.strs()
+    present = att.present()
+    for k in np.flatnonzero(mask & present).tolist():
+        if vals[k]:
+            display[k] = vals[k]
 
+
+def _hashable(v: Any) -> Any:
+    return v if isinstance(v, str | int | float | bool) or v is None else repr(v)
+
+
+_NONE = np.int64(-(2**63))
+
+
+def _ns_column(values: list[Any]) -> np.ndarray:
+    """Integer ns (JSON ints or digit strings, as ``ns_or_none``); ``_NONE`` where invalid."""
+    n = len(values)
+    types = set(map(type, values))
+    try:
+        if types == {str} and all(map(str.isdigit, values)) and all(map(str.isascii, values)):
+            if max(map(len, values)) < 20:
+                arr = np.fromiter(map(int, values), np.int64, count=n)
+                arr[(arr >= _LIM)] = _NONE
+                return arr
+        elif types == {int}:
+            arr = np.fromiter(values, np.int64, count=n)
+            arr[(arr <= -_LIM) | (arr >= _LIM)] = _NONE
+            return arr
+    except (ValueError, OverflowError):
+        pass
+    return np.fromiter(
+        (_NONE if (v := ns_or_none(x)) is None else v for x in values), np.int64, count=n
+    )
+
+
+_HEX16 = re.compile(r"0[0-9a-fA-F]{16}|0").fullmatch
+_HEX32 = re.compile(r"[0-9a-f]{32}|").fullmatch
+
+
+def _span_ids(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Span ids (hex or base64; ``""`` is 0) as uint64, and which were valid."""
+    n = len(values)
+    if set(map(type, values)) == {str}:
+        padded = list(map(str.__add__, repeat("0"), values))  # "" -> "0"; hex unchanged
+        if all(map(_HEX16, padded)):
+            return (np.fromiter(map(int, padded, repeat(16)), np.uint64, count=n),
+                    np.ones(n, bool))  # fmt: skip
+    out = np.zeros(n, np.uint64)
+    ok = np.ones(n, bool)
+    for k, v in enumerate(values):
+        try:
+            h = id_to_hex(v)
+        except ValueError:
+            ok[k] = False
+            continue
+        out[k] = int(h[-16:], 16) if h else 0
+    return out, ok
+
+
+def _trace_ids(values: list[Any]) -> tuple[list[str], np.ndarray]:
+    """Trace ids as 32 lowercase hex digits (``""`` when absent), and which were valid."""
+    n = len(values)
+    if set(map(type, values)) == {str}:
+        lower = list(map(str.lower, values))
+        if all(map(_HEX32, lower)):
+            return lower, np.ones(n, bool)
+    out = [""] * n
+    ok = np.ones(n, bool)
+    for k, v in enumerate(values):
+        try:
+            out[k] = id_to_hex(v)
+        except ValueError:
+            ok[k] = False
+    return out, ok
+
+
+def _resource_attrs(resource: Any) -> dict[str, Any]:
+    return otlp_attrs(resource.attributes) if resource is not None else {}
+
+
+def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadContext) -> EventTable:
+    """Spans of an OTLP-JSON traces file given as ``(line number, line bytes)``.
+
+    A line the typed decoder accepts has its spans' columns extracted whole; a rejected line
+    is re-read span by span (:func:`~exporters._otlp_decode.careful_items`) so that only the
+    bad spans (or containers) are reported, each named ``line N span K`` (or by its JSON path).
+    """
+    cols = OtlpSpanColumns(ctx)
+    n_span = 0
+    for lineno, line in lines:
+        try:
+            req = decode_traces(line)
+        except RequestError as e:
+            n_span = _careful_line(cols, lineno, line, n_span, e)
+            continue
+        groups = []
+        for rs in req.resourceSpans:
+            res = _resource_attrs(rs.resource)
+            for ss in rs.scopeSpans or rs.instrumentationLibrarySpans:
+                groups.append((res, ss.spans, n_span))
+                n_span += len(ss.spans)
+        cols.add_groups(lineno, groups)
+    return cols.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
+
+
+def _careful_line(
+    cols: OtlpSpanColumns, lineno: int, line: bytes, n_span: int, first_error: RequestError
+) -> int:
+    ctx = cols.ctx
+    try:
+        items = list(careful_items(line, "resourceSpans"))
+    except RequestError as e:
+        ctx.bad(f"line {lineno}", str(e))
+        return n_span
+    groups: list[tuple[dict[str, Any], list[Span], int]] = []
+    last_res: Any = _MISSING
+    for where, resource, span, err in items:
+        is_span = where.rpartition(".")[2].startswith("spans[")
+        record = f"line {lineno} span {n_span}" if is_span else f"line {lineno} {where}".rstrip()
+        if is_span:
+            n_span += 1
+        if err is not None:
+            ctx.bad(record, f"{err} (at {where})" if is_span else str(err))
+            continue
+        if resource is not last_res or not groups:
+            groups.append((_resource_attrs(resource), [], n_span - 1))
+            last_res = resource
+        groups[-1][1].append(span)
+    cols.add_groups(lineno, groups)
+    return n_span
+
+
+def iter_lines(pieces: Iterable[bytes], *, max_line: int) -> Iterator[tuple[int, bytes]]:
+    """``(number, line)`` of the non-blank lines of a stream of byte pieces.
+
+    A line longer than ``max_line`` bytes raises :class:`~otel_ext.errors.InputError` before
+    it is held whole (memory stays bounded by the limit).
+    """
+    from otel_ext.errors import InputError
+
+    pending = bytearray()
+    number = 0
+    for piece in pieces:
+        start = 0
+        while True:
+            nl = piece.find(b"\n", start)
+            if nl < 0:
+                pending += piece[start:]
+                if len(pending) > max_line:
+                    raise InputError(
+                        f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
+                        record=f"line {number + 1}",
+                    )
+                break
+            pending += piece[start:nl]
+            number += 1
+            if len(pending) > max_line:
+                raise InputError(
+                    f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
+                    record=f"line {number}",
+                )
+            if pending.strip():
+                yield number, bytes(pending)
+            pending.clear()
+            start = nl + 1
+    if pending.strip():
+        yield number + 1, bytes(pending)
+
+
+# ------------------------------------------------------------------ Jaeger
+
+
+def load_jaeger_text(
+    text: str, *, ctx: LoadContext, bad_positions: list[int] | None = None
+) -> EventTable:
+    """Spans of a Jaeger JSON export (``{"data": [{"traceID", "spans", "processes"}]}``).
+
+    Read a trace at a time (:mod:`~otel_ext.analysis.loaders._jsonstream`): a trace that is
+    malformed, too deep or of the wrong shape costs that trace (or span), named.
+    """
+    from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_object
+
+    rows = SpanRows(ctx)
+    counter = [0]
+    seen_data = False
+    try:
+        for key, value in iter_object(
+            text, stream_key="data", keep_going=ctx.keep_going, on_skip=ctx.bad, label="trace",
+            looks_like=_is_dict, bad_positions=bad_positions,
+        ):  # fmt: skip
+            if key != "data":
+                continue
+            seen_data = True
+            if not hasattr(value, "__next__"):
+                ctx.bad("data", "Jaeger export has no 'data' list")
+                continue
+            for ti, trace in enumerate(value):
+                _jaeger_trace(rows, ctx, ti, trace, counter)
+    except JsonSyntaxError as e:
+        ctx.bad(e.record or "file", f"malformed JSON: {e}")
+    if not seen_data:
+        ctx.bad("data", "Jaeger export has no 'data' list")
+    return rows.build({"format": "jaeger", "path": ctx.path, "rank": -1})
+
+
+def _jaeger_trace(
+    rows: SpanRows, ctx: LoadContext, ti: int, trace: Any, counter: list[int]
+) -> None:
     from otel_ext.analysis.loaders._common import us_to_ns
 
-    try:
-        doc = json.loads(text, parse_float=str)
-    except ValueError as e:
-        ctx.bad("file", f"malformed JSON: {e}")
-        return SpanRows(ctx).build({"format": "jaeger", "path": ctx.path, "rank": -1})
-    rows = SpanRows(ctx)
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, list):
-        ctx.bad("data", "Jaeger export has no 'data' list")
-        data = []
-    n_span = 0
-    for ti, trace in enumerate(data):
-        if not isinstance(trace, dict):
-            ctx.bad(f"trace {ti}", "trace is not an object")
+    if not isinstance(trace, dict):
+        ctx.bad(f"trace {ti}", "trace is not an object")
+        return
+    procs = trace.get("processes")
+    if procs is None:
+        procs = {}
+    if not isinstance(procs, dict):
+        ctx.bad(f"trace {ti} processes", "processes is not an object")
+        procs = {}
+    spans = trace.get("spans")
+    if spans is None:
+        spans = []
+    if not isinstance(spans, list):
+        ctx.bad(f"trace {ti} spans", "spans is not a list")
+        return
+    for span in spans:
+        record = f"trace {ti} span {counter[0]}"
+        counter[0] += 1
+        if not isinstance(span, dict):
+            ctx.bad(record, "span is not an object")
             continue
-        procs = trace.get("processes") or {}
-        for span in trace.get("spans") or []:
-            record = f"trace {ti} span {n_span}"
-            n_span += 1
-            if not isinstance(span, dict):
-                ctx.bad(record, "span is not an object")
-                continue
-            attrs: dict[str, Any] = {}
-            proc = procs.get(span.get("processID")) if isinstance(procs, dict) else None
-            for tag in (proc or {}).get("tags") or []:
-                if isinstance(tag, dict) and isinstance(tag.get("key"), str):
-                    attrs[tag["key"]] = _jaeger_tag(tag)
-            for tag in span.get("tags") or []:
-                if isinstance(tag, dict) and isinstance(tag.get("key"), str):
-                    attrs[tag["key"]] = _jaeger_tag(tag)
-            start = us_to_ns(span.get("startTime"))
-            dur = us_to_ns(span.get("duration"))
-            parent = 0
-            for ref in span.get("references") or []:
+        attrs: dict[str, Any] = {}
+        pid = span.get("processID")
+        proc = procs.get(pid) if isinstance(pid, str) else None
+        problem = None
+        if proc is not None and not isinstance(proc, dict):
+            problem = f"process {pid!r:.40} is not an object"
+        else:
+            for tags in ((proc or {}).get("tags"), span.get("tags")):
+                if tags is None:
+                    continue
+                if not isinstance(tags, list):
+                    problem = "tags is not a list"
+                    break
+                for tag in tags:
+                    if isinstance(tag, dict) and isinstance(tag.get("key"), str):
+                        attrs[tag["key"]] = _jaeger_tag(tag)
+        refs = span.get("references")
+        parent: int | None = 0
+        if problem is None and refs is not None and not isinstance(refs, list):
+            problem = "references is not a list"
+        ids: list[int | None] = []
+        if problem is None:
+            ids.append(_jaeger_id(span.get("spanID")))
+            for ref in refs or []:
                 if isinstance(ref, dict) and ref.get("refType") == "CHILD_OF":
-                    parent = _hex_id(ref.get("spanID"))
-            rows.add(
-                record=record,
-                name=span.get("operationName"),
-                start_ns=start,
-                end_ns=None if start is None or dur is None else start + dur,
-                attrs=attrs,
-                trace_id=str(span.get("traceID") or trace.get("traceID") or "").rjust(32, "0"),
-                span_id=_hex_id(span.get("spanID")),
-                parent_span_id=parent,
-            )
-    return rows.build({"format": "jaeger", "path": ctx.path, "rank": -1})
+                    parent = _jaeger_id(ref.get("spanID"))
+                    if parent is None:
+                        break
+            if None in ids or parent is None:
+                problem = f"span or parent id is not hex: {span.get('spanID')!r:.40}"
+        if problem is not None:
+            ctx.bad(record, problem)
+            continue
+        tid = span.get("traceID", trace.get("traceID"))
+        if tid is None or tid == "":
+            tid_hex = ""
+        elif isinstance(tid, str) and 0 < len(tid) <= 32 and _is_hex(tid):
+            tid_hex = tid.lower().rjust(32, "0")
+        else:
+            ctx.bad(record, f"trace id is not hex: {tid!r:.40}")
+            continue
+        start = us_to_ns(span.get("startTime"))
+        dur = us_to_ns(span.get("duration"))
+        rows.add(
+            record=record,
+            name=span.get("operationName"),
+            start_ns=start,
+            end_ns=None if start is None or dur is None else start + dur,
+            attrs=attrs,
+            trace_id=tid_hex,
+            span_id=ids[0] or 0,
+            parent_span_id=parent or 0,
+        )
+
+
+_HEX = re.compile(r"[0-9a-fA-F]+").fullmatch
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _is_hex(s: str) -> bool:
+    return s.isascii() and _HEX(s) is not None
+
+
+def _jaeger_id(v: Any) -> int | None:
+    """A Jaeger span id (1 to 16 hex digits; 32 keeps the low 64 bits); 0 if absent."""
+    if v is None or v == "":
+        return 0
+    if isinstance(v, str) and len(v) <= 32 and _is_hex(v):
+        return int(v[-16:], 16)
+    return None
 
 
 def _jaeger_tag(tag: dict[str, Any]) -> Any:
