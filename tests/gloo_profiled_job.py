@@ -1,0 +1,301 @@
+"""A real multi-process torch.distributed gloo job, profiled on every rank (truth-harness helper).
+
+Not a test: :func:`record_runs` starts ``world`` processes (one per rank, plain subprocesses
+of this file, gloo on loopback with a free port) that run one or more *runs* one after the
+other. Each run is a few training-like steps under ``torch.profiler.profile`` with a
+schedule (so ``ProfilerStep#N`` annotations exist) and
+``on_trace_ready=tensorboard_trace_handler(folder)``: the run's folder receives one Kineto
+JSON per rank, named as the profiler names them (``HOST_PID.TIMESTAMP.pt.trace.json``), the
+rank only inside the file (``distributedInfo.rank``).
+
+One step of a run: ``matmuls`` square matmuls, then an ``all_reduce``; ``matmuls`` more,
+then an ``all_gather`` (``all_gather=True``). A run with ``slow_rank=R`` makes rank R, before
+*each* collective, either sleep ``extra`` milliseconds (``mode="sleep"``) or do ``extra``
+additional matmuls (``mode="matmul"``); every other rank, and every rank of a healthy run, does
+the same work. The known slow rank is the ground truth the truth harness checks
+``otel_ext.analysis.analyze`` against; this module never reads the traces back.
+
+Several runs in one launch share the processes (torch is imported once per rank, not once
+per run); each run has its own profiler session and folder and starts after a barrier.
+
+>>> spec = RunSpec(name="sleep-r1", slow_rank=1, mode="sleep", extra=5.0)
+>>> spec.is_healthy, RunSpec(name="ok").is_healthy
+(False, True)
+>>> RunSpec(name="bad", mode="nap")
+Traceback (most recent call last):
+...
+ValueError: RunSpec 'bad': mode must be 'sleep' or 'matmul', not 'nap'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JobError", "RunSpec", "record_job", "record_runs", "trace_files"]
+
+MODES = ("sleep", "matmul")
+
+
+class JobError(RuntimeError):
+    """The gloo job did not finish: a rank failed or ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One profiled run of the job.
+
+    Attributes:
+        name: the run's folder name under the launch's root.
+        slow_rank: the rank made slow before each collective, or None for a healthy run.
+        mode: ``"sleep"`` (sleep ``extra`` ms) or ``"matmul"`` (``extra`` more matmuls).
+        extra: milliseconds to sleep, or the number of extra matmuls.
+        steps: profiled steps (one warm-up step before them is not recorded).
+        matmuls: matmuls every rank does before each collective.
+        size: the matmuls' square size.
+        elements: float32 elements per rank in each collective.
+        all_gather: also an ``all_gather`` in each step, after the ``all_reduce``.
+        seed: seeds the tensors' values (``seed * 1000 + rank``).
+    """
+
+    name: str
+    slow_rank: int | None = None
+    mode: str = "sleep"
+    extra: float = 5.0
+    steps: int = 6
+    matmuls: int = 2
+    size: int = 256
+    elements: int = 1024
+    all_gather: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(
+                f"RunSpec {self.name!r}: mode must be 'sleep' or 'matmul', not {self.mode!r}"
+            )
+        if self.steps < 1 or self.matmuls < 0 or self.extra < 0:
+            raise ValueError(f"RunSpec {self.name!r}: steps >= 1, matmuls >= 0, extra >= 0")
+
+    @property
+    def is_healthy(self) -> bool:
+        """Whether no rank is made slow."""
+        return self.slow_rank is None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """The Kineto files of one run's folder, sorted by name.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "vm_12.17.pt.trace.json").write_text("{}")
+    >>> [p.name for p in trace_files(d)]
+    ['vm_12.17.pt.trace.json']
+    """
+    return sorted(Path(folder).glob("*.pt.trace.json"))
+
+
+def record_runs(
+    root: Path,
+    runs: Sequence[RunSpec],
+    *,
+    world: int = 4,
+    timeout_s: float = 180.0,
+    attempts: int = 2,
+) -> dict[str, Path]:
+    """Run a ``world``-rank gloo job that records ``runs`` one after the other.
+
+    Args:
+        root: folder that receives one sub-folder per run (``root / spec.name``).
+        runs: the runs, in order; names must be distinct.
+        world: number of ranks (processes).
+        timeout_s: the whole launch's limit; past it every rank is killed.
+        attempts: launches tried (a fresh port each) before giving up; a loopback port taken
+            between choosing and binding it is the usual cause of a first failure.
+
+    Returns:
+        ``{spec.name: folder}``, each folder holding ``world`` Kineto files.
+
+    Raises:
+        JobError: a rank exited with an error, the launch timed out, or a run's folder does
+            not hold one trace per rank; the message carries the ranks' stderr tails.
+        ValueError: bad arguments (duplicate names, a slow rank outside the world).
+    """
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must be distinct: {names}")
+    for r in runs:
+        if r.slow_rank is not None and not 0 <= r.slow_rank < world:
+            raise ValueError(f"RunSpec {r.name!r}: slow_rank {r.slow_rank} outside 0..{world - 1}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    spec_json = json.dumps([asdict(r) for r in runs])
+    error: JobError | None = None
+    for attempt in range(attempts):
+        log_dir = root / f".logs{attempt}"
+        log_dir.mkdir(exist_ok=True)
+        try:
+            _launch(root, spec_json, world=world, timeout_s=timeout_s, log_dir=log_dir)
+        except JobError as exc:
+            error = exc
+            for name in names:
+                for f in trace_files(root / name):
+                    f.unlink()
+            continue
+        out = {name: root / name for name in names}
+        for name, folder in out.items():
+            found = trace_files(folder)
+            if len(found) != world:
+                raise JobError(
+                    f"run {name!r}: {len(found)} trace files in {folder}, expected {world}"
+                )
+        return out
+    assert error is not None
+    raise error
+
+
+def record_job(
+    out_dir: Path,
+    *,
+    world: int = 4,
+    steps: int = 6,
+    slow_rank: int | None = None,
+    mode: str = "sleep",
+    extra: float = 5.0,
+    seed: int = 0,
+    timeout_s: float = 180.0,
+) -> list[Path]:
+    """Record one run into ``out_dir`` (see :func:`record_runs`); return its trace files."""
+    out_dir = Path(out_dir)
+    spec = RunSpec(
+        name=out_dir.name, slow_rank=slow_rank, mode=mode, extra=extra, steps=steps, seed=seed
+    )
+    folders = record_runs(out_dir.parent, [spec], world=world, timeout_s=timeout_s)
+    return trace_files(folders[spec.name])
+
+
+def _launch(root: Path, spec_json: str, *, world: int, timeout_s: float, log_dir: Path) -> None:
+    port = _free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    for rank in range(world):
+        log = log_dir / f"rank{rank}.stderr"
+        with log.open("wb") as err:
+            cmd = [sys.executable, __file__, "--rank", str(rank), "--world", str(world)]
+            cmd += ["--port", str(port), "--root", str(root), "--runs", spec_json]
+            procs.append(
+                (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env), log)
+            )
+    deadline = time.monotonic() + timeout_s
+    failed: list[str] = []
+    for rank, (proc, _log) in enumerate(procs):
+        try:
+            rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            rc = None
+        if rc != 0:
+            failed.append(f"rank {rank}: {'timed out' if rc is None else f'exit {rc}'}")
+    if failed:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        tails = []
+        for rank, (_, log) in enumerate(procs):
+            text = log.read_text(errors="replace").strip().splitlines()[-8:]
+            tails.append(f"--- rank {rank} stderr ---\n" + "\n".join(text))
+        raise JobError("gloo job failed: " + "; ".join(failed) + "\n" + "\n".join(tails))
+
+
+# --------------------------------------------------------------------------- rank process
+
+
+def _run_rank(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    torch.manual_seed(spec["seed"] * 1000 + rank)
+    n = spec["size"]
+    a = torch.randn(n, n) / n**0.5
+    b = torch.randn(n, n) / n**0.5
+    grad = torch.randn(spec["elements"])
+    gathered = [torch.empty(spec["elements"]) for _ in range(world)]
+    slow = spec["slow_rank"] == rank
+    extra_matmuls = int(spec["extra"]) if slow and spec["mode"] == "matmul" else 0
+    sleep_s = spec["extra"] / 1000.0 if slow and spec["mode"] == "sleep" else 0.0
+
+    def compute(count: int) -> None:
+        nonlocal a
+        for _ in range(count):
+            a = torch.tanh(a @ b)
+
+    def before_collective() -> None:
+        compute(spec["matmuls"] + extra_matmuls)
+        if sleep_s:
+            time.sleep(sleep_s)
+
+    folder = root / spec["name"]
+    dist.barrier()
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=spec["steps"], repeat=1),
+        on_trace_ready=tensorboard_trace_handler(str(folder)),
+    ) as prof:
+        for _ in range(spec["steps"] + 1):
+            before_collective()
+            dist.all_reduce(grad)
+            grad.div_(world)
+            if spec["all_gather"]:
+                before_collective()
+                dist.all_gather(gathered, grad)
+            prof.step()
+    dist.barrier()
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="one rank of the profiled gloo job")
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--runs", required=True, help="JSON list of RunSpec fields")
+    args = parser.parse_args(argv)
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{args.port}",
+        rank=args.rank,
+        world_size=args.world,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        for spec in json.loads(args.runs):
+            _run_rank(args.rank, args.world, args.root, spec)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

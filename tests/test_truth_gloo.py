@@ -1,0 +1,151 @@
+"""Truth harness on real gloo jobs: ``analyze`` must name the rank that was made slow, and only it.
+
+One 4-rank torch.distributed gloo job (``tests/gloo_profiled_job.py``: real processes on
+loopback, ``torch.profiler`` with ``tensorboard_trace_handler`` on every rank) records, once
+per module, two healthy runs and two runs with a known slow rank: rank 1 sleeping 5 ms before
+each collective, rank 2 doing 10 extra 256x256 matmuls before each collective (against the
+2 every rank does). Each run is 6 profiled steps of an ``all_reduce`` and an ``all_gather``:
+12 collectives per rank.
+
+The traces are what PyTorch 2.13 writes for gloo (``docs/analysis.md``, "CPU-side
+collectives in PyTorch profiler traces (gloo)"): a ``c10d::allreduce_`` / ``c10d::allgather_``
+CPU op on the main thread when the rank calls the collective, the ``gloo:all_reduce`` /
+``gloo:all_gather`` annotation on a ``pt_gloo_runloop`` thread while it runs; no
+``record_param_comms``, no sequence number, no group name in the events.
+
+First the harness checks itself, from the raw JSON and without otel-ext: every rank issued
+the same 12 collectives, and the slow rank arrived last at most of them (so a failure below is
+the analysis', not the data's). Then, through the public ``analyze``:
+
+* every run: 12 collectives matched, each across all 4 ranks;
+* slow runs: the slow rank heads ``stragglers`` and is the only straggler finding's target;
+* healthy runs: no straggler, slow-link or throttle finding (asserted only once collectives
+  are found: with none, "no finding" would hold for any analysis).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import require
+from gloo_profiled_job import RunSpec, record_runs, trace_files
+
+from otel_ext.analysis.engine import analyze
+
+WORLD = 4
+STEPS = 6
+COLLECTIVES_PER_STEP = 2  # all_reduce, all_gather
+ROOT_CAUSE_KINDS = {"straggler", "slow-link", "throttle"}
+
+RUNS = [
+    RunSpec(name="healthy-s0", seed=0, steps=STEPS),
+    RunSpec(name="healthy-s1", seed=1, steps=STEPS),
+    RunSpec(name="sleep-r1", slow_rank=1, mode="sleep", extra=5.0, seed=2, steps=STEPS),
+    RunSpec(name="matmul-r2", slow_rank=2, mode="matmul", extra=10, seed=3, steps=STEPS),
+]
+SLOW = [r for r in RUNS if not r.is_healthy]
+HEALTHY = [r for r in RUNS if r.is_healthy]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The four runs' folders, recorded by one gloo launch."""
+    require(importlib.util.find_spec("torch") is not None, "torch (the test extra)")
+    return record_runs(tmp_path_factory.mktemp("truth_gloo"), RUNS, world=WORLD)
+
+
+@pytest.fixture(scope="module")
+def docs(folders: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """``analyze`` of each run's folder (through the public entry, as a user calls it)."""
+    return {name: analyze(folder) for name, folder in folders.items()}
+
+
+def _raw_arrivals(folder: Path) -> dict[int, list[tuple[str, float]]]:
+    """Per rank (from ``distributedInfo``), its ``c10d::*`` calls as (name, start µs), in order."""
+    out: dict[int, list[tuple[str, float]]] = {}
+    for path in trace_files(folder):
+        trace = json.loads(path.read_text())
+        calls = [
+            (e["name"], float(e["ts"]))
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")
+        ]
+        out[int(trace["distributedInfo"]["rank"])] = sorted(calls, key=lambda c: c[1])
+    return out
+
+
+def _device_of(doc: dict[str, Any], rank: int) -> str:
+    return next(str(r["device"]) for r in doc["ranks"] if r["rank"] == rank)
+
+
+def _slow(spec: RunSpec) -> int:
+    assert spec.slow_rank is not None
+    return spec.slow_rank
+
+
+def _ids(specs: list[RunSpec]) -> list[Any]:
+    return [pytest.param(s, id=s.name) for s in specs]
+
+
+# ----------------------------------------------------------------- the harness checks itself
+
+
+@pytest.mark.parametrize("spec", _ids(RUNS))
+def test_every_rank_issued_the_same_collectives(folders: dict[str, Path], spec: RunSpec) -> None:
+    calls = _raw_arrivals(folders[spec.name])
+    assert sorted(calls) == list(range(WORLD))
+    expected = ["c10d::allreduce_", "c10d::allgather_"] * STEPS
+    for rank in range(WORLD):
+        assert [name for name, _ in calls[rank]] == expected, f"rank {rank}"
+
+
+@pytest.mark.parametrize("spec", _ids(SLOW))
+def test_slow_rank_arrives_last_in_the_raw_traces(folders: dict[str, Path], spec: RunSpec) -> None:
+    # All ranks run on one host: the traces' timestamps share its monotonic clock.
+    calls = _raw_arrivals(folders[spec.name])
+    n = STEPS * COLLECTIVES_PER_STEP
+    last = [max(range(WORLD), key=lambda r: calls[r][k][1]) for k in range(n)]
+    share = last.count(_slow(spec)) / n
+    # Chance is 1/WORLD; the injected delay must show plainly or the run proves nothing.
+    assert share > 0.5, f"slow rank {spec.slow_rank} last at {share:.0%} of collectives: {last}"
+
+
+# ----------------------------------------------------------------- what analyze must find
+
+
+@pytest.mark.parametrize("spec", _ids(RUNS))
+def test_collectives_matched_across_all_ranks(
+    docs: dict[str, dict[str, Any]], spec: RunSpec
+) -> None:
+    coll = docs[spec.name]["collectives"]
+    assert coll["count"] == STEPS * COLLECTIVES_PER_STEP, coll["summary"]
+    assert [i["n_ranks"] for i in coll["instances"]] == [WORLD] * coll["count"]
+
+
+@pytest.mark.parametrize("spec", _ids(SLOW))
+def test_slow_rank_is_the_straggler(docs: dict[str, dict[str, Any]], spec: RunSpec) -> None:
+    doc = docs[spec.name]
+    top = doc["stragglers"][0]
+    assert top["rank"] == spec.slow_rank, top
+    targets = [f["target"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert targets == [_device_of(doc, _slow(spec))], [
+        (f["kind"], f["target"], f["summary"]) for f in doc["findings"]
+    ]
+
+
+@pytest.mark.parametrize("spec", _ids(HEALTHY))
+def test_healthy_run_has_no_root_cause(docs: dict[str, dict[str, Any]], spec: RunSpec) -> None:
+    doc = docs[spec.name]
+    assert doc["collectives"]["count"] > 0, "no collectives analysed: the check would be vacuous"
+    causes = [
+        (f["kind"], f["target"], f["summary"])
+        for f in doc["findings"]
+        if f["kind"] in ROOT_CAUSE_KINDS
+    ]
+    assert causes == []
