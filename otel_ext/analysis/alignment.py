@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import distinct, median
+from otel_ext._arrays import distinct, distinct_rows, median
 from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import OtelExtError
@@ -80,20 +80,38 @@ class Alignment:
     repaired_events: int = 0
     max_repair_shift_ns: int = 0
     reference_ns: dict[int, int] = field(default_factory=dict)
+    estimate_ns: dict[int, float] = field(default_factory=dict)
+    status: dict[int, str] = field(default_factory=dict)
+    clock_of: dict[int, str] = field(default_factory=dict)
+    violations_within_bound: int = 0
+    moved_by_rank: dict[int, tuple[int, int]] = field(default_factory=dict)
+    consistent: bool = True
 
     def causality(self) -> dict[str, Any]:
         """The JSON ``causality`` object."""
         return {
             "violations_before": self.violations_before,
+            "violations_within_bound": self.violations_within_bound,
             "violations_after": self.violations_after,
             "repaired_events": self.repaired_events,
             "max_repair_shift_ns": self.max_repair_shift_ns,
             "method": self.method,
+            "constraints_consistent": self.consistent,
+            "per_rank": [
+                {"rank": r, "moved_events": n, "max_shift_ns": m}
+                for r, (n, m) in sorted(self.moved_by_rank.items())
+                if n
+            ],
         }
 
 
-def count_violations(match: CollectiveMatch, *, tolerance_ns: int = 0) -> int:
+def count_violations(
+    match: CollectiveMatch, *, tolerance_ns: int = 0, slack_ns: np.ndarray | None = None
+) -> int:
     """Members of a collective whose end precedes the last member's arrival.
+
+    With ``slack_ns`` (one value per member: its clock's uncertainty), a member violates only
+    when its end plus its slack precedes the latest member arrival less that member's slack.
 
     >>> from otel_ext.analysis.table import Category, EventTable
     >>> t = EventTable.from_rows([dict(start_ns=0, end_ns=5, rank=0, coll_seq=0,
@@ -104,8 +122,13 @@ def count_violations(match: CollectiveMatch, *, tolerance_ns: int = 0) -> int:
     """
     if match.n_instances == 0:
         return 0
-    last = match.last_arrival_ns[match.member_instance]
-    return int(np.count_nonzero(match.member_end_ns + tolerance_ns < last))
+    if slack_ns is None:
+        last = match.last_arrival_ns[match.member_instance]
+        return int(np.count_nonzero(match.member_end_ns + tolerance_ns < last))
+    latest = np.full(match.n_instances, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest, match.member_instance, match.member_start_ns - slack_ns)
+    late = match.member_end_ns + slack_ns + tolerance_ns < latest[match.member_instance]
+    return int(np.count_nonzero(late))
 
 
 def estimate_rank_offsets(
@@ -200,89 +223,14 @@ def estimate_rank_offsets(
     )
 
 
-def _apply(
-    table: EventTable,
-    offsets: dict[int, float],
-    drift_ppm: dict[int, float],
-    reference: dict[int, int],
-) -> EventTable:
-    rank = table["rank"]
-    cols = dict(table.columns)
-    start = table["start_ns"].copy()
-    end = table["end_ns"].copy()
-    for r, off in offsets.items():
-        d = drift_ppm.get(r, 0.0) * 1e-6
-        if off == 0.0 and d == 0.0:
-            continue
-        sel = rank == r
-        t0 = reference.get(r, 0)
-        for col in (start, end):
-            v = col[sel]
-            col[sel] = v - np.rint(off + d * (v - t0).astype(np.float64)).astype(np.int64)
-    cols["start_ns"], cols["end_ns"] = start, end
-    return EventTable(cols, table.strings, dict(table.meta))
-
-
-def _repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTable, int, int]:
-    """Move each violating member's end to the last arrival; keep stream order (CLC forward)."""
-    if match.n_instances == 0:
-        return table, 0, 0
-    last = match.last_arrival_ns[match.member_instance]
-    bad = np.flatnonzero(match.member_end_ns < last)
-    if len(bad) == 0:
-        return table, 0, 0
-    start = table["start_ns"].copy()
-    end = table["end_ns"].copy()
-    rank, stream, tid = table["rank"], table["stream"], table["tid"]
-    moved = 0
-    max_shift = 0
-    for m in bad:
-        # every row merged into this member whose end is too early
-        rows = match.row_index[match.row_member == m]
-        target = int(last[m])
-        for row in rows:
-            if end[row] < target:
-                shift = target - int(end[row])
-                end[row] = target
-                moved += 1
-                max_shift = max(max_shift, shift)
-                _push_stream(start, end, rank, stream, tid, int(row))
-    cols = dict(table.columns)
-    cols["start_ns"], cols["end_ns"] = start, end
-    return EventTable(cols, table.strings, dict(table.meta)), moved, max_shift
-
-
-def _push_stream(
-    start: np.ndarray,
-    end: np.ndarray,
-    rank: np.ndarray,
-    stream: np.ndarray,
-    tid: np.ndarray,
-    row: int,
-) -> None:
-    """Shift the events after ``row`` on its stream that now overlap it (forward pass)."""
-    if stream[row] >= 0:
-        same = np.flatnonzero((rank == rank[row]) & (stream == stream[row]))
-    else:
-        same = np.flatnonzero((rank == rank[row]) & (tid == tid[row]) & (stream < 0))
-    later = same[start[same] > start[row]]
-    later = later[np.argsort(start[later], kind="stable")]
-    prev_end = end[row]
-    for j in later:
-        if start[j] >= prev_end:
-            break
-        delta = prev_end - start[j]
-        start[j] += delta
-        end[j] += delta
-        prev_end = end[j]
-
-
-def clock_groups(table: EventTable) -> dict[str, list[int]]:
+def clock_groups(table: EventTable, clock_of: dict[int, str] | None = None) -> dict[str, list[int]]:
     """Ranks grouped by the clock their times are on: one group per host.
 
     Every span time in a table is on its host's clock (device activity is mapped onto the
     host clock when it is recorded), so ranks of one host share a timeline. A rank whose host
-    is unknown (a profiler trace without host identity) is a group of its own.
+    is unknown (a profiler trace without host identity) is a group of its own, unless
+    ``clock_of`` (rank -> clock name, from ``--same-clock`` or ``--host-of``) says which clock
+    it shares; ``clock_of`` wins over the table's hosts.
 
     >>> from otel_ext.analysis.table import EventTable
     >>> t = EventTable.from_rows([dict(rank=0, host="h0"), dict(rank=1, host="h0"),
@@ -294,46 +242,35 @@ def clock_groups(table: EventTable) -> dict[str, list[int]]:
     host = table["host"]
     names = table.strings["host"]
     groups: dict[str, list[int]] = {}
+    sel = (rank >= 0) & (host != 0)
+    pairs = distinct_rows(np.stack([rank[sel].astype(np.int64), host[sel].astype(np.int64)], 1))
+    hosts_of: dict[int, list[int]] = {}
+    for r, h in pairs.tolist():
+        hosts_of.setdefault(r, []).append(h)
     for r in sorted(int(x) for x in distinct(rank) if x >= 0):
-        codes = distinct(host[rank == r])
-        codes = codes[codes != 0]
-        key = names[int(codes[0])] if len(codes) == 1 else f"rank{r}"
+        if clock_of and r in clock_of:
+            key = f"clock:{clock_of[r]}"
+        else:
+            codes = hosts_of.get(r, [])
+            key = names[int(codes[0])] if len(codes) == 1 else f"rank{r}"
         groups.setdefault(key, []).append(r)
     return groups
 
 
-def _shared_corrections(
-    groups: dict[str, list[int]], offsets: dict[int, float], drift: dict[int, float]
-) -> tuple[dict[int, float], dict[int, float]]:
-    """One offset and drift per clock group (the median of its members' estimates), with the
-    reference (lowest) rank's group at zero."""
-    off: dict[int, float] = {}
-    dr: dict[int, float] = {}
-    for members in groups.values():
-        o = float(median([offsets.get(r, 0.0) for r in members]))
-        d = float(median([drift.get(r, 0.0) for r in members]))
-        for r in members:
-            off[r], dr[r] = o, d
-    if off:
-        ref = min(off)
-        o0, d0 = off[ref], dr[ref]
-        off = {r: v - o0 for r, v in off.items()}
-        dr = {r: v - d0 for r, v in dr.items()}
-    return off, dr
+#: slack standing for "no bound at all" (a clock nothing constrains): about 18 minutes
+_UNBOUNDED_NS = 1 << 40
 
 
-def _clocks_estimate(
-    match: CollectiveMatch, *, fit_drift: bool
-) -> tuple[dict[int, float], dict[int, float], dict[int, float], Any, int] | None:
-    """The clocks package's collective-based estimator on the matched members, or None."""
-    try:
-        from otel_ext.clocks import estimate_offsets_from_collectives
-    except ImportError:  # pragma: no cover - the package ships with otel-ext
-        return None
+def _domain_estimate(
+    match: CollectiveMatch, domain_of_member: np.ndarray, *, fit_drift: bool
+) -> tuple[Any, int] | None:
+    """The clocks package's collective-based estimator, one offset per clock domain."""
+    from otel_ext.clocks import estimate_offsets_from_collectives
+
     base = int(match.member_start_ns.min())
     try:
         est = estimate_offsets_from_collectives(
-            match.member_rank,
+            domain_of_member,
             match.member_instance,
             match.member_start_ns - base,  # relative: float64 keeps every nanosecond
             match.member_end_ns - base,
@@ -342,34 +279,37 @@ def _clocks_estimate(
     except OtelExtError as exc:
         _log.info("clocks estimator declined (%s); using the built-in fit", exc)
         return None
-    keys = [int(r) for r in est.ranks]
-    return (
-        {k: float(est.offset_ns[i]) for i, k in enumerate(keys)},
-        {k: float(est.drift_ppm[i]) for i, k in enumerate(keys)},
-        {k: float(est.bound_ns[i]) for i, k in enumerate(keys)},
-        est,
-        base,
-    )
+    return est, base
 
 
-def _apply_estimate(table: EventTable, est: Any, base: int) -> EventTable:
-    """Rows of the estimated ranks moved onto the reference rank's timeline."""
+def _apply_domains(
+    table: EventTable, rank_domain: dict[int, int], est: Any, base: int, applied: set[int]
+) -> EventTable:
+    """Rows of ranks whose clock domain's shift is applied, moved onto the reference's
+    timeline; every other row kept as recorded."""
+    if not applied:
+        return table
     rank = table["rank"]
-    sel = np.isin(rank, est.ranks)
+    ranks_moved = np.array(sorted(r for r, d in rank_domain.items() if d in applied), np.int64)
+    sel = np.isin(rank, ranks_moved)
+    lut_r = np.array(sorted(rank_domain), dtype=np.int64)
+    lut_d = np.array([rank_domain[r] for r in lut_r.tolist()], dtype=np.int64)
+    dom = lut_d[np.searchsorted(lut_r, rank[sel])]
     cols = dict(table.columns)
     for name in ("start_ns", "end_ns"):
         col = table[name].copy()
-        col[sel] = est.to_reference_ns(rank[sel], col[sel] - base) + base
+        col[sel] = est.to_reference_ns(dom, col[sel] - base) + base
         cols[name] = col
     return EventTable(cols, table.strings, dict(table.meta))
 
 
-def _clocks_repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTable, int, int] | None:
-    """The clocks package's causality repair over every device event of the ranks."""
-    try:
-        from otel_ext.clocks import repair_causality
-    except ImportError:  # pragma: no cover
-        return None
+def _clocks_repair(
+    table: EventTable, match: CollectiveMatch, slack_of_rank: dict[int, int]
+) -> tuple[EventTable, int, int] | None:
+    """The clocks package's causality repair over every device event of the ranks, with each
+    rank's clock uncertainty as the slack its collective constraints allow."""
+    from otel_ext.clocks import repair_causality
+
     cat = table["category"]
     rank = table["rank"]
     dev = (rank >= 0) & (
@@ -380,31 +320,48 @@ def _clocks_repair(table: EventTable, match: CollectiveMatch) -> tuple[EventTabl
     coll = np.full(len(table), -1, dtype=np.int64)
     coll[match.row_index] = match.member_instance[match.row_member]
     base = int(table["start_ns"][rows].min()) if len(rows) else 0
+    lut_r = np.array(sorted(slack_of_rank), dtype=np.int64)
+    lut_s = np.array([slack_of_rank[r] for r in lut_r.tolist()], dtype=np.int64)
+    rr = rank[rows]
+    pos = np.clip(np.searchsorted(lut_r, rr), 0, max(len(lut_r) - 1, 0))
+    slack = np.where(lut_r[pos] == rr, lut_s[pos], 0) if len(lut_r) else np.zeros(len(rr), np.int64)
     try:
         rep = repair_causality(
-            rank[rows],
+            rr,
             table["start_ns"][rows] - base,
             table["end_ns"][rows] - base,
             collective=coll[rows],
+            slack_ns=slack,
+            domain_offsets=False,  # offsets were estimated, with their bounds, before
         )
     except OtelExtError as exc:
         _log.info("clocks repair declined (%s); using the built-in repair", exc)
         return None
     start = table["start_ns"].copy()
     end = table["end_ns"].copy()
-    # phase-1 domain offsets move every row of the rank; phase-2 shifts only the events given
-    for d, off in zip(rep.domains, rep.domain_offset_ns):
-        if off:
-            same = rank == int(d)
-            start[same] += int(off)
-            end[same] += int(off)
     start[rows] = rep.start_ns + base
     end[rows] = rep.end_ns + base
     cols = dict(table.columns)
     cols["start_ns"], cols["end_ns"] = start, end
-    moved = len(rep.shifted) + int(np.count_nonzero(rep.domain_offset_ns))
     shifts = np.abs(np.r_[rep.shift_start_ns, rep.shift_end_ns, 0])
-    return EventTable(cols, table.strings, dict(table.meta)), moved, int(shifts.max())
+    return EventTable(cols, table.strings, dict(table.meta)), len(rep.shifted), int(shifts.max())
+
+
+def _moved_by_rank(before: EventTable, after: EventTable) -> dict[int, tuple[int, int]]:
+    """Per rank: rows whose times the repair changed, and the largest change (ns)."""
+    rank = before["rank"]
+    ds = np.abs(after["start_ns"] - before["start_ns"])
+    de = np.abs(after["end_ns"] - before["end_ns"])
+    moved = ((ds > 0) | (de > 0)) & (rank >= 0)
+    if not moved.any():
+        return {}
+    r = rank[moved].astype(np.int64)
+    shift = np.maximum(ds[moved], de[moved])
+    ur, inv = np.unique(r, return_inverse=True)
+    counts = np.bincount(inv.reshape(-1), minlength=len(ur))
+    top = np.zeros(len(ur), dtype=np.int64)
+    np.maximum.at(top, inv.reshape(-1), shift)
+    return {int(x): (int(c), int(m)) for x, c, m in zip(ur.tolist(), counts.tolist(), top.tolist())}
 
 
 def align_ranks(
@@ -413,14 +370,24 @@ def align_ranks(
     *,
     repair: bool = True,
     fit_drift: bool = True,
+    clock_of: dict[int, str] | None = None,
 ) -> Alignment:
-    """Align every rank's timeline to the lowest rank's, from the collectives they share.
+    """Align ranks' timelines where the collectives they share identify the offsets.
+
+    Ranks on one clock (one host; or as ``clock_of`` says) form one clock domain with one
+    correction. Each domain's offset (and drift) against the lowest rank's domain is
+    estimated from collective exits, with a bound (statistical, capped by what causality
+    allows). A shift is applied only when it exceeds its own bound; otherwise the domain keeps
+    its recorded times and its status says the offset is unidentifiable. Causality repair then
+    counts a collective member leaving before the last arrival only beyond the two clocks'
+    uncertainty, and moves events only by what exceeds it (no repair runs when nothing does).
 
     Args:
         table: all ranks' events, each on its own clock.
         match: the collectives matched on ``table`` (computed when not given).
-        repair: also repair the causality violations that alignment leaves.
-        fit_drift: fit a per-rank drift besides the offset.
+        repair: also repair the causality violations beyond the clocks' bounds.
+        fit_drift: fit a per-domain drift besides the offset (when significant).
+        clock_of: rank -> clock name for ranks known to share a clock.
 
     Returns:
         An :class:`Alignment` holding the aligned table and the per-rank corrections.
@@ -429,47 +396,101 @@ def align_ranks(
         match = match_collectives(table)
     before = count_violations(match)
     ranks = sorted(int(r) for r in distinct(table["rank"]) if r >= 0)
+    groups = clock_groups(table, clock_of)
+    clock_name = {r: name for name, members in groups.items() for r in members}
+    zero = {r: 0.0 for r in ranks}
     if match.n_instances == 0 or len(distinct(match.member_rank)) < 2:
-        zero = {r: 0.0 for r in ranks}
-        return Alignment(table, match, zero, dict(zero), dict(zero), "none", before, before)
-    got = _clocks_estimate(match, fit_drift=fit_drift)
+        status = {r: "no shared collective" for r in ranks}
+        return Alignment(
+            table, match, zero, dict(zero), dict(zero), "none", before, before,
+            estimate_ns=dict(zero), status=status, clock_of=clock_name,
+            violations_within_bound=0,
+        )  # fmt: skip
+    names = sorted(groups, key=lambda g: min(groups[g]))  # the lowest rank's clock first
+    rank_domain = {r: i for i, g in enumerate(names) for r in groups[g]}
+    lut_r = np.array(sorted(rank_domain), dtype=np.int64)
+    lut_d = np.array([rank_domain[r] for r in lut_r.tolist()], dtype=np.int64)
+    member_domain = lut_d[np.searchsorted(lut_r, match.member_rank)]
+    got = _domain_estimate(match, member_domain, fit_drift=fit_drift)
+    offsets, drift, bounds, estimate, status = dict(zero), dict(zero), {}, dict(zero), {}
+    applied: set[int] = set()
+    ref_time: dict[int, int] = {}
+    aligned = table
+    method = "none"
+    consistent = True
     if got is not None:
-        offsets, drift, bounds, est, base = got
-        method = "clocks"
-        aligned = _apply_estimate(table, est, base)
-        ref: dict[int, int] = {r: int(est.reference_time_ns) + base for r in offsets}
-    else:
-        offsets, drift, bounds, ref = estimate_rank_offsets(
-            match.member_rank, match.member_instance, match.member_end_ns, fit_drift=fit_drift
-        )
+        est, base = got
         method = "collectives"
-        aligned = _apply(table, offsets, drift, ref)
-    for r in ranks:  # ranks sharing no collective keep their own clock
-        offsets.setdefault(r, 0.0)
-        drift.setdefault(r, 0.0)
-        bounds.setdefault(r, 0.0)
-    groups = clock_groups(table)
-    if any(len(members) > 1 for members in groups.values()):
-        # ranks stamped by one host clock share one correction: a per-rank fit would take a
-        # rank's steady lateness (a straggler) for a clock offset and hide it
-        offsets, drift = _shared_corrections(groups, offsets, drift)
-        aligned = _apply(table, offsets, drift, ref)
-        method += "+shared-host-clock"
+        consistent = bool(est.consistent)
+        dom_ids = [int(d) for d in est.ranks]
+        ref_dom = int(est.reference_rank)
+        per_dom: dict[int, tuple[float, float, float]] = {
+            d: (float(est.offset_ns[i]), float(est.drift_ppm[i]), float(est.bound_ns[i]))
+            for i, d in enumerate(dom_ids)
+        }
+        for d, (o, _dr, b) in per_dom.items():
+            if d != ref_dom and np.isfinite(b) and abs(o) > b:
+                applied.add(d)
+        aligned = _apply_domains(table, rank_domain, est, base, applied)
+        for r in ranks:
+            d = rank_domain[r]
+            if d not in per_dom:
+                status[r] = "no shared collective"
+                bounds[r] = float("inf")
+                continue
+            o, dr, b = per_dom[d]
+            estimate[r] = o
+            bounds[r] = b
+            ref_time[r] = int(est.reference_time_ns) + base
+            if d == ref_dom:
+                status[r] = "reference"
+            elif d in applied:
+                offsets[r], drift[r] = o, dr
+                status[r] = "applied"
+            else:
+                status[r] = "unidentifiable"
+        if any(len(m) > 1 for m in groups.values()):
+            method += "+shared-clock"
+    else:
+        bounds = {r: float("inf") for r in ranks}
+        status = {r: "unidentifiable" for r in ranks}
+    # each rank's remaining clock uncertainty: its bound, plus the estimate it did not apply
+    slack_of_rank = {
+        r: int(
+            min(
+                _UNBOUNDED_NS,
+                np.ceil(
+                    bounds.get(r, 0.0) + abs(estimate.get(r, 0.0)) * (status.get(r) != "applied")
+                ),
+            )
+        )
+        if np.isfinite(bounds.get(r, 0.0))
+        else _UNBOUNDED_NS
+        for r in ranks
+    }
     amatch = match.retime(aligned)
-    moved = max_shift = 0
-    if repair and count_violations(amatch):
-        fixed = _clocks_repair(aligned, amatch)
-        if fixed is None:
-            fixed = _repair(aligned, amatch)
-        aligned, moved, max_shift = fixed
-        amatch = match.retime(aligned)
-        if count_violations(amatch):
-            # constraints the clocks repair found cyclic (e.g. sampled point-to-point pairs):
-            # finish event by event
-            aligned, moved2, shift2 = _repair(aligned, amatch)
-            moved, max_shift = moved + moved2, max(max_shift, shift2)
-            amatch = match.retime(aligned)
-    after = count_violations(amatch)
-    return Alignment(
-        aligned, amatch, offsets, drift, bounds, method, before, after, moved, max_shift, ref
+    member_slack = np.array(
+        [slack_of_rank.get(int(r), 0) for r in amatch.member_rank.tolist()], dtype=np.int64
     )
+    after_align = count_violations(amatch)
+    beyond = count_violations(amatch, slack_ns=member_slack)
+    moved = max_shift = 0
+    by_rank: dict[int, tuple[int, int]] = {}
+    if repair and beyond and consistent:
+        # (constraints that contradict each other, which no clock offsets can satisfy, are
+        # no evidence of a clock error: members matched by order that are not one collective,
+        # or a kernel that is not the collective's arrival; nothing is moved on them)
+        fixed = _clocks_repair(aligned, amatch, slack_of_rank)
+        if fixed is not None:
+            repaired, moved, max_shift = fixed
+            by_rank = _moved_by_rank(aligned, repaired)
+            aligned = repaired
+            amatch = match.retime(aligned)
+    after = count_violations(amatch, slack_ns=member_slack)
+    return Alignment(
+        aligned, amatch, offsets, drift, {r: bounds.get(r, 0.0) for r in ranks}, method,
+        before, after, moved, max_shift, ref_time,
+        estimate_ns=estimate, status=status, clock_of=clock_name,
+        violations_within_bound=max(after_align - beyond, 0), moved_by_rank=by_rank,
+        consistent=consistent,
+    )  # fmt: skip

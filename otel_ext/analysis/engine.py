@@ -43,7 +43,7 @@ from otel_ext.analysis.collectives import (
     sampled_fraction,
 )
 from otel_ext.analysis.critical_path import critical_path
-from otel_ext.analysis.findings import Thresholds, build_findings
+from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.requests import request_latency
 from otel_ext.analysis.roofline import roofline
@@ -220,11 +220,13 @@ def analyze(
         ranks_with = aligned["rank"][step_rows]
         r0 = int(ranks_with.min())
         steps = len(distinct(aligned["name"][step_rows & (aligned["rank"] == r0)]))
-    top = strag.top()
+    th = thresholds or Thresholds()
+    # the what-if is asked only of a rank whose lateness is a verdict, not of a chance leader
+    verdicts = straggler_verdicts(strag, th, amatch)
     cp = critical_path(
         aligned,
         amatch,
-        straggler_rank=top["rank"] if top and top["score"] > 0 else None,
+        straggler_rank=verdicts[0]["rank"] if verdicts else None,
         steps=steps,
     )
     if cp.straggler is not None:
@@ -239,7 +241,6 @@ def analyze(
         frac = coverage.get(max(set(groups), key=groups.count), 1.0) if groups else 1.0
         wi["sampled_fraction"] = frac
         wi["saved_run_ns"] = int(wi["saved_ns"] / frac) if frac > 0 else wi["saved_ns"]
-    th = thresholds or Thresholds()
     model = device_model or _device_model(load)
     # link durations on each host's own clock (alignment shifts whole ranks, repairs ends)
     links = link_stats(
@@ -296,7 +297,10 @@ def analyze(
                 "device": device,
                 "clock_offset_ns": round(alignment.offsets_ns.get(r, 0.0), 3),
                 "clock_drift_ppm": round(alignment.drift_ppm.get(r, 0.0), 6),
-                "clock_bound_ns": round(alignment.bounds_ns.get(r, 0.0), 3),
+                "clock_bound_ns": _finite(alignment.bounds_ns.get(r, 0.0)),
+                "clock_offset_estimate_ns": round(alignment.estimate_ns.get(r, 0.0), 3),
+                "clock_status": alignment.status.get(r, "none"),
+                "clock": alignment.clock_of.get(r, f"rank{r}"),
             }
         )
     collectives = {
@@ -336,6 +340,11 @@ def analyze(
         "requests": reqs,
         "findings": findings,
     }
+
+
+def _finite(x: float) -> float | None:
+    """A bound as JSON has it: rounded, ``None`` when nothing bounds it."""
+    return round(float(x), 3) if np.isfinite(x) else None
 
 
 def to_json(doc: dict[str, Any]) -> str:

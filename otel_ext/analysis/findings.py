@@ -54,7 +54,7 @@ from otel_ext.analysis.significance import ALPHA
 from otel_ext.analysis.stragglers import StragglerReport
 from semantic_conventions import metrics as M
 
-__all__ = ["CAUSE_KINDS", "Finding", "Thresholds", "build_findings"]
+__all__ = ["CAUSE_KINDS", "Finding", "Thresholds", "build_findings", "straggler_verdicts"]
 
 CAUSE_KINDS = ("straggler", "throttle", "slow-link", "slow-nic")
 
@@ -179,7 +179,7 @@ def _group_of(match: CollectiveMatch, rank: int) -> str | None:
     return max(set(groups), key=groups.count)
 
 
-def _slow_ranks(
+def straggler_verdicts(
     stragglers: StragglerReport, th: Thresholds, match: CollectiveMatch
 ) -> list[dict[str, Any]]:
     """The ranks whose evidence clears the thresholds, each with the test it passed.
@@ -291,7 +291,7 @@ def build_findings(
     have_metrics = metrics is not None and len(metrics) > 0
     # ---- slow ranks: straggler or throttle -------------------------------------------
     compute_ns = {int(t["rank"]): int(t.get("compute_ns", 0)) for t in temporal}
-    for r in _slow_ranks(stragglers, th, match):
+    for r in straggler_verdicts(stragglers, th, match):
         rank = int(r["rank"])
         target = device_of(rank)
         traced = straggler_saving(match, rank)

@@ -40,6 +40,35 @@ def _evidence_line(ev: dict[str, Any], limit: int = 8) -> str:
     return ", ".join(parts)
 
 
+def _clock_status(rank: dict[str, Any]) -> str:
+    """How a rank's clock was treated: the reference, shifted, or left as recorded."""
+    status = rank.get("clock_status", "")
+    if status == "unidentifiable":
+        est = rank.get("clock_offset_estimate_ns", 0.0)
+        return f"kept (estimate {_ms(est)} within its bound)"
+    return status
+
+
+def _causality_line(cz: dict[str, Any]) -> str:
+    before = cz.get("violations_before", 0)
+    within = cz.get("violations_within_bound", 0)
+    text = f"{before} violations on the raw clocks"
+    if within:
+        text += f", {within} of them within the clocks' bounds (no evidence of error)"
+    moved = cz.get("repaired_events", 0)
+    after = cz.get("violations_after", 0)
+    if not cz.get("constraints_consistent", True) and after:
+        return (
+            text + f"; {after} beyond them, on constraints that contradict each other (no clock "
+            "offsets satisfy them: members matched by order may not be one collective); "
+            "nothing moved"
+        )
+    return (
+        text + f"; {after} after alignment and repair ({moved} events moved, at most "
+        f"{_ms(cz.get('max_repair_shift_ns', 0))})"
+    )
+
+
 def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     """Render the analysis document for a terminal.
 
@@ -82,7 +111,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         ov = {r["rank"]: r for r in doc.get("comm_comp_overlap") or []}
         w("")
         w(
-            "Ranks:  rank device               clock offset    bound     idle  compute  non-comp  overlap"
+            "Ranks:  rank device               clock offset    bound     idle  compute  non-comp  overlap  clock"
         )
         for r in ranks:
             t = tb.get(r["rank"], {})
@@ -91,16 +120,28 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
                 f"        {r['rank']:>4} {r['device'][:20]:<20} {_ms(r['clock_offset_ns']):>12} "
                 f"{_ms(r['clock_bound_ns']):>10} {_pct(t.get('idle_pct'))} "
                 f"{_pct(t.get('compute_pct'))}   {_pct(t.get('non_compute_pct'))}   "
-                f"{_pct(o.get('overlap_pct'))}"
+                f"{_pct(o.get('overlap_pct'))}  {_clock_status(r)}"
             )
     strag = doc.get("stragglers") or []
     if strag:
         w("")
-        w("Stragglers (most likely first): rank  score  late      others waited  last arrivals")
+        w(
+            "Stragglers (most likely first): rank  score  late      others waited  "
+            "last/joined (chance)  p"
+        )
         for s in strag[: min(top, 5)]:
             w(
                 f"        {s['rank']:>4} {s['device'][:20]:<20} {s['score']:.2f}  "
-                f"{_ms(s['late_ns']):>12} {_ms(s['blame_ns']):>12}  {s['last_arrivals']}"
+                f"{_ms(s['late_ns']):>12} {_ms(s['blame_ns']):>12}  "
+                f"{s['last_arrivals']}/{s.get('collectives', 0)} ({s.get('expected_last', 0):.1f})"
+                f"  {s.get('p_last', 1.0):.2g}"
+            )
+        if not any(f["kind"] in ("straggler", "throttle") for f in findings) and len(strag) > 1:
+            c = strag[0]
+            w(
+                f"        no straggler: no rank's lateness clears the threshold (closest: rank "
+                f"{c['rank']}, last at {c['last_arrivals']} of {c.get('collectives', 0)} "
+                f"collectives, chance {c.get('expected_last', 0):.1f}, p={c.get('p_last', 1.0):.2g})"
             )
     coll = doc.get("collectives") or {}
     if coll.get("count"):
@@ -151,12 +192,12 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     cz = doc.get("causality") or {}
     if cz:
         w("")
-        w(
-            f"Causality: {cz.get('violations_before', 0)} violations on the raw clocks, "
-            f"{cz.get('violations_after', 0)} after alignment and repair "
-            f"({cz.get('repaired_events', 0)} events moved, at most "
-            f"{_ms(cz.get('max_repair_shift_ns', 0))})"
-        )
+        w(f"Causality: {_causality_line(cz)}")
+        for pr in cz.get("per_rank", [])[:top]:
+            w(
+                f"        rank {pr['rank']}: {pr['moved_events']} events moved, at most "
+                f"{_ms(pr['max_shift_ns'])}"
+            )
     req = doc.get("requests") or {}
     if req.get("count"):
         s = req["summary"]

@@ -98,23 +98,89 @@ class CausalityRepair:
         return out
 
 
+@dataclass(frozen=True)
+class _Members:
+    """The members of every collective instance with two or more events: ``event``, its
+    ``inst`` index (``0 .. n_inst - 1``) and its ``slack`` (the clock uncertainty allowed)."""
+
+    event: NDArray[np.intp]
+    inst: NDArray[np.intp]
+    n_inst: int
+    slack: NDArray[np.int64]
+
+    @staticmethod
+    def of(coll: NDArray[np.int64] | None, slack: NDArray[np.int64]) -> _Members:
+        empty = np.zeros(0, dtype=np.intp)
+        if coll is None:
+            return _Members(empty, empty, 0, np.zeros(0, dtype=np.int64))
+        cand = np.flatnonzero(coll >= 0)
+        if cand.size == 0:
+            return _Members(empty, empty, 0, np.zeros(0, dtype=np.int64))
+        _, inv, counts = np.unique(coll[cand], return_inverse=True, return_counts=True)
+        members = cand[counts[inv.reshape(-1)] >= 2]
+        ids, inst = np.unique(coll[members], return_inverse=True)
+        return _Members(
+            members.astype(np.intp), inst.reshape(-1).astype(np.intp), ids.size, slack[members]
+        )
+
+    def latest_start(
+        self, tp: NDArray[np.int64], alive: NDArray[np.bool_] | None = None
+    ) -> NDArray[np.int64]:
+        """Per instance, the latest member start less its slack (over ``alive`` members)."""
+        out = np.full(self.n_inst, -_INF, dtype=np.int64)
+        sel = slice(None) if alive is None else alive
+        np.maximum.at(out, self.inst[sel], tp[2 * self.event[sel]] - self.slack[sel])
+        return out
+
+    def earliest_end(
+        self, tp: NDArray[np.int64], alive: NDArray[np.bool_] | None = None
+    ) -> NDArray[np.int64]:
+        """Per instance, the earliest member end plus its slack (over ``alive`` members)."""
+        out = np.full(self.n_inst, _INF, dtype=np.int64)
+        sel = slice(None) if alive is None else alive
+        np.minimum.at(out, self.inst[sel], tp[2 * self.event[sel] + 1] + self.slack[sel])
+        return out
+
+
 def _constraints(
-    start: NDArray[np.int64],
-    end: NDArray[np.int64],
     send: NDArray[np.intp],
     recv: NDArray[np.intp],
-    coll: NDArray[np.int64] | None,
+    members: _Members,
+    dom: NDArray[np.intp],
+    t0: NDArray[np.int64],
     latency: float,
 ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]]:
-    """Point constraints ``(a, b, L)``; point ``2i`` is start of event ``i``, ``2i+1`` its end."""
+    """Point constraints ``(a, b, L)`` across domains, for phase 1 (per-domain offsets).
+
+    Point ``2i`` is the start of event ``i``, ``2i+1`` its end. A collective contributes, for
+    each pair of *domains* among its members, the pair of points that binds hardest (the
+    domain's latest start, the other's earliest end): quadratic in the clock domains per
+    collective (one per host, usually), never in its events.
+    """
     a = [2 * send]
     b = [2 * recv + 1]
     lat = [np.full(send.size, float(latency))]
-    if coll is not None:
-        pi, pj = pair_indices(coll)
-        a.append(2 * pj)
-        b.append(2 * pi + 1)
-        lat.append(np.zeros(pi.size))
+    if members.n_inst:
+        ev, inst, sl = members.event, members.inst, members.slack
+        d = dom[ev].astype(np.int64)
+        nd = int(dom.max()) + 1
+        cell = inst.astype(np.int64) * nd + d
+        ucell, ci = np.unique(cell, return_inverse=True)
+        ci = ci.reshape(-1)
+        # per (instance, domain): the event with the latest start - slack, earliest end + slack
+        sval = t0[2 * ev] - sl
+        eval_ = t0[2 * ev + 1] + sl
+        o_s = np.lexsort((-sval, ci))
+        o_e = np.lexsort((eval_, ci))
+        first = np.r_[0, np.flatnonzero(ci[o_s][1:] != ci[o_s][:-1]) + 1]
+        first_e = np.r_[0, np.flatnonzero(ci[o_e][1:] != ci[o_e][:-1]) + 1]
+        late_ev, early_ev = ev[o_s[first]], ev[o_e[first_e]]
+        late_sl, early_sl = sl[o_s[first]], sl[o_e[first_e]]
+        cinst = ucell // nd
+        pi, pj = pair_indices(cinst)  # pairs of domains within one instance
+        a.append(2 * late_ev[pj])
+        b.append(2 * early_ev[pi] + 1)
+        lat.append(-(late_sl[pj] + early_sl[pi]).astype(np.float64))
     return np.concatenate(a).astype(np.intp), np.concatenate(b).astype(np.intp), np.concatenate(lat)
 
 
@@ -126,8 +192,11 @@ def count_violations(
     recv_event: ArrayLike | None = None,
     collective: ArrayLike | None = None,
     min_latency_ns: float = 0.0,
+    slack_ns: ArrayLike | None = None,
 ) -> int:
-    """Messages received before sent (+latency) plus collective members leaving too early.
+    """Messages received before sent (+latency) plus collective members leaving too early
+    (beyond the members' ``slack_ns``, when given: a member violates when its end plus its
+    slack precedes the latest member start less that member's slack).
 
     >>> count_violations([0, 5], [10, 8], send_event=[0], recv_event=[1], min_latency_ns=10)
     1
@@ -141,10 +210,12 @@ def count_violations(
         g = np.asarray(collective, dtype=np.int64)
         member = g >= 0
         if member.any():
+            sl = np.zeros(s.size, np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
             keys, gi = np.unique(g[member], return_inverse=True)
+            gi = gi.reshape(-1)
             latest = np.full(keys.size, np.iinfo(np.int64).min)
-            np.maximum.at(latest, gi, s[member])
-            n += int(np.sum(e[member] < latest[gi]))
+            np.maximum.at(latest, gi, s[member] - sl[member])
+            n += int(np.sum(e[member] + sl[member] < latest[gi]))
     return n
 
 
@@ -213,13 +284,21 @@ def _forward(
     cost: NDArray[np.int64],
     pos: NDArray[np.intp],
     rounds: int,
+    members: _Members,
 ) -> tuple[NDArray[np.int64], bool]:
-    """Controlled-logical-clock forward pass: integer shifts, and whether it converged."""
+    """Controlled-logical-clock forward pass: integer shifts, and whether it converged.
+
+    A collective member's end must follow the latest member start (each less its slack): one
+    maximum per instance, so a collective of ``m`` members costs ``O(m)`` per round."""
     delta = np.zeros(t.size, dtype=np.int64)
+    end_pt = 2 * members.event + 1
     for _round in range(rounds):
         tp = t + delta
         need = np.full(t.size, -_INF, dtype=np.int64)
         np.maximum.at(need, cb, tp[ca] + cl - t[cb])
+        if members.n_inst:
+            latest = members.latest_start(tp)
+            np.maximum.at(need, end_pt, latest[members.inst] - members.slack - t[end_pt])
         jump = np.maximum(delta, need)
         prop = _seg_accumulate((jump + cost[pos])[order], seg, reverse=False)
         new = np.empty(t.size, dtype=np.int64)
@@ -323,7 +402,7 @@ def _forward_exact(
     send: NDArray[np.intp],
     recv: NDArray[np.intp],
     latency: int,
-    coll: NDArray[np.int64] | None,
+    mem: _Members,
     order: NDArray[np.intp],
     seg: NDArray[np.int64],
     cost: NDArray[np.int64],
@@ -350,19 +429,12 @@ def _forward_exact(
     wgts = [(t[q] - t[p]) - (cost[pos[q]] - cost[pos[p]]), e0 - s0, np.full(send.size, latency)]
     fixed = p.size + n  # chain and duration edges (before here) are never dropped
     n_msg = send.size
-    members = np.zeros(0, dtype=np.intp)
-    inst = np.zeros(0, dtype=np.intp)
-    n_inst = 0
-    if coll is not None:
-        cand = np.flatnonzero(coll >= 0)
-        _, inv, counts = np.unique(coll[cand], return_inverse=True, return_counts=True)
-        members = cand[counts[inv] >= 2]
-        ids, inst = np.unique(coll[members], return_inverse=True)
-        n_inst = ids.size
+    members, inst, n_inst = mem.event, mem.inst, mem.n_inst
+    if n_inst:
         vnode = points + inst
         srcs += [2 * members, vnode]
         dsts += [vnode, 2 * members + 1]
-        wgts += [np.zeros(2 * members.size, dtype=np.int64)]
+        wgts += [-mem.slack, -mem.slack]
     src = np.concatenate(srcs).astype(np.intp)
     dst = np.concatenate(dsts).astype(np.intp)
     wgt = np.concatenate(wgts).astype(np.int64)
@@ -374,7 +446,7 @@ def _forward_exact(
         # an instance's last arrival in the input: member ends before it are violations
         last_in = np.full(n_inst, -(1 << 62), dtype=np.int64)
         if n_inst:
-            np.maximum.at(last_in, inst, t[2 * members])
+            np.maximum.at(last_in, inst, t[2 * members] - mem.slack)
         ref = np.concatenate([t, last_in])
         droppable = np.arange(src.size) >= fixed
         violated = (dst < points) & (ref[dst] < ref[src] + wgt)
@@ -415,6 +487,7 @@ def repair_causality(
     domain_offsets: bool = True,
     backward: bool = True,
     max_rounds: int = 32,
+    slack_ns: ArrayLike | None = None,
 ) -> CausalityRepair:
     """Shift events minimally so every message and collective is causal.
 
@@ -436,6 +509,13 @@ def repair_causality(
             longest paths in topological order, same answer, one pass. Constraints on a
             causal cycle are dropped (those violated in the input first) and those left
             violated are counted in ``unresolved``.
+        slack_ns: per event, the clock uncertainty a collective constraint allows it (a
+            member's end may precede another's start by up to the sum of their slacks:
+            violations within the clocks' bounds are not evidence, and repair moves an event
+            only by what exceeds them). Default 0.
+
+    Every constraint costs time linear in its members: a collective is one node (or one
+    maximum per round) that every member's start feeds and every member's end follows.
 
     Returns:
         :class:`CausalityRepair`.
@@ -462,17 +542,32 @@ def repair_causality(
         raise InputError("collective must have one id per event")
     if not 0.0 <= gamma <= 1.0:
         raise InputError(f"gamma must be in [0, 1], got {gamma}")
+    slack = np.zeros(n, dtype=np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
+    if slack.shape != (n,) or np.any(slack < 0):
+        raise InputError("slack_ns must be one non-negative value per event")
     before = count_violations(
-        s0, e0, send_event=send, recv_event=recv, collective=coll, min_latency_ns=min_latency_ns
+        s0,
+        e0,
+        send_event=send,
+        recv_event=recv,
+        collective=coll,
+        min_latency_ns=min_latency_ns,
+        slack_ns=slack,
     )
     domains, dom = np.unique(dom_raw, return_inverse=True)
+    dom = dom.reshape(-1)
     nd = domains.size
-    pa, pb, lat = _constraints(s0, e0, send, recv, coll, min_latency_ns)
     t0 = np.empty(2 * n, dtype=np.int64)
     t0[0::2], t0[1::2] = s0, e0
+    members = _Members.of(coll, slack)
     pdom = np.repeat(dom, 2)
 
     offsets = np.zeros(nd)
+    pa, pb, lat = (
+        _constraints(send, recv, members, dom, t0, min_latency_ns)
+        if domain_offsets
+        else (np.zeros(0, np.intp), np.zeros(0, np.intp), np.zeros(0))
+    )
     if domain_offsets and pa.size:
         offsets = np.rint(
             _domain_offsets(
@@ -481,11 +576,11 @@ def repair_causality(
         )
     t = t0 + offsets.astype(np.int64)[pdom]
 
-    # duration constraints: end >= start + duration
+    # message and duration constraints (end >= start + duration); collectives via members
     ev = np.arange(n)
-    ca = np.concatenate([pa, 2 * ev]).astype(np.intp)
-    cb = np.concatenate([pb, 2 * ev + 1]).astype(np.intp)
-    cl = np.concatenate([np.ceil(lat).astype(np.int64), e0 - s0])
+    ca = np.concatenate([2 * send, 2 * ev]).astype(np.intp)
+    cb = np.concatenate([2 * recv + 1, 2 * ev + 1]).astype(np.intp)
+    cl = np.concatenate([np.full(send.size, int(np.ceil(min_latency_ns)), dtype=np.int64), e0 - s0])
 
     # domain sequences: points sorted by (domain, time, start-before-end, event)
     kind = np.tile([0, 1], n)
@@ -499,22 +594,26 @@ def repair_causality(
     pos = np.empty(2 * n, dtype=np.intp)
     pos[order] = np.arange(2 * n)
 
-    n_cross = pa.size
+    n_msg = send.size
     active = np.ones(ca.size, dtype=bool)
+    in_alive = np.ones(members.event.size, dtype=bool)  # member starts that bind the others
+    out_alive = np.ones(members.event.size, dtype=bool)  # member ends that must follow them
     unresolved = 0
-    delta, converged = _forward(t, ca, cb, cl, order, seg, cost, pos, max(0, max_rounds))
+    delta, converged = _forward(t, ca, cb, cl, order, seg, cost, pos, max(0, max_rounds), members)
     if not converged:
         delta, msg_dropped, in_dropped, out_dropped = _forward_exact(
-            t, s0, e0, send, recv, int(np.ceil(min_latency_ns)), coll, order, seg, cost, pos
+            t, s0, e0, send, recv, int(np.ceil(min_latency_ns)), members, order, seg, cost, pos
         )
-        active[: send.size] = ~msg_dropped
-        if coll is not None:
-            pi, pj = pair_indices(coll)  # the collective constraints, in _constraints' order
-            active[send.size : n_cross] = ~(in_dropped[pj] | out_dropped[pi])
+        active[:n_msg] = ~msg_dropped
+        in_alive = ~in_dropped[members.event]
+        out_alive = ~out_dropped[members.event]
         tp = t + delta
-        unresolved = int(
-            np.sum(~active[:n_cross] & (tp[cb[:n_cross]] < tp[ca[:n_cross]] + cl[:n_cross]))
-        )
+        unresolved = int(np.sum(msg_dropped & (tp[cb[:n_msg]] < tp[ca[:n_msg]] + cl[:n_msg])))
+        if members.n_inst:
+            latest = members.latest_start(tp, in_alive)
+            end_pt = 2 * members.event + 1
+            late = tp[end_pt] + members.slack < latest[members.inst]
+            unresolved += int(np.sum(late & ~out_alive))
 
     if backward and gamma < 1.0:
         barrier = np.zeros(2 * n, dtype=bool)
@@ -522,6 +621,15 @@ def repair_causality(
             tp = t + delta
             cap = np.full(2 * n, _INF, dtype=np.int64)
             np.minimum.at(cap, ca[active], tp[cb[active]] - cl[active] - t[ca[active]])
+            if members.n_inst:
+                # a member's start may not pass the earliest end that must follow it
+                early = members.earliest_end(tp, out_alive)
+                st = 2 * members.event[in_alive]
+                np.minimum.at(
+                    cap,
+                    st,
+                    early[members.inst[in_alive]] + members.slack[in_alive] - t[st],
+                )
             # never pass the next point of the same domain
             nxt = np.full(2 * n, _INF, dtype=np.int64)
             same = seg[1:] == seg[:-1]
@@ -546,7 +654,13 @@ def repair_causality(
     final = t + delta
     start, end = final[0::2], final[1::2]
     after = count_violations(
-        start, end, send_event=send, recv_event=recv, collective=coll, min_latency_ns=min_latency_ns
+        start,
+        end,
+        send_event=send,
+        recv_event=recv,
+        collective=coll,
+        min_latency_ns=min_latency_ns,
+        slack_ns=slack,
     )
     moved = np.flatnonzero((delta[0::2] != 0) | (delta[1::2] != 0))
     return CausalityRepair(

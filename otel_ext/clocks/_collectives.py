@@ -101,12 +101,65 @@ def pair_indices(groups: NDArray[np.int64]) -> tuple[NDArray[np.intp], NDArray[n
     return rows[i_pos[keep]], rows[j_pos[keep]]
 
 
-def _shortest_paths(w: NDArray[np.float64]) -> NDArray[np.float64]:
-    d = w.copy()
-    np.fill_diagonal(d, np.minimum(np.diag(d), 0.0))
-    for k in range(d.shape[0]):
-        d = np.minimum(d, d[:, k : k + 1] + d[k : k + 1, :])
-    return d
+def _bellman_ford(
+    n: int,
+    src: NDArray[np.intp],
+    dst: NDArray[np.intp],
+    w: NDArray[np.float64],
+    source: int,
+    *,
+    max_rounds: int,
+) -> tuple[NDArray[np.float64], bool]:
+    """Shortest paths from ``source`` along edges ``src -> dst`` (weights may be negative),
+    in vectorised rounds; and whether they settled (False: a negative cycle, or paths
+    longer than ``max_rounds`` edges)."""
+    d = np.full(n, np.inf)
+    d[source] = 0.0
+    for _ in range(max_rounds):
+        cand = d[src] + w
+        new = d.copy()
+        np.minimum.at(new, dst, cand)
+        if np.array_equal(new, d):
+            return d, True
+        d = new
+    return d, False
+
+
+def _causal_interval(
+    nr: int,
+    ref_i: int,
+    member_rank: NDArray[np.intp],
+    member_key: NDArray[np.intp],
+    n_keys: int,
+    ent: NDArray[np.float64],
+    ext: NDArray[np.float64],
+    p2p: tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]] | None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], bool]:
+    """The interval of offsets (against the reference) that causality allows, per rank.
+
+    Difference constraints ``o_a - o_b <= exit_a - enter_b`` for every pair of members of a
+    collective go through one node per collective (``a -> k`` weighing ``exit_a``, ``k -> b``
+    weighing ``-enter_b``): every path ``a -> k -> b`` is one pair's constraint, so a collective
+    of ``m`` members costs ``2m`` edges, not ``m²``. Upper limits are shortest paths to the
+    reference, lower limits minus shortest paths from it (Bellman–Ford in vectorised rounds).
+    """
+    node = nr + member_key
+    src = np.concatenate([member_rank, node]).astype(np.intp)
+    dst = np.concatenate([node, member_rank]).astype(np.intp)
+    w = np.concatenate([ext, -ent])
+    if p2p is not None:
+        rr, sr, lim = p2p
+        src = np.concatenate([src, rr]).astype(np.intp)
+        dst = np.concatenate([dst, sr]).astype(np.intp)
+        w = np.concatenate([w, lim])
+    n = nr + n_keys
+    rounds = min(n + 1, 256)
+    to_ref, ok1 = _bellman_ford(n, dst, src, w, ref_i, max_rounds=rounds)  # reversed edges
+    from_ref, ok2 = _bellman_ford(n, src, dst, w, ref_i, max_rounds=rounds)
+    consistent = ok1 and ok2
+    if not consistent:
+        return np.full(nr, np.inf), np.full(nr, -np.inf), False
+    return to_ref[:nr].copy(), -from_ref[:nr].copy(), True
 
 
 def estimate_offsets_from_collectives(
@@ -209,10 +262,7 @@ def estimate_offsets_from_collectives(
     def corr(idx: NDArray[np.intp], t: NDArray[np.float64]) -> NDArray[np.float64]:
         return t - d[idx] * (t - t_ref)
 
-    lim = np.full((nr, nr), np.inf)
-    pi, pj = pair_indices(np.where(use, gix, -1))
-    if pi.size:
-        np.minimum.at(lim, (rix[pi], rix[pj]), corr(rix[pi], ext[pi]) - corr(rix[pj], ent[pj]))
+    p2p = None
     if (
         send_rank is not None
         and recv_rank is not None
@@ -226,16 +276,21 @@ def estimate_offsets_from_collectives(
         known &= (ranks[sr] == np.asarray(send_rank)) & (ranks[rr] == np.asarray(recv_rank))
         ss = np.asarray(send_start_ns, dtype=np.float64)
         re_ = np.asarray(recv_end_ns, dtype=np.float64)
-        np.minimum.at(
-            lim, (rr[known], sr[known]), corr(rr[known], re_[known]) - corr(sr[known], ss[known])
+        p2p = (
+            rr[known].astype(np.intp),
+            sr[known].astype(np.intp),
+            corr(rr[known], re_[known]) - corr(sr[known], ss[known]),
         )
-    paths = _shortest_paths(lim)
-    consistent = bool(np.all(np.diag(paths) >= 0))
-    if consistent:
-        upper = paths[:, ref_i].copy()
-        lower = -paths[ref_i, :].copy()
-    else:
-        upper, lower = np.full(nr, np.inf), np.full(nr, -np.inf)
+    upper, lower, consistent = _causal_interval(
+        nr,
+        ref_i,
+        rix[use].astype(np.intp),
+        gix[use].astype(np.intp),
+        keys.size,
+        corr(rix[use], ent[use]),
+        corr(rix[use], ext[use]),
+        p2p,
+    )
     upper[ref_i] = lower[ref_i] = 0.0
     o = np.clip(o, lower, upper)
     hard = np.maximum(o - lower, upper - o)
