@@ -3,9 +3,10 @@
 :class:`HardenedHTTPServer` serves ``GET`` and ``HEAD`` through one ``responder`` callable
 (method, path, headers -> :class:`HttpResponse`), one thread per connection, with these limits:
 
-* **Timeouts.** Every read and write on a connection, and its TLS handshake, gives up after
-  ``timeout_s`` (a half-sent request holds its thread at most that long per stalled read); a
-  kept-alive connection waits ``idle_timeout_s`` for its next request, then is closed.
+* **Timeouts.** A request must arrive whole within ``timeout_s`` of its first byte (a client
+  trickling bytes cannot hold it open longer), a response must leave within ``timeout_s``,
+  a TLS handshake must finish within ``timeout_s``; a new connection must start its first
+  request within ``timeout_s`` and a kept-alive one its next within ``idle_timeout_s``.
 * **A connection cap.** At most ``max_connections`` connections are served at once; one more
   is answered ``503`` (plain HTTP) or closed (TLS) on the accepting thread, without reading
   from it, and counted in :attr:`HardenedHTTPServer.refused`.
@@ -36,11 +37,12 @@ import socket
 import ssl
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
 __all__ = ["LISTEN_BACKLOG", "HardenedHTTPServer", "HttpResponse", "Responder"]
 
@@ -69,24 +71,54 @@ class HttpResponse:
 Responder = Callable[[str, str, Message], HttpResponse]
 
 
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that fail once ``deadline`` (monotonic s) has passed: a client trickling
+    one byte per timeout cannot hold a request open for longer than that."""
+
+    def __init__(self, sock: socket.socket):
+        super().__init__()
+        self._sock = sock
+        self.deadline = time.monotonic()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request deadline passed")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: HardenedHTTPServer
     timeout = None  # the server set the socket's timeout before the handshake: keep it
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the makefile reader: replaced by one that keeps a deadline
+        self._reader = _DeadlineReader(self.connection)
+        self._buffered = io.BufferedReader(self._reader, 65536)
+        self.rfile = self._buffered
+
     def handle(self) -> None:
-        """Serve requests until the client closes, asks to close, or idles out."""
+        """Serve requests until the client closes, asks to close, or idles out.
+
+        The first request must start within ``timeout_s`` of the connection, later ones
+        within ``idle_timeout_s`` of the previous response; each request must arrive whole
+        within ``timeout_s`` of its first byte.
+        """
         wait = self.server.timeout_s
         while True:
-            self.connection.settimeout(wait)
+            self._reader.deadline = time.monotonic() + wait
             try:
-                if not cast(io.BufferedReader, self.rfile).peek(
-                    1
-                ):  # the client closed between requests
+                if not self._buffered.peek(1):  # the client closed between requests
                     return
             except TimeoutError:
                 return
-            self.connection.settimeout(self.server.timeout_s)
+            self._reader.deadline = time.monotonic() + self.server.timeout_s
             self.close_connection = True
             self.handle_one_request()
             if self.close_connection:
@@ -115,6 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.connection.settimeout(self.server.timeout_s)  # sendall: a total, not per chunk
         self.wfile.write(head if self.command == "HEAD" else head + response.body)
         self.log_request(response.status, len(response.body))
 

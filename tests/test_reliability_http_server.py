@@ -108,6 +108,29 @@ def test_half_sent_request_times_out(serve):
     assert wait_until(lambda: server.http is not None and server.http.active_connections == 0)
 
 
+def test_trickling_client_cannot_hold_a_request_open(serve):
+    """One byte every 50 ms never idles a read for long, but the request has a deadline."""
+    server, host, port = serve(timeout_s=0.5)
+    request = b"GET /metrics HTTP/1.1\r\n" + b"X-Slow: " + b"a" * 10_000
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.settimeout(0.05)
+        t0 = time.monotonic()
+        closed = False
+        for byte in request:
+            try:
+                sock.sendall(bytes([byte]))
+                if sock.recv(1024) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:  # reset or broken pipe: closed too
+                closed = True
+                break
+        assert closed and time.monotonic() - t0 < 4.0
+    assert wait_until(lambda: server.http is not None and server.http.active_connections == 0)
+
+
 def test_idle_keep_alive_connection_is_closed(serve):
     server, host, port = serve(idle_timeout_s=0.3)
     with socket.create_connection((host, port), timeout=5) as sock:
