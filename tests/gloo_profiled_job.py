@@ -13,7 +13,9 @@ then an ``all_gather`` (``all_gather=True``). A run with ``slow_rank=R`` makes r
 *each* collective, either sleep ``extra`` milliseconds (``mode="sleep"``) or do ``extra``
 additional matmuls (``mode="matmul"``); every other rank, and every rank of a healthy run, does
 the same work. The known slow rank is the ground truth the truth harness checks
-``otel_ext.analysis.analyze`` against; this module never reads the traces back.
+``otel_ext.analysis.analyze`` against. :func:`collective_calls` and :func:`last_arrivals`
+read the traces back with the standard library only (no otel-ext), to check that the
+injected delay shows in the data.
 
 Several runs in one launch share the processes (torch is imported once per rank, not once
 per run); each run has its own profiler session and folder and starts after a barrier.
@@ -41,7 +43,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JobError", "RunSpec", "record_job", "record_runs", "trace_files"]
+__all__ = [
+    "JobError",
+    "RunSpec",
+    "collective_calls",
+    "last_arrivals",
+    "record_job",
+    "record_runs",
+    "trace_files",
+]
 
 MODES = ("sleep", "matmul")
 
@@ -108,6 +118,45 @@ def trace_files(folder: Path) -> list[Path]:
     ['vm_12.17.pt.trace.json']
     """
     return sorted(Path(folder).glob("*.pt.trace.json"))
+
+
+def collective_calls(folder: Path) -> dict[int, list[tuple[str, float]]]:
+    """Per rank (``distributedInfo.rank``), its ``c10d::*`` CPU ops as (name, start µs), in order.
+
+    The ``c10d::*`` op is the rank's call of the collective on its main thread (its arrival).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> ev = [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 5.5, "dur": 1},
+    ...       {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 6, "dur": 9}]
+    >>> _ = (d / "h_1.2.pt.trace.json").write_text(json.dumps(
+    ...     {"distributedInfo": {"rank": 3}, "traceEvents": ev}))
+    >>> collective_calls(d)
+    {3: [('c10d::allreduce_', 5.5)]}
+    """
+    out: dict[int, list[tuple[str, float]]] = {}
+    for path in trace_files(folder):
+        trace = json.loads(path.read_text())
+        calls = [
+            (str(e["name"]), float(e["ts"]))
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")
+        ]
+        out[int(trace["distributedInfo"]["rank"])] = sorted(calls, key=lambda c: c[1])
+    return out
+
+
+def last_arrivals(calls: dict[int, list[tuple[str, float]]]) -> list[int]:
+    """The rank that called each collective last (k-th call of every rank = one collective).
+
+    Valid for ranks on one host, whose traces share its monotonic clock (this job's case).
+
+    >>> last_arrivals({0: [("a", 1.0), ("b", 9.0)], 1: [("a", 2.0), ("b", 3.0)]})
+    [1, 0]
+    """
+    ranks = sorted(calls)
+    n = min(len(c) for c in calls.values()) if calls else 0
+    return [max(ranks, key=lambda r: calls[r][k][1]) for k in range(n)]
 
 
 def record_runs(

@@ -26,13 +26,12 @@ the analysis', not the data's). Then, through the public ``analyze``:
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import require
-from gloo_profiled_job import RunSpec, record_runs, trace_files
+from gloo_profiled_job import RunSpec, collective_calls, last_arrivals, record_runs
 
 from otel_ext.analysis.engine import analyze
 
@@ -66,20 +65,6 @@ def docs(folders: dict[str, Path]) -> dict[str, dict[str, Any]]:
     return {name: analyze(folder) for name, folder in folders.items()}
 
 
-def _raw_arrivals(folder: Path) -> dict[int, list[tuple[str, float]]]:
-    """Per rank (from ``distributedInfo``), its ``c10d::*`` calls as (name, start µs), in order."""
-    out: dict[int, list[tuple[str, float]]] = {}
-    for path in trace_files(folder):
-        trace = json.loads(path.read_text())
-        calls = [
-            (e["name"], float(e["ts"]))
-            for e in trace["traceEvents"]
-            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")
-        ]
-        out[int(trace["distributedInfo"]["rank"])] = sorted(calls, key=lambda c: c[1])
-    return out
-
-
 def _device_of(doc: dict[str, Any], rank: int) -> str:
     return next(str(r["device"]) for r in doc["ranks"] if r["rank"] == rank)
 
@@ -98,7 +83,7 @@ def _ids(specs: list[RunSpec]) -> list[Any]:
 
 @pytest.mark.parametrize("spec", _ids(RUNS))
 def test_every_rank_issued_the_same_collectives(folders: dict[str, Path], spec: RunSpec) -> None:
-    calls = _raw_arrivals(folders[spec.name])
+    calls = collective_calls(folders[spec.name])
     assert sorted(calls) == list(range(WORLD))
     expected = ["c10d::allreduce_", "c10d::allgather_"] * STEPS
     for rank in range(WORLD):
@@ -108,9 +93,9 @@ def test_every_rank_issued_the_same_collectives(folders: dict[str, Path], spec: 
 @pytest.mark.parametrize("spec", _ids(SLOW))
 def test_slow_rank_arrives_last_in_the_raw_traces(folders: dict[str, Path], spec: RunSpec) -> None:
     # All ranks run on one host: the traces' timestamps share its monotonic clock.
-    calls = _raw_arrivals(folders[spec.name])
+    last = last_arrivals(collective_calls(folders[spec.name]))
     n = STEPS * COLLECTIVES_PER_STEP
-    last = [max(range(WORLD), key=lambda r: calls[r][k][1]) for k in range(n)]
+    assert len(last) == n
     share = last.count(_slow(spec)) / n
     # Chance is 1/WORLD; the injected delay must show plainly or the run proves nothing.
     assert share > 0.5, f"slow rank {spec.slow_rank} last at {share:.0%} of collectives: {last}"
