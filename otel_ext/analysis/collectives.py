@@ -37,8 +37,10 @@ from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
+    "HOST_COLLECTIVE_FAMILIES",
     "CollectiveMatch",
     "bus_factor",
+    "host_collective_rows",
     "link_stats",
     "match_collectives",
     "normalize_op",
@@ -283,10 +285,58 @@ def match_collectives(table: EventTable) -> CollectiveMatch:
         rows, source = np.flatnonzero(kern & keyed), "kernel"
     elif n_span:
         rows, source = np.flatnonzero(span & keyed), "span"
-    else:
+    elif kern.any() or span.any():
         rows = np.flatnonzero(kern if kern.any() else span)
         source = "ordinal"
+    else:
+        # a CPU-only job (gloo): the host-side collective operations are the collectives
+        rows = host_collective_rows(table)
+        source = "ordinal"
     return _match(table, rows, source)
+
+
+#: host-side collective operations, the backend's own execution first: gloo runs each
+#: collective on a worker thread (``gloo:all_reduce``) that starts when the collective starts
+#: executing and ends when it completed; ``record_param_comms`` and ``c10d::*`` are the
+#: calling thread's enqueue (asynchronous work returns before the collective ran)
+HOST_COLLECTIVE_FAMILIES: tuple[str, ...] = ("gloo:", "nccl:", "record_param_comms", "c10d::")
+
+
+def host_collective_rows(table: EventTable) -> np.ndarray:
+    """The rows of a trace's host-side collective operations, one family: the first of
+    :data:`HOST_COLLECTIVE_FAMILIES` that at least two ranks recorded.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(category=C.CPU_OP, rank=r, name=n)
+    ...     for r in (0, 1) for n in ("c10d::allreduce_", "gloo:all_reduce", "aten::mm")])
+    >>> host_collective_rows(t).tolist()
+    [1, 4]
+    """
+    cat = table["category"]
+    rank = table["rank"]
+    cand = np.flatnonzero((cat == Category.CPU_OP) & (rank >= 0))
+    if len(cand) == 0:
+        return cand
+    names = table.strings["name"]
+    codes = distinct(table["name"][cand])
+    family_of = {}
+    for c in codes.tolist():
+        text = names[int(c)]
+        for i, fam in enumerate(HOST_COLLECTIVE_FAMILIES):
+            if text.startswith(fam):
+                family_of[c] = i
+                break
+    if not family_of:
+        return cand[:0]
+    lut = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    for c, i in family_of.items():
+        lut[c] = i
+    fam = lut[table["name"][cand]]
+    for i in range(len(HOST_COLLECTIVE_FAMILIES)):
+        sel = cand[fam == i]
+        if len(sel) and len(distinct(rank[sel])) >= 2:
+            return sel
+    return cand[:0]
 
 
 def _op_codes(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:

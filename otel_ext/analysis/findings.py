@@ -535,20 +535,41 @@ def build_findings(
                 )
             )
     if imbalance:
-        worst_step = max(imbalance.get("steps") or [], key=lambda x: x["imbalance"], default=None)
-        for what, row in (("step", worst_step), ("layer", _first(imbalance.get("layers")))):
-            if row is None or row["imbalance"] < th.imbalance:
+        for what in ("step", "layer"):
+            test = imbalance.get(f"{what}s_test")
+            rows = [
+                x
+                for x in imbalance.get(f"{what}s") or []
+                if x["group"] == (test or {}).get("group")
+            ]
+            if not test or not rows:
                 continue
+            # a persistent slowest rank (significant against chance) whose typical step is
+            # imbalanced beyond the threshold; the listed row is its worst
+            if test["p"] > th.alpha or test["median_imbalance"] < th.imbalance:
+                continue
+            mine = [x for x in rows if x["max_rank"] == test["rank"]] or rows
+            row = max(mine, key=lambda x: x["imbalance"])
             extra = row["max_ns"] - row["mean_ns"]
             findings.append(
                 Finding(
                     "load-imbalance",
-                    device_of(row["max_rank"]),
+                    device_of(test["rank"]),
                     int(extra),
                     pct(extra),
-                    f"{what} {row['name']}: the slowest rank takes "
-                    f"{100 * row['imbalance']:.1f}% longer than the mean",
-                    {what: row["name"], **{k: row[k] for k in ("imbalance", "max_ns", "mean_ns")}},
+                    f"{device_of(test['rank'])} is the slowest rank in {test['times_slowest']} of "
+                    f"{test['rows']} {what}s (chance {test['expected']:.1f}, p={_p(test['p'])}); "
+                    f"median {what} imbalance {100 * test['median_imbalance']:.1f}%, worst "
+                    f"{row['name']}: {100 * row['imbalance']:.1f}% longer than the mean",
+                    {
+                        what: row["name"],
+                        **{k: row[k] for k in ("imbalance", "max_ns", "mean_ns")},
+                        "times_slowest": test["times_slowest"],
+                        f"{what}s": test["rows"],
+                        "expected": test["expected"],
+                        "p": test["p"],
+                        "median_imbalance": test["median_imbalance"],
+                    },
                 )
             )
 
@@ -560,7 +581,3 @@ def build_findings(
 
     findings.sort(key=key)
     return [f.as_dict() for f in findings]
-
-
-def _first(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    return rows[0] if rows else None

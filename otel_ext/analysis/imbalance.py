@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct
+from otel_ext.analysis.significance import adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["imbalance_of", "load_imbalance"]
+__all__ = ["imbalance_of", "load_imbalance", "persistence_test"]
 
 
 def imbalance_of(values: np.ndarray) -> float:
@@ -55,8 +56,57 @@ def _group_codes(ranks: np.ndarray, groups: dict[int, int] | None) -> np.ndarray
     return np.asarray([lut.get(int(r), -2 - int(r)) for r in ranks.tolist()], dtype=np.int64)
 
 
+def persistence_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether one rank is the slowest in more of the rows (steps or layers) than chance.
+
+    Every step of a synchronous job has a slowest rank; an imbalance is a rank that is the
+    slowest *persistently*. For each peer group, the rank that is slowest most often is
+    tested against chance (``1/ranks`` per row, binomial, adjusted for the ranks it was
+    picked from); the group with the smallest p-value is returned: ``rank``, ``times_slowest``,
+    ``rows``, ``expected``, ``p``, ``median_imbalance`` (of that group's rows), ``group``.
+
+    >>> rows = [dict(group=-1, ranks=4, max_rank=2, imbalance=0.2) for _ in range(8)]
+    >>> t = persistence_test(rows)
+    >>> t["rank"], t["times_slowest"], t["p"] < 0.001
+    (2, 8, True)
+    """
+    if not rows:
+        return None
+    best: dict[str, Any] | None = None
+    by_group: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_group.setdefault(int(r["group"]), []).append(r)
+    for g, rs in by_group.items():
+        counts: dict[int, int] = {}
+        for r in rs:
+            counts[int(r["max_rank"])] = counts.get(int(r["max_rank"]), 0) + 1
+        rank = min(counts, key=lambda k: (-counts[k], k))
+        n_ranks = max(int(np.median([r["ranks"] for r in rs])), 2)
+        n = len(rs)
+        p0 = 1.0 / n_ranks
+        p = float(adjusted(binomial_upper_tail([counts[rank]], [n], [p0]), n_ranks)[0])
+        test = {
+            "rank": rank,
+            "times_slowest": counts[rank],
+            "rows": n,
+            "expected": round(n * p0, 4),
+            "p": p,
+            "median_imbalance": round(float(np.median([r["imbalance"] for r in rs])), 6),
+            "group": g,
+        }
+        if best is None or p < best["p"]:
+            best = test
+    return best
+
+
 def _per_name(
-    table: EventTable, category: Category, *, limit: int, groups: dict[int, int] | None
+    table: EventTable,
+    category: Category,
+    *,
+    limit: int,
+    groups: dict[int, int] | None,
+    tests: dict[str, Any],
+    key: str,
 ) -> list[dict[str, Any]]:
     sel = (table["category"] == category) & (table["rank"] >= 0)
     rows = np.flatnonzero(sel)
@@ -68,6 +118,7 @@ def _per_name(
     for g in distinct(gcode):
         m = gcode == g
         out.extend(_per_name_in(table, rows[m], ranks[m], int(g) if g >= -1 else -1))
+    tests[key] = persistence_test(out)  # over every row, before the listing is cut
     out.sort(key=lambda x: -x["imbalance"])
     return out[:limit]
 
@@ -116,11 +167,13 @@ def load_imbalance(
             compares all ranks together.
 
     Returns:
-        ``{"steps": [...], "layers": [...], "compute": {...} | None}``; each row has name,
-        ranks, imbalance, max_rank, max_ns, mean_ns.
+        ``{"steps": [...], "layers": [...], "compute": {...} | None, "steps_test",
+        "layers_test"}``; each row has name, ranks, imbalance, max_rank, max_ns, mean_ns;
+        the tests are :func:`persistence_test` over every step (layer) row, or None.
     """
-    steps = _per_name(table, Category.STEP, limit=limit, groups=groups)
-    layers = _per_name(table, Category.LAYER, limit=limit, groups=groups)
+    tests: dict[str, Any] = {}
+    steps = _per_name(table, Category.STEP, limit=limit, groups=groups, tests=tests, key="steps")
+    layers = _per_name(table, Category.LAYER, limit=limit, groups=groups, tests=tests, key="layers")
     sel = (table["category"] == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
     compute = None
     if sel.any():
@@ -145,4 +198,10 @@ def load_imbalance(
             }
             if compute is None or row["imbalance"] > compute["imbalance"]:
                 compute = row
-    return {"steps": steps, "layers": layers, "compute": compute}
+    return {
+        "steps": steps,
+        "layers": layers,
+        "compute": compute,
+        "steps_test": tests.get("steps"),
+        "layers_test": tests.get("layers"),
+    }
