@@ -6,6 +6,11 @@ and a sampling interval ``[t0, t1]``, the span that covered the most of it
 (:meth:`~SharedActiveSpanReader.covering`). The bridge asks it once per device per round and
 attaches the answer as the exemplar of D's counters and histogram buckets.
 
+Which records are D's: those naming D, those carrying D's UUID (``device_uuids``, which
+the agent fills from NVML: a container's ``cuda:0`` is not always the host's GPU 0), and,
+for records without a UUID, those naming the same host and index under another of the
+usual names (``gpuN``, ``cuda:N``, ``cudaN``, ``chipN``).
+
 "Covered" means *running*: at each instant the span running on D in one process is the
 innermost one, the open span that started last (a layer inside a step, a collective inside a
 layer), so nested spans are not all credited with their parents' time
@@ -40,6 +45,7 @@ import heapq
 import logging
 import mmap
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -48,7 +54,9 @@ from pathlib import Path
 from otel_ext.counters._exemplars import ExemplarRef
 from otel_ext.instrumentation.active_span_record import (
     RECORD_BYTES,
+    UUID_BYTES,
     W_SEQ,
+    W_UUID,
     RecordEntry,
     RecordSnapshot,
     decode_record,
@@ -57,17 +65,32 @@ from otel_ext.instrumentation.active_span_record import (
     record_directory,
 )
 
-__all__ = ["SharedActiveSpanReader", "best_span", "running_time"]
+__all__ = ["SharedActiveSpanReader", "best_span", "device_alias", "running_time"]
 
 _log = logging.getLogger(__name__)
 _READ_TRIES = 4
+_ALIAS = re.compile(r"^(.*)/(?:gpu|cuda:?|chip)(\d+)$")
+
+
+def device_alias(device_id: str) -> tuple[str, int] | None:
+    """``(host, index)`` of a device named ``HOST/gpuN``, ``HOST/cuda:N`` or ``HOST/chipN``.
+
+    >>> device_alias("node1/cuda:3"), device_alias("node1/gpu3"), device_alias("node1/npu3")
+    (('node1', 3), ('node1', 3), None)
+    """
+    found = _ALIAS.match(device_id)
+    return None if found is None else (found.group(1), int(found.group(2)))
+
+
+_alias = device_alias
 
 
 def running_time(entries: Iterable[RecordEntry], t0: int, t1: int) -> dict[int, int]:
     """Nanoseconds of ``[t0, t1]`` during which each span was the running one, by span id.
 
     The running span at an instant is the one covering it that started last (ties: the
-    later in ``entries``). Open entries (``end_ns`` 0) run until ``t1``.
+    one that ends first, the inner one; then the later in ``entries``). Open entries
+    (``end_ns`` 0) run until ``t1``.
 
     >>> E = RecordEntry
     >>> running_time([E(1, 1, 0, 0), E(1, 2, 10, 30), E(1, 3, 20, 25)], 0, 100)
@@ -81,10 +104,10 @@ def running_time(entries: Iterable[RecordEntry], t0: int, t1: int) -> dict[int, 
             spans.append((start, end, e.start_ns, order, e.span_id))
     spans.sort()
     totals: dict[int, int] = {}
-    heap: list[tuple[int, int, int, int]] = []  # (-start, -order, end, span_id)
+    heap: list[tuple[int, int, int, int, int]] = []  # (-start, end, -order, end, span_id)
     i, now = 0, t0
     while i < len(spans) or heap:
-        while heap and heap[0][2] <= now:
+        while heap and heap[0][3] <= now:
             heapq.heappop(heap)  # ended
         if not heap:
             if i >= len(spans):
@@ -92,17 +115,17 @@ def running_time(entries: Iterable[RecordEntry], t0: int, t1: int) -> dict[int, 
             now = max(now, spans[i][0])
         while i < len(spans) and spans[i][0] <= now:
             start, end, raw_start, order, span_id = spans[i]
-            heapq.heappush(heap, (-raw_start, -order, end, span_id))
+            heapq.heappush(heap, (-raw_start, end, -order, end, span_id))
             i += 1
-        while heap and heap[0][2] <= now:
+        while heap and heap[0][3] <= now:
             heapq.heappop(heap)
         if not heap:
             continue
         nxt = spans[i][0] if i < len(spans) else t1
         top = heap[0]
-        until = min(top[2], nxt)
+        until = min(top[3], nxt)
         if until > now:
-            totals[top[3]] = totals.get(top[3], 0) + (until - now)
+            totals[top[4]] = totals.get(top[4], 0) + (until - now)
             now = until
     return totals
 
@@ -112,8 +135,8 @@ def best_span(snapshots: Iterable[RecordSnapshot], t0: int, t1: int) -> RecordEn
 
     >>> from otel_ext.instrumentation.active_span_record import RecordSnapshot
     >>> E = RecordEntry
-    >>> a = RecordSnapshot("d", 1, 0, 0, 0, [], [E(7, 1, 0, 40)])
-    >>> b = RecordSnapshot("d", 2, 0, 0, 0, [E(8, 2, 30, 0)], [])
+    >>> a = RecordSnapshot("d", "", 1, 0, 0, 0, [], [E(7, 1, 0, 40)])
+    >>> b = RecordSnapshot("d", "", 2, 0, 0, 0, [E(8, 2, 30, 0)], [])
     >>> best_span([a, b], 0, 100).trace_id
     8
     """
@@ -140,6 +163,7 @@ class _Open:
     mm: mmap.mmap
     device_id: str
     inode: int
+    uuid: str
 
 
 class SharedActiveSpanReader:
@@ -162,6 +186,10 @@ class SharedActiveSpanReader:
         reap_interval_s: float = 10.0,
     ):
         dirs = [Path(record_directory(directory)), *map(Path, extra_directories)]
+        #: ``accel.device.id`` -> device UUID, for matching records by UUID
+        self.device_uuids: dict[str, str] = {}
+        self._by_uuid: dict[str, list[Path]] = {}
+        self._by_alias: dict[tuple[str, int], list[Path]] = {}
         self.directories = list(dict.fromkeys(dirs))
         self._clock = clock
         self._files: dict[Path, _Open] = {}
@@ -227,9 +255,17 @@ class SharedActiveSpanReader:
         for path in [p for p in self._files if p not in seen]:
             self._forget(path)
         by_device: dict[str, list[Path]] = {}
+        by_uuid: dict[str, list[Path]] = {}
+        by_alias: dict[tuple[str, int], list[Path]] = {}
         for path, f in self._files.items():
             by_device.setdefault(f.device_id, []).append(path)
-        self._by_device = by_device
+            if f.uuid:
+                by_uuid.setdefault(f.uuid, []).append(path)
+            else:
+                alias = _alias(f.device_id)
+                if alias is not None:
+                    by_alias.setdefault(alias, []).append(path)
+        self._by_device, self._by_uuid, self._by_alias = by_device, by_uuid, by_alias
 
     def _open(self, path: Path, device_id: str) -> _Open | None:
         try:
@@ -244,7 +280,9 @@ class SharedActiveSpanReader:
         except (OSError, ValueError):
             os.close(fd)
             return None
-        return _Open(fd, mm, device_id, st.st_ino)
+        raw_uuid = mm[W_UUID * 8 : W_UUID * 8 + UUID_BYTES]
+        uuid = raw_uuid.split(b"\0", 1)[0].decode("ascii", "replace")
+        return _Open(fd, mm, device_id, st.st_ino, uuid)
 
     def _forget(self, path: Path) -> None:
         f = self._files.pop(path, None)
@@ -297,9 +335,19 @@ class SharedActiveSpanReader:
         self._scan()
         return self._device_snapshots(device_id)
 
+    def _paths(self, device_id: str) -> list[Path]:
+        paths = list(self._by_device.get(device_id, ()))
+        uuid = self.device_uuids.get(device_id)
+        if uuid:
+            paths += self._by_uuid.get(uuid, ())
+        alias = _alias(device_id)
+        if alias is not None:
+            paths += self._by_alias.get(alias, ())
+        return list(dict.fromkeys(paths))
+
     def _device_snapshots(self, device_id: str) -> list[RecordSnapshot]:
         out = []
-        for path in self._by_device.get(device_id, ()):
+        for path in self._paths(device_id):
             f = self._files.get(path)
             snap = self._snapshot(f) if f is not None else None
             if snap is not None:

@@ -196,6 +196,14 @@ class NvmlSource(BaseSource):
             self.close()
             raise SourceUnavailableError("NVML found no GPU")
 
+    def device_uuids(self) -> dict[str, str]:
+        """``accel.device.id`` -> the GPU's UUID (``GPU-...``), for the opened GPUs.
+
+        The node agent matches workloads' active-span records by UUID with it, since a
+        container's ``cuda:0`` need not be the host's GPU 0.
+        """
+        return {str(d.attrs[ACCEL_DEVICE_ID]): str(d.hw_attrs[HW_ID]) for d in self.devices}
+
     def close(self) -> None:
         """Shut NVML down (once)."""
         if self._opened and self._nvml is not None:

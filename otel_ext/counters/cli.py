@@ -165,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
         active_spans=ActiveSpanRegistry(use_current_context=False, shared=reader),
     )
     started = bridge.open(quiet=detect)
+    for src in bridge.sources:
+        if src.name in started and hasattr(src, "device_uuids"):
+            reader.device_uuids.update(src.device_uuids())
     provider = None
     if args.otlp:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter

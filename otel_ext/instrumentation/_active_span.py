@@ -33,6 +33,8 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
+import sys
 import threading
 import weakref
 from pathlib import Path
@@ -45,12 +47,40 @@ from otel_ext.instrumentation.active_span_record import (
     ActiveSpanRecord,
     prepare_directory,
     record_directory,
+    remove_stale_records,
 )
 from semantic_conventions.attributes import ACCEL_DEVICE_ID
 
-__all__ = ["ActiveSpanPublisher", "ActiveSpanPublishingProcessor"]
+__all__ = ["ActiveSpanPublisher", "ActiveSpanPublishingProcessor", "gpu_uuid"]
 
 _log = logging.getLogger(__name__)
+
+
+_LOCAL_INDEX = re.compile(r"(?:^|/)(?:cuda:?|gpu|chip)(\d+)$")
+
+
+def gpu_uuid(device_id: str) -> str:
+    """The UUID (``GPU-...``) of a CUDA device this process uses, if PyTorch knows it.
+
+    Only when ``torch`` is already imported and CUDA initialised (never imported here);
+    ``""`` otherwise. ``cuda:N``, ``gpuN`` and ``chipN`` name the process's N-th visible
+    device.
+
+    >>> gpu_uuid("host0/chip0")  # no CUDA here
+    ''
+    """
+    found = _LOCAL_INDEX.search(device_id)
+    torch = sys.modules.get("torch")
+    if found is None or torch is None:
+        return ""
+    try:
+        if not torch.cuda.is_initialized():
+            return ""
+        uuid = torch.cuda.get_device_properties(int(found.group(1))).uuid
+    except Exception:
+        return ""
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 class ActiveSpanPublisher:
@@ -115,8 +145,9 @@ class ActiveSpanPublisher:
                 try:
                     if self._ready is None:
                         prepare_directory(Path(self.directory), default=self._default)
+                        remove_stale_records(self.directory)
                         self._ready = True
-                    made = ActiveSpanRecord(device_id, self.directory)
+                    made = ActiveSpanRecord(device_id, self.directory, uuid=gpu_uuid(device_id))
                 except OSError as exc:
                     self._ready = False if self._ready is None else self._ready
                     self._fail(str(self.directory), exc)

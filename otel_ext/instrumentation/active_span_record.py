@@ -13,7 +13,8 @@ folder, the writer (:class:`ActiveSpanRecord`) and the decoder (:func:`decode_re
   odd while the writer updates), ``PID``, ``CREATED_NS``, ``EVICTED_END_NS`` (the latest
   end time of an entry the ring overwrote), ``HEAD`` (entries ever written to the ring),
   ``DROPPED`` (updates that found no free open slot), then the device id (128 bytes, UTF-8,
-  NUL-padded) and the layout sizes (open slots, ring slots, words per entry);
+  NUL-padded), the layout sizes (open slots, ring slots, words per entry) and the
+  device's UUID when the writer knows it (40 bytes, ASCII, ``GPU-...`` as NVML writes it);
 * :data:`OPEN_SLOTS` open entries: spans started and not yet ended;
 * :data:`RING_SLOTS` ring entries: spans ended, the newest ``HEAD % RING_SLOTS`` last.
 
@@ -83,6 +84,7 @@ __all__ = [
     "parse_record_name",
     "prepare_directory",
     "record_directory",
+    "remove_stale_records",
 ]
 
 MAGIC = int.from_bytes(b"OTXSPAN1", "little")
@@ -92,6 +94,8 @@ W_MAGIC, W_VERSION, W_SEQ, W_PID, W_CREATED, W_EVICTED, W_HEAD, W_DROPPED = rang
 W_DEVICE = 8  # 16 words: the device id, UTF-8, NUL-padded
 DEVICE_BYTES = 128
 W_OPEN_SLOTS, W_RING_SLOTS, W_ENTRY_WORDS = 24, 25, 26
+W_UUID = 27  # 5 words: the device UUID, ASCII, NUL-padded
+UUID_BYTES = 40
 HEADER_WORDS = 32
 ENTRY_WORDS = 5  # trace_hi, trace_lo, span_id, start_ns, end_ns
 OPEN_SLOTS = 16
@@ -170,6 +174,42 @@ def prepare_directory(directory: Path, *, default: bool = False) -> Path:
     return directory
 
 
+def remove_stale_records(directory: str | os.PathLike[str]) -> int:
+    """Remove the records in ``directory`` whose writer is gone; return how many.
+
+    A record's writer holds a shared ``flock`` on it for its whole life; a record whose
+    lock can be taken exclusively has no writer (it was killed before it could clean up).
+    Workloads call this when they start, so stale records go even when the node agent may
+    only read the folder. Never raises.
+    """
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        if parse_record_name(entry.name) is None:
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live writer
+        try:
+            if os.lstat(entry.path).st_ino == os.fstat(fd).st_ino:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
 def record_name(device_id: str, pid: int, token: str) -> str:
     """The file name of one process's record for ``device_id``.
 
@@ -209,6 +249,7 @@ class RecordSnapshot:
 
     Attributes:
         device_id: the device.
+        device_uuid: its UUID (``GPU-...``), or ``""`` when the writer did not know it.
         pid: the writing process (in its own pid namespace).
         created_ns: when the record was created.
         evicted_end_ns: the latest end of an entry the ring overwrote: before this time
@@ -219,6 +260,7 @@ class RecordSnapshot:
     """
 
     device_id: str
+    device_uuid: str
     pid: int
     created_ns: int
     evicted_end_ns: int
@@ -255,6 +297,8 @@ def decode_record(data: bytes | bytearray | memoryview) -> RecordSnapshot | None
         return None
     raw_dev = bytes(words[W_DEVICE : W_DEVICE + DEVICE_BYTES // 8].cast("B"))
     device = raw_dev.split(b"\0", 1)[0].decode("utf-8", "replace")
+    raw_uuid = bytes(words[W_UUID : W_UUID + UUID_BYTES // 8].cast("B"))
+    uuid = raw_uuid.split(b"\0", 1)[0].decode("ascii", "replace")
     open_entries = [
         e for i in range(OPEN_SLOTS) if (e := _entry(words, OPEN_BASE + i * ENTRY_WORDS))
     ]
@@ -268,6 +312,7 @@ def decode_record(data: bytes | bytearray | memoryview) -> RecordSnapshot | None
             ring.append(e)
     return RecordSnapshot(
         device,
+        uuid,
         words[W_PID],
         words[W_CREATED],
         words[W_EVICTED],
@@ -288,13 +333,22 @@ class ActiveSpanRecord:
     Args:
         device_id: the device (``accel.device.id``).
         directory: the folder (already checked with :func:`prepare_directory`).
+        uuid: the device's UUID (``GPU-...``), when known: the agent then matches the
+            record to its NVML device even if the names differ.
         clock: real-time clock in ns (the creation time).
 
     Raises:
         OSError: the file cannot be created (the caller disables publishing).
     """
 
-    def __init__(self, device_id: str, directory: str | os.PathLike[str], *, clock=time.time_ns):
+    def __init__(
+        self,
+        device_id: str,
+        directory: str | os.PathLike[str],
+        *,
+        uuid: str = "",
+        clock=time.time_ns,
+    ):
         self.device_id = device_id
         folder = Path(directory)
         pid = os.getpid()
@@ -318,6 +372,8 @@ class ActiveSpanRecord:
             w[W_ENTRY_WORDS] = ENTRY_WORDS
             dev = device_id.encode("utf-8")[: DEVICE_BYTES - 1]
             self._mm[W_DEVICE * 8 : W_DEVICE * 8 + len(dev)] = dev
+            raw_uuid = uuid.encode("ascii", "replace")[:UUID_BYTES]
+            self._mm[W_UUID * 8 : W_UUID * 8 + len(raw_uuid)] = raw_uuid
             w[W_MAGIC] = MAGIC  # last: a reader accepts the record only from here on
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             os.rename(tmp, self.path)
