@@ -67,6 +67,8 @@ _OPS = (
     ("barrier", "barrier"),
 )
 _CLEAN = re.compile(r"[^a-z_]")
+#: operations whose members all pass the same number of bytes
+_SAME_BYTES_OPS = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 
 
 def normalize_op(text: str) -> str:
@@ -126,6 +128,10 @@ class CollectiveMatch:
     key: list[str]
     bytes: np.ndarray
     source: str  # "kernel", "span" or "ordinal"
+    group_size: np.ndarray | None = None  # from metadata per instance, -1 where unknown
+    bytes_min: np.ndarray | None = None  # the smallest and largest bytes its members name
+    bytes_max: np.ndarray | None = None
+    count_mismatches: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         self._derive()
@@ -146,6 +152,8 @@ class CollectiveMatch:
             self.start_skew_ns = self.end_skew_ns = self.end_ns = self.transfer_ns = z
             self.algbw = self.busbw = np.zeros(0)
             self.wait_ns = z
+            self.group_size_known = np.zeros(0, dtype=bool)
+            self.effective_group_size = z
             return
         bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
         self.n_ranks = np.diff(np.r_[bounds, len(inst)]).astype(np.int32)
@@ -168,8 +176,18 @@ class CollectiveMatch:
         secs = self.transfer_ns / 1e9
         with np.errstate(divide="ignore", invalid="ignore"):
             algbw = np.where((self.bytes > 0) & (secs > 0), self.bytes / secs, np.nan)
+        # the bus factor is the collective's group size (metadata), not the ranks loaded:
+        # two ranks of an eight-rank all-reduce move 2·7/8 of the bytes over the bus, not 1
+        gs = self.group_size if self.group_size is not None else np.full(n, -1)
+        self.group_size_known = gs > 0
+        self.effective_group_size = np.where(gs > 0, gs, self.n_ranks).astype(np.int64)
+        factor_of: dict[tuple[str, int], float] = {}
         factors = np.array(
-            [bus_factor(op, int(k)) for op, k in zip(self.op, self.n_ranks)], dtype=np.float64
+            [
+                factor_of.setdefault((op, int(k)), bus_factor(op, int(k)))
+                for op, k in zip(self.op, self.effective_group_size.tolist())
+            ],
+            dtype=np.float64,
         )
         self.algbw = algbw
         self.busbw = algbw * factors
@@ -199,7 +217,42 @@ class CollectiveMatch:
             self.key,
             self.bytes,
             self.source,
+            self.group_size,
+            self.bytes_min,
+            self.bytes_max,
+            self.count_mismatches,
         )
+
+    def mismatches(self) -> list[dict[str, Any]]:
+        """Members matched as one collective that disagree (a desync, or a wrong match).
+
+        Two kinds: an instance whose members name different sizes for an operation where
+        every member must pass the same (all-reduce, all-gather, reduce-scatter, broadcast,
+        reduce); and, when matched by order, ranks that recorded different numbers of one
+        operation in one group (their n-th calls cannot all be the same collective).
+        """
+        out: list[dict[str, Any]] = []
+        if self.bytes_min is not None and self.bytes_max is not None and self.n_instances:
+            bad = np.flatnonzero(
+                (self.bytes_min > 0)
+                & (self.bytes_max != self.bytes_min)
+                & np.isin(np.asarray(self.op, dtype=object), list(_SAME_BYTES_OPS))
+            )
+            for k in bad[:20].tolist():
+                out.append(
+                    {
+                        "kind": "bytes",
+                        "key": self.key[k],
+                        "op": self.op[k],
+                        "group": self.group[k],
+                        "bytes_min": int(self.bytes_min[k]),
+                        "bytes_max": int(self.bytes_max[k]),
+                    }
+                )
+            if len(bad) > 20:
+                out.append({"kind": "bytes", "more": int(len(bad) - 20)})
+        out.extend(self.count_mismatches or [])
+        return out
 
     def rows(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """One JSON-ready row per collective instance, most waited-for first (up to ``limit``)."""
@@ -217,6 +270,8 @@ class CollectiveMatch:
                     "op": self.op[k],
                     "group": self.group[k],
                     "n_ranks": int(self.n_ranks[k]),
+                    "group_size": int(self.effective_group_size[k]),
+                    "group_size_from": "metadata" if self.group_size_known[k] else "ranks seen",
                     "bytes": int(self.bytes[k]),
                     "first_arrival_ns": int(self.first_arrival_ns[k]),
                     "last_arrival_ns": int(self.last_arrival_ns[k]),
@@ -421,7 +476,14 @@ def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
     first_row_of_inst = np.zeros(len(ukeys), dtype=np.int64)
     first_row_of_inst[inst[::-1]] = np.arange(len(rows))[::-1]
     nbytes = np.full(len(ukeys), -1, dtype=np.int64)
-    np.maximum.at(nbytes, inst, table["coll_bytes"][rows])
+    row_bytes = table["coll_bytes"][rows]
+    np.maximum.at(nbytes, inst, row_bytes)
+    bmin = np.full(len(ukeys), np.iinfo(np.int64).max, dtype=np.int64)
+    has_b = row_bytes > 0
+    np.minimum.at(bmin, inst[has_b], row_bytes[has_b])
+    bmin[bmin == np.iinfo(np.int64).max] = -1
+    gsize = np.full(len(ukeys), -1, dtype=np.int64)
+    np.maximum.at(gsize, inst, table["coll_group_size"][rows].astype(np.int64))
     ops, groups, keys = [], [], []
     gstrings = table.strings["coll_group"]
     istrings = table.strings["coll_id"]
@@ -438,6 +500,9 @@ def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
             keys.append(f"{op}/{grp}#{int(kk[3])}" if grp else f"{op}#{int(kk[3])}")
         else:
             keys.append(f"{grp}#{int(kk[3])}" if grp else f"{op}#{int(kk[3])}")
+    count_mm = (
+        _count_mismatches(table, rank, op_code, op_names, group) if source == "ordinal" else []
+    )
     return CollectiveMatch(
         member_instance=new_id[umk[keep_member, 0]].astype(np.int64),
         member_rank=umk[keep_member, 1].astype(np.int64),
@@ -451,7 +516,46 @@ def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
         key=keys,
         bytes=nbytes[kept_insts],
         source=source,
+        group_size=gsize[kept_insts],
+        bytes_min=bmin[kept_insts],
+        bytes_max=nbytes[kept_insts],
+        count_mismatches=count_mm,
     )
+
+
+def _count_mismatches(
+    table: EventTable,
+    rank: np.ndarray,
+    op_code: np.ndarray,
+    op_names: list[str],
+    group: np.ndarray,
+) -> list[dict[str, Any]]:
+    """Per (operation, group): ranks whose number of calls differs from the others'."""
+    runs = rank_runs(table)
+    run = (
+        np.array([runs.get(int(r), 0) for r in rank.tolist()], dtype=np.int64)
+        if len(runs) > 1
+        else np.zeros(len(rank), np.int64)
+    )
+    key = np.stack([run, op_code, group, rank], axis=1)
+    ukey, counts = np.unique(key, axis=0, return_counts=True)
+    out: list[dict[str, Any]] = []
+    bounds = np.flatnonzero(np.r_[True, np.any(ukey[1:, :3] != ukey[:-1, :3], axis=1)])
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(ukey)].tolist()):
+        c = counts[b:e]
+        if e - b >= 2 and c.min() != c.max():
+            typical = int(np.median(c))
+            odd = {int(ukey[b + i, 3]): int(c[i]) for i in range(e - b) if c[i] != typical}
+            out.append(
+                {
+                    "kind": "count",
+                    "op": op_names[int(ukey[b, 1])],
+                    "group": table.strings["coll_group"][int(ukey[b, 2])],
+                    "typical_calls": typical,
+                    "ranks": {str(k): v for k, v in sorted(odd.items())[:20]},
+                }
+            )
+    return out
 
 
 def _empty(source: str) -> CollectiveMatch:

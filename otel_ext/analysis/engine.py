@@ -308,6 +308,7 @@ def analyze(
         "count": amatch.n_instances,
         "total_wait_ns": int(amatch.wait_ns.sum()) if amatch.n_instances else 0,
         "summary": amatch.summary(),
+        "mismatches": amatch.mismatches(),
         "instances": amatch.rows(limit=max_collectives),
         "wait_heatmap": wait_heatmap(amatch),
     }

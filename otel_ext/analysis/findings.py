@@ -22,7 +22,17 @@ numbers it rests on) and a one-line ``summary``. The kinds, and how they are tol
 * **exposed-communication**: communication not hidden behind computation takes a large share
   of the device time.
 * **host-bound**: devices wait for the host to launch work (HTA's host-wait idle).
-* **load-imbalance**: ranks do unequal work per step or per layer (``max/mean − 1``).
+* **load-imbalance**: one rank is the slowest in more steps (or layers) than chance allows
+  (binomial over every step, adjusted for the ranks) and the median step's imbalance
+  (``max/mean − 1``) clears the threshold.
+* **collective-mismatch**: members matched as one collective disagree: different sizes for
+  an operation where every member passes the same, or (matched by order) ranks that
+  recorded different numbers of one operation — a desync, or calls that are not one
+  collective.
+
+Every cross-rank verdict (straggler, throttle, imbalance) rests on a test against chance at
+``alpha`` (family-wise, see :mod:`otel_ext.analysis.significance`) and an effect size; below
+either it is not a finding, and the report shows the closest candidate in its table.
 
 A chip whose clock-frequency counter drops part-way while its peers' does not is a throttle
 finding even when the traces show it little (it may have had little work left).
@@ -474,6 +484,39 @@ def build_findings(
         findings.append(
             Finding("slow-nic", target, p["extra_ns"], pct(p["extra_ns"]), summary, evidence)
         )
+    # ---- collectives whose members disagree (a desync, or members that are not one) ----
+    mism = match.mismatches()
+    if mism:
+        by_kind = {k: [m for m in mism if m.get("kind") == k] for k in ("bytes", "count")}
+        parts = []
+        if by_kind["bytes"]:
+            m0 = by_kind["bytes"][0]
+            parts.append(
+                f"{len(by_kind['bytes'])} collectives whose members pass different sizes "
+                f"(e.g. {m0.get('op')} {m0.get('key')}: {m0.get('bytes_min')} vs "
+                f"{m0.get('bytes_max')} bytes)"
+            )
+        if by_kind["count"]:
+            m0 = by_kind["count"][0]
+            parts.append(
+                f"ranks with different numbers of {m0['op']} calls (typical "
+                f"{m0['typical_calls']}; "
+                + ", ".join(f"rank {r}: {c}" for r, c in m0["ranks"].items())
+                + ")"
+            )
+        target = str(mism[0].get("op", "collectives"))
+        findings.append(
+            Finding(
+                "collective-mismatch",
+                target,
+                0,
+                0.0,
+                "collectives matched across ranks disagree: "
+                + "; ".join(parts)
+                + f"; matched by {match.source}: a desync, or calls that are not one collective",
+                {"mismatches": mism[:40], "matched_by": match.source},
+            )
+        )
     # ---- symptoms --------------------------------------------------------------------
     if overlap:
         rows = [o for o in overlap if o.get("exposed_comm_ns") is not None]
@@ -576,6 +619,7 @@ def build_findings(
     def key(f: Finding) -> tuple[int, float]:
         direct = bool(f.evidence.get("direct_counter_evidence")) or "clock_ratio" in f.evidence
         cause = f.kind in CAUSE_KINDS and (f.impact_pct >= th.min_cause_pct or direct)
+        cause = cause or f.kind == "collective-mismatch"  # no impact to rate: a fault itself
         tier = 0 if cause else 1
         return (tier, -f.impact_ns)
 
