@@ -466,7 +466,10 @@ class _State:
                     ctx.bad(f"event {i}", f"'ph' is missing or not a known phase: {ph!r:.40}")
                     continue
                 fcat = ev.get("cat")
-                if (ph == "s" or ph == "f") and type(fcat) is str and fcat in _LAUNCH_FLOW_CATS:
+                if fcat is not None and type(fcat) is not str:
+                    ctx.bad(f"event {i}", "'cat' is not a string")
+                    continue
+                if (ph == "s" or ph == "f") and fcat in _LAUNCH_FLOW_CATS:
                     fid = ev.get("id")
                     t = us_to_ns(ev.get("ts"))
                     if type(fid) is int and t is not None:

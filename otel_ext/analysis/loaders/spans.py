@@ -751,7 +751,9 @@ def load_jaeger_text(
             for ti, trace in enumerate(value):
                 _jaeger_trace(rows, ctx, ti, trace, counter)
     except JsonSyntaxError as e:
-        ctx.bad(e.record or "file", f"malformed JSON: {e}")
+        record = e.record or (f"trace {e.index}" if e.index is not None else "file")
+        ctx.bad(record, f"malformed JSON: {e}")
+        seen_data = True
     if not seen_data:
         ctx.bad("data", "Jaeger export has no 'data' list")
     return rows.build({"format": "jaeger", "path": ctx.path, "rank": -1})
@@ -787,7 +789,9 @@ def _jaeger_trace(
         pid = span.get("processID")
         proc = procs.get(pid) if isinstance(pid, str) else None
         problem = None
-        if proc is not None and not isinstance(proc, dict):
+        if pid is not None and not isinstance(pid, str):
+            problem = f"processID is not a string: {pid!r:.40}"
+        elif proc is not None and not isinstance(proc, dict):
             problem = f"process {pid!r:.40} is not an object"
         else:
             for tags in ((proc or {}).get("tags"), span.get("tags")):
