@@ -7,7 +7,9 @@ wrap the OTLP exporters that :func:`exporters.configure` builds:
 
 * :class:`CollectorEndpoint` knows whether the collector's address accepts a TCP
   connection: it asks before the first export, after a failed one and, while the collector
-  is down, at most every ``retry_s`` seconds (so recovery is noticed within about that);
+  is down, before each export (a refused connection costs microseconds; an unanswered one
+  at most ``probe_timeout_s``, on the exporter thread), so the first batch after the
+  collector is back goes through;
 * while it is down, :class:`OutageGuardSpanExporter` and :class:`OutageGuardMetricExporter`
   drop each batch at once and count it (``accel.telemetry.dropped``), instead of calling
   the SDK exporter;
@@ -37,8 +39,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from urllib.parse import urlparse
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -114,8 +115,6 @@ class CollectorEndpoint:
         url: the exporter's endpoint.
         signal_var: the variable that chooses this signal's exporter, for the hint.
         probe_timeout_s: longest wait for a TCP connection.
-        retry_s: while down, how often to look again.
-        clock: monotonic clock in seconds.
     """
 
     def __init__(
@@ -124,18 +123,13 @@ class CollectorEndpoint:
         *,
         signal_var: str = "OTEL_TRACES_EXPORTER",
         probe_timeout_s: float = 1.0,
-        retry_s: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
     ):
         self.url = url
         self.signal_vars = [signal_var]
         self._address = _address(url)
         self._probe_timeout = probe_timeout_s
-        self._retry = retry_s
-        self._clock = clock
         self._lock = threading.Lock()
         self.state = "unknown"
-        self._next_probe = 0.0
         self.outages = 0
         self.dropped: dict[str, int] = {}
 
@@ -159,16 +153,10 @@ class CollectorEndpoint:
         return ok
 
     def usable(self) -> bool:
-        """Whether an export should be tried now (probes when due)."""
-        state = self.state
-        if state == "up":
-            return True
-        if state == "down" and self._clock() < self._next_probe:
-            return False
-        return self.probe()
+        """Whether an export should be tried now (probes unless the collector is up)."""
+        return self.state == "up" or self.probe()
 
     def _down(self, why: str) -> None:
-        self._next_probe = self._clock() + self._retry
         if self.state == "down":
             return
         self.state = "down"
@@ -177,11 +165,9 @@ class CollectorEndpoint:
         hint = " or ".join(f"{var}=file" for var in self.signal_vars)
         _log.warning(
             "no OTLP collector at %s (%s): telemetry is dropped and counted "
-            "(accel.telemetry.dropped) until it answers (checked every %gs); "
-            "set %s to write files instead",
+            "(accel.telemetry.dropped) until it answers; set %s to write files instead",
             self.url,
             why,
-            self._retry,
             hint,
         )
 

@@ -28,6 +28,7 @@ STANDARD_VARIABLES: dict[str, str] = {
     "OTEL_BSP_SCHEDULE_DELAY": "Milliseconds between two exports of the batch span processor.",
     "OTEL_BSP_MAX_QUEUE_SIZE": "Spans the batch span processor queues before it drops (and counts) them.",
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "Largest batch of spans in one export.",
+    "OTEL_BSP_EXPORT_TIMEOUT": "Milliseconds one span export may take; also the default bound of `Telemetry.shutdown()` (below `OTEL_EXT_EXPORT_TIMEOUT_S`, above `OTEL_EXPORTER_OTLP_TIMEOUT`).",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "Base URL of the OTLP receiver (a Collector).",
     "OTEL_EXPORTER_OTLP_{SIGNAL}_ENDPOINT": "Full URL for one signal's OTLP export.",
     "OTEL_EXPORTER_OTLP_PROTOCOL": "`grpc` or `http/protobuf` (`http/json` is refused with a one-line error).",

@@ -61,6 +61,7 @@ import mmap
 import os
 import secrets
 import stat
+import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -105,6 +106,11 @@ RING_BASE = OPEN_BASE + OPEN_SLOTS * ENTRY_WORDS
 RECORD_WORDS = RING_BASE + RING_SLOTS * ENTRY_WORDS
 RECORD_BYTES = RECORD_WORDS * 8
 SUFFIX = ".span"
+_pack_entry = struct.Struct(f"={ENTRY_WORDS}Q").pack_into
+_OPEN_OFFSETS = [(OPEN_BASE + i * ENTRY_WORDS) * 8 for i in range(OPEN_SLOTS)]
+_OPEN_SPAN_WORDS = [OPEN_BASE + i * ENTRY_WORDS + 2 for i in range(OPEN_SLOTS)]
+_RING_OFFSETS = [(RING_BASE + i * ENTRY_WORDS) * 8 for i in range(RING_SLOTS)]
+_RING_END_WORDS = [RING_BASE + i * ENTRY_WORDS + 4 for i in range(RING_SLOTS)]
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _MASK64 = (1 << 64) - 1
@@ -434,21 +440,19 @@ class ActiveSpanRecord:
             return
         w = self._words
         seq = self._seq
-        if not self._free or span_id in self._open:
+        free = self._free
+        if not free or span_id in self._open:
             self._dropped += 1
             w[W_SEQ] = seq + 1
             w[W_DROPPED] = self._dropped
             w[W_SEQ] = self._seq = seq + 2
             return
-        slot = self._free.pop()
+        slot = free.pop()
         self._open[span_id] = slot
-        b = OPEN_BASE + slot * ENTRY_WORDS
         w[W_SEQ] = seq + 1
-        w[b] = trace_id >> 64
-        w[b + 1] = trace_id & _MASK64
-        w[b + 3] = start_ns
-        w[b + 4] = 0
-        w[b + 2] = span_id
+        _pack_entry(
+            self._mm, _OPEN_OFFSETS[slot], trace_id >> 64, trace_id & _MASK64, span_id, start_ns, 0
+        )
         w[W_SEQ] = self._seq = seq + 2
 
     def _end(self, trace_id: int, span_id: int, start_ns: int, end_ns: int) -> None:
@@ -459,22 +463,25 @@ class ActiveSpanRecord:
         w[W_SEQ] = seq + 1
         slot = self._open.pop(span_id, None)
         if slot is not None:
-            w[OPEN_BASE + slot * ENTRY_WORDS + 2] = 0
+            w[_OPEN_SPAN_WORDS[slot]] = 0
             self._free.append(slot)
         head = self._head
-        b = RING_BASE + (head % RING_SLOTS) * ENTRY_WORDS
+        ring = head % RING_SLOTS
         if head >= RING_SLOTS:
-            old_end = w[b + 4]
+            old_end = w[_RING_END_WORDS[ring]]
             if old_end > self._evicted:
                 self._evicted = old_end
                 w[W_EVICTED] = old_end
-        w[b] = trace_id >> 64
-        w[b + 1] = trace_id & _MASK64
-        w[b + 2] = span_id
-        w[b + 3] = start_ns
-        w[b + 4] = end_ns
-        self._head = head + 1
-        w[W_HEAD] = head + 1
+        _pack_entry(
+            self._mm,
+            _RING_OFFSETS[ring],
+            trace_id >> 64,
+            trace_id & _MASK64,
+            span_id,
+            start_ns,
+            end_ns,
+        )
+        self._head = w[W_HEAD] = head + 1
         w[W_SEQ] = self._seq = seq + 2
 
     # -- control -------------------------------------------------------------------------
