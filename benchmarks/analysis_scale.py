@@ -1,8 +1,8 @@
 """Benchmark: the whole default analysis at 64, 512 and 4,096 ranks, a fixed work per rank.
 
     python benchmarks/analysis_scale.py [--ranks 64,512,4096] [--collectives 200]
-                                        [--steps 10] [--kernels 20] [--timeout 300]
-                                        [--phases] [--memory] [--profile]
+                                        [--steps 10] [--kernels 20] [--repeat 1]
+                                        [--timeout 300] [--phases] [--memory] [--profile]
 
 Each size is a synthetic multi-rank :class:`~otel_ext.analysis.table.EventTable` built in
 memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` profiler steps,
@@ -15,7 +15,7 @@ milliseconds; one rank (the straggler) computes 25 % slower and so arrives last 
 collective. Every member of a collective leaves at one common exit after the last arrival.
 
 Each size runs ``otel_ext.analysis.engine.analyze(table)`` in a fresh subprocess (so its
-memory is its own: the process's peak RSS), under ``--timeout`` seconds. Printed per size:
+memory is its own: the process's peak RSS), under ``--timeout`` seconds (``--repeat`` runs, the best times kept). Printed per size:
 rows, the table's bytes, the analysis's seconds and the process's peak RSS, and each against
 linear scaling from the smallest size: ``(time(n) / time(n0)) / (n / n0)``, so 1.0 = linear,
 2.0 = twice what linear growth predicts.
@@ -31,6 +31,7 @@ whose own time grows faster than linear from the smallest to the largest size th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -89,7 +90,7 @@ def make_table(
 
     >>> t = make_table(16, collectives=4, steps=2, kernels=2)
     >>> len(t), sorted(set(t["rank"].tolist())) == list(range(16))
-    (416, True)
+    (448, True)
     >>> t.strings["device"][int(t["device"][-1])], int(t["coll_group_size"].max())
     ('host1/chip7', 16)
     """
@@ -115,8 +116,14 @@ def make_table(
     start = np.empty((ranks, n_items), dtype=np.int64)
     end = np.empty((ranks, n_items), dtype=np.int64)
     cur = np.zeros(ranks)
+    step_first = np.r_[True, step_of[1:] != step_of[:-1]]
     for i in range(n_items):
-        gap = rng.uniform(5 * US, 15 * US, ranks)
+        # a step's first kernel waits for the host's return from the previous step's sync
+        gap = (
+            rng.uniform(45 * US, 55 * US, ranks)
+            if step_first[i]
+            else rng.uniform(5 * US, 15 * US, ranks)
+        )
         if kinds[i]:
             arrive = cur + gap
             exit_ = arrive.max() + transfer[i]
@@ -137,24 +144,28 @@ def make_table(
     # launches on the host thread: CPU op [ks-30us, ks-8us] around runtime [ks-25us, ks-12us]
     op_start, op_end = k_start - 30 * US, k_start - 8 * US
     rt_start, rt_end = k_start - 25 * US, k_start - 12 * US
-    # steps: from the step's first CPU op to its last kernel's launch end
-    first = np.flatnonzero(np.r_[True, step_of[1:] != step_of[:-1]])
+    # each step ends in a blocking cudaStreamSynchronize that returns when its last kernel
+    # (the gradient all-reduce) ends; the step row spans its CPU ops and that sync
+    first = np.flatnonzero(step_first)
     last = np.r_[first[1:], n_items] - 1
-    st_start, st_end = op_start[:, first] - 5 * US, op_end[:, last] + 5 * US
-    # per rank: steps, then per item (CPU op, runtime, kernel); 3 rows per item
-    per_rank = steps + 3 * n_items
+    sy_start, sy_end = op_end[:, last] + 2 * US, k_end[:, last] + US
+    st_start, st_end = op_start[:, first] - 5 * US, sy_end + US
+    # per rank: steps, syncs, then per item (CPU op, runtime, kernel); 3 rows per item
+    head = 2 * steps
+    per_rank = head + 3 * n_items
     n = ranks * per_rank
 
-    def lay(steps_v: Any, op_v: Any, rt_v: Any, k_v: Any, dtype: Any) -> np.ndarray:
+    def lay(steps_v: Any, sync_v: Any, op_v: Any, rt_v: Any, k_v: Any, dtype: Any) -> np.ndarray:
         m = np.empty((ranks, per_rank), dtype=dtype)
         m[:, :steps] = steps_v
-        m[:, steps::3] = op_v
-        m[:, steps + 1 :: 3] = rt_v
-        m[:, steps + 2 :: 3] = k_v
+        m[:, steps:head] = sync_v
+        m[:, head::3] = op_v
+        m[:, head + 1 :: 3] = rt_v
+        m[:, head + 2 :: 3] = k_v
         return m
 
-    s_m = lay(st_start, op_start, rt_start, k_start, np.int64)
-    e_m = lay(st_end, op_end, rt_end, k_end, np.int64)
+    s_m = lay(st_start, sy_start, op_start, rt_start, k_start, np.int64)
+    e_m = lay(st_end, sy_end, op_end, rt_end, k_end, np.int64)
     order = np.argsort(s_m, axis=1, kind="stable")  # each rank's rows in time order
     take = np.take_along_axis
 
@@ -168,7 +179,7 @@ def make_table(
     seq = np.cumsum(kinds) - 1
     # string dictionaries
     names = ["", *(f"ProfilerStep#{s}" for s in range(steps)), *COMPUTE_NAMES, COMM_NAME]
-    names += ["cudaLaunchKernel", "aten::mm", "c10d::allreduce_"]
+    names += ["cudaLaunchKernel", "aten::mm", "c10d::allreduce_", "cudaStreamSynchronize"]
     code = {s: i for i, s in enumerate(names)}
     k_name = np.where(kinds, code[COMM_NAME], code[COMPUTE_NAMES[0]] + item % len(COMPUTE_NAMES))
     op_name = np.where(kinds, code["c10d::allreduce_"], code["aten::mm"])
@@ -180,32 +191,39 @@ def make_table(
     strings["coll_group"] = ["", "world"]
     strings["source"] = ["", *(f"rank{r}.pt.trace.json" for r in range(ranks))]
     minus = -1
+    step_c, runtime_c = int(Category.STEP), int(Category.RUNTIME)
     columns: dict[str, np.ndarray] = {}
     columns["start_ns"] = col(s_m)
     columns["end_ns"] = col(e_m)
-    columns["category"] = col(
-        lay(int(Category.STEP), int(Category.CPU_OP), int(Category.RUNTIME), cat_k, np.int8)
-    )
+    cpu_c = int(Category.CPU_OP)
+    columns["category"] = col(lay(step_c, runtime_c, cpu_c, runtime_c, cat_k, np.int8))
     columns["rank"] = np.repeat(rank_ids.astype(np.int32), per_rank)
     columns["stream"] = col(
-        lay(minus, minus, minus, np.where(kinds, COMM_STREAM, COMPUTE_STREAM), np.int64)
+        lay(minus, minus, minus, minus, np.where(kinds, COMM_STREAM, COMPUTE_STREAM), np.int64)
     )
     tid = 4_000 + rank_ids[:, None] % CHIPS_PER_HOST
-    columns["tid"] = col(lay(tid, tid, tid, minus, np.int64))
-    columns["coll_seq"] = col(lay(minus, minus, minus, np.where(kinds, seq, minus), np.int64))
-    columns["coll_bytes"] = col(lay(minus, minus, minus, nbytes, np.int64))
-    columns["correlation"] = col(lay(minus, minus, corr, corr, np.int64))
-    columns["external_id"] = col(lay(minus, corr, corr, corr, np.int64))
-    columns["coll_group_size"] = col(
-        lay(minus, minus, minus, np.where(kinds, ranks, minus), np.int32)
-    )
+    columns["tid"] = col(lay(tid, tid, tid, tid, minus, np.int64))
+    comm_only = functools.partial(lay, minus, minus, minus, minus)
+    columns["coll_seq"] = col(comm_only(np.where(kinds, seq, minus), np.int64))
+    columns["coll_bytes"] = col(comm_only(nbytes, np.int64))
+    columns["coll_group_size"] = col(comm_only(np.where(kinds, ranks, minus), np.int32))
+    sync_corr = n_items + 1 + np.arange(steps)
+    columns["correlation"] = col(lay(minus, sync_corr, minus, corr, corr, np.int64))
+    columns["external_id"] = col(lay(minus, minus, corr, corr, corr, np.int64))
     columns["name"] = col(
-        lay(1 + np.arange(steps), op_name, code["cudaLaunchKernel"], k_name, np.int32)
+        lay(
+            1 + np.arange(steps),
+            code["cudaStreamSynchronize"],
+            op_name,
+            code["cudaLaunchKernel"],
+            k_name,
+            np.int32,
+        )
     )
     columns["host"] = np.repeat((1 + rank_ids // CHIPS_PER_HOST).astype(np.int32), per_rank)
     columns["device"] = np.repeat((1 + rank_ids).astype(np.int32), per_rank)
     columns["source"] = columns["device"].copy()
-    columns["coll_op"] = col(lay(0, 0, 0, comm.astype(np.int32), np.int32))
+    columns["coll_op"] = col(lay(0, 0, 0, 0, comm.astype(np.int32), np.int32))
     columns["coll_group"] = columns["coll_op"].copy()
     for name, (dtype, default) in NUMERIC_COLUMNS.items():
         columns.setdefault(name, constant_column(default, dtype, n))
@@ -221,7 +239,8 @@ def make_table(
 def _instrument_engine(memory: bool) -> dict[str, list[float]]:
     """Wrap every otel-ext function the engine calls with a timer (outermost call counted).
 
-    Returns ``{step name: [seconds, calls, peak traced bytes]}``, filled as the engine runs.
+    Returns ``{step name: [seconds, calls, peak traced bytes, CPU seconds]}``, filled as the
+    engine runs.
     """
     import functools
     import inspect
@@ -241,16 +260,16 @@ def _instrument_engine(memory: bool) -> dict[str, list[float]]:
             if memory:
                 tracemalloc.reset_peak()
                 base = tracemalloc.get_traced_memory()[0]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                dt = time.perf_counter() - t0
-                rec = phases.setdefault(name, [0.0, 0, 0])
-                rec[0] += dt
+                rec = phases.setdefault(name, [0.0, 0, 0, 0.0])
+                rec[0] += time.perf_counter() - t0
                 rec[1] += 1
                 if memory:
                     rec[2] = max(rec[2], tracemalloc.get_traced_memory()[1] - base)
+                rec[3] += time.process_time() - c0
                 depth[0] -= 1
 
         return timed
@@ -276,16 +295,17 @@ def child(args: argparse.Namespace) -> None:
     """Build one size's table, analyse it, print one JSON line."""
     import resource
 
+    from otel_ext.analysis.engine import analyze
+
+    # warm-up on 16 ranks: lazy imports and numpy's first calls are not the analysis's cost
+    analyze(make_table(16, collectives=args.steps, steps=args.steps, kernels=2))
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     table = make_table(
         args.child, collectives=args.collectives, steps=args.steps, kernels=args.kernels
     )
     build_s = time.perf_counter() - t0
     rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    from otel_ext.analysis.engine import analyze
-
-    # warm-up on 16 ranks: lazy imports and numpy's first calls are not the analysis's cost
-    analyze(make_table(16, collectives=args.steps, steps=args.steps, kernels=2))
     phases = _instrument_engine(args.memory) if (args.phases or args.memory) else {}
     if args.memory:
         import tracemalloc
@@ -297,12 +317,13 @@ def child(args: argparse.Namespace) -> None:
 
         prof = cProfile.Profile()
         prof.enable()
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     doc = analyze(table)
-    seconds = time.perf_counter() - t1
+    seconds, cpu = time.perf_counter() - t1, time.process_time() - c1
     if prof is not None:
         prof.disable()
         _dump_profile(prof, args.profile_out)
+        prof.dump_stats(args.profile_out + ".pstats")
     top = doc["stragglers"][0] if doc["stragglers"] else {}
     print(
         json.dumps(
@@ -312,6 +333,8 @@ def child(args: argparse.Namespace) -> None:
                 "table_mb": table.nbytes() / 2**20,
                 "build_s": build_s,
                 "seconds": seconds,
+                "cpu_s": cpu,
+                "rss_start_kb": rss_start,
                 "rss_built_kb": rss_built,
                 "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 "collectives": doc["collectives"]["count"],
@@ -325,15 +348,29 @@ def child(args: argparse.Namespace) -> None:
 
 
 def _dump_profile(prof: Any, path: str) -> None:
+    """Own time per function (``file:line(name)``: calls, own s, cumulative s); a built-in
+    (numpy's sort, ``np.isin``'s C part, ...) is split by the function that called it."""
     import pstats
 
+    def short(key: tuple[str, int, str]) -> str:
+        file, line, func = key
+        if "/otel_ext/" in file:
+            file = file.split("/otel_ext/", 1)[1]
+        elif "/benchmarks/" in file:
+            file = "benchmarks/" + Path(file).name
+        else:
+            file = Path(file).name
+        return f"{file}:{line}({func})"
+
     st = pstats.Stats(prof)
-    out = {}
-    for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
-        if tt < 1e-4 and ct < 1e-3:
-            continue
-        short = file.split("/otel_ext/", 1)[-1] if "/otel_ext/" in file else Path(file).name
-        out[f"{short}:{line}({func})"] = [nc, tt, ct]
+    out: dict[str, list[float]] = {}
+    for key, (_cc, nc, tt, ct, callers) in st.stats.items():  # type: ignore[attr-defined]
+        if key[0] == "~" and callers:
+            for caller, (_ccc, cnc, ctt, cct) in callers.items():
+                if ctt >= 1e-4:
+                    out[f"{short(key)} <- {short(caller)}"] = [cnc, ctt, cct]
+        elif tt >= 1e-4 or ct >= 1e-3:
+            out[short(key)] = [nc, tt, ct]
     Path(path).write_text(json.dumps(out))
 
 
@@ -364,6 +401,28 @@ def run_size(args: argparse.Namespace, ranks: int, *, profile_out: str | None = 
     return res
 
 
+def _best(runs: list[dict]) -> dict:
+    """Each time its best run's (the machine is shared), memory its largest; errors win."""
+    errors = [r for r in runs if "error" in r]
+    if errors:
+        return errors[0]
+    best = dict(min(runs, key=lambda r: r["seconds"]))
+    best["cpu_s"] = min(r["cpu_s"] for r in runs)
+    best["maxrss_kb"] = max(r["maxrss_kb"] for r in runs)
+    best["rss_start_kb"] = min(r["rss_start_kb"] for r in runs)
+    phases: dict[str, list[float]] = {}
+    for r in runs:
+        for k, v in r["phases"].items():
+            old = phases.get(k)
+            phases[k] = (
+                list(v)
+                if old is None
+                else [min(old[0], v[0]), v[1], max(old[2], v[2]), min(old[3], v[3])]
+            )
+    best["phases"] = phases
+    return best
+
+
 def _vs_linear(value: float, base: float, n: int, n0: int) -> float:
     return (value / base) / (n / n0) if base > 0 else float("nan")
 
@@ -371,23 +430,28 @@ def _vs_linear(value: float, base: float, n: int, n0: int) -> float:
 def print_sizes(results: list[dict]) -> None:
     ok = [r for r in results if "error" not in r]
     print(
-        "| ranks | rows | table MB | analyze s | peak RSS MB | time vs linear |"
-        " memory vs linear | collectives | top straggler (true) |"
+        "| ranks | rows | table MB | analyze s | CPU s | peak RSS MB | above start MB |"
+        " time vs linear | CPU vs linear | memory vs linear | collectives |"
+        " top straggler (true) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 12 + "|")
     b = ok[0] if ok else None
     for r in results:
-        if "error" in r:
-            print(f"| {r['ranks']:,} | – | – | {r['error']} | – | – | – | – | – |")
-            continue
-        assert b is not None
-        tr = _vs_linear(r["seconds"], b["seconds"], r["ranks"], b["ranks"])
-        mr = _vs_linear(r["maxrss_kb"], b["maxrss_kb"], r["ranks"], b["ranks"])
-        print(
-            f"| {r['ranks']:,} | {r['rows']:,} | {r['table_mb']:.0f} | {r['seconds']:.2f} |"
-            f" {r['maxrss_kb'] / 1024:.0f} | {tr:.2f} | {mr:.2f} | {r['collectives']} |"
-            f" {r['top_straggler']} ({r['straggler']}) |"
-        )
+        if "error" not in r:
+            assert b is not None
+            n, n0 = r["ranks"], b["ranks"]
+            tr = _vs_linear(r["seconds"], b["seconds"], n, n0)
+            cr = _vs_linear(r["cpu_s"], b["cpu_s"], n, n0)
+            above = r["maxrss_kb"] - r["rss_start_kb"]
+            mr = _vs_linear(above, b["maxrss_kb"] - b["rss_start_kb"], n, n0)
+            print(
+                f"| {n:,} | {r['rows']:,} | {r['table_mb']:.0f} | {r['seconds']:.2f} |"
+                f" {r['cpu_s']:.2f} | {r['maxrss_kb'] / 1024:.0f} | {above / 1024:.0f} |"
+                f" {tr:.2f} | {cr:.2f} | {mr:.2f} | {r['collectives']} |"
+                f" {r['top_straggler']} ({r['straggler']}) |"
+            )
+        else:
+            print(f"| {r['ranks']:,} | – | – | {r['error']} |" + " – |" * 8)
 
 
 def print_phases(results: list[dict]) -> None:
@@ -396,10 +460,11 @@ def print_phases(results: list[dict]) -> None:
         return
     b = ok[0]
     names = sorted(
-        {k for r in ok for k in r["phases"]}, key=lambda k: -ok[-1]["phases"].get(k, [0])[0]
+        {k for r in ok for k in r["phases"]},
+        key=lambda k: -ok[-1]["phases"].get(k, [0.0, 0, 0, 0.0])[3],
     )
     mem = any(v[2] for r in ok for v in r["phases"].values())
-    heads = ["step", *(f"{r['ranks']:,} s" for r in ok)]
+    heads = ["step (CPU s)", *(f"{r['ranks']:,}" for r in ok)]
     heads += [f"vs linear {r['ranks']:,}" for r in ok[1:]]
     if mem:
         heads += [f"{r['ranks']:,} MB" for r in ok]
@@ -407,10 +472,10 @@ def print_phases(results: list[dict]) -> None:
     print("|---" * len(heads) + "|")
     for k in [*names, "(engine, outside the steps)"]:
         if k.startswith("("):
-            vals = [r["seconds"] - sum(v[0] for v in r["phases"].values()) for r in ok]
+            vals = [r["cpu_s"] - sum(v[3] for v in r["phases"].values()) for r in ok]
             mems = [0.0 for _ in ok]
         else:
-            vals = [r["phases"].get(k, [0.0])[0] for r in ok]
+            vals = [r["phases"].get(k, [0.0, 0, 0, 0.0])[3] for r in ok]
             mems = [r["phases"].get(k, [0, 0, 0])[2] / 2**20 for r in ok]
         cells = [f"{v:.3f}" for v in vals]
         cells += [
@@ -458,10 +523,12 @@ def main() -> None:
     ap.add_argument("--collectives", type=int, default=200, help="all-reduces per rank")
     ap.add_argument("--steps", type=int, default=10, help="profiler steps per rank")
     ap.add_argument("--kernels", type=int, default=20, help="compute kernels per step")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh runs per size (best kept)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per size")
     ap.add_argument("--phases", action="store_true", help="time each engine step")
     ap.add_argument("--memory", action="store_true", help="each step's traced peak (slower)")
     ap.add_argument("--profile", action="store_true", help="cProfile: super-linear functions")
+    ap.add_argument("--profile-dir", help="keep the profiles here (.json, .pstats)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -476,7 +543,7 @@ def main() -> None:
     )
     results = []
     for n in sizes:
-        res = run_size(args, n)
+        res = _best([run_size(args, n) for _ in range(args.repeat)])
         print(
             f"  {n:,} ranks: "
             + (
@@ -497,7 +564,9 @@ def main() -> None:
         import tempfile
 
         profiles = []
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as scratch:
+            tmp = args.profile_dir or scratch
+            os.makedirs(tmp, exist_ok=True)
             for n in sizes:
                 path = os.path.join(tmp, f"{n}.json")
                 saved = args.phases, args.memory
