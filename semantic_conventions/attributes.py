@@ -43,6 +43,12 @@ __all__ = [
     "ACCEL_DEVICE_KIND",
     "ACCEL_DEVICE_MODEL",
     "ACCEL_DEVICE_UUID",
+    "ACCEL_ENGINE_STEP_CHIPS",
+    "ACCEL_ENGINE_STEP_DECODE_TOKENS",
+    "ACCEL_ENGINE_STEP_DEVICE_TIME_NS",
+    "ACCEL_ENGINE_STEP_INDEX",
+    "ACCEL_ENGINE_STEP_PREFILL_TOKENS",
+    "ACCEL_ENGINE_STEP_REQUEST_IDS",
     "ACCEL_HOST_ID",
     "ACCEL_KERNEL_BYTES",
     "ACCEL_KERNEL_CORRELATION_ID",
@@ -173,6 +179,18 @@ ACCEL_DEVICE_KIND = 'accel.device.kind'
 ACCEL_DEVICE_MODEL = 'accel.device.model'
 #: Vendor UUID of the device, when the driver exposes one.
 ACCEL_DEVICE_UUID = 'accel.device.uuid'
+#: Number of chips that ran the step (its tensor-parallel group).
+ACCEL_ENGINE_STEP_CHIPS = 'accel.engine.step.chips'
+#: Tokens the step generated for each request (aligned with `accel.engine.step.request_ids`).
+ACCEL_ENGINE_STEP_DECODE_TOKENS = 'accel.engine.step.decode_tokens'
+#: Device busy time of the step summed over the chips that ran it (from device timers, e.g. CUDA events around the forward), in nanoseconds.
+ACCEL_ENGINE_STEP_DEVICE_TIME_NS = 'accel.engine.step.device_time_ns'
+#: The engine's iteration number on its host.
+ACCEL_ENGINE_STEP_INDEX = 'accel.engine.step.index'
+#: Prompt tokens the step computed for each request (aligned with `accel.engine.step.request_ids`).
+ACCEL_ENGINE_STEP_PREFILL_TOKENS = 'accel.engine.step.prefill_tokens'
+#: Server-side ids of the requests the step served (aligned with the token lists).
+ACCEL_ENGINE_STEP_REQUEST_IDS = 'accel.engine.step.request_ids'
 #: Name of the host the device is attached to, as the cluster names it.
 ACCEL_HOST_ID = 'accel.host.id'
 #: Estimated memory bytes moved by the activity.

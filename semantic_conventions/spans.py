@@ -7,6 +7,7 @@ Generated from the registry by ``otel-ext semconv generate``. Do not edit.
 __all__ = [
     "SPAN_ACCEL_CLOCK_SYNC",
     "SPAN_ACCEL_COLLECTIVE",
+    "SPAN_ACCEL_ENGINE_STEP",
     "SPAN_ACCEL_KERNEL",
     "SPAN_ACCEL_LAYER",
     "SPAN_ACCEL_LINK_TRANSFER",
@@ -18,6 +19,8 @@ __all__ = [
 SPAN_ACCEL_CLOCK_SYNC = 'accel.clock.sync'
 #: One rank's part in a collective or point-to-point operation.
 SPAN_ACCEL_COLLECTIVE = 'accel.collective'
+#: One engine step (continuous-batching iteration) with the tokens it computed for each request it served.
+SPAN_ACCEL_ENGINE_STEP = 'accel.engine.step'
 #: Device activity recorded from device-clock timestamps (kernel, memcpy, DMA).
 SPAN_ACCEL_KERNEL = 'accel.kernel'
 #: One model layer's forward or backward call.

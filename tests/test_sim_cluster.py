@@ -106,6 +106,7 @@ def test_telemetry_loads_with_the_exporters_reader_and_uses_registry_names(
         "accel.kernel",
         "accel.link.transfer",
         "accel.clock.sync",
+        "accel.engine.step",
     }
     phases = {s.attributes["accel.request.phase"] for s in run.spans_named("accel.request.phase")}
     assert phases == {"queue", "prefill", "kv_transfer", "decode"}

@@ -45,7 +45,7 @@ from otel_ext.analysis.collectives import (
 from otel_ext.analysis.critical_path import critical_path
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
-from otel_ext.analysis.requests import request_latency
+from otel_ext.analysis.requests import request_accounting_for_inputs, request_latency
 from otel_ext.analysis.roofline import roofline
 from otel_ext.analysis.runs import runs_summary
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices
@@ -266,6 +266,7 @@ def analyze(
     imb = load_imbalance(aligned, groups=peers)
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
+    reqs["accounting"] = request_accounting_for_inputs(getattr(load, "inputs", []), metrics)
     dev = aligned["rank"] >= 0
     run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0
     run_end = int(aligned["end_ns"][dev].max()) if dev.any() else 0

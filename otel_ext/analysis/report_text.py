@@ -209,6 +209,15 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
             f"{_pct(s['ttft_prefill_pct'])}, layers {_pct(s['ttft_layers_pct'])}, "
             f"collectives {_pct(s['ttft_collectives_pct'])}"
         )
+        acc = (req.get("accounting") or {}).get("summary")  # per-request device time, energy
+        if acc:
+            j = ""
+            if acc["joules_p50"] is not None:
+                j = f"; energy p50 {acc['joules_p50']:.2f} J, p99 {acc['joules_p99']:.2f} J"
+            w(
+                f"        accelerator time per request p50 {acc['accelerator_ms_p50']:.3f} ms, "
+                f"p99 {acc['accelerator_ms_p99']:.3f} ms{j}"
+            )
     skipped = doc.get("skipped") or []
     if skipped:
         w("")

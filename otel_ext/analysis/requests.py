@@ -32,14 +32,41 @@ named only by the span kind take it from their order (queue, prefill, then decod
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from otel_ext._arrays import distinct, percentile
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.errors import InputError
+from semantic_conventions.attributes import (
+    ACCEL_ENGINE_STEP_CHIPS,
+    ACCEL_ENGINE_STEP_DECODE_TOKENS,
+    ACCEL_ENGINE_STEP_DEVICE_TIME_NS,
+    ACCEL_ENGINE_STEP_INDEX,
+    ACCEL_ENGINE_STEP_PREFILL_TOKENS,
+    ACCEL_ENGINE_STEP_REQUEST_IDS,
+    ACCEL_HOST_ID,
+)
+from semantic_conventions.metrics import METRIC_HW_ENERGY
+from semantic_conventions.spans import SPAN_ACCEL_ENGINE_STEP
 
-__all__ = ["request_latency"]
+__all__ = [
+    "EngineStep",
+    "engine_step_from_attributes",
+    "engine_steps_from_otlp",
+    "fit_token_costs",
+    "request_accounting",
+    "request_accounting_for_inputs",
+    "request_latency",
+    "step_energy",
+    "step_shares",
+]
 
 _PHASES = ("queue", "prefill", "decode")
 
@@ -195,3 +222,423 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
     }
     out.sort(key=lambda x: -(x["ttft_ns"] or 0))
     return {"count": len(out), "summary": summary, "requests": out[:limit]}
+
+
+# -- per-request accelerator time and energy under continuous batching -----------------------
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine step as its ``accel.engine.step`` span records it (times on its host's
+    clock, ns): the requests it served with the prompt and generated tokens it computed for
+    each, its device busy time summed over its chips (-1 when not measured)."""
+
+    host: str
+    step: int
+    start_ns: int
+    end_ns: int
+    device_ns: int
+    chips: int
+    request_ids: tuple[str, ...]
+    prefill_tokens: tuple[int, ...]
+    decode_tokens: tuple[int, ...]
+
+
+def _int_list(v: Any) -> tuple[int, ...] | None:
+    if not isinstance(v, (list, tuple)):
+        return None
+    out = []
+    for x in v:
+        try:
+            out.append(int(x))
+        except (TypeError, ValueError):
+            return None
+    return tuple(out)
+
+
+def engine_step_from_attributes(
+    attrs: Mapping[str, Any], *, start_ns: int, end_ns: int, where: str = ""
+) -> EngineStep:
+    """An :class:`EngineStep` from an ``accel.engine.step`` span's attributes.
+
+    Raises:
+        InputError: the request and token lists are missing, not lists or not aligned.
+
+    >>> s = engine_step_from_attributes({"accel.engine.step.index": 3,
+    ...     "accel.engine.step.request_ids": ["a", "b"], "accel.engine.step.prefill_tokens": [8, 0],
+    ...     "accel.engine.step.decode_tokens": [0, 1], "accel.host.id": "h0"}, start_ns=0, end_ns=9)
+    >>> s.request_ids, s.prefill_tokens, s.device_ns
+    (('a', 'b'), (8, 0), -1)
+    """
+    ids = attrs.get(ACCEL_ENGINE_STEP_REQUEST_IDS)
+    pre = _int_list(attrs.get(ACCEL_ENGINE_STEP_PREFILL_TOKENS))
+    dec = _int_list(attrs.get(ACCEL_ENGINE_STEP_DECODE_TOKENS))
+    step = attrs.get(ACCEL_ENGINE_STEP_INDEX, -1)
+    if not isinstance(ids, (list, tuple)) or pre is None or dec is None:
+        raise InputError(
+            "an accel.engine.step span needs its request ids and token lists",
+            path=where or None,
+            record=f"step {step}",
+        )
+    if not (len(ids) == len(pre) == len(dec)):
+        raise InputError(
+            f"request ids ({len(ids)}), prefill tokens ({len(pre)}) and decode tokens "
+            f"({len(dec)}) are not aligned",
+            path=where or None,
+            record=f"step {step}",
+        )
+    dev = attrs.get(ACCEL_ENGINE_STEP_DEVICE_TIME_NS)
+    chips = attrs.get(ACCEL_ENGINE_STEP_CHIPS)
+    return EngineStep(
+        host=str(attrs.get(ACCEL_HOST_ID, "")),
+        step=int(step) if isinstance(step, int) else -1,
+        start_ns=int(start_ns),
+        end_ns=int(end_ns),
+        device_ns=int(dev) if isinstance(dev, int) and dev >= 0 else -1,
+        chips=int(chips) if isinstance(chips, int) and chips > 0 else 1,
+        request_ids=tuple(str(x) for x in ids),
+        prefill_tokens=pre,
+        decode_tokens=dec,
+    )
+
+
+def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
+    """The ``accel.engine.step`` spans of OTLP-JSON trace files (one export request a line,
+    as our file exporters and the Collector's file exporter write them); other files and
+    lines are passed over.
+
+    Raises:
+        InputError: a step span's lists are malformed (file and line named).
+    """
+    from otel_ext.analysis.loaders.spans import otlp_attrs
+
+    needle = SPAN_ACCEL_ENGINE_STEP.encode()
+    out: list[EngineStep] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            continue
+        opener: Any = gzip.open if p.suffix == ".gz" else open
+        with opener(p, "rb") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if needle not in line:
+                    continue
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue  # not an OTLP-JSON line: the loaders report it, not us
+                if not isinstance(doc, dict):
+                    continue
+                for rs in doc.get("resourceSpans") or []:
+                    res = otlp_attrs((rs.get("resource") or {}).get("attributes"))
+                    for ss in rs.get("scopeSpans") or []:
+                        for sp in ss.get("spans") or []:
+                            if sp.get("name") != SPAN_ACCEL_ENGINE_STEP:
+                                continue
+                            attrs = {**res, **otlp_attrs(sp.get("attributes"))}
+                            out.append(
+                                engine_step_from_attributes(
+                                    attrs,
+                                    start_ns=int(sp.get("startTimeUnixNano", 0)),
+                                    end_ns=int(sp.get("endTimeUnixNano", 0)),
+                                    where=f"{p}:{lineno}",
+                                )
+                            )
+    out.sort(key=lambda s: (s.host, s.start_ns, s.step))
+    return out
+
+
+def fit_token_costs(steps: Sequence[EngineStep]) -> dict[str, Any]:
+    """Measured cost of a prefill token, a decode token and a step itself (device ns), by least
+    squares of each step's device time on its prefill and decode tokens (steps without a
+    measured device time left out; coefficients kept non-negative).
+
+    With fewer than three measured steps, or tokens of one kind only, the tokens are weighted
+    equally (``"fit": "equal"``).
+
+    >>> steps = [EngineStep("h", i, 0, 1, 100 + 10 * p + 2 * d, 1, ("r",), (p,), (d,))
+    ...          for i, (p, d) in enumerate([(50, 0), (0, 8), (20, 4), (0, 30), (70, 2)])]
+    >>> {k: round(v, 3) if isinstance(v, float) else v for k, v in fit_token_costs(steps).items()}
+    {'prefill_ns_per_token': 10.0, 'decode_ns_per_token': 2.0, 'step_ns': 100.0, 'fit': 'least_squares'}
+    """
+    rows = [
+        (sum(s.prefill_tokens), sum(s.decode_tokens), s.device_ns)
+        for s in steps
+        if s.device_ns >= 0
+    ]
+    equal: dict[str, Any] = {
+        "prefill_ns_per_token": 1.0,
+        "decode_ns_per_token": 1.0,
+        "step_ns": 0.0,
+        "fit": "equal",
+    }
+    if len(rows) < 3:
+        return equal
+    a = np.asarray(rows, dtype=np.float64)
+    if not (a[:, 0] > 0).any() or not (a[:, 1] > 0).any():
+        return equal
+    x = np.column_stack([a[:, 0], a[:, 1], np.ones(len(a))])
+    y = a[:, 2]
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    # non-negative: refit without a coefficient that came out negative
+    for _ in range(3):
+        neg = coef < 0
+        if not neg.any():
+            break
+        keep = ~neg
+        coef = np.zeros(3)
+        coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+    if coef[0] <= 0 and coef[1] <= 0:
+        return equal
+    return {
+        "prefill_ns_per_token": float(coef[0]),
+        "decode_ns_per_token": float(coef[1]),
+        "step_ns": float(coef[2]),
+        "fit": "least_squares",
+    }
+
+
+def step_shares(step: EngineStep, costs: Mapping[str, Any]) -> np.ndarray:
+    """Each request's share of one step (they sum to 1): its prefill and decode tokens at their
+    measured cost, plus the step's own cost split by tokens (see :func:`request_accounting`).
+
+    >>> s = EngineStep("h", 1, 0, 1, 100, 1, ("a", "b"), (30, 0), (0, 1))
+    >>> step_shares(s, {"prefill_ns_per_token": 2.0, "decode_ns_per_token": 1.0, "step_ns": 0.0}).tolist()
+    [0.9836065573770492, 0.01639344262295082]
+    """
+    p = np.asarray(step.prefill_tokens, dtype=np.float64)
+    d = np.asarray(step.decode_tokens, dtype=np.float64)
+    tok = p + d
+    total_tok = tok.sum()
+    if total_tok <= 0:
+        return np.full(len(p), 1.0 / len(p)) if len(p) else np.zeros(0)
+    w = costs["prefill_ns_per_token"] * p + costs["decode_ns_per_token"] * d
+    w = w + costs["step_ns"] * tok / total_tok
+    s = w.sum()
+    return w / s if s > 0 else tok / total_tok
+
+
+def _energy_series(metrics: Any) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """Per host: each device's cumulative energy counter (``hw.energy``, J) as (times, values)."""
+    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    if metrics is None or not len(metrics):
+        return out
+    sel = metrics.where("name", METRIC_HW_ENERGY)
+    if not sel.any():
+        return out
+    e = metrics.select(sel)
+    dev = e.codes["device"]
+    host = e.codes["host"]
+    for code in distinct(dev).tolist():
+        m = dev == code
+        order = np.argsort(e.time_ns[m], kind="stable")
+        t, v = e.time_ns[m][order], e.values[m][order].astype(np.float64)
+        h = e.strings["host"][int(np.bincount(host[m]).argmax())]
+        if len(t) >= 2:
+            out.setdefault(h, []).append((t, v))
+    return out
+
+
+def _nonneg_lstsq(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with coefficients that came out negative dropped (refitted at zero)."""
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    for _ in range(x.shape[1]):
+        neg = coef < 0
+        if not neg.any():
+            break
+        coef = np.zeros(x.shape[1])
+        if (~neg).any():
+            coef[~neg] = np.linalg.lstsq(x[:, ~neg], y, rcond=None)[0]
+    return coef
+
+
+def _host_energy(devs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """A host's devices' counters summed at the first device's sample times."""
+    t = devs[0][0]
+    v = np.zeros(len(t))
+    for dt, dv in devs:
+        v += np.interp(t, dt, dv)
+    return t, v
+
+
+def step_energy(steps: Sequence[EngineStep], metrics: Any) -> np.ndarray:
+    """Each step's energy (J, its host's devices together), from their cumulative energy
+    counters (``hw.energy``), which are sampled more coarsely than steps last.
+
+    Per host, each counter interval's energy is modelled as idle power over the interval
+    plus, for the time each step overlaps it, an extra power that depends on the step's
+    mix of prompt and generated tokens: ``ΔE = chips·(α·Δt + Σ overlap·(β_p·f + β_d·(1−f)))``
+    with ``f`` the step's prefill share of tokens; ``α, β_p, β_d`` by least squares over the
+    intervals (non-negative). Each interval's measured energy is then split between idle time
+    and its steps in proportion to that model, so the steps of an interval never get more
+    than it measured. NaN where the host has no energy counter or a step lies outside its
+    samples.
+    """
+    series = _energy_series(metrics)
+    out = np.full(len(steps), np.nan)
+    by_host: dict[str, list[int]] = {}
+    for i, s in enumerate(steps):
+        by_host.setdefault(s.host, []).append(i)
+    for host, idx in by_host.items():
+        devs = series.get(host)
+        if not devs:
+            continue
+        t, v = _host_energy(devs)
+        if len(t) < 2:
+            continue
+        de = np.diff(v)
+        dt_s = np.diff(t) / 1e9
+        chips = np.asarray([steps[i].chips for i in idx], dtype=np.float64)
+        st = np.asarray([steps[i].start_ns for i in idx], dtype=np.int64)
+        en = np.asarray([steps[i].end_ns for i in idx], dtype=np.int64)
+        f = np.asarray(
+            [
+                sum(steps[i].prefill_tokens)
+                / max(1, sum(steps[i].prefill_tokens) + sum(steps[i].decode_tokens))
+                for i in idx
+            ]
+        )
+        n_chips = float(np.median(chips))
+        # overlap of each step with each interval it touches
+        k0 = np.clip(np.searchsorted(t, st, side="right") - 1, 0, len(t) - 2)
+        k1 = np.clip(np.searchsorted(t, en, side="left") - 1, 0, len(t) - 2)
+        pairs: list[tuple[int, int, float]] = []
+        for j in range(len(idx)):
+            for k in range(int(k0[j]), int(k1[j]) + 1):
+                ov = (min(int(en[j]), int(t[k + 1])) - max(int(st[j]), int(t[k]))) / 1e9
+                if ov > 0:
+                    pairs.append((j, k, ov))
+        if not pairs:
+            continue
+        pj = np.asarray([p[0] for p in pairs])
+        pk = np.asarray([p[1] for p in pairs])
+        po = np.asarray([p[2] for p in pairs])
+        x = np.zeros((len(de), 3))
+        x[:, 0] = n_chips * dt_s
+        np.add.at(x[:, 1], pk, chips[pj] * po * f[pj])
+        np.add.at(x[:, 2], pk, chips[pj] * po * (1.0 - f[pj]))
+        idle_only = (x[:, 1] + x[:, 2]) == 0
+        if idle_only.sum() >= 3:
+            # intervals without a step measure idle power directly; fit the rest on top of it
+            alpha0 = float(np.median(de[idle_only] / x[idle_only, 0]))
+            coef = np.zeros(3)
+            coef[0] = alpha0
+            coef[1:] = _nonneg_lstsq(x[:, 1:], de - alpha0 * x[:, 0])
+        else:
+            coef = _nonneg_lstsq(x, de)
+        alpha, beta_p, beta_d = (float(c) for c in coef)
+        # the model's energy of each (step, interval) part, and of each interval
+        part = chips[pj] * po * (alpha + beta_p * f[pj] + beta_d * (1.0 - f[pj]))
+        model_k = x @ coef
+        scale = np.where(model_k > 0, de / np.where(model_k > 0, model_k, 1.0), 0.0)
+        e = np.zeros(len(idx))
+        np.add.at(e, pj, part * scale[pk])
+        inside = (st >= t[0]) & (en <= t[-1])
+        out[np.asarray(idx)] = np.where(inside, np.maximum(e, 0.0), np.nan)
+    return out
+
+
+def request_accounting(
+    steps: Sequence[EngineStep], *, metrics: Any = None, limit: int = 200
+) -> dict[str, Any]:
+    """Device time and energy of each request under continuous batching.
+
+    The rule: every step's measured device time (and energy) is split across the requests it
+    served in proportion to ``c_p·p + c_d·d + c_s·(p + d)/T``, where ``p`` and ``d`` are the
+    request's prompt and generated tokens in that step, ``T`` the step's tokens, and ``c_p``,
+    ``c_d``, ``c_s`` the measured cost of a prefill token, a decode token and a step
+    (:func:`fit_token_costs`, over the run's steps). Parts are summed per request. Each step's
+    parts add up to its measured value (``conservation_max_error_pct``).
+
+    Args:
+        steps: the run's engine steps (:func:`engine_steps_from_otlp`).
+        metrics: metric points with the devices' ``hw.energy`` counters (for joules).
+        limit: at most this many requests listed (most device time first).
+
+    Returns:
+        ``{"count", "steps", "rule", "costs", "conservation_max_error_pct",
+        "energy_steps", "summary", "requests"}``; per request ``request``, ``steps``,
+        ``prefill_tokens``, ``decode_tokens``, ``accelerator_ms``, ``joules`` (None without
+        energy counters). ``summary``: ``accelerator_ms_p50/p99``, ``joules_p50/p99``,
+        ``accelerator_ms_total``, ``joules_total``.
+
+    >>> steps = [EngineStep("h", 1, 0, 10, 400, 4, ("a", "b"), (6, 0), (0, 2)),
+    ...          EngineStep("h", 2, 10, 20, 200, 4, ("a", "b"), (0, 0), (1, 1))]
+    >>> acc = request_accounting(steps)
+    >>> [(r["request"], r["accelerator_ms"]) for r in acc["requests"]]
+    [('a', 0.0004), ('b', 0.0002)]
+    >>> acc["conservation_max_error_pct"] < 1e-9
+    True
+    """
+    measured = [s for s in steps if s.device_ns >= 0]
+    if not measured:
+        return {"count": 0, "steps": len(steps), "rule": None, "costs": None,
+                "conservation_max_error_pct": None, "energy_steps": 0, "summary": None,
+                "requests": []}  # fmt: skip
+    costs = fit_token_costs(measured)
+    energy = step_energy(measured, metrics)
+    acc_ns: dict[str, float] = {}
+    acc_j: dict[str, float] = {}
+    n_steps: dict[str, int] = {}
+    p_tok: dict[str, int] = {}
+    d_tok: dict[str, int] = {}
+    worst = 0.0
+    for k, s in enumerate(measured):
+        shares = step_shares(s, costs)
+        parts = shares * s.device_ns
+        if s.device_ns > 0:
+            worst = max(worst, abs(float(parts.sum()) - s.device_ns) / s.device_ns * 100.0)
+        ej = energy[k]
+        for i, rid in enumerate(s.request_ids):
+            acc_ns[rid] = acc_ns.get(rid, 0.0) + float(parts[i])
+            if not np.isnan(ej):
+                acc_j[rid] = acc_j.get(rid, 0.0) + float(shares[i] * ej)
+            n_steps[rid] = n_steps.get(rid, 0) + 1
+            p_tok[rid] = p_tok.get(rid, 0) + s.prefill_tokens[i]
+            d_tok[rid] = d_tok.get(rid, 0) + s.decode_tokens[i]
+    have_energy = bool(np.isfinite(energy).any())
+    rows: list[dict[str, Any]] = [
+        {
+            "request": rid,
+            "steps": n_steps[rid],
+            "prefill_tokens": p_tok[rid],
+            "decode_tokens": d_tok[rid],
+            "accelerator_ms": round(ns / 1e6, 6),
+            "joules": round(acc_j[rid], 6) if have_energy and rid in acc_j else None,
+        }
+        for rid, ns in acc_ns.items()
+    ]
+    ms = [r["accelerator_ms"] for r in rows]
+    js = [r["joules"] for r in rows if r["joules"] is not None]
+    summary = {
+        "accelerator_ms_p50": round(float(percentile(ms, 50)), 6),
+        "accelerator_ms_p99": round(float(percentile(ms, 99)), 6),
+        "accelerator_ms_total": round(sum(ms), 6),
+        "joules_p50": round(float(percentile(js, 50)), 6) if js else None,
+        "joules_p99": round(float(percentile(js, 99)), 6) if js else None,
+        "joules_total": round(sum(js), 6) if js else None,
+    }
+    rows.sort(key=lambda r: (-r["accelerator_ms"], r["request"]))
+    return {
+        "count": len(rows),
+        "steps": len(measured),
+        "rule": "device time and energy of a step split by c_p*prefill + c_d*decode tokens + c_s*token share",
+        "costs": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in costs.items()},
+        "conservation_max_error_pct": worst,
+        "energy_steps": int(np.isfinite(energy).sum()),
+        "summary": summary,
+        "requests": rows[:limit],
+    }
+
+
+def request_accounting_for_inputs(
+    inputs: Sequence[Mapping[str, Any]], metrics: Any = None, *, limit: int = 200
+) -> dict[str, Any]:
+    """:func:`request_accounting` over the engine steps of the loaded OTLP trace files among
+    ``inputs`` (the loader's per-file records: ``path``, ``format``, ``status``)."""
+    paths = [
+        str(i["path"])
+        for i in inputs
+        if i.get("format") == "otlp-traces" and i.get("status") == "loaded"
+    ]
+    return request_accounting(engine_steps_from_otlp(paths), metrics=metrics, limit=limit)

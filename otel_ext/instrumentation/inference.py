@@ -15,6 +15,12 @@ Histograms, recorded inside the request span's context so the SDK's default
 Buckets are the ones the OpenTelemetry gen-ai conventions advise
 (:data:`TTFT_BUCKETS`, :data:`TPOT_BUCKETS`, :data:`DURATION_BUCKETS`).
 
+An engine step (one continuous-batching iteration) is an ``accel.engine.step`` span
+(:func:`engine_step`) naming the requests it served and, aligned with them, the prompt and
+generated tokens it computed for each, with the step's device busy time when the engine
+measures it (device events around the forward). ``otel_ext.analysis.requests`` splits each
+step's device time and energy across those requests.
+
 Every time is explicit-able (ns since the epoch) so a simulation can drive it; every parent
 is explicit-able (``context=``). A request served by several engines (prefill here, decode
 there) keeps one trace: :meth:`RequestTrace.carrier` gives W3C ``traceparent`` headers,
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -52,6 +58,12 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from otel_ext.instrumentation._common import INSTRUMENTATION_NAME, get_tracer, log_once
 from semantic_conventions.attributes import (
+    ACCEL_ENGINE_STEP_CHIPS,
+    ACCEL_ENGINE_STEP_DECODE_TOKENS,
+    ACCEL_ENGINE_STEP_DEVICE_TIME_NS,
+    ACCEL_ENGINE_STEP_INDEX,
+    ACCEL_ENGINE_STEP_PREFILL_TOKENS,
+    ACCEL_ENGINE_STEP_REQUEST_IDS,
     ACCEL_REQUEST_BATCH_SIZE,
     ACCEL_REQUEST_ID,
     ACCEL_REQUEST_PHASE,
@@ -67,7 +79,11 @@ from semantic_conventions.metrics import (
     METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
     METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
 )
-from semantic_conventions.spans import SPAN_ACCEL_REQUEST, SPAN_ACCEL_REQUEST_PHASE
+from semantic_conventions.spans import (
+    SPAN_ACCEL_ENGINE_STEP,
+    SPAN_ACCEL_REQUEST,
+    SPAN_ACCEL_REQUEST_PHASE,
+)
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -75,6 +91,7 @@ __all__ = [
     "TTFT_BUCKETS",
     "InferenceInstrumentation",
     "RequestTrace",
+    "engine_step",
     "extract_context",
     "inject_context",
 ]
@@ -388,3 +405,49 @@ class InferenceInstrumentation:
             log_once("inference.start", "%s: %s", type(exc).__name__, exc)
             span = INVALID_SPAN
         return RequestTrace(self, span, start, input_tokens)
+
+
+def engine_step(
+    step: int,
+    requests: Sequence[tuple[str, int, int]],
+    *,
+    start_time: int,
+    end_time: int,
+    device_time_ns: int | None = None,
+    chips: int | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    tracer_provider: ApiTracerProvider | None = None,
+    context: Context | None = None,
+) -> None:
+    """Record one engine step: ``requests`` as ``(request id, prompt tokens, generated
+    tokens)`` computed in this step. Never raises (a failure is logged once).
+
+    >>> from opentelemetry.sdk.trace import TracerProvider
+    >>> from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    >>> from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    >>> exp = InMemorySpanExporter(); tp = TracerProvider()
+    >>> tp.add_span_processor(SimpleSpanProcessor(exp))
+    >>> engine_step(7, [("r1", 512, 0), ("r2", 0, 1)], start_time=10, end_time=90,
+    ...             device_time_ns=320, chips=4, tracer_provider=tp)
+    >>> span = exp.get_finished_spans()[0]
+    >>> span.name, span.attributes["accel.engine.step.request_ids"]
+    ('accel.engine.step', ('r1', 'r2'))
+    >>> span.attributes["accel.engine.step.prefill_tokens"], span.attributes["accel.engine.step.device_time_ns"]
+    ((512, 0), 320)
+    """
+    try:
+        attrs: dict[str, Any] = dict(attributes or {})
+        attrs[ACCEL_ENGINE_STEP_INDEX] = int(step)
+        attrs[ACCEL_ENGINE_STEP_REQUEST_IDS] = [str(r[0]) for r in requests]
+        attrs[ACCEL_ENGINE_STEP_PREFILL_TOKENS] = [int(r[1]) for r in requests]
+        attrs[ACCEL_ENGINE_STEP_DECODE_TOKENS] = [int(r[2]) for r in requests]
+        if device_time_ns is not None:
+            attrs[ACCEL_ENGINE_STEP_DEVICE_TIME_NS] = int(device_time_ns)
+        if chips is not None:
+            attrs[ACCEL_ENGINE_STEP_CHIPS] = int(chips)
+        span = get_tracer(tracer_provider).start_span(
+            SPAN_ACCEL_ENGINE_STEP, context=context, attributes=attrs, start_time=start_time
+        )
+        span.end(end_time=end_time)
+    except Exception as exc:
+        log_once("inference.engine_step", "%s: %s", type(exc).__name__, exc)

@@ -232,8 +232,9 @@ class SimCounterModel:
         tensor_fraction: float,
         clock_ratio: float,
         kernels: int,
-    ) -> None:
-        """A compute kernel (group) on chip number ``chip`` (host-major index)."""
+    ) -> float:
+        """A compute kernel (group) on chip number ``chip`` (host-major index); returns the
+        dynamic energy it adds (J, above idle power)."""
         dur_s = (end_ns - start_ns) / 1e9
         cycles = dur_s * self.max_clock * clock_ratio
         dyn = (self.power_limit * 0.95 - self.idle_power) * (0.55 + 0.45 * tensor_fraction)
@@ -255,9 +256,11 @@ class SimCounterModel:
                 ),
             )
         )
+        return joules
 
-    def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> None:
-        """A communication kernel (an all-reduce, waiting included) on chip ``chip``."""
+    def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> float:
+        """A communication kernel (an all-reduce, waiting included) on chip ``chip``; returns
+        the dynamic energy it adds (J)."""
         dur_s = (end_ns - start_ns) / 1e9
         cycles = dur_s * self.max_clock * clock_ratio
         joules = 0.22 * (self.power_limit - self.idle_power) * dur_s
@@ -265,6 +268,7 @@ class SimCounterModel:
         state.pending.append(
             _Work(start_ns, end_ns, start_ns, (cycles, 0.0, 0.0, 0.0, 0.0, 1.0, joules))
         )
+        return joules
 
     @staticmethod
     def _collectives(state: _Chip, group: str, op: str) -> _Collectives:

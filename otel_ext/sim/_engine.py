@@ -75,6 +75,11 @@ class Request:
     done_ns: int = 0
     decode_steps: int = 0
     batch_sizes: int = 0
+    first_decode_end_ns: int = 0
+    #: true accelerator time (chip-ns) and dynamic + idle energy (J) of this request's share
+    #: of every step that served it (its share of the step's arithmetic)
+    accel_ns: float = 0.0
+    energy_j: float = 0.0
 
     @property
     def request_id(self) -> str:
@@ -121,6 +126,9 @@ class StepRecord:
     prefill: list[tuple[Request, int]]
     decode: list[Request]
     groups: list[GroupRecord]
+    #: chip-ns the step kept its chips busy, and the energy it took (J, idle power included)
+    device_ns: int = 0
+    energy_j: float = 0.0
 
     @property
     def batch_size(self) -> int:
@@ -179,9 +187,9 @@ class CounterFeed(Protocol):
         tensor_fraction: float,
         clock_ratio: float,
         kernels: int,
-    ) -> None: ...
+    ) -> float: ...
 
-    def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> None: ...
+    def add_comm(self, chip: int, start_ns: int, end_ns: int, *, clock_ratio: float) -> float: ...
 
     def add_collective(
         self,
@@ -270,6 +278,7 @@ class Engine:
         self.collectives: list[CollectiveRecord] = []
         self.kv_transfers: list[KvTransfer] = []
         self.done = 0
+        self._step_joules = 0.0
         self.end_ns = EPOCH_NS
         self._heap: list[tuple[int, int, int, int]] = []
         self._order = 0
@@ -409,8 +418,19 @@ class Engine:
         if not prefill and not decode:
             return
         host.step += 1
+        self._step_joules = 0.0
         groups, end = self._run_groups(host, now, prefill, decode)
-        record = StepRecord(host.index, host.step, now, end, prefill, decode, groups)
+        device_ns = self.config.chips * (end - now)
+        # the truth of a step's energy: its work's dynamic energy plus its chips' idle power
+        # over the step (the counter model's idle power, when it has one)
+        idle_w = float(getattr(self.counters, "idle_power", 0.0))
+        energy = self._step_joules + self.config.chips * idle_w * (end - now) / 1e9
+        record = StepRecord(
+            host.index, host.step, now, end, prefill, decode, groups, device_ns, energy
+        )
+        for req, share in self._work_shares(prefill, decode):
+            req.accel_ns += share * device_ns
+            req.energy_j += share * energy
         # token accounting at the end of the step
         n_in = 0
         for req, chunk in prefill:
@@ -432,6 +452,8 @@ class Engine:
         for req in decode:
             req.generated += 1
             req.decode_steps += 1
+            if req.decode_steps == 1:
+                req.first_decode_end_ns = end
             req.batch_sizes += len(decode)
             if req.generated >= req.output_tokens:
                 finished.append(req)
@@ -451,6 +473,24 @@ class Engine:
         if host.waiting or host.running:
             host.scheduled = True
             self._push(host.free_at, _STEP, host.index)
+
+    def _work_shares(
+        self, prefill: list[tuple[Request, int]], decode: list[Request]
+    ) -> list[tuple[Request, float]]:
+        """Each request's share of a step's arithmetic (the truth of per-request accounting):
+        its tokens through the weights plus its attention over its context, the terms the
+        step's FLOP count is made of (see :meth:`_run_groups`). Called before the step's
+        token accounting, so ``prefilled`` is the context before this chunk."""
+        model = self.config.model
+        weights = 2.0 * model.parameters
+        attn = 4.0 * model.layers * model.hidden
+        work: list[tuple[Request, float]] = []
+        for r, chunk in prefill:
+            work.append((r, weights * chunk + attn * chunk * (r.prefilled + chunk / 2)))
+        for r in decode:
+            work.append((r, weights + attn * (r.prompt_tokens + r.generated)))
+        total = sum(w for _, w in work)
+        return [(r, w / total) for r, w in work] if total > 0 else []
 
     def _finish(self, req: Request, host: _Host, at_ns: int) -> None:
         req.done_ns = at_ns
@@ -546,7 +586,7 @@ class Engine:
                 dur_ns = max(1_000, int(dur))
                 ends.append(t + dur_ns)
                 tensor = min(1.0, t_flops * 1e9 / dur_ns)
-                self.counters.add_compute(
+                self._step_joules += self.counters.add_compute(
                     host.index * n + c,
                     t,
                     t + dur_ns,
@@ -600,7 +640,7 @@ class Engine:
                 slowest = max(slowest, dur_ns)
             ar_end = ar_start + slowest + 5_000
             for c in range(n):
-                self.counters.add_comm(
+                self._step_joules += self.counters.add_comm(
                     host.index * n + c,
                     ends[c],
                     ar_end,

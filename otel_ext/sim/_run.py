@@ -336,6 +336,10 @@ def _truth(
                 "kv_start_ns": r.kv_start_ns or None,
                 "kv_end_ns": r.kv_end_ns or None,
                 "decode_start_ns": r.decode_start_ns or None,
+                "first_decode_end_ns": r.first_decode_end_ns or None,
+                "client_first_token_ns": _client_first_token(cfg, r),
+                "accelerator_ns": round(r.accel_ns),
+                "energy_j": round(r.energy_j, 6),
                 "done_ns": r.done_ns,
             }
             for r in engine.requests
@@ -353,3 +357,12 @@ def _truth(
         ],
         "counts": {"spans": spans, "metric_points": metric_points},
     }
+
+
+def _client_first_token(cfg: SimConfig, r: Any) -> int:
+    """When the client sees the first token: the end of prefill when one engine serves the
+    request; under disaggregation, the end of the first decode step on the decode host (the
+    decode engine streams the tokens; a one-token request ends with its prefill)."""
+    if cfg.resolved_mode() == "disaggregated" and r.first_decode_end_ns:
+        return int(r.first_decode_end_ns)
+    return int(r.first_token_ns)

@@ -64,7 +64,12 @@ from otel_ext.instrumentation.api import (
     request,
 )
 from otel_ext.instrumentation.collectives import COLLECTIVE_DURATION_BOUNDS_S
-from otel_ext.instrumentation.inference import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+from otel_ext.instrumentation.inference import (
+    DURATION_BUCKETS,
+    TPOT_BUCKETS,
+    TTFT_BUCKETS,
+    engine_step,
+)
 from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from otel_ext.sim._counters import SimCounterModel
@@ -450,6 +455,20 @@ class Telemetry:
     def on_step(self, record: StepRecord) -> None:
         cfg = self.config
         coll_spans: dict[tuple[int, int], trace.SpanContext] = {}
+        # every step names the requests it served and their tokens (per-request accounting)
+        served = [(r.request_id, chunk, 0) for r, chunk in record.prefill]
+        served += [(r.request_id, 0, 1) for r in record.decode]
+        engine_step(
+            record.step,
+            served,
+            start_time=self._host_ns(record.host, record.start_ns),
+            end_time=self._host_ns(record.host, record.end_ns),
+            device_time_ns=record.device_ns,
+            chips=cfg.chips,
+            attributes={ACCEL_HOST_ID: host_name(record.host)},
+            tracer_provider=self.providers[record.host],
+            context=Context(),
+        )
         if (record.step - 1) % cfg.trace_step_interval:
             self._collective_histograms(record, coll_spans)
             return
