@@ -15,12 +15,17 @@ CPU op on the main thread when the rank calls the collective, the ``gloo:all_red
 
 First the harness checks itself, from the raw JSON and without otel-ext: every rank issued
 the same 12 collectives, and the slow rank arrived last at most of them (so a failure below is
-the analysis', not the data's). Then, through the public ``analyze``:
+the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay or
+keep a healthy rank late for a whole run; such a run is recorded again (at most 3 recordings,
+``record_until_visible``). Then, through the public ``analyze``:
 
-* every run: 12 collectives matched, each across all 4 ranks;
+* every run: 12 collectives matched (2 per profiler step the analysis keeps), each across
+  all 4 ranks;
 * slow runs: the slow rank heads ``stragglers`` and is the only straggler finding's target;
 * healthy runs: no straggler, slow-link or throttle finding (asserted only once collectives
-  are found: with none, "no finding" would hold for any analysis).
+  are found: with none, "no finding" would hold for any analysis), except a straggler
+  finding on a rank the raw traces show last beyond chance: on a loaded machine the
+  scheduler can make a real straggler of a healthy rank (``persistently_last``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,13 @@ from typing import Any
 
 import pytest
 from conftest import require
-from gloo_profiled_job import RunSpec, collective_calls, last_arrivals, record_runs
+from gloo_profiled_job import (
+    RunSpec,
+    collective_calls,
+    last_arrivals,
+    persistently_last,
+    record_until_visible,
+)
 
 from otel_ext.analysis.engine import analyze
 
@@ -53,10 +64,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The four runs' folders, recorded by one gloo launch."""
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], dict[str, int]]:
+    """The four runs recorded by one gloo launch; a run whose raw traces do not show its
+    ground truth (the machine's load swamped the injected delay, or made a straggler of a
+    healthy rank) is recorded again, at most 3 recordings in all."""
     require(importlib.util.find_spec("torch") is not None, "torch (the test extra)")
-    return record_runs(tmp_path_factory.mktemp("truth_gloo"), RUNS, world=WORLD)
+    return record_until_visible(tmp_path_factory.mktemp("truth_gloo"), RUNS, world=WORLD)
+
+
+@pytest.fixture(scope="module")
+def folders(recorded: tuple[dict[str, Path], dict[str, int]]) -> dict[str, Path]:
+    return recorded[0]
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +109,20 @@ def test_every_rank_issued_the_same_collectives(folders: dict[str, Path], spec: 
 
 
 @pytest.mark.parametrize("spec", _ids(SLOW))
-def test_slow_rank_arrives_last_in_the_raw_traces(folders: dict[str, Path], spec: RunSpec) -> None:
+def test_slow_rank_arrives_last_in_the_raw_traces(
+    recorded: tuple[dict[str, Path], dict[str, int]], spec: RunSpec
+) -> None:
     # All ranks run on one host: the traces' timestamps share its monotonic clock.
+    folders, tries = recorded
     last = last_arrivals(collective_calls(folders[spec.name]))
     n = STEPS * COLLECTIVES_PER_STEP
     assert len(last) == n
     share = last.count(_slow(spec)) / n
     # Chance is 1/WORLD; the injected delay must show plainly or the run proves nothing.
-    assert share > 0.5, f"slow rank {spec.slow_rank} last at {share:.0%} of collectives: {last}"
+    assert share > 0.5, (
+        f"slow rank {spec.slow_rank} last at {share:.0%} of collectives in each of "
+        f"{tries[spec.name]} recordings (the machine's load swamps the delay); last: {last}"
+    )
 
 
 # ----------------------------------------------------------------- what analyze must find
@@ -108,8 +132,14 @@ def test_slow_rank_arrives_last_in_the_raw_traces(folders: dict[str, Path], spec
 def test_collectives_matched_across_all_ranks(
     docs: dict[str, dict[str, Any]], spec: RunSpec
 ) -> None:
-    coll = docs[spec.name]["collectives"]
-    assert coll["count"] == STEPS * COLLECTIVES_PER_STEP, coll["summary"]
+    doc = docs[spec.name]
+    coll = doc["collectives"]
+    # The analysis may drop profiler steps (as HTA drops the last one); it states which.
+    kept = doc["run"].get("steps", {}).get("kept_steps")
+    if kept is not None:
+        assert set(kept) <= set(range(1, STEPS + 1)) and len(kept) >= STEPS - 1, kept
+    expected = COLLECTIVES_PER_STEP * (STEPS if kept is None else len(kept))
+    assert coll["count"] == expected, coll["summary"]
     assert [i["n_ranks"] for i in coll["instances"]] == [WORLD] * coll["count"]
 
 
@@ -125,7 +155,9 @@ def test_slow_rank_is_the_straggler(docs: dict[str, dict[str, Any]], spec: RunSp
 
 
 @pytest.mark.parametrize("spec", _ids(HEALTHY))
-def test_healthy_run_has_no_root_cause(docs: dict[str, dict[str, Any]], spec: RunSpec) -> None:
+def test_healthy_run_has_no_root_cause(
+    folders: dict[str, Path], docs: dict[str, dict[str, Any]], spec: RunSpec
+) -> None:
     doc = docs[spec.name]
     assert doc["collectives"]["count"] > 0, "no collectives analysed: the check would be vacuous"
     causes = [
@@ -133,4 +165,10 @@ def test_healthy_run_has_no_root_cause(docs: dict[str, dict[str, Any]], spec: Ru
         for f in doc["findings"]
         if f["kind"] in ROOT_CAUSE_KINDS
     ]
-    assert causes == []
+    # Nothing was injected, but on a shared machine the scheduler can keep one rank late for
+    # a whole run. A rank the raw traces show last beyond chance (one-sided binomial, p <
+    # 0.05) is a real straggler: naming it is not a false alarm; naming anything else is.
+    last = last_arrivals(collective_calls(folders[spec.name]))
+    real = {_device_of(doc, r) for r in persistently_last(last, WORLD)}
+    false_alarms = [c for c in causes if not (c[0] == "straggler" and c[1] in real)]
+    assert false_alarms == [], f"raw last arrivals {last}; persistently last: {sorted(real)}"
