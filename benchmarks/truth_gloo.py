@@ -50,6 +50,7 @@ from gloo_profiled_job import (  # noqa: E402
     persistently_last,
     record_runs,
     trace_files,
+    truth_visible,
 )
 
 from otel_ext.analysis.engine import analyze  # noqa: E402
@@ -98,6 +99,7 @@ def _judge(spec: RunSpec, folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
         "top": top,
         "causes": causes,
         "persistently_last": real,
+        "visible": truth_visible(spec, last, len(device)),
     }
     if spec.slow_rank is None:
         row["ok"] = not causes
@@ -222,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(r['ok'] for r in vr) / len(vr):.2f}")  # fmt: skip
     print(f"sensitivity: {hits}/{len(slow_rows)} = {hits / len(slow_rows):.2f} "
           "(slow rank first in stragglers and the only straggler finding)")  # fmt: skip
+    seen = [r for r in slow_rows if r["visible"]]
+    if seen:
+        got = sum(r["ok"] for r in seen)
+        print(f"sensitivity where the raw traces show the slow rank last at > half the "
+              f"collectives: {got}/{len(seen)} = {got / len(seen):.2f}")  # fmt: skip
     fair = sum(r["no_false_alarm"] for r in healthy)
     made = sum(bool(r["persistently_last"]) for r in healthy)
     print(f"specificity: {clean}/{len(healthy)} = {clean / len(healthy):.2f} "
