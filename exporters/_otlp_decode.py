@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -302,6 +303,9 @@ def careful_items(
                 yield where, resource, rec, None
 
 
+_HEX_ID = re.compile(r"[0-9a-fA-F]{16}|[0-9a-fA-F]{32}").fullmatch
+
+
 def id_to_hex(value: Any) -> str:
     """A trace or span id as lowercase hex, given hex (OTLP/JSON) or base64 (protobuf JSON).
 
@@ -319,14 +323,8 @@ def id_to_hex(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"id {value!r:.40} is not a string")
     n = len(value)
-    if n in (16, 32):
-        try:
-            int(value, 16)
-        except ValueError:
-            pass
-        else:
-            if value.isascii() and value.isalnum():
-                return value.lower()
+    if _HEX_ID(value) is not None:
+        return value.lower()
     if n in (12, 24):
         try:
             raw = base64.b64decode(value, validate=True)

@@ -22,8 +22,6 @@ here use it, and fall back to the reference for any value it does not reproduce 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 from collections.abc import Sequence
@@ -36,6 +34,7 @@ from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
 from exporters._fast_json import metrics_to_json, spans_to_json
+from exporters._otlp_decode import id_to_hex as _decode_id
 
 __all__ = [
     "encode_metrics_json",
@@ -59,6 +58,8 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 def id_to_hex(value: str) -> str:
     """Return a trace or span id as lowercase hex, given hex or base64 (protobuf JSON).
 
+    The project's one id decoder (:func:`exporters._otlp_decode.id_to_hex`).
+
     Args:
         value: the id as the Collector writes it (hex) or as the generic protobuf JSON
             mapping writes it (base64).
@@ -74,21 +75,7 @@ def id_to_hex(value: str) -> str:
     >>> id_to_hex("00F067AA0BA902B7")
     '00f067aa0ba902b7'
     """
-    if value == "":
-        return ""
-    if len(value) in (16, 32):
-        try:
-            int(value, 16)
-            return value.lower()
-        except ValueError:
-            pass
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ValueError(f"id {value!r} is neither hex nor base64") from exc
-    if len(raw) not in (8, 16):
-        raise ValueError(f"id {value!r} decodes to {len(raw)} bytes, not 8 or 16")
-    return raw.hex()
+    return _decode_id(value)
 
 
 def _fix_ids(obj: dict[str, Any]) -> None:

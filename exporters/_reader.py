@@ -4,7 +4,9 @@
 :func:`read_metrics` flatten them into one record per span or data point with the
 resource and scope folded in. Inputs may be plain or gzip, a single file, a rotated series
 or a folder. Trace and span ids come back as lowercase hex whether the file holds hex (the
-Collector, us) or base64 (the generic protobuf JSON mapping). Malformed input raises
+Collector, us) or base64 (the generic protobuf JSON mapping): the records and ids are decoded by the
+project's one OTLP-JSON decoder (:mod:`exporters._otlp_decode`), the one the analysis
+loaders use. Malformed input raises
 :class:`~otel_ext.errors.InputError` naming the file, the line and the problem.
 
 Which files a path means:
@@ -39,8 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from exporters._files import split_name
-from exporters._otlp_json import id_to_hex
+from exporters._otlp_decode import (
+    MetricsRequest,
+    RequestError,
+    TracesRequest,
+    decode_metrics,
+    decode_traces,
+    id_to_hex,
+)
 from otel_ext.errors import InputError
 
 __all__ = [
@@ -58,6 +69,7 @@ __all__ = [
 ]
 
 AttributeValue = Any
+_UNSET: Any = msgspec.UNSET
 _SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 _SPAN_KINDS = {
     "SPAN_KIND_UNSPECIFIED": 0,
@@ -270,31 +282,41 @@ def _with_last(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes,
         yield previous[0], previous[1], True
 
 
-def _requests(
+def _raw_requests(
     path: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], include_partial: bool
-) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+) -> Iterator[tuple[Path, int, bytes, bool]]:
+    """``(file, line number, line, tolerant)`` of every non-blank line; ``tolerant`` marks the
+    last line of a ``*.partial`` file, which may be cut short by the writer."""
     for file in otlp_json_files(path, include_partial=include_partial):
         partial = file.name.endswith(".partial")
         for number, raw, is_last in _with_last(_lines(file)):
-            if not raw.strip():
+            if raw.strip():
+                yield file, number, raw, partial and is_last
+
+
+def _not_a_request(file: Path, number: int) -> InputError:
+    return InputError(
+        "not an OTLP request (no resourceSpans, resourceMetrics or resourceLogs)",
+        path=str(file),
+        record=f"line {number}",
+    )
+
+
+def _requests(
+    path: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], include_partial: bool
+) -> Iterator[tuple[Path, int, dict[str, Any]]]:
+    for file, number, raw, tolerant in _raw_requests(path, include_partial):
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            if tolerant:
                 continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                if partial and is_last:
-                    continue
-                raise InputError(
-                    f"not JSON: {exc}", path=str(file), record=f"line {number}"
-                ) from exc
-            if not isinstance(obj, dict) or not (
-                "resourceSpans" in obj or "resourceMetrics" in obj or "resourceLogs" in obj
-            ):
-                raise InputError(
-                    "not an OTLP request (no resourceSpans, resourceMetrics or resourceLogs)",
-                    path=str(file),
-                    record=f"line {number}",
-                )
-            yield file, number, obj
+            raise InputError(f"not JSON: {exc}", path=str(file), record=f"line {number}") from exc
+        if not isinstance(obj, dict) or not (
+            "resourceSpans" in obj or "resourceMetrics" in obj or "resourceLogs" in obj
+        ):
+            raise _not_a_request(file, number)
+        yield file, number, obj
 
 
 def read_otlp_json(
@@ -360,33 +382,51 @@ def _int(value: Any, default: int = 0) -> int:
     return default if value is None else int(value)
 
 
-def _spans_of(request: dict[str, Any]) -> Iterator[SpanRecord]:
-    for resource_spans in request.get("resourceSpans", ()):
-        resource = attributes(resource_spans.get("resource", {}).get("attributes", ()))
-        for scope_spans in resource_spans.get("scopeSpans", ()):
-            scope = scope_spans.get("scope", {})
-            for span in scope_spans.get("spans", ()):
-                status = span.get("status", {})
-                parent = span.get("parentSpanId") or None
+def _value(v: Any) -> AttributeValue:
+    """An :class:`~exporters._otlp_decode.AnyValue` record as :func:`any_value` decodes it."""
+    if v is None:
+        return None
+    return any_value({k: getattr(v, k) for k in v.__struct_fields__ if getattr(v, k) is not _UNSET})
+
+
+def _kv(items: Iterable[Any]) -> dict[str, AttributeValue]:
+    return {kv.key: _value(kv.value) for kv in items}
+
+
+def _required_id(value: str, what: str) -> str:
+    if not value:
+        raise KeyError(what)
+    return id_to_hex(value)
+
+
+def _spans_of(request: TracesRequest) -> Iterator[SpanRecord]:
+    for resource_spans in request.resourceSpans:
+        res = resource_spans.resource
+        resource = _kv(res.attributes) if res is not None else {}
+        for scope_spans in resource_spans.scopeSpans or resource_spans.instrumentationLibrarySpans:
+            scope = scope_spans.scope
+            for span in scope_spans.spans:
+                status = span.status
+                parent = span.parentSpanId or None
                 yield SpanRecord(
-                    trace_id=id_to_hex(span["traceId"]),
-                    span_id=id_to_hex(span["spanId"]),
+                    trace_id=_required_id(span.traceId, "traceId"),
+                    span_id=_required_id(span.spanId, "spanId"),
                     parent_span_id=id_to_hex(parent) if parent else None,
-                    name=span.get("name", ""),
-                    kind=_enum(span.get("kind", 0), _SPAN_KINDS),
-                    start_ns=_int(span.get("startTimeUnixNano")),
-                    end_ns=_int(span.get("endTimeUnixNano")),
-                    attributes=attributes(span.get("attributes", ())),
+                    name=span.name if isinstance(span.name, str) else "",
+                    kind=_enum(span.kind, _SPAN_KINDS),
+                    start_ns=_int(span.startTimeUnixNano),
+                    end_ns=_int(span.endTimeUnixNano),
+                    attributes=_kv(span.attributes),
                     resource=resource,
-                    scope_name=scope.get("name", ""),
-                    scope_version=scope.get("version", ""),
+                    scope_name=scope.name if scope is not None else "",
+                    scope_version=scope.version if scope is not None else "",
                     events=tuple(
                         EventRecord(
                             e.get("name", ""),
                             _int(e.get("timeUnixNano")),
                             attributes(e.get("attributes", ())),
                         )
-                        for e in span.get("events", ())
+                        for e in span.events
                     ),
                     links=tuple(
                         LinkRecord(
@@ -394,12 +434,12 @@ def _spans_of(request: dict[str, Any]) -> Iterator[SpanRecord]:
                             id_to_hex(link["spanId"]),
                             attributes(link.get("attributes", ())),
                         )
-                        for link in span.get("links", ())
+                        for link in span.links
                     ),
                     status_code=_enum(status.get("code", 0), _STATUS_CODES),
                     status_message=status.get("message", ""),
-                    trace_state=span.get("traceState", ""),
-                    flags=_int(span.get("flags")),
+                    trace_state=span.traceState,
+                    flags=_int(span.flags),
                 )
 
 
@@ -431,19 +471,20 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _points_of(request: dict[str, Any]) -> Iterator[MetricPoint]:
-    for resource_metrics in request.get("resourceMetrics", ()):
-        resource = attributes(resource_metrics.get("resource", {}).get("attributes", ()))
-        for scope_metrics in resource_metrics.get("scopeMetrics", ()):
-            scope = scope_metrics.get("scope", {})
-            for metric in scope_metrics.get("metrics", ()):
-                common = {
-                    "name": metric.get("name", ""),
-                    "unit": metric.get("unit", ""),
-                    "description": metric.get("description", ""),
+def _points_of(request: MetricsRequest) -> Iterator[MetricPoint]:
+    for resource_metrics in request.resourceMetrics:
+        res = resource_metrics.resource
+        resource = _kv(res.attributes) if res is not None else {}
+        for scope_metrics in resource_metrics.scopeMetrics:
+            scope = scope_metrics.scope
+            for metric in scope_metrics.metrics:
+                common: dict[str, Any] = {
+                    "name": metric.name,
+                    "unit": metric.unit,
+                    "description": metric.description,
                     "resource": resource,
-                    "scope_name": scope.get("name", ""),
-                    "scope_version": scope.get("version", ""),
+                    "scope_name": scope.name if scope is not None else "",
+                    "scope_version": scope.version if scope is not None else "",
                 }
                 for key, kind in (
                     ("gauge", "gauge"),
@@ -452,35 +493,34 @@ def _points_of(request: dict[str, Any]) -> Iterator[MetricPoint]:
                     ("exponentialHistogram", "exponential_histogram"),
                     ("summary", "summary"),
                 ):
-                    data = metric.get(key)
+                    data = getattr(metric, key)
                     if data is None:
                         continue
-                    temporality = _enum(data.get("aggregationTemporality", 0), _TEMPORALITIES)
-                    for p in data.get("dataPoints", ()):
-                        start = p.get("startTimeUnixNano")
+                    temporality = _enum(data.aggregationTemporality, _TEMPORALITIES)
+                    for p in data.dataPoints:
+                        start = p.startTimeUnixNano
                         extra: dict[str, Any] = {}
                         if kind in ("gauge", "sum"):
-                            extra["value"] = _number(p)
+                            extra["value"] = (
+                                int(p.asInt) if p.asInt is not None
+                                else None if p.asDouble is None else float(p.asDouble)
+                            )  # fmt: skip
                         if kind == "sum":
-                            extra["is_monotonic"] = bool(data.get("isMonotonic", False))
+                            extra["is_monotonic"] = bool(data.isMonotonic)
                         if kind in ("histogram", "exponential_histogram", "summary"):
-                            extra["count"] = _int(p.get("count"))
-                            extra["sum"] = _opt_float(p.get("sum"))
+                            extra["count"] = _int(p.count)
+                            extra["sum"] = _opt_float(p.sum)
                         if kind in ("histogram", "exponential_histogram"):
-                            extra["min"] = _opt_float(p.get("min"))
-                            extra["max"] = _opt_float(p.get("max"))
+                            extra["min"] = _opt_float(p.min)
+                            extra["max"] = _opt_float(p.max)
                         if kind == "histogram":
-                            extra["bucket_counts"] = tuple(
-                                int(c) for c in p.get("bucketCounts", ())
-                            )
-                            extra["explicit_bounds"] = tuple(
-                                float(b) for b in p.get("explicitBounds", ())
-                            )
+                            extra["bucket_counts"] = tuple(int(c) for c in p.bucketCounts)
+                            extra["explicit_bounds"] = tuple(float(b) for b in p.explicitBounds)
                         if kind == "exponential_histogram":
-                            extra["scale"] = _int(p.get("scale"))
-                            extra["zero_count"] = _int(p.get("zeroCount"))
+                            extra["scale"] = _int(p.scale)
+                            extra["zero_count"] = _int(p.zeroCount)
                             for side in ("positive", "negative"):
-                                buckets = p.get(side, {})
+                                buckets = getattr(p, side) or {}
                                 extra[side] = (
                                     _int(buckets.get("offset")),
                                     tuple(int(c) for c in buckets.get("bucketCounts", ())),
@@ -488,23 +528,41 @@ def _points_of(request: dict[str, Any]) -> Iterator[MetricPoint]:
                         if kind == "summary":
                             extra["quantiles"] = tuple(
                                 (float(q.get("quantile", 0.0)), float(q.get("value", 0.0)))
-                                for q in p.get("quantileValues", ())
+                                for q in p.quantileValues
                             )
                         yield MetricPoint(
                             kind=kind,
-                            time_ns=_int(p.get("timeUnixNano")),
+                            time_ns=_int(p.timeUnixNano),
                             start_ns=None if start is None else int(start),
-                            attributes=attributes(p.get("attributes", ())),
+                            attributes=_kv(p.attributes),
                             temporality=temporality,
-                            exemplars=_exemplars(p),
+                            exemplars=_exemplars({"exemplars": p.exemplars}),
                             **common,
                             **extra,
                         )
 
 
 def _flatten(path: Any, include_partial: bool, key: str, flatten: Any) -> Iterator[Any]:
-    for file, number, request in _requests(path, include_partial):
-        if key not in request:
+    """Every record of ``key`` requests, decoded by the project's one OTLP-JSON decoder."""
+    decode = decode_traces if key == "resourceSpans" else decode_metrics
+    for file, number, raw, tolerant in _raw_requests(path, include_partial):
+        try:
+            request = decode(raw)
+        except RequestError as exc:
+            if tolerant:
+                continue
+            if exc.where:
+                problem = f"malformed {key}: {exc}"
+            elif str(exc).startswith("malformed JSON"):
+                problem = f"not JSON: {exc}"
+            else:
+                problem = str(exc)
+            raise InputError(problem, path=str(file), record=f"line {number}") from exc
+        if key.encode() not in raw:
+            if not any(
+                k in raw for k in (b'"resourceSpans"', b'"resourceMetrics"', b'"resourceLogs"')
+            ):
+                raise _not_a_request(file, number)
             continue
         try:
             yield from flatten(request)
