@@ -65,7 +65,7 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("ranks")
     delays = _build(SHARED_TRACES, out)
     assert delays and all(d > 0 for d in delays)
-    result = analyze([out], workers=1)
+    result = analyze([out], workers=1, steps="all")  # every injected delay counted
     result["_delays"] = delays
     return result
 

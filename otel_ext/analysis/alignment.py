@@ -49,6 +49,7 @@ __all__ = [
     "clock_groups",
     "count_violations",
     "estimate_rank_offsets",
+    "parse_host_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -221,6 +222,37 @@ def estimate_rank_offsets(
         {k: float(bounds[i]) for i, k in enumerate(keys)},
         {k: int(t0[i]) + base for i, k in enumerate(keys)},
     )
+
+
+def parse_host_of(spec: str) -> dict[int, str]:
+    """Ranks per clock from ``--host-of``: ``RANKS=NAME`` items separated by ``;``, RANKS a
+    comma list of ranks and ``A-B`` ranges.
+
+    >>> parse_host_of("0-3=hostA;4,5,7=hostB")
+    {0: 'hostA', 1: 'hostA', 2: 'hostA', 3: 'hostA', 4: 'hostB', 5: 'hostB', 7: 'hostB'}
+    >>> parse_host_of("0-3")
+    Traceback (most recent call last):
+    ...
+    otel_ext.errors.OtelExtError: --host-of '0-3': expected RANKS=NAME items separated by ';'
+    """
+    out: dict[int, str] = {}
+    for item in filter(None, (x.strip() for x in spec.split(";"))):
+        ranks, sep, name = item.partition("=")
+        if not sep or not name.strip():
+            raise OtelExtError(f"--host-of {spec!r}: expected RANKS=NAME items separated by ';'")
+        for part in filter(None, (x.strip() for x in ranks.split(","))):
+            a, dash, b = part.partition("-")
+            try:
+                lo, hi = int(a), int(b) if dash else int(a)
+            except ValueError:
+                raise OtelExtError(
+                    f"--host-of {spec!r}: {part!r} is not a rank or A-B range"
+                ) from None
+            if hi < lo:
+                raise OtelExtError(f"--host-of {spec!r}: range {part!r} runs backwards")
+            for r in range(lo, hi + 1):
+                out[r] = name.strip()
+    return out
 
 
 def clock_groups(table: EventTable, clock_of: dict[int, str] | None = None) -> dict[str, list[int]]:

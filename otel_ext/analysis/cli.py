@@ -46,6 +46,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device-model", default=None, help="device model for roofline peaks (registry name)"
     )
+    parser.add_argument(
+        "--steps",
+        default="complete",
+        metavar="SEL",
+        help="profiler steps analysed: complete (default: each trace's last step dropped, as "
+        "HTA does), all, N or N-M",
+    )
+    clocks = parser.add_mutually_exclusive_group()
+    clocks.add_argument(
+        "--same-clock",
+        action="store_true",
+        help="every rank's times are on one clock (one host): no per-rank clock shifts",
+    )
+    clocks.add_argument(
+        "--host-of",
+        metavar="SPEC",
+        default=None,
+        help="ranks sharing a clock, e.g. '0-3=hostA;4-7=hostB' (one correction per host)",
+    )
+    parser.add_argument(
+        "--one-run",
+        action="store_true",
+        help="analyse every file as one run (default: separate captures are separate runs)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress or notes on stderr")
 
 
@@ -114,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
     bar = None if quiet else ProgressBar(sys.stderr)
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be at least 1")
+    from otel_ext.analysis.alignment import parse_host_of
+
+    clock_of = None
+    if getattr(args, "host_of", None):
+        clock_of = parse_host_of(args.host_of)
     try:
         doc = analyze(
             args.paths,
@@ -121,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
             progress=bar,
             workers=args.workers,
             device_model=args.device_model,
+            steps=getattr(args, "steps", "complete"),
+            same_clock=bool(getattr(args, "same_clock", False)),
+            clock_of=clock_of,
+            one_run=bool(getattr(args, "one_run", False)),
         )
     finally:
         if bar is not None:

@@ -35,6 +35,7 @@ import numpy as np
 
 from otel_ext._arrays import distinct
 from otel_ext.analysis.alignment import align_ranks
+from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.collectives import (
     CollectiveMatch,
     link_stats,
@@ -48,6 +49,7 @@ from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.requests import request_accounting_for_inputs, request_latency
 from otel_ext.analysis.roofline import roofline
 from otel_ext.analysis.runs import runs_summary
+from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices
 from otel_ext.analysis.table import Category, EventTable
 
@@ -171,6 +173,10 @@ def analyze(
     thresholds: Thresholds | None = None,
     max_collectives: int = 200,
     windows: int = 8,
+    steps: str = DEFAULT_STEPS,
+    same_clock: bool = False,
+    clock_of: dict[int, str] | None = None,
+    one_run: bool = False,
 ) -> dict[str, Any]:
     """Analyse telemetry into the stable JSON document.
 
@@ -185,6 +191,12 @@ def analyze(
         thresholds: where numbers become findings.
         max_collectives: at most this many collective instances listed (most waited for).
         windows: time windows for persistence and part-way slowdowns.
+        steps: profiler steps analysed (:mod:`otel_ext.analysis.steps`): ``complete`` (each
+            trace's last step dropped, as HTA does), ``all``, ``N`` or ``N-M``.
+        same_clock: every rank's times are on one clock (no per-rank shifts).
+        clock_of: rank -> clock name, for ranks known to share a clock.
+        one_run: every file one run (default: separate captures are separate runs, see
+            :mod:`otel_ext.analysis.captures`).
 
     Returns:
         The analysis document (plain JSON types).
@@ -195,7 +207,12 @@ def analyze(
     from otel_ext.analysis import breakdown, overlap
 
     load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
-    table: EventTable = load.table
+    formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
+    table, captures = separate_captures(load.table, formats=formats, one_run=one_run)
+    table, step_record = select_steps(table, steps)
+    trace_rank = {c["rank"]: c["trace_rank"] for c in captures}
+    if same_clock:
+        clock_of = {int(r): "shared" for r in distinct(table["rank"]) if r >= 0}
     metrics = getattr(load, "metrics", None)
     temporal = _rows(breakdown.temporal_breakdown(table))
     idle = _rows(breakdown.idle_breakdown(table))
@@ -208,18 +225,18 @@ def analyze(
         pass
 
     match = match_collectives(table)
-    alignment = align_ranks(table, match)
+    alignment = align_ranks(table, match, clock_of=clock_of)
     aligned, amatch = alignment.table, alignment.match
     names = _rank_names(aligned)
     strag = find_stragglers(aligned, amatch, windows=windows)
     for row in strag.rows:
         row["device"] = names.get(row["rank"], ("", row["device"]))[1]
-    steps = None
+    n_steps = None
     step_rows = aligned["category"] == Category.STEP
     if step_rows.any():
         ranks_with = aligned["rank"][step_rows]
         r0 = int(ranks_with.min())
-        steps = len(distinct(aligned["name"][step_rows & (aligned["rank"] == r0)]))
+        n_steps = len(distinct(aligned["name"][step_rows & (aligned["rank"] == r0)]))
     th = thresholds or Thresholds()
     # the what-if is asked only of a rank whose lateness is a verdict, not of a chance leader
     verdicts = straggler_verdicts(strag, th, amatch)
@@ -227,7 +244,7 @@ def analyze(
         aligned,
         amatch,
         straggler_rank=verdicts[0]["rank"] if verdicts else None,
-        steps=steps,
+        steps=n_steps,
     )
     if cp.straggler is not None:
         # the what-if is measured on the traced collectives; a profiler schedule (or the
@@ -285,9 +302,13 @@ def analyze(
         idle=idle,
         imbalance=imb,
         run_ns=run_ns,
+        run_ns_of_rank={
+            r: int(run["end_ns"] - run["start_ns"]) for run in run_list for r in run["ranks"]
+        },
         rank_names=names,
         thresholds=th,
     )
+    run_of = {r: run["run"] for run in run_list for r in run["ranks"]}
     ranks = []
     for r in sorted(names):
         host, device = names[r]
@@ -302,6 +323,8 @@ def analyze(
                 "clock_offset_estimate_ns": round(alignment.estimate_ns.get(r, 0.0), 3),
                 "clock_status": alignment.status.get(r, "none"),
                 "clock": alignment.clock_of.get(r, f"rank{r}"),
+                "trace_rank": trace_rank.get(r, r),
+                "run": run_of.get(r, 0),
             }
         )
     collectives = {
@@ -324,7 +347,9 @@ def analyze(
             "events": len(table),
             "metric_points": len(metrics) if metrics is not None else 0,
             "device_model": model,
+            "steps": step_record,
         },
+        "captures": captures,
         "ranks": ranks,
         "runs": run_list,
         "temporal_breakdown": temporal,

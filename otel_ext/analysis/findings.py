@@ -257,6 +257,7 @@ def build_findings(
     run_ns: int = 0,
     rank_names: dict[int, tuple[str, str]] | None = None,
     thresholds: Thresholds | None = None,
+    run_ns_of_rank: dict[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Turn the analyses' outputs into ranked findings.
 
@@ -273,6 +274,8 @@ def build_findings(
         overlap, temporal, idle: part A's per-rank rows as dicts.
         imbalance: :func:`~otel_ext.analysis.imbalance.load_imbalance`'s output.
         run_ns: the run's length (for ``impact_pct``).
+        run_ns_of_rank: the length of each rank's run: a finding about one rank is rated
+            against its own run when the input holds several (never above 100 %).
         rank_names: rank -> (host, device) names.
         thresholds: where numbers become findings.
 
@@ -615,6 +618,13 @@ def build_findings(
                     },
                 )
             )
+
+    for f in findings:  # rated against the run the finding is about; never above 100 %
+        about = f.evidence.get("rank")
+        own = (run_ns_of_rank or {}).get(about) if isinstance(about, int) else None
+        if own:
+            f.impact_pct = 100.0 * f.impact_ns / own
+        f.impact_pct = min(f.impact_pct, 100.0)
 
     def key(f: Finding) -> tuple[int, float]:
         direct = bool(f.evidence.get("direct_counter_evidence")) or "clock_ratio" in f.evidence

@@ -91,7 +91,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     runs = doc.get("runs") or []
     if len(runs) > 1:
         w(
-            f"{len(runs)} separate runs (hours or days apart, ranks "
+            f"{len(runs)} separate runs (separate captures, or hours apart; ranks "
             + "; ".join(",".join(str(r) for r in x["ranks"]) for x in runs)
             + "): collectives are matched and ranks compared within a run only"
         )

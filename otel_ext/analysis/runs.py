@@ -72,8 +72,25 @@ def rank_runs(table: EventTable, gap_ns: int = RUN_GAP_NS) -> dict[int, int]:
 
 def runs_summary(table: EventTable, gap_ns: int = RUN_GAP_NS) -> list[dict[str, Any]]:
     """One record per run, earliest first: ``run``, ``ranks`` (ascending), ``start_ns``,
-    ``end_ns``."""
+    ``end_ns``. Runs assigned by :func:`~otel_ext.analysis.captures.separate_captures`
+    (``table.meta["rank_runs"]``) are kept; else ranks further apart than ``gap_ns`` are
+    separate runs."""
     ranks, lo, hi = _rank_spans(table)
+    assigned = table.meta.get("rank_runs")
+    if assigned:
+        by_run: dict[int, dict[str, Any]] = {}
+        for r, a, b in zip(ranks.tolist(), lo.tolist(), hi.tolist()):
+            k = int(assigned.get(r, -1))
+            if k < 0:
+                continue
+            rec = by_run.setdefault(k, {"run": k, "ranks": [], "start_ns": a, "end_ns": b})
+            rec["ranks"].append(r)
+            rec["start_ns"], rec["end_ns"] = min(rec["start_ns"], a), max(rec["end_ns"], b)
+        ordered = sorted(by_run.values(), key=lambda x: (x["start_ns"], x["run"]))
+        for i, rec in enumerate(ordered):  # numbered earliest first, as the gap rule numbers
+            rec["run"] = i
+            rec["ranks"].sort()
+        return ordered
     out: list[dict[str, Any]] = []
     for i in np.argsort(lo, kind="stable").tolist():
         if not out or int(lo[i]) > out[-1]["end_ns"] + gap_ns:

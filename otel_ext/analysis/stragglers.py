@@ -282,7 +282,7 @@ def find_stragglers(
     blame = np.zeros(nr, dtype=np.int64)
     last_count = np.zeros(nr, dtype=np.int64)
     joined = np.zeros(nr, dtype=np.int64)
-    expected = np.zeros(nr)
+    expected: np.ndarray = np.zeros(nr)
     med_late = np.zeros(nr)
     persistence = np.zeros(nr)
     effect = np.zeros(nr)
@@ -309,7 +309,7 @@ def find_stragglers(
         late = np.bincount(rpos, weights=np.clip(lateness, 0, None), minlength=nr).astype(np.int64)
         med_late = np.nan_to_num(group_median(lateness, rpos, nr))
         joined = np.bincount(rpos, minlength=nr)
-        expected = np.bincount(rpos, weights=1.0 / match.n_ranks[inst], minlength=nr)
+        expected = np.bincount(rpos, weights=1.0 / match.n_ranks[inst], minlength=nr) * 1.0
         last_pos = np.searchsorted(ranks_arr, match.last_rank)
         last_count = np.bincount(last_pos, minlength=nr)
         has_culprit = culprit >= 0
