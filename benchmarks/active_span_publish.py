@@ -1,12 +1,16 @@
 """Benchmark: the workload's cost of publishing active spans for the node agent.
 
-Three figures, each the best of ``--repeats`` runs of ``--spans`` spans:
+Three figures, each the best of ``--repeats`` interleaved runs of ``--spans`` spans (the
+garbage collector off while timing; off and on alternate so that machine load hits both):
 
-* one record update pair (``ActiveSpanRecord.started`` + ``ended``) on its own, in ns;
+* one record update pair (``ActiveSpanRecord.started`` + ``ended``) on its own, in ns
+  (the cost of an empty loop iteration, measured in the same run, subtracted);
 * the cost per span of a real SDK pipeline (``TracerProvider`` + ``BoundedBatchSpanProcessor``
   to an exporter that drops the batches) for spans carrying ``accel.device.id``, with the
   publishing processor off and on, and their difference and ratio;
-* the same through the framework-free API (``otel_ext.instrumentation.layer``).
+* the same through the framework-free API (``otel_ext.instrumentation.layer``);
+* the node agent's cost per device per round (:meth:`SharedActiveSpanReader.covering` over
+  a full record: folder scan, consistent copy, decode, running-time sweep).
 
 Run: ``.venv/bin/python benchmarks/active_span_publish.py [--spans 20000] [--repeats 5]``
 """
@@ -14,6 +18,7 @@ Run: ``.venv/bin/python benchmarks/active_span_publish.py [--spans 20000] [--rep
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporters import BoundedBatchSpanProcessor
+from otel_ext.counters import SharedActiveSpanReader
 from otel_ext.instrumentation import device_attributes, layer
 from otel_ext.instrumentation._active_span import (
     ActiveSpanPublisher,
@@ -35,14 +41,28 @@ class _Discard(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def _best(fn: Callable[[int], None], n: int, repeats: int) -> float:
-    """Best time per iteration in ns over ``repeats`` runs of ``n`` iterations."""
-    fn(min(n, 1000))  # warm up
-    best = float("inf")
-    for _ in range(repeats):
+def _time(fn: Callable[[int], None], n: int) -> float:
+    """Time per iteration in ns of one run of ``n`` iterations (garbage collector off)."""
+    gc.collect()
+    gc.disable()
+    try:
         t0 = time.perf_counter_ns()
         fn(n)
-        best = min(best, (time.perf_counter_ns() - t0) / n)
+        return (time.perf_counter_ns() - t0) / n
+    finally:
+        gc.enable()
+
+
+def _best_interleaved(
+    fns: dict[str, Callable[[int], None]], n: int, repeats: int
+) -> dict[str, float]:
+    """Best time per iteration of each function, runs interleaved (load hits all alike)."""
+    for fn in fns.values():
+        fn(min(n, 1000))  # warm up
+    best = {label: float("inf") for label in fns}
+    for _ in range(repeats):
+        for label, fn in fns.items():
+            best[label] = min(best[label], _time(fn, n))
     return best
 
 
@@ -67,20 +87,38 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         rec = ActiveSpanRecord("bench/chip0", folder)
+        trace_id = 0x5B8AA5A2D2C872E8321CF37308D69DF2
 
         def updates(k: int) -> None:
             started, ended = rec.started, rec.ended
             for i in range(1, k + 1):
-                started(0xABC, i, i)
-                ended(0xABC, i, i, i + 1)
+                started(trace_id, i, i)
+                ended(trace_id, i, i, i + 1)
 
-        pair_ns = _best(updates, n, repeats)
+        def empty_loop(k: int) -> None:
+            for _ in range(1, k + 1):
+                pass
+
+        raw = _best_interleaved({"loop": empty_loop, "pair": updates}, n, repeats)
+        pair_ns = raw["pair"] - raw["loop"]
+        # the agent's side: one device's full record (256 ended spans, one open) per round
+        rec.started(trace_id, 1 << 40, n)
+        reader = SharedActiveSpanReader(folder)
+
+        def agent_rounds(k: int) -> None:
+            for i in range(k):
+                reader.covering("bench/chip0", i, n + 2 + i)
+
+        reader_us = _best_interleaved({"agent": agent_rounds}, 200, repeats)["agent"] / 1000
+        reader.close()
         rec.close()
 
         attrs = {**device_attributes("chip0", host_id="bench"), "accel.layer.name": "blocks.0"}
-        results: dict[str, float] = {}
+        fns: dict[str, Callable[[int], None]] = {}
+        providers = []
         for label, use in (("off", None), ("on", folder)):
             provider, _ = _provider(use)
+            providers.append(provider)
             tracer = provider.get_tracer("otel_ext.instrumentation")
 
             def sdk_spans(k: int, tracer=tracer) -> None:
@@ -93,11 +131,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     with layer("blocks.0", index=i, attributes=attrs, tracer_provider=provider):
                         pass
 
-            results[f"sdk {label}"] = _best(sdk_spans, n, repeats)
-            results[f"api {label}"] = _best(api_spans, n, repeats)
+            fns[f"sdk {label}"] = sdk_spans
+            fns[f"api {label}"] = api_spans
+        results = _best_interleaved(fns, n, repeats)
+        for provider in providers:
             provider.shutdown()
 
     print(f"active-span record: started+ended pair {pair_ns:.0f} ns ({pair_ns / 2:.0f} ns/update)")
+    print(f"agent: one device's coverage per round (full record, folder scan) {reader_us:.0f} us")
     for kind in ("sdk", "api"):
         off, on = results[f"{kind} off"], results[f"{kind} on"]
         print(

@@ -67,3 +67,37 @@ def test_sim_only_when_asked_and_labelled(tmp_path) -> None:
         'service_name="otel-ext-exporter"} 1.0'
     )
     assert 'accel_device_id="H/chip0"' in body
+
+
+def test_daemonset_and_workload_share_the_active_span_folder() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+    docs = list(yaml.safe_load_all((root / "exporter-daemonset.yaml").read_text()))
+    agent_pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    workload_pod = yaml.safe_load((root / "workload-example.yaml").read_text())["spec"]["template"][
+        "spec"
+    ]
+
+    def folder(pod: dict, container: dict) -> tuple[str, str, bool]:
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        path = env["OTEL_EXT_ACTIVE_SPAN_DIR"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == path]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        return path, volume["hostPath"]["path"], bool(mount.get("readOnly"))
+
+    (agent,) = agent_pod["containers"]
+    (workload,) = workload_pod["containers"]
+    agent_dir, agent_host, agent_ro = folder(agent_pod, agent)
+    work_dir, work_host, work_ro = folder(workload_pod, workload)
+    assert agent_dir == work_dir and agent_host == work_host and agent_ro and not work_ro
+    # a group both are in may read (agent) and write (workload) the records, nobody else
+    (init,) = agent_pod["initContainers"]
+    assert "chmod 2770" in init["command"][-1] and "chown 0:2000" in init["command"][-1]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert 2000 in agent_pod["securityContext"]["supplementalGroups"]
+    assert 2000 in workload_pod["securityContext"]["supplementalGroups"]
+    env = {e["name"]: e.get("value") for e in workload["env"]}
+    assert env["OTEL_EXT_HOST_ID"] == "$(NODE_NAME)"  # device ids name the node, as the agent's
