@@ -1,7 +1,7 @@
 """OpenTelemetry SDK metrics -> Prometheus metric families (with exemplars).
 
-:class:`PrometheusMetricReader` is a pull ``MetricReader``: on each scrape its
-:meth:`~PrometheusMetricReader.collect_families` asks the SDK to collect and turns the
+:class:`PrometheusExpositionReader` is a pull ``MetricReader``: on each scrape its
+:meth:`~PrometheusExpositionReader.collect_families` asks the SDK to collect and turns the
 points into ``prometheus_client`` families: monotonic sums -> counters (exemplars from the
 points), gauges and non-monotonic sums -> gauges, explicit-bucket histograms ->
 histograms (each exemplar on the bucket its value falls in). Names, units and labels are
@@ -10,7 +10,7 @@ attributes are exposed once as ``target_info`` (value 1), as the OpenTelemetry
 specification's Prometheus compatibility asks, so a point joins to its host, rank and device.
 
 >>> from opentelemetry.sdk.metrics import MeterProvider
->>> reader = PrometheusMetricReader()
+>>> reader = PrometheusExpositionReader()
 >>> provider = MeterProvider(metric_readers=[reader])
 >>> provider.get_meter("doc").create_counter("accel.link.io", unit="By").add(5, {"accel.link.id": "h/a-b"})
 >>> [(f.name, f.type, f.samples[0].value) for f in reader.collect_families()]
@@ -53,7 +53,7 @@ from prometheus_client.utils import floatToGoString
 from exporters._prometheus_family import new_family
 from exporters._prometheus_mapping import prometheus_name, sanitize_label
 
-__all__ = ["PrometheusMetricReader"]
+__all__ = ["PrometheusExpositionReader", "PrometheusMetricReader"]
 
 _log = logging.getLogger(__name__)
 _CUMULATIVE = {
@@ -79,7 +79,7 @@ def _exemplar(ex: Any) -> Exemplar | None:
     )
 
 
-class PrometheusMetricReader(MetricReader):
+class PrometheusExpositionReader(MetricReader):
     """A pull metric reader for Prometheus.
 
     Register :meth:`collector` in a ``CollectorRegistry`` (or serve the reader with
@@ -185,7 +185,7 @@ class PrometheusMetricReader(MetricReader):
 class _FamiliesCollector(Collector):
     """Adapter: a ``prometheus_client`` collector over a reader's families."""
 
-    def __init__(self, reader: PrometheusMetricReader):
+    def __init__(self, reader: PrometheusExpositionReader):
         self.reader = reader
 
     def collect(self) -> Iterator[Metric]:
@@ -193,3 +193,8 @@ class _FamiliesCollector(Collector):
 
     def describe(self) -> list[Metric]:
         return []
+
+
+#: Deprecated alias (one release): the old name collides with
+#: ``opentelemetry.exporter.prometheus.PrometheusMetricReader``.
+PrometheusMetricReader = PrometheusExpositionReader

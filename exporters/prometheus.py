@@ -45,6 +45,7 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_C
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 
 from exporters._http_server import HardenedHTTPServer, HttpResponse
+from exporters._prometheus_family import new_family
 from exporters._prometheus_mapping import (
     PrometheusName,
     map_unit,
@@ -53,16 +54,18 @@ from exporters._prometheus_mapping import (
     sanitize_label,
     sanitize_name,
 )
-from exporters._prometheus_sdk import PrometheusMetricReader
+from exporters._prometheus_sdk import PrometheusExpositionReader, PrometheusMetricReader
 from otel_ext import config
 from otel_ext.errors import ConfigError
 
 __all__ = [
+    "PrometheusExpositionReader",
     "PrometheusExpositionServer",
     "PrometheusMetricReader",
     "PrometheusName",
     "basic_auth_matches",
     "map_unit",
+    "new_family",
     "parse_basic_auth",
     "parse_listen",
     "prometheus_metrics_reader",

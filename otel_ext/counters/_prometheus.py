@@ -3,7 +3,7 @@
 :class:`CounterCollector` is a ``prometheus_client`` custom collector: every ``collect()``
 builds fresh metric families from the bridge's current series (counters with exemplars,
 gauges, histograms with bucket exemplars), names and units mapped by
-:mod:`exporters._prometheus_mapping`. Register it in any ``CollectorRegistry``.
+:mod:`exporters.prometheus`. Register it in any ``CollectorRegistry``.
 
 :meth:`CounterCollector.render` writes the same exposition text directly, without building
 ``Metric``/``Sample`` objects, with each series' label string cached; it is what the
@@ -36,8 +36,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
-from exporters._prometheus_family import new_family
-from exporters._prometheus_mapping import PrometheusName, prometheus_name, sanitize_label
+from exporters.prometheus import PrometheusName, new_family, prometheus_name, sanitize_label
 from otel_ext.counters._bridge import CounterBridge, SeriesState
 from otel_ext.counters._source import HistogramValue, SeriesKey
 from semantic_conventions.metrics import METRIC_SPECS

@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 from prometheus_client.metrics_core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporters._prometheus_mapping import sanitize_label
+from exporters.prometheus import sanitize_label
 from semantic_conventions.attributes import ACCEL_DEVICE_KIND, ACCEL_HOST_ID, ACCEL_SOURCE
 
 __all__ = ["SIMULATED_SOURCES", "TargetInfoCollector"]
