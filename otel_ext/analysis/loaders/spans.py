@@ -352,6 +352,21 @@ class _Attr:
         out[self.rows] = arr
         return out
 
+    def strict(self) -> list[str | None]:
+        """str per row where the value is a string, None elsewhere (absent or another type)."""
+        base = self.res if isinstance(self.res, str) else None
+        out: list[Any] = [base] * self.n
+        if not len(self.rows):
+            return out
+        try:
+            raw = list(map(attrgetter("stringValue"), self.values))
+        except AttributeError:
+            raw = list(map(any_value, self.values))
+        raw = [v if type(v) is str else None for v in raw]
+        arr = np.array(out, dtype=object)
+        arr[self.rows] = raw
+        return arr.tolist()  # type: ignore[no-any-return]
+
     def strs(self) -> list[str]:
         """str per row ('' where absent), as ``_s``."""
         base = "" if self.res is _MISSING else _s(self.res)
@@ -437,15 +452,14 @@ class OtlpSpanColumns:
         g = attrs.__getitem__
         # category once per distinct (name, kernel kind, kernel name)
         kind = g(A.ACCEL_KERNEL_KIND).py() if nm["kernel_span"] in names else [None] * n
-        kname = g(A.ACCEL_KERNEL_NAME).strs()
+        kname = g(A.ACCEL_KERNEL_NAME).strict()
         triples = list(zip(names, map(_hashable, kind), kname))
-        cats = {t: _category(t[0], t[1], t[2] or None) for t in dict.fromkeys(triples)}
+        cats = {t: _category(t[0], t[1], t[2]) for t in dict.fromkeys(triples)}
         category = np.fromiter(map(cats.__getitem__, triples), np.int8, count=n)
         display = list(names)
         is_kernel = np.fromiter(map(nm["kernel_span"].__eq__, names), bool, count=n)
         if is_kernel.any():
-            has = g(A.ACCEL_KERNEL_NAME).present()
-            for k in np.flatnonzero(is_kernel & has).tolist():
+            for k in np.flatnonzero(is_kernel).tolist():
                 if kname[k]:
                     display[k] = kname[k]
         _rename(display, category == Category.LAYER, g(A.ACCEL_LAYER_NAME))
@@ -552,9 +566,8 @@ class OtlpSpanColumns:
 def _rename(display: list[str], mask: np.ndarray, att: _Attr) -> None:
     if not mask.any():
         return
-    vals = att.strs()
-    present = att.present()
-    for k in np.flatnonzero(mask & present).tolist():
+    vals = att.strict()
+    for k in np.flatnonzero(mask).tolist():
         if vals[k]:
             display[k] = vals[k]
 
