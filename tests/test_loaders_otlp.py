@@ -98,7 +98,7 @@ def _reference(lines: list[bytes], path: str) -> EventTable:
         st.tuples(
             st.sampled_from(_NAMES),
             st.dictionaries(st.sampled_from(_KEYS), _ATTR_VALUES, max_size=6),
-        ),  # fmt: skip
+        ),
         min_size=1,
         max_size=8,
     ),
@@ -106,7 +106,7 @@ def _reference(lines: list[bytes], path: str) -> EventTable:
         st.sampled_from([A.ACCEL_RANK, A.ACCEL_HOST_ID, A.ACCEL_DEVICE_ID]),
         st.one_of(st.integers(-3, 40), st.text(max_size=5)),
         max_size=3,
-    ),  # fmt: skip
+    ),
     piece=st.integers(1, 4096),
 )
 def test_columns_equal_the_sdk_encoding_in_hex_and_base64(
