@@ -255,7 +255,7 @@ ACCEL_RANK = 'accel.rank'
 ACCEL_REQUEST_BATCH_SIZE = 'accel.request.batch_size'
 #: Server-side id of an inference request.
 ACCEL_REQUEST_ID = 'accel.request.id'
-#: Phase of an inference request.
+#: Phase of an inference request (`decode_queue`, on the decode engine of a disaggregated server, from the KV cache's arrival to the request's admission into a decode batch; `first_decode_step`, that engine's first step for the request, which streams its first token).
 ACCEL_REQUEST_PHASE = 'accel.request.phase'
 #: Engine iteration (continuous-batching step) number.
 ACCEL_REQUEST_STEP = 'accel.request.step'

@@ -109,7 +109,14 @@ def test_telemetry_loads_with_the_exporters_reader_and_uses_registry_names(
         "accel.engine.step",
     }
     phases = {s.attributes["accel.request.phase"] for s in run.spans_named("accel.request.phase")}
-    assert phases == {"queue", "prefill", "kv_transfer", "decode"}
+    assert phases == {
+        "queue",
+        "prefill",
+        "kv_transfer",
+        "decode",
+        "decode_queue",
+        "first_decode_step",
+    }
     metrics = {p.name for p in run.points}
     for expected in (
         "accel.device.cycles.active",
@@ -156,7 +163,7 @@ def test_one_trace_per_request_across_hosts(runs: dict[str, Run]) -> None:
             m.attributes.get("accel.request.phase", "")
             for m in members
             if m.name == "accel.request.phase"
-        ) == ["decode", "kv_transfer", "prefill", "queue"]
+        ) == ["decode", "decode_queue", "first_decode_step", "kv_transfer", "prefill", "queue"]
         assert root.attributes["gen_ai.usage.input_tokens"] > 0
 
 

@@ -57,6 +57,7 @@ from semantic_conventions.metrics import METRIC_HW_ENERGY
 from semantic_conventions.spans import SPAN_ACCEL_ENGINE_STEP
 
 __all__ = [
+    "TTFT_PARTS",
     "EngineStep",
     "engine_step_from_attributes",
     "engine_steps_from_otlp",
@@ -100,8 +101,16 @@ class _Coverage:
         return max(total, 0)
 
 
+#: phases that are none of queue, prefill and decode (disaggregated serving's hand-over)
+_OTHER_PHASES = ("kv_transfer", "decode_queue", "first_decode_step")
+#: the parts of a disaggregated request's time to first token, in order
+TTFT_PARTS = ("queue", "prefill", "kv_transfer", "decode_queue", "first_decode_step")
+
+
 def _phase_of(name: str) -> str | None:
     low = name.lower()
+    if low in _PHASES or low in _OTHER_PHASES:
+        return low
     for p in _PHASES:
         if p in low:
             return p
@@ -159,6 +168,8 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
             if label is None:
                 label = _PHASES[min(k, 2)] if len(phases) >= 3 else _PHASES[1 + min(k, 1)]
             labelled.append((label, p))
+        parts = _ttft_parts(labelled, start, end)
+        labelled = [(lab, p) for lab, p in labelled if lab in _PHASES]
         dur = {ph: 0 for ph in _PHASES}
         n_decode = 0
         first_token = None
@@ -181,6 +192,9 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
             "decode_ns": dur["decode"],
             "decode_steps": n_decode,
         }
+        if parts is not None:
+            row["ttft_parts_ns"] = parts
+            row["ttft_client_ns"] = sum(parts.values())
         if first_token is not None:
             a, b = rs, first_token
             if tcode in traced_codes:
@@ -221,7 +235,51 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
         "ttft_collectives_pct": share("ttft_collectives_ns"),
     }
     out.sort(key=lambda x: -(x["ttft_ns"] or 0))
-    return {"count": len(out), "summary": summary, "requests": out[:limit]}
+    return {
+        "count": len(out),
+        "summary": summary,
+        "ttft_breakdown": _ttft_breakdown_summary(out),
+        "requests": out[:limit],
+    }
+
+
+def _ttft_parts(
+    labelled: list[tuple[str, int]], start: np.ndarray, end: np.ndarray
+) -> dict[str, int] | None:
+    """The five parts of a disaggregated request's client-seen TTFT, each measured on the clock
+    of the host that recorded it (so no part spans two hosts' clocks), or None when the
+    request lacks one (served by one engine, or a phase not traced)."""
+    got: dict[str, int] = {}
+    for label, p in labelled:
+        if label in TTFT_PARTS and label not in got:
+            if label == "queue" and got:
+                continue
+            got[label] = int(end[p] - start[p])
+    if len(got) != len(TTFT_PARTS):
+        return None
+    return {k: got[k] for k in TTFT_PARTS}
+
+
+def _ttft_breakdown_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Medians and p99 of each TTFT part over the requests that have all five."""
+    with_parts = [r for r in rows if "ttft_parts_ns" in r]
+    if not with_parts:
+        return None
+    out: dict[str, Any] = {"requests": len(with_parts)}
+    for key in (*TTFT_PARTS, "client"):
+        vals = [
+            r["ttft_client_ns"] if key == "client" else r["ttft_parts_ns"][key] for r in with_parts
+        ]
+        out[f"{key}_p50_ns"] = _pct(vals, 50)
+        out[f"{key}_p99_ns"] = _pct(vals, 99)
+    total = sum(r["ttft_client_ns"] for r in with_parts)
+    out["share_pct"] = {
+        k: round(100.0 * sum(r["ttft_parts_ns"][k] for r in with_parts) / total, 4)
+        if total
+        else None
+        for k in TTFT_PARTS
+    }
+    return out
 
 
 # -- per-request accelerator time and energy under continuous batching -----------------------

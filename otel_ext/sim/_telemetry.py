@@ -679,6 +679,28 @@ class Telemetry:
                 start_time=hn(ph, req.kv_start_ns),
             )
             span.end(end_time=hn(ph, req.kv_end_ns))
+        if self.engine.mode == "disaggregated" and req.decode_steps:
+            # on the decode engine's clock: waiting for a batch slot once the KV cache is
+            # there, then the step that streams the first token to the client
+            dec_attrs = {ACCEL_HOST_ID: host_name(dh), ACCEL_REQUEST_ID: req.request_id}
+            with phase(
+                "decode_queue",
+                attributes=dec_attrs,
+                tracer_provider=self.providers[dh],
+                context=root_ctx,
+                start_time=hn(dh, req.kv_end_ns),
+                end_time=hn(dh, req.decode_start_ns),
+            ):
+                pass
+            with phase(
+                "first_decode_step",
+                attributes=dec_attrs,
+                tracer_provider=self.providers[dh],
+                context=root_ctx,
+                start_time=hn(dh, req.decode_start_ns),
+                end_time=hn(dh, req.first_decode_end_ns),
+            ):
+                pass
         if req.output_tokens > 1 and req.decode_steps:
             with phase(
                 "decode",
