@@ -48,6 +48,7 @@ __all__ = [
     "JobError",
     "RunSpec",
     "collective_calls",
+    "event_inventory",
     "last_arrivals",
     "persistently_last",
     "record_job",
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 MODES = ("sleep", "matmul")
+KINDS = ("steps", "ops")
+SUB_GROUP_DESC = "probe_sub"  # the sub-group of an ``ops`` run
 
 
 class JobError(RuntimeError):
@@ -79,6 +82,12 @@ class RunSpec:
         elements: float32 elements per rank in each collective.
         all_gather: also an ``all_gather`` in each step, after the ``all_reduce``.
         seed: seeds the tensors' values (``seed * 1000 + rank``).
+        kind: ``"steps"`` (the training-like steps above) or ``"ops"``: one call of each
+            collective kind instead (all-reduce on the default group, on a sub-group
+            ``probe_sub`` and async; broadcast, barrier, reduce-scatter, all-to-all,
+            all-gather into a tensor and into a list; send/recv between rank pairs), without
+            a schedule, to inventory the events PyTorch writes (:func:`event_inventory`).
+        record_shapes: the profiler's ``record_shapes``.
     """
 
     name: str
@@ -91,11 +100,17 @@ class RunSpec:
     elements: int = 1024
     all_gather: bool = True
     seed: int = 0
+    kind: str = "steps"
+    record_shapes: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(
                 f"RunSpec {self.name!r}: mode must be 'sleep' or 'matmul', not {self.mode!r}"
+            )
+        if self.kind not in KINDS:
+            raise ValueError(
+                f"RunSpec {self.name!r}: kind must be 'steps' or 'ops', not {self.kind!r}"
             )
         if self.steps < 1 or self.matmuls < 0 or self.extra < 0:
             raise ValueError(f"RunSpec {self.name!r}: steps >= 1, matmuls >= 0, extra >= 0")
@@ -200,9 +215,58 @@ def truth_visible(spec: RunSpec, last: Sequence[int], world: int) -> bool:
     >>> truth_visible(RunSpec(name="h"), [2] * 8, 4)
     False
     """
+    if spec.kind == "ops":
+        return True  # an inventory, no ground truth to show
     if spec.slow_rank is None:
         return not persistently_last(last, world)
     return bool(last) and list(last).count(spec.slow_rank) > len(last) / 2
+
+
+def event_inventory(folder: Path) -> dict[int, dict[str, Any]]:
+    """Per rank, what its trace holds about collectives (standard library only).
+
+    Returns ``{rank: {"groups": pg_config, "events": [...]}}`` with, for each ``c10d::*``,
+    ``gloo:*`` or ``record_param_comms`` event in start order: ``name``, ``cat``, ``tid``,
+    ``on_caller`` (on the thread that made the ``c10d::`` calls), ``args`` (the event's).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> ev = [{"ph": "X", "cat": "cpu_op", "name": "c10d::barrier", "ts": 1, "dur": 1, "tid": 7},
+    ...       {"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "ts": 2, "dur": 3,
+    ...        "tid": 9, "args": {"External id": 513}}]
+    >>> _ = (d / "h_1.2.pt.trace.json").write_text(json.dumps(
+    ...     {"distributedInfo": {"rank": 0, "pg_config": []}, "traceEvents": ev}))
+    >>> [(e["name"], e["on_caller"]) for e in event_inventory(d)[0]["events"]]
+    [('c10d::barrier', True), ('gloo:barrier', False)]
+    """
+    out: dict[int, dict[str, Any]] = {}
+    for path in trace_files(folder):
+        trace = json.loads(path.read_text())
+        info = trace["distributedInfo"]
+        events = sorted(
+            (
+                e
+                for e in trace["traceEvents"]
+                if e.get("ph") == "X"
+                and str(e.get("name", "")).startswith(("c10d::", "gloo:", "record_param_comms"))
+            ),
+            key=lambda e: float(e["ts"]),
+        )
+        caller = {e["tid"] for e in events if e["name"].startswith("c10d::")}
+        out[int(info["rank"])] = {
+            "groups": info.get("pg_config", []),
+            "events": [
+                {
+                    "name": e["name"],
+                    "cat": e.get("cat"),
+                    "tid": e["tid"],
+                    "on_caller": e["tid"] in caller,
+                    "args": e.get("args", {}),
+                }
+                for e in events
+            ],
+        }
+    return out
 
 
 def record_until_visible(
@@ -357,11 +421,45 @@ def _launch(root: Path, spec_json: str, *, world: int, timeout_s: float, log_dir
 # --------------------------------------------------------------------------- rank process
 
 
+def _run_ops(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, tensorboard_trace_handler
+
+    sub = dist.new_group(list(range(world)), group_desc=SUB_GROUP_DESC)
+    n = 8 * world
+    t = torch.ones(n)
+    dist.barrier()
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=spec["record_shapes"],
+        on_trace_ready=tensorboard_trace_handler(str(root / spec["name"])),
+    ):
+        dist.all_reduce(t)
+        dist.all_reduce(t, group=sub)
+        dist.all_reduce(t, async_op=True).wait()
+        dist.broadcast(t, src=0)
+        dist.barrier()
+        dist.reduce_scatter_tensor(torch.empty(n // world), t)
+        dist.all_to_all_single(torch.empty(n), t)
+        dist.all_gather_into_tensor(torch.empty(n * world), t)
+        dist.all_gather([torch.empty(n) for _ in range(world)], t)
+        if rank % 2 == 0 and rank + 1 < world:
+            dist.send(t, dst=rank + 1)
+        elif rank % 2 == 1:
+            dist.recv(t, src=rank - 1)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+
+
 def _run_rank(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+    if spec["kind"] == "ops":
+        _run_ops(rank, world, root, spec)
+        return
     torch.manual_seed(spec["seed"] * 1000 + rank)
     n = spec["size"]
     a = torch.randn(n, n) / n**0.5
@@ -386,6 +484,7 @@ def _run_rank(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
     dist.barrier()
     with profile(
         activities=[ProfilerActivity.CPU],
+        record_shapes=spec["record_shapes"],
         schedule=schedule(wait=0, warmup=1, active=spec["steps"], repeat=1),
         on_trace_ready=tensorboard_trace_handler(str(folder)),
     ) as prof:

@@ -17,7 +17,8 @@ First the harness checks itself, from the raw JSON and without otel-ext: every r
 the same 12 collectives, and the slow rank arrived last at most of them (so a failure below is
 the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay or
 keep a healthy rank late for a whole run; such a run is recorded again (at most 3 recordings,
-``record_until_visible``). Then, through the public ``analyze``:
+``record_until_visible``). One more run (``OPS``) calls each collective kind once with shapes
+recorded, and checks the event inventory the docs state. Then, through the public ``analyze``:
 
 * every run: 12 collectives matched (2 per profiler step the analysis keeps), each across
   all 4 ranks;
@@ -37,8 +38,10 @@ from typing import Any
 import pytest
 from conftest import require
 from gloo_profiled_job import (
+    SUB_GROUP_DESC,
     RunSpec,
     collective_calls,
+    event_inventory,
     last_arrivals,
     persistently_last,
     record_until_visible,
@@ -57,6 +60,8 @@ RUNS = [
     RunSpec(name="sleep-r1", slow_rank=1, mode="sleep", extra=5.0, seed=2, steps=STEPS),
     RunSpec(name="matmul-r2", slow_rank=2, mode="matmul", extra=10, seed=3, steps=STEPS),
 ]
+# One call of each collective kind, shapes recorded: the inventory docs/analysis.md states.
+OPS = RunSpec(name="ops", kind="ops", record_shapes=True)
 SLOW = [r for r in RUNS if not r.is_healthy]
 HEALTHY = [r for r in RUNS if r.is_healthy]
 
@@ -69,7 +74,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path],
     ground truth (the machine's load swamped the injected delay, or made a straggler of a
     healthy rank) is recorded again, at most 3 recordings in all."""
     require(importlib.util.find_spec("torch") is not None, "torch (the test extra)")
-    return record_until_visible(tmp_path_factory.mktemp("truth_gloo"), RUNS, world=WORLD)
+    return record_until_visible(tmp_path_factory.mktemp("truth_gloo"), [*RUNS, OPS], world=WORLD)
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +128,46 @@ def test_slow_rank_arrives_last_in_the_raw_traces(
         f"slow rank {spec.slow_rank} last at {share:.0%} of collectives in each of "
         f"{tries[spec.name]} recordings (the machine's load swamps the delay); last: {last}"
     )
+
+
+def test_gloo_cpu_side_events_are_as_documented(folders: dict[str, Path]) -> None:
+    """The facts of docs/analysis.md's gloo section, on this torch: if one stops holding,
+    the section (and the analysis built on it) needs a look."""
+    n = 8 * WORLD
+    calls = ["c10d::allreduce_"] * 3 + ["c10d::broadcast_", "c10d::barrier"]
+    calls += ["c10d::_reduce_scatter_base_", "c10d::alltoall_base_"]
+    calls += ["c10d::_allgather_base_", "c10d::allgather_"]
+    runs = ["gloo:all_reduce"] * 3 + ["gloo:broadcast", "gloo:barrier", "gloo:all_reduce"]
+    runs += ["gloo:all_to_all", "gloo:all_gather", "gloo:all_gather"]
+    param_comms_keys = {"Collective name", "Process Group Name", "Group size", "In msg nelems"}
+    inventory = event_inventory(folders[OPS.name])
+    assert sorted(inventory) == list(range(WORLD))
+    for rank, inv in inventory.items():
+        p2p = ["send"] if rank % 2 == 0 else ["recv_"]
+        events = inv["events"]
+        assert [(g["pg_desc"], g["pg_size"]) for g in inv["groups"]] == [
+            ("default_pg", WORLD),
+            (SUB_GROUP_DESC, WORLD),
+        ]
+        assert not [e for e in events if e["name"] == "record_param_comms"]
+        assert not [e for e in events if param_comms_keys & set(e["args"])]
+        c10d = [e for e in events if e["name"].startswith("c10d::")]
+        assert [e["name"] for e in c10d] == calls + [f"c10d::{op}" for op in p2p]
+        assert {e["cat"] for e in c10d} == {"cpu_op"}
+        # autograd's sequence number, not a collective's
+        assert {e["args"]["Sequence number"] for e in c10d} == {0}
+        assert c10d[0]["args"]["Input Dims"][0] == [[n]]
+        workers = [e for e in events if e["name"].startswith("gloo:") and not e["on_caller"]]
+        assert [e["name"] for e in workers] == runs
+        assert {e["cat"] for e in workers} == {"user_annotation"}
+        assert workers[0]["args"]["Input Dims"] == [[n]]
+        assert workers[0]["args"]["Input type"] == ["float"]
+        # the sub-group's all-reduce (the second) runs on threads of its own
+        default_threads = {e["tid"] for i, e in enumerate(workers) if i != 1}
+        assert workers[1]["tid"] not in default_threads
+        assert 1 <= len(default_threads) <= 2
+        inline = [e["name"] for e in events if e["name"].startswith("gloo:") and e["on_caller"]]
+        assert inline == [f"gloo:{op.rstrip('_')}" for op in p2p]
 
 
 # ----------------------------------------------------------------- what analyze must find
