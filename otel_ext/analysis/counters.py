@@ -99,23 +99,71 @@ def _rate(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return t[1:][ok], dv[ok] / dt[ok]
 
 
+class _SeriesIndex:
+    """The rows of one :class:`MetricPoints` grouped by (metric name, ``column`` value), once:
+    one stable sort by (name, value, time), then each series is a slice found by binary
+    search. A series is built at most once (memoised), so the peers every target shares are
+    not rebuilt per target.
+    """
+
+    def __init__(self, points: Any, column: str) -> None:
+        self.points = points
+        name_c = points.codes["name"].astype(np.int64)
+        col_c = points.codes[column].astype(np.int64)
+        self.width = max(len(points.strings[column]), 1)
+        self.order = np.lexsort((points.time_ns, col_c, name_c))
+        self.keys = (name_c * self.width + col_c)[self.order]
+        self.name_code = {s: i for i, s in enumerate(points.strings["name"])}
+        self.col_code = {s: i for i, s in enumerate(points.strings[column])}
+        self.memo: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def series(self, name: str, value: str) -> tuple[np.ndarray, np.ndarray]:
+        got = self.memo.get((name, value))
+        if got is None:
+            got = self.memo[(name, value)] = self._build(name, value)
+        return got
+
+    def _build(self, name: str, value: str) -> tuple[np.ndarray, np.ndarray]:
+        n, c = self.name_code.get(name), self.col_code.get(value)
+        if n is None or c is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        key = n * self.width + c
+        a, b = np.searchsorted(self.keys, [key, key + 1])
+        if a == b:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        rows = self.order[a:b]  # sorted by time; equal times in file order
+        p = self.points
+        t = p.time_ns[rows]
+        v = p.values[rows]
+        first = int(rows.min())  # the series' kind is its first point's, in file order
+        is_sum = p.strings["kind"][int(p.codes["kind"][first])] == "sum"
+        # several series (attribute sets) at one timestamp: add them up, in file order
+        starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
+        ut = t[starts]
+        agg = np.zeros(len(ut))
+        np.add.at(agg, np.repeat(np.arange(len(ut)), np.diff(np.r_[starts, len(t)])), v)
+        if is_sum and name not in _COUNTS:
+            return _rate(ut, agg)
+        return ut, agg
+
+
+def _index(points: Any, column: str) -> _SeriesIndex:
+    """The series index of ``points`` for ``column``, built on first use and kept with it."""
+    cache = points.__dict__.setdefault("_series_index", {})
+    idx = cache.get(column)
+    if idx is None:
+        idx = cache[column] = _SeriesIndex(points, column)
+    return idx  # type: ignore[no-any-return]
+
+
 def series_of(points: Any, name: str, column: str, value: str) -> tuple[np.ndarray, np.ndarray]:
     """The time-sorted series of ``name`` whose ``column`` equals ``value``; sums summed over
-    their other attributes (both directions of a link's bytes, say) and made rates."""
-    mask = points.where("name", name) & points.where(column, value)
-    if not mask.any():
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    t = points.time_ns[mask]
-    v = points.values[mask]
-    kinds = points.codes["kind"][mask]
-    is_sum = points.strings["kind"][int(kinds[0])] == "sum"
-    # several series (attribute sets) at one timestamp: add them up
-    ut, inv = np.unique(t, return_inverse=True)
-    agg = np.zeros(len(ut))
-    np.add.at(agg, inv.reshape(-1), v)
-    if is_sum and name not in _COUNTS:
-        return _rate(ut, agg)
-    return ut, agg
+    their other attributes (both directions of a link's bytes, say) and made rates.
+
+    The points are grouped by series once (:class:`_SeriesIndex`); each call is then a
+    binary search and the work on that series' own rows.
+    """
+    return _index(points, column).series(name, value)
 
 
 def _summary(t: np.ndarray, v: np.ndarray, window: tuple[int, int] | None) -> dict[str, Any]:
