@@ -131,9 +131,9 @@ def trace_files(folder: Path) -> list[Path]:
     """The Kineto files of one run's folder, sorted by name.
 
     >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
-    >>> _ = (d / "vm_12.17.pt.trace.json").write_text("{}")
-    >>> [p.name for p in trace_files(d)]
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "vm_12.17.pt.trace.json").write_text("{}")
+    ...     [p.name for p in trace_files(Path(tmp))]
     ['vm_12.17.pt.trace.json']
     """
     return sorted(Path(folder).glob("*.pt.trace.json"))
@@ -145,12 +145,12 @@ def collective_calls(folder: Path) -> dict[int, list[tuple[str, float]]]:
     The ``c10d::*`` op is the rank's call of the collective on its main thread (its arrival).
 
     >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
     >>> ev = [{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 5.5, "dur": 1},
     ...       {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 6, "dur": 9}]
-    >>> _ = (d / "h_1.2.pt.trace.json").write_text(json.dumps(
-    ...     {"distributedInfo": {"rank": 3}, "traceEvents": ev}))
-    >>> collective_calls(d)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "h_1.2.pt.trace.json").write_text(json.dumps(
+    ...         {"distributedInfo": {"rank": 3}, "traceEvents": ev}))
+    ...     collective_calls(Path(tmp))
     {3: [('c10d::allreduce_', 5.5)]}
     """
     out: dict[int, list[tuple[str, float]]] = {}
@@ -230,13 +230,13 @@ def event_inventory(folder: Path) -> dict[int, dict[str, Any]]:
     ``on_caller`` (on the thread that made the ``c10d::`` calls), ``args`` (the event's).
 
     >>> import tempfile
-    >>> d = Path(tempfile.mkdtemp())
     >>> ev = [{"ph": "X", "cat": "cpu_op", "name": "c10d::barrier", "ts": 1, "dur": 1, "tid": 7},
     ...       {"ph": "X", "cat": "user_annotation", "name": "gloo:barrier", "ts": 2, "dur": 3,
     ...        "tid": 9, "args": {"External id": 513}}]
-    >>> _ = (d / "h_1.2.pt.trace.json").write_text(json.dumps(
-    ...     {"distributedInfo": {"rank": 0, "pg_config": []}, "traceEvents": ev}))
-    >>> [(e["name"], e["on_caller"]) for e in event_inventory(d)[0]["events"]]
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     _ = (Path(tmp) / "h_1.2.pt.trace.json").write_text(json.dumps(
+    ...         {"distributedInfo": {"rank": 0, "pg_config": []}, "traceEvents": ev}))
+    ...     [(e["name"], e["on_caller"]) for e in event_inventory(Path(tmp))[0]["events"]]
     [('c10d::barrier', True), ('gloo:barrier', False)]
     """
     out: dict[int, dict[str, Any]] = {}
