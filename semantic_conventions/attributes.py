@@ -165,7 +165,7 @@ ACCEL_COLLECTIVE_PEER = 'accel.collective.peer'
 ACCEL_COLLECTIVE_RANK = 'accel.collective.rank'
 #: Per-group sequence number; (group, seq) names one collective on every member.
 ACCEL_COLLECTIVE_SEQ = 'accel.collective.seq'
-#: Where the span's start and end came from, `device` (events on the collective's stream, or the backend's own per-work timing) or `host` (host clock, the call to its completion).
+#: Where the span's start and end came from, `device` (events on the collective's stream, or the backend's own per-work timing) `host` (host clock, the call to its completion) or `enqueue` (the backend reports no completion, so the span covers the issuing call only).
 ACCEL_COLLECTIVE_TIMING = 'accel.collective.timing'
 #: The metric a counter-bridge statistic (such as dropped series) refers to.
 ACCEL_COUNTERS_METRIC = 'accel.counters.metric'

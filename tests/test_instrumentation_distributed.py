@@ -4,7 +4,9 @@ Every rank runs every wrapped op, sync and async, with its own tracer provider a
 in-memory exporter, and writes its finished spans to a JSON file; the test then checks the
 spans of all ranks together: sequence numbers and collective ids agree across ranks, bytes
 are the buffer sizes, the ops' results are what plain torch.distributed gives, and async
-spans end when the work completes. Each rank also has its own meter provider with an
+spans end when the work completes (the instrumentor hooks the ``c10d`` dispatcher ops, so
+``isend``/``irecv`` are ``send``/``recv`` spans and a ``batch_isend_irecv`` is its member
+spans). Each rank also has its own meter provider with an
 ``InMemoryMetricReader``: the ``accel.collective.*`` counters and duration histogram must
 add up to what the spans say, with exemplars pointing at the collective spans.
 """
@@ -118,21 +120,15 @@ def _run_all(rank: int, exporter: Any) -> dict[str, Any]:
     # Async: the receiver checks its span is still open until the sender has been released.
     store = dist.distributed_c10d._get_default_store()
     t = torch.full((N,), float(rank + 1))
-    open_before_send = None
     if rank % 2 == 0:
         store.wait([f"posted{rank + 1}"])
         dist.isend(t, dst=rank + 1).wait()
     else:
         w = dist.irecv(t, src=rank - 1)
-        open_before_send = not any(
-            s.attributes.get("accel.collective.op") == "irecv"
-            for s in exporter.get_finished_spans()
-        )
         released = time.time_ns()
         store.set(f"posted{rank}", "1")
         w.wait()
         results["irecv_released_ns"] = released
-    results["irecv_open_before_send"] = open_before_send
     results["isend_irecv"] = t.tolist()
     # Batched ring exchange.
     send = torch.full((N,), float(rank + 1))
@@ -203,6 +199,8 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     )
     traced = _run_all(rank, exporter)
     dist.barrier()
+    traced["flushed"] = inst.flush(60)
+    traced["dropped"] = inst.dropped
     inst.uninstrument()
     traced["restored"] = (
         dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
@@ -228,11 +226,12 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 @pytest.mark.timeout(120)
 def test_results_unchanged_by_instrumentation(job: Any) -> None:
     for r in range(WORLD):
-        skip = ("irecv_released_ns", "restored", "irecv_open_before_send")
+        skip = ("irecv_released_ns", "restored", "flushed", "dropped")
         t_res = {k: v for k, v in job[r]["results"].items() if k not in skip}
         p_res = {k: v for k, v in job[r]["plain"].items() if k not in skip}
         assert t_res == p_res
         assert job[r]["results"]["restored"] is True
+        assert job[r]["results"]["flushed"] is True and job[r]["results"]["dropped"] == 0
     # The values themselves: all_reduce sums 1+2+3+4; the batched ring receives rank-1's value.
     assert job[2]["results"]["all_reduce:False"] == ["ok", [10.0] * N]
     assert job[1]["results"]["all_gather:True"][1] == [
@@ -282,6 +281,14 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
                 "accel.collective.bytes": _expected_bytes(op),
                 "accel.collective.async": a["accel.collective.async"],
                 **({} if op == "barrier" else {"accel.collective.dtype": "float32"}),
+                "accel.collective.enqueue_start_ns": s["start"],
+                "accel.collective.enqueue_end_ns": a["accel.collective.enqueue_end_ns"],
+                "accel.collective.timing": "enqueue" if op.startswith("reduce_scatter") else "host",
+                **(
+                    {"accel.clock.uncertainty_ns": a["accel.clock.uncertainty_ns"]}
+                    if "accel.clock.uncertainty_ns" in a
+                    else {}
+                ),
                 "accel.collective.algbw": pytest.approx(algbw),
                 "accel.collective.busbw": pytest.approx(algbw * bus_factor(op, WORLD)),
                 "accel.host.id": f"host{r}",
@@ -289,6 +296,7 @@ def test_collective_spans_match_across_ranks(job: Any) -> None:
                 "accel.rank": r,
                 **({"error.type": outcome[1]} if outcome[0] == "error" else {}),
             }
+            assert s["start"] <= a["accel.collective.enqueue_end_ns"] <= s["end"]
             by_id[a["accel.collective.id"]].append(s)
         seqs = [s["attributes"]["accel.collective.seq"] for s in spans]
         assert sorted(seqs) == list(range(len(expected)))
@@ -315,31 +323,31 @@ def test_point_to_point_spans_pair_up(job: Any) -> None:
     traced = job
     p2p: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     for r in range(WORLD):
-        for s in traced[r]["spans"]:
+        mine = [
+            s
+            for s in traced[r]["spans"]
+            if s["attributes"]["accel.collective.op"] in ("send", "recv")
+        ]
+        # one sync and one async transfer, then the batched ring (one send, one receive)
+        ops = sorted(s["attributes"]["accel.collective.op"] for s in mine)
+        assert ops == (["recv", "send", "send", "send"] if r % 2 == 0 else ["recv"] * 3 + ["send"])
+        for s in mine:
             a = s["attributes"]
-            if a["accel.collective.op"] in ("send", "recv", "isend", "irecv"):
-                assert a["accel.collective.bytes"] == N * 4
-                p2p[a["accel.collective.id"]].append((r, s))
-        batch = [
+            assert a["accel.collective.bytes"] == N * 4
+            assert "accel.collective.async" not in a  # not known at the process-group level
+            p2p[a["accel.collective.id"]].append((r, s))
+        assert not [
             s
             for s in traced[r]["spans"]
             if s["attributes"]["accel.collective.op"] == "batch_isend_irecv"
-        ]
-        assert len(batch) == 1 and batch[0]["attributes"]["accel.collective.bytes"] == 2 * N * 4
-        children = [s for s in traced[r]["spans"] if s["parent"] == batch[0]["span_id"]]
-        assert sorted(c["attributes"]["accel.collective.op"] for c in children) == [
-            "irecv",
-            "isend",
         ]
     for cid, ends in p2p.items():
         assert len(ends) == 2, cid
         (ra, a), (rb, b) = sorted(ends, key=lambda e: e[0])
         ops = {a["attributes"]["accel.collective.op"], b["attributes"]["accel.collective.op"]}
-        assert ops in ({"send", "recv"}, {"isend", "irecv"})
-        assert (
-            a["attributes"]["accel.collective.peer"] == rb
-            or b["attributes"]["accel.collective.peer"] == ra
-        )
+        assert ops == {"send", "recv"}
+        assert a["attributes"]["accel.collective.peer"] == rb
+        assert b["attributes"]["accel.collective.peer"] == ra
     # 2 sync pairs + 2 async pairs + 4 batched pairs.
     assert len(p2p) == 8
 
@@ -350,14 +358,15 @@ def test_async_span_ends_when_work_completes(job: Any) -> None:
     traced = job
     for r in (1, 3):
         res = traced[r]["results"]
-        assert res["irecv_open_before_send"] is True
+        # the second transfer from rank r-1 to r is the irecv that waited for the sender
         (irecv,) = [
             s
             for s in traced[r]["spans"]
-            if s["attributes"]["accel.collective.op"] == "irecv" and s["parent"] is None
+            if s["attributes"].get("accel.collective.id") == f"default_pg:{r - 1}->{r}:1"
         ]
-        assert irecv["attributes"]["accel.collective.async"] is True
+        assert irecv["attributes"]["accel.collective.op"] == "recv"
         assert irecv["end"] >= res["irecv_released_ns"]
+        assert irecv["attributes"]["accel.collective.enqueue_end_ns"] < res["irecv_released_ns"]
 
 
 @pytest.mark.integration
@@ -380,13 +389,11 @@ def test_collective_metrics_add_up_to_the_spans_with_exemplars(job: Any) -> None
         done: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for s in spans:
             op = s["attributes"]["accel.collective.op"]
-            if s["status"] != "ERROR" and op != "batch_isend_irecv":
+            if s["status"] != "ERROR":
                 done[op].append(s)
         assert {op for _, op in by} == set(done)
         # even ranks send, odd ranks receive; every rank sends and receives in the batch
-        assert {"all_reduce", "barrier", "isend", "irecv", "send" if r % 2 == 0 else "recv"} <= set(
-            done
-        )
+        assert {"all_reduce", "barrier", "send", "recv"} <= set(done)
         for op, members in done.items():
             payload = sum(s["attributes"]["accel.collective.bytes"] for s in members)
             if op in COLLECTIVES:

@@ -14,8 +14,9 @@ True
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -31,6 +32,7 @@ __all__ = [
     "device_attributes",
     "get_tracer",
     "guarded",
+    "local_device",
     "log_once",
 ]
 
@@ -123,3 +125,20 @@ def device_attributes(
     if rank is not None:
         attrs[ACCEL_RANK] = int(rank)
     return attrs
+
+
+def local_device(fallback: str | None, *, env: Mapping[str, str] | None = None) -> str | None:
+    """The device name spans carry when none is given: ``chipN`` from ``LOCAL_RANK``, else ``fallback``.
+
+    The resource (``exporters``' accelerator attributes) names this process's device
+    ``HOST/chip{LOCAL_RANK}`` when the launcher sets ``LOCAL_RANK``; spans use the same rule
+    so that a span's ``accel.device.id`` agrees with its resource's.
+
+    >>> local_device("cpu", env={"LOCAL_RANK": "3"}), local_device("cpu", env={})
+    ('chip3', 'cpu')
+    """
+    env = os.environ if env is None else env
+    raw = env.get("LOCAL_RANK", "").strip()
+    if raw.isdigit():
+        return f"chip{int(raw)}"
+    return fallback

@@ -61,7 +61,7 @@ from opentelemetry.trace import TracerProvider as ApiTracerProvider
 from otel_ext.instrumentation._common import get_tracer, log_once
 from semantic_conventions.attributes import ACCEL_LAYER_BYTES, ACCEL_LAYER_FLOPS
 
-__all__ = ["DeferredSpanRecorder"]
+__all__ = ["BoundedHandoff", "DeferredSpanRecorder"]
 
 R = TypeVar("R")
 
@@ -409,3 +409,121 @@ class DeferredSpanRecorder:
         self._closed = True
         self._wake.set()
         self._worker.join(timeout)
+
+
+class BoundedHandoff:
+    """A bounded, drop-counting handoff from workload threads to one background consumer.
+
+    :meth:`put` is the hot path: a capacity check and a ``SimpleQueue.put`` (a C call, no
+    lock taken in Python), never blocking, never raising; past ``capacity`` items waiting,
+    the item is refused (``False``) and counted in :attr:`dropped`. The consumer thread calls
+    ``consume(batch)`` with the items in the order they were put: at once for each item when
+    ``interval`` is ``None`` (latency matters: the consumer must see an item within
+    microseconds), else every ``interval`` seconds with everything that arrived (batching:
+    the consumer does not contend for the GIL per item; with ``tick=True`` it is also called
+    with an empty batch when nothing arrived, for work it retries). ``consume`` must not raise (a raise
+    is logged once and the batch counted as dropped).
+
+    >>> seen = []
+    >>> handoff = BoundedHandoff(seen.extend, capacity=2, name="demo")
+    >>> handoff.put(1), handoff.flush(), seen
+    (True, True, [1])
+    >>> handoff.close()
+    """
+
+    def __init__(
+        self,
+        consume: Callable[[list[Any]], None],
+        *,
+        capacity: int,
+        name: str,
+        interval: float | None = None,
+        tick: bool = False,
+    ):
+        import queue
+
+        self._consume = consume
+        self._capacity = int(capacity)
+        self._interval = interval
+        self._tick = tick and interval is not None
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._put = self._queue.put
+        self._in = 0  # items accepted, ever (hot path)
+        self._out = 0  # items consumed, ever (consumer)
+        self.dropped = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, item: Any) -> bool:
+        """Hand ``item`` over; ``False`` (and counted) when ``capacity`` items are waiting."""
+        if self._in - self._out >= self._capacity or self._closed:
+            self.dropped += 1
+            return False
+        self._in += 1
+        self._put(item)
+        return True
+
+    @property
+    def waiting(self) -> int:
+        """Items handed over and not yet consumed."""
+        return self._in - self._out
+
+    def _run(self) -> None:
+        import queue
+
+        get, get_nowait = self._queue.get, self._queue.get_nowait
+        while True:
+            if self._interval is None:
+                batch = [get()]
+            else:
+                try:
+                    batch = [get(timeout=self._interval)]
+                except queue.Empty:
+                    batch = []
+            while True:
+                try:
+                    batch.append(get_nowait())
+                except queue.Empty:
+                    break
+            items = [b for b in batch if not isinstance(b, _Marker)]
+            if items or self._tick:
+                try:
+                    self._consume(items)
+                except Exception as exc:
+                    log_once("deferred.handoff", "%s: %s", type(exc).__name__, exc)
+                self._out += len(items)
+            stop = False
+            for b in batch:
+                if isinstance(b, _Marker):
+                    b.event.set()
+                    stop = stop or b.stop
+            if stop:
+                return
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Block until every item put so far has been consumed; False on timeout."""
+        if not self._thread.is_alive():
+            return self._in == self._out
+        marker = _Marker(stop=False)
+        self._put(marker)
+        return marker.event.wait(timeout)
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Consume what is waiting, then stop the consumer thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            marker = _Marker(stop=True)
+            self._put(marker)
+            marker.event.wait(timeout)
+            self._thread.join(timeout)
+
+
+class _Marker:
+    __slots__ = ("event", "stop")
+
+    def __init__(self, *, stop: bool):
+        self.event = threading.Event()
+        self.stop = stop

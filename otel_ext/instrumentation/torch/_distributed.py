@@ -1,45 +1,61 @@
-"""``TorchDistributedInstrumentor``: one ``accel.collective`` span per ``torch.distributed`` op.
+"""``TorchDistributedInstrumentor``: one ``accel.collective`` span per process-group operation.
 
-Wraps all_reduce, all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor,
-all_to_all, all_to_all_single, broadcast, reduce, barrier, send, recv, isend, irecv and
-batch_isend_irecv (and all_gather_single / reduce_scatter_single where torch has them), in both ``torch.distributed`` and ``torch.distributed.distributed_c10d``.
+**Where it hooks.** Every process-group operation in PyTorch, whoever issues it, goes through
+one dispatcher op of the ``c10d`` library (``c10d::allreduce_``, ``c10d::_allgather_base_``,
+``c10d::send``, ...): the Python wrappers (``torch.distributed.all_reduce`` and references to
+it taken before ``instrument()``, coalesced and ``batch_isend_irecv`` calls, FSDP2), the
+C++ callers (DDP's reducer, the ``_c10d_functional`` ops behind functional collectives,
+DTensor redistributions and tensor-parallel layers, and the code ``torch.compile`` emits for
+them). The instrumentor takes each op's original kernel with ``torch.library.get_kernel``
+and registers a recording kernel in its place for the ``CPU`` and ``CUDA`` dispatch keys (the
+documented use of ``get_kernel``); ``uninstrument()`` deletes the registration, which
+restores the original. Patching the Python functions instead misses every C++ caller and
+every early reference; ``ProcessGroup._register_on_completion_hook`` is NCCL-only.
 
-* Synchronous calls: the span covers the call.
-* ``async_op=True`` (and ``isend``/``irecv``): the span ends when the work completes. Where the
-  backend gives the work a future, a completion callback ends it (the true completion time)
-  and the work is returned untouched; otherwise (gloo point-to-point) the work is returned
-  inside a ``Work`` subclass that ends the span when ``wait()`` returns or
-  ``is_completed()`` first reports true (an upper bound on the completion time).
-* Attributes: op, group name (``default_pg`` for the default group, else the group's name,
-  identical on every member), group size, rank in group, per-group sequence number,
-  collective id (``group:seq``; point-to-point: ``group:src->dst:seq`` per ordered pair, so a
-  send and its receive share it), payload bytes of this member's buffer (input for
-  reductions, output for gathers), dtype, peer (group rank, p2p), ``async``, and at the end
-  algbw and busbw (NCCL-tests factors). ``link_provider(op, group, seq)`` may return span
-  links to the other members' spans where their contexts are known.
-* Metrics (from ``meter_provider``, the global one by default), per completed op with
-  ``accel.collective.op``, ``accel.collective.group`` and ``accel.device.id``:
-  ``accel.collective.io`` (payload bytes), ``accel.collective.bus.io`` (payload times the
-  op's bus-bandwidth factor) and ``accel.collective.time`` (seconds, counters), and the
-  ``accel.collective.duration`` histogram, recorded in the collective span's context so the
-  SDK's exemplars point at it. An op that fails is not counted. ``batch_isend_irecv`` is
-  counted through its ``isend``/``irecv`` members only. ``accel.collective.wait.time``
-  (waiting for the last member) needs every member's arrival: the analysis computes it from
-  the spans (and the simulated cluster, which knows the true arrivals, emits it).
-* Wrappers never change what the op does or returns: telemetry failures are logged once and
-  counted; the op's own exceptions propagate unchanged (the span records them).
+**Workload thread.** The recording kernel takes two host timestamps around the original
+kernel, asks the injected :class:`~otel_ext.instrumentation.torch.CollectiveTimer` (if any)
+for device events, and hands ``(op, arguments, result, times, context)`` to a bounded
+queue (:class:`~otel_ext.instrumentation.deferred.BoundedHandoff`); nothing else. When the
+queue is full the record is dropped and counted (:attr:`TorchDistributedInstrumentor.dropped`);
+its sequence number is still taken (in order), so ids stay aligned across ranks.
+
+**Background.** A *tracker* thread gives each record its group, sequence number and ids
+(in issue order) and watches for completion: on a blocking backend (gloo) the host time
+when the work's future completes (a done-callback registered within microseconds of the
+call; for futureless point-to-point works, a 0.5 ms poll, the end bracketed); on devices a
+:class:`CollectiveTimer` times (CUDA), the device interval it resolves, with
+``accel.clock.domain`` and ``accel.clock.uncertainty_ns``. A *materialiser* thread then
+makes the span (explicit start and end, the context current at the call as parent), its
+algbw/busbw and the metrics, all from the same duration: the device's when timed.
+
+Attributes: op, group name (``default_pg`` for the default group, else the group's name,
+identical on every member), group size, rank in group, per-group sequence number, id
+(``group:seq``; point-to-point: ``group:src->dst:seq`` per ordered pair of group ranks),
+payload bytes of this member's buffer (input for reductions, output for gathers), dtype,
+peer (group rank, p2p), ``async`` (collectives), ``enqueue_start_ns`` / ``enqueue_end_ns``
+(the issuing call), ``timing`` (``device`` or ``host``), algbw and busbw. Metrics (from
+``meter_provider``), per completed op with op, group and device id: ``accel.collective.io``,
+``.bus.io``, ``.time`` and the ``.duration`` histogram, recorded in the span's context (the
+SDK's exemplars point at it). A failed op is not counted.
+
+Wrappers never change what the op does or returns: the original kernel runs with the same
+arguments and its result or exception is passed back unchanged; telemetry failures are
+logged once and counted.
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import threading
 import time
+import warnings
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Link, Status, StatusCode
@@ -48,24 +64,39 @@ from otel_ext.instrumentation._common import (
     INSTRUMENTATION_NAME,
     device_attributes,
     get_tracer,
+    local_device,
     log_once,
 )
-from otel_ext.instrumentation.api import collective_attributes
 from otel_ext.instrumentation.collectives import (
     COLLECTIVE_DURATION_BOUNDS_S,
     SequenceCounter,
     bandwidths,
     bus_factor,
+    collective_id,
+    p2p_id,
 )
+from otel_ext.instrumentation.deferred import BoundedHandoff
+from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from semantic_conventions.attributes import (
+    ACCEL_CLOCK_DOMAIN,
+    ACCEL_CLOCK_RAW_END_TICKS,
+    ACCEL_CLOCK_RAW_START_TICKS,
+    ACCEL_CLOCK_UNCERTAINTY_NS,
     ACCEL_COLLECTIVE_ALGBW,
     ACCEL_COLLECTIVE_ASYNC,
     ACCEL_COLLECTIVE_BUSBW,
     ACCEL_COLLECTIVE_BYTES,
+    ACCEL_COLLECTIVE_DTYPE,
+    ACCEL_COLLECTIVE_ENQUEUE_END_NS,
+    ACCEL_COLLECTIVE_ENQUEUE_START_NS,
     ACCEL_COLLECTIVE_GROUP,
     ACCEL_COLLECTIVE_GROUP_SIZE,
+    ACCEL_COLLECTIVE_ID,
     ACCEL_COLLECTIVE_OP,
+    ACCEL_COLLECTIVE_PEER,
     ACCEL_COLLECTIVE_RANK,
+    ACCEL_COLLECTIVE_SEQ,
+    ACCEL_COLLECTIVE_TIMING,
     ACCEL_DEVICE_ID,
     ERROR_TYPE,
 )
@@ -78,61 +109,75 @@ from semantic_conventions.metrics import (
 )
 from semantic_conventions.spans import SPAN_ACCEL_COLLECTIVE
 
-__all__ = ["DEFAULT_GROUP_NAME", "WRAPPED_OPS", "TorchDistributedInstrumentor"]
+__all__ = ["DEFAULT_GROUP_NAME", "HOOKED_OPS", "TorchDistributedInstrumentor"]
 
 #: The ``accel.collective.group`` of the default process group.
 DEFAULT_GROUP_NAME = "default_pg"
+_POLL_S = 0.0005
+_DEVICE_DEADLINE_NS = 120 * 10**9
+_GIVE_UP_NS = 300 * 10**9
 
-# op -> (buffer param (index, name), buffer role, group param, async param)
-# role: "in"/"out" = a tensor, "in_list"/"out_list" = a list of tensors, None = no payload.
-_SPECS: dict[
-    str, tuple[tuple[int, str] | None, str | None, tuple[int, str], tuple[int, str] | None]
-] = {
-    "all_reduce": ((0, "tensor"), "t", (2, "group"), (3, "async_op")),
-    "all_gather": ((0, "tensor_list"), "list", (2, "group"), (3, "async_op")),
-    "all_gather_into_tensor": ((0, "output_tensor"), "t", (2, "group"), (3, "async_op")),
-    "reduce_scatter": ((1, "input_list"), "list", (3, "group"), (4, "async_op")),
-    "reduce_scatter_tensor": ((1, "input"), "t", (3, "group"), (4, "async_op")),
-    "all_gather_single": ((0, "output_tensor"), "t", (2, "group"), (3, "async_op")),
-    "reduce_scatter_single": ((1, "input"), "t", (3, "group"), (4, "async_op")),
-    "all_to_all": ((1, "input_tensor_list"), "list", (2, "group"), (3, "async_op")),
-    "all_to_all_single": ((1, "input"), "t", (4, "group"), (5, "async_op")),
-    "broadcast": ((0, "tensor"), "t", (2, "group"), (3, "async_op")),
-    "reduce": ((0, "tensor"), "t", (3, "group"), (4, "async_op")),
-    "barrier": (None, None, (0, "group"), (1, "async_op")),
-    "send": ((0, "tensor"), "t", (2, "group"), None),
-    "recv": ((0, "tensor"), "t", (2, "group"), None),
-    "isend": ((0, "tensor"), "t", (2, "group"), None),
-    "irecv": ((0, "tensor"), "t", (2, "group"), None),
+
+class _Op(NamedTuple):
+    """How to read one ``c10d`` dispatcher op's arguments."""
+
+    op: str  # accel.collective.op
+    pg: int  # argument index of the process group
+    payload: int | None  # argument index of the payload
+    role: str  # "t" tensor, "list" tensors, "lists" lists of tensors, "" none
+    async_at: int | None  # argument index of async_op (collectives)
+    peer_at: int | None  # argument index of the peer group rank (p2p)
+    send: bool = False
+
+
+#: ``c10d`` dispatcher op -> how to read it (schemas of torch 2.13).
+_OPS: dict[str, _Op] = {
+    "allreduce_": _Op("all_reduce", 1, 0, "list", 4, None),
+    "allreduce_coalesced_": _Op("all_reduce_coalesced", 1, 0, "list", 3, None),
+    "allgather_": _Op("all_gather", 2, 0, "lists", 3, None),
+    "_allgather_base_": _Op("all_gather_into_tensor", 2, 0, "t", 3, None),
+    "allgather_coalesced_": _Op("all_gather_coalesced", 2, 0, "lists", 3, None),
+    "allgather_into_tensor_coalesced_": _Op(
+        "all_gather_into_tensor_coalesced", 2, 0, "list", 3, None
+    ),
+    "reduce_scatter_": _Op("reduce_scatter", 2, 1, "lists", 4, None),
+    "_reduce_scatter_base_": _Op("reduce_scatter_tensor", 2, 1, "t", 4, None),
+    "reduce_scatter_tensor_coalesced_": _Op(
+        "reduce_scatter_tensor_coalesced", 2, 1, "list", 4, None
+    ),
+    "alltoall_": _Op("all_to_all", 2, 1, "list", 3, None),
+    "alltoall_base_": _Op("all_to_all_single", 2, 1, "t", 5, None),
+    "broadcast_": _Op("broadcast", 1, 0, "list", 4, None),
+    "reduce_": _Op("reduce", 1, 0, "list", 5, None),
+    "gather_": _Op("gather", 2, 1, "list", 4, None),
+    "scatter_": _Op("scatter", 2, 0, "list", 4, None),
+    "barrier": _Op("barrier", 1, None, "", 3, None),
+    "send": _Op("send", 1, 0, "list", None, 2, send=True),
+    "recv_": _Op("recv", 1, 0, "list", None, 2),
+    "recv_any_source_": _Op("recv", 1, 0, "list", None, None),
 }
-#: Every op the instrumentor wraps.
-WRAPPED_OPS = (*_SPECS, "batch_isend_irecv")
-_P2P_PEER = {"send": (1, "dst", 4, "group_dst"), "isend": (1, "dst", 4, "group_dst"),
-             "recv": (1, "src", 4, "group_src"), "irecv": (1, "src", 4, "group_src")}  # fmt: skip
+#: The ``c10d`` dispatcher ops the instrumentor hooks.
+HOOKED_OPS = tuple(_OPS)
+_DISPATCH_KEYS = ("CPU", "CUDA")
 
 
-def _arg(
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    where: tuple[int, str] | None,
-    default: Any = None,
-) -> Any:
-    if where is None:
-        return default
-    index, name = where
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name, default)
+def _tensors(value: Any, role: str) -> list[torch.Tensor]:
+    if role == "t":
+        return [value] if isinstance(value, torch.Tensor) else []
+    if role == "list":
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    if role == "lists":
+        return [t for inner in value for t in inner if isinstance(t, torch.Tensor)]
+    return []
 
 
-def _payload(value: Any, role: str | None) -> tuple[int, str | None]:
-    if role is None or value is None:
-        return 0, None
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size(), str(value.dtype).removeprefix("torch.")
-    tensors = [t for t in value if isinstance(t, torch.Tensor)]
-    nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    return nbytes, (str(tensors[0].dtype).removeprefix("torch.") if tensors else None)
+def _first_tensor(args: tuple[Any, ...]) -> Any:
+    first = args[0] if args else None
+    if isinstance(first, list):
+        first = first[0] if first else None
+        if isinstance(first, list):
+            first = first[0] if first else None
+    return first
 
 
 class _Metrics:
@@ -157,7 +202,7 @@ class _Metrics:
         self.time = meter.create_counter(
             METRIC_ACCEL_COLLECTIVE_TIME,
             unit=unit(METRIC_ACCEL_COLLECTIVE_TIME),
-            description="Time spent inside collectives (enter to exit).",
+            description="Time spent in collectives (device time where timed).",
         )
         self.duration = meter.create_histogram(
             METRIC_ACCEL_COLLECTIVE_DURATION,
@@ -167,8 +212,10 @@ class _Metrics:
         )
         self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
 
-    def attributes(self, op: str, group: str, device: str | None) -> dict[str, Any]:
-        """The (cached) metric attributes of ``op`` on ``group`` from ``device``."""
+    def record(
+        self, span: Any, op: str, group: str, device: str | None, nbytes: int, size: int, ns: int
+    ) -> None:
+        """Count one completed op, in its span's context (exemplars link to the span)."""
         key = (op, group, device)
         attrs = self._attrs.get(key)
         if attrs is None:
@@ -176,130 +223,59 @@ class _Metrics:
             if device is not None:
                 attrs[ACCEL_DEVICE_ID] = device
             self._attrs[key] = attrs
-        return attrs
-
-    def record(self, finish: _Finisher, duration_ns: int) -> None:
-        """Count one completed op, in its span's context (exemplars link to the span)."""
-        attrs = finish.metric_attrs
-        if attrs is None:
-            return
-        ctx = trace.set_span_in_context(finish.span)
-        seconds = duration_ns / 1e9
-        self.io.add(finish.nbytes, attrs, context=ctx)
-        self.bus.add(finish.nbytes * bus_factor(finish.op, finish.group_size), attrs, context=ctx)
+        ctx = trace.set_span_in_context(span)
+        seconds = ns / 1e9
+        self.io.add(nbytes, attrs, context=ctx)
+        self.bus.add(nbytes * bus_factor(op, size), attrs, context=ctx)
         self.time.add(seconds, attrs, context=ctx)
         self.duration.record(seconds, attrs, context=ctx)
 
 
-class _Finisher:
-    """Ends one span once (from a callback, a ``wait()`` or the sync path), with bandwidths."""
+class _Entry:
+    """One collective between the tracker and the materialiser."""
 
     __slots__ = (
-        "_lock",
-        "done",
-        "group_size",
-        "metric_attrs",
-        "metrics",
+        "attrs",
+        "ctx",
+        "device",
+        "end",
+        "enqueue_only",
+        "error",
+        "group",
+        "handle",
         "nbytes",
-        "on_done",
         "op",
-        "span",
-        "start_ns",
+        "seq",
+        "size",
+        "start",
+        "t1",
+        "uncertainty",
+        "work",
     )
 
-    def __init__(
-        self,
-        span: Any,
-        op: str,
-        nbytes: int,
-        group_size: int,
-        start_ns: int,
-        *,
-        metrics: _Metrics | None = None,
-        metric_attrs: dict[str, Any] | None = None,
-    ):
-        self.span = span
-        self.op = op
-        self.nbytes = nbytes
-        self.group_size = group_size
-        self.start_ns = start_ns
-        self.metrics = metrics
-        self.metric_attrs = metric_attrs
-        self.done = False
-        self.on_done: Callable[[], None] | None = None
-        self._lock = threading.Lock()
+    attrs: dict[str, Any]
+    ctx: Any
+    device: str | None
+    group: str
+    nbytes: int
+    op: str
+    seq: int
+    size: int
+    start: int
+    t1: int
 
-    def __call__(self, error: BaseException | None = None) -> None:
-        with self._lock:
-            if self.done:
-                return
-            self.done = True
-        try:
-            end = time.time_ns()
-            algbw, busbw = bandwidths(self.op, self.nbytes, end - self.start_ns, self.group_size)
-            self.span.set_attribute(ACCEL_COLLECTIVE_ALGBW, algbw)
-            self.span.set_attribute(ACCEL_COLLECTIVE_BUSBW, busbw)
-            if error is not None:
-                self.span.set_attribute(ERROR_TYPE, type(error).__qualname__)
-                self.span.set_status(Status(StatusCode.ERROR, str(error)))
-            self.span.end(end_time=end)
-            if error is None and self.metrics is not None:
-                self.metrics.record(self, end - self.start_ns)
-        except Exception as exc:
-            log_once("torch.distributed.finish", "%s: %s", type(exc).__name__, exc)
-        if self.on_done is not None:
-            try:
-                self.on_done()
-            except Exception as exc:
-                log_once("torch.distributed.on_done", "%s: %s", type(exc).__name__, exc)
-
-
-class _TracedWork(dist.Work):  # type: ignore[misc]
-    """A ``Work`` that ends its span when the wrapped work is seen complete."""
-
-    def __init__(self, inner: Any, finish: Callable[..., None]):
-        super().__init__()
-        self._inner = inner
-        self._finish = finish
-
-    def wait(self, timeout: Any = None) -> bool:
-        try:
-            result = self._inner.wait() if timeout is None else self._inner.wait(timeout)
-        except BaseException as exc:
-            self._finish(exc)
-            raise
-        self._finish()
-        return bool(result)
-
-    def is_completed(self) -> bool:
-        completed = bool(self._inner.is_completed())
-        if completed:
-            self._finish()
-        return completed
-
-    def is_success(self) -> bool:
-        return bool(self._inner.is_success())
-
-    def exception(self) -> Any:
-        return self._inner.exception()
-
-    def source_rank(self) -> int:
-        return int(self._inner.source_rank())
-
-    def result(self) -> Any:
-        return self._inner.result()
-
-    def synchronize(self) -> None:
-        self._inner.synchronize()
-
-    def get_future(self) -> Any:
-        return self._inner.get_future()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["_inner"], name)
+    def __init__(self) -> None:
+        self.end = 0
+        self.enqueue_only = False
+        self.error: BaseException | str | None = None
+        self.uncertainty: float | None = None
+        self.handle: Any = None
+        self.work: Any = None
 
 
 class _State:
+    """Everything one ``instrument()`` call set up; dropped by ``uninstrument()``."""
+
     def __init__(
         self,
         *,
@@ -308,286 +284,432 @@ class _State:
         link_provider: Callable[[str, str, int], Sequence[Link]] | None,
         device: str | None,
         host_id: str | None,
+        timer: CollectiveTimer | None,
+        capacity: int,
     ):
         self.tracer = get_tracer(tracer_provider)
         self.metrics = _Metrics(meter_provider)
         self.link_provider = link_provider
         self.device = device
         self.host_id = host_id
+        self.timer = timer
         self.seqs = SequenceCounter()
-        self.groups: dict[int, tuple[Any, str, int, int]] = {}
+        self.groups: dict[str, tuple[str, int, int]] = {}
         self.identity: dict[str, dict[str, Any]] = {}
-        self.tls = threading.local()
-        self.originals: dict[str, Callable[..., Any]] = {}
+        self.libraries: list[Any] = []
+        self.issued = 0
+        self.gaps: collections.deque[tuple[int, _Op, Any, Any]] = collections.deque(maxlen=capacity)
+        self.gaps_lost = 0
+        self.open = 0  # entries waiting for completion
+        self.open_lock = threading.Condition()
+        self.polled: list[_Entry] = []
+        self.poll_lock = threading.Lock()
+        self.give_up_before = 0
+        self.poll_wake = threading.Event()
+        self.device_pending: list[tuple[_Entry, int]] = []
+        self.closed = False
+        try:
+            self.default_name: str | None = str(
+                dist.distributed_c10d._get_default_group().group_name
+            )
+        except Exception:
+            self.default_name = None
+        self.materialiser = BoundedHandoff(
+            self._materialise,
+            capacity=capacity,
+            name="otel-ext-collective-spans",
+            interval=0.05,
+            tick=True,
+        )
+        self.tracker = BoundedHandoff(
+            self._track, capacity=capacity, name="otel-ext-collective-tracker"
+        )
+        self.poller = threading.Thread(
+            target=self._poll, name="otel-ext-collective-poll", daemon=True
+        )
+        self.poller.start()
 
-    def group_info(self, group: Any) -> tuple[str, int, int]:
-        """``(name, size, rank in group)`` of ``group`` (``None``: the default group)."""
-        pg = group if group is not None else c10d._get_default_group()
-        cached = self.groups.get(id(pg))
-        if cached is not None and cached[0] is pg:
-            return cached[1], cached[2], cached[3]
-        name = DEFAULT_GROUP_NAME if pg is c10d._get_default_group() else str(pg.group_name)
-        info = (pg, name, dist.get_world_size(pg), dist.get_rank(pg))
-        self.groups[id(pg)] = info
-        return info[1], info[2], info[3]
+    # -- hot path --------------------------------------------------------------------------
+    def kernel(self, spec: _Op, original: Any) -> Callable[..., Any]:
+        """The recording kernel for one op (``with_keyset=True`` signature)."""
+        call = original.call_boxed
+        put = self.tracker.put
+        time_ns = time.time_ns
+        get_current = otel_context.get_current
+        timer = self.timer
+        state = self
+
+        def recording_kernel(keyset: Any, *args: Any) -> Any:
+            t0 = time_ns()
+            token = None
+            if timer is not None:
+                try:
+                    token = timer.begin(_first_tensor(args))
+                except Exception as exc:
+                    log_once("torch.distributed.timer.begin", "%s: %s", type(exc).__name__, exc)
+            try:
+                out = call(keyset, *args)
+            except BaseException as exc:
+                state.issued += 1
+                put((spec, args, None, t0, time_ns(), get_current(), None, state.issued, exc))
+                raise
+            t1 = time_ns()
+            if token is not None:
+                try:
+                    token = timer.end(token, out[1] if type(out) is tuple else out)  # type: ignore[union-attr]
+                except Exception as exc:
+                    log_once("torch.distributed.timer.end", "%s: %s", type(exc).__name__, exc)
+                    token = None
+            state.issued += 1
+            n = state.issued
+            if not put((spec, args, out, t0, t1, get_current(), token, n, None)):
+                peer = args[spec.peer_at] if spec.peer_at is not None else None
+                state.gaps.append((n, spec, args[spec.pg], peer))
+            return out
+
+        return recording_kernel
+
+    def install(self) -> None:
+        lib = torch.library.Library("c10d", "IMPL")
+        self.libraries.append(lib)
+        for name, spec in _OPS.items():
+            for key in _DISPATCH_KEYS:
+                try:
+                    original = torch.library.get_kernel(f"c10d::{name}", key)
+                except Exception:
+                    continue
+                with warnings.catch_warnings():
+                    # "Overriding a previously registered kernel": what get_kernel is for.
+                    warnings.simplefilter("ignore")
+                    lib.impl(name, self.kernel(spec, original), key, with_keyset=True)
+
+    def uninstall(self) -> None:
+        for lib in self.libraries:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lib._destroy()
+        self.libraries.clear()
+
+    # -- tracker (background, in issue order) ----------------------------------------------
+    def group_info(self, pg_obj: Any) -> tuple[str, int, int]:
+        pg = pg_obj if isinstance(pg_obj, dist.ProcessGroup) else dist.ProcessGroup.unbox(pg_obj)
+        raw = str(pg.group_name)
+        info = self.groups.get(raw)
+        if info is None:
+            name = DEFAULT_GROUP_NAME if raw == self.default_name else raw
+            info = self.groups[raw] = (name, int(pg.size()), int(pg.rank()))
+            if self.timer is not None and hasattr(self.timer, "enable_for"):
+                try:
+                    self.timer.enable_for(pg)
+                except Exception as exc:
+                    log_once("torch.distributed.timer.enable", "%s: %s", type(exc).__name__, exc)
+        return info
+
+    def _sequence(self, spec: _Op, gname: str, grank: int, peer: Any) -> tuple[int, str]:
+        if spec.peer_at is None and spec.op in ("send", "recv"):
+            return -1, ""  # recv from any source: sequenced at completion
+        if spec.peer_at is not None:
+            peer = int(peer)
+            src, dst = (grank, peer) if spec.send else (peer, grank)
+            seq = self.seqs.next((gname, src, dst))
+            return seq, p2p_id(gname, src, dst, seq)
+        seq = self.seqs.next(gname)
+        return seq, collective_id(gname, seq)
+
+    def _apply_gaps(self, before: int) -> None:
+        gaps = self.gaps
+        while gaps and gaps[0][0] < before:
+            _, spec, pg_obj, peer = gaps.popleft()
+            try:
+                gname, _, grank = self.group_info(pg_obj)
+                self._sequence(spec, gname, grank, peer)
+            except Exception as exc:
+                log_once("torch.distributed.gap", "%s: %s", type(exc).__name__, exc)
 
     def identity_for(self, tensor: Any) -> dict[str, Any]:
-        device = self.device or (str(tensor.device) if isinstance(tensor, torch.Tensor) else "cpu")
-        attrs = self.identity.get(device)
+        raw = str(tensor.device) if isinstance(tensor, torch.Tensor) else "cpu"
+        attrs = self.identity.get(raw)
         if attrs is None:
+            device = self.device or local_device(raw)
             rank = dist.get_rank() if dist.is_initialized() else None
-            attrs = self.identity[device] = device_attributes(
-                device, host_id=self.host_id, rank=rank
-            )
+            attrs = self.identity[raw] = device_attributes(device, host_id=self.host_id, rank=rank)
         return attrs
 
-    def peer_of(
-        self, op: str, group: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> int | None:
-        i, name, gi, gname = _P2P_PEER[op]
-        group_peer = _arg(args, kwargs, (gi, gname))
-        if group_peer is not None:
-            return int(group_peer)
-        peer = _arg(args, kwargs, (i, name))
-        if peer is None:
-            return None
-        pg = group if group is not None else c10d._get_default_group()
-        return (
-            int(dist.get_group_rank(pg, peer)) if pg is not c10d._get_default_group() else int(peer)
-        )
-
-    def depth(self) -> int:
-        return getattr(self.tls, "depth", 0)
-
-    def wrap(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        buf_at, role, group_at, async_at = _SPECS[op]
-        p2p = op in _P2P_PEER
-        always_async = op in ("isend", "irecv")
-        state = self
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if state.depth() > 0 and not getattr(state.tls, "allow_nested", False):
-                return original(*args, **kwargs)
-            started = state._start(
-                op, buf_at, role, group_at, async_at, p2p, always_async, args, kwargs
-            )
-            if started is None:
-                return original(*args, **kwargs)
-            finish, is_async, late_recv = started
-            state.tls.depth = state.depth() + 1
+    def _track(self, batch: list[tuple[Any, ...]]) -> None:
+        for record in batch:
             try:
-                result = original(*args, **kwargs)
-            except BaseException as exc:
-                finish(exc)
-                raise
-            finally:
-                state.tls.depth -= 1
-            return state._complete(finish, result, is_async, late_recv)
+                self._track_one(*record)
+            except Exception as exc:
+                log_once("torch.distributed.track", "%s: %s", type(exc).__name__, exc)
 
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-        wrapper.__name__ = getattr(original, "__name__", op)
-        wrapper.__doc__ = getattr(original, "__doc__", None)
-        return wrapper
-
-    def _start(
+    def _track_one(
         self,
-        op: str,
-        buf_at: tuple[int, str] | None,
-        role: str | None,
-        group_at: tuple[int, str],
-        async_at: tuple[int, str] | None,
-        p2p: bool,
-        always_async: bool,
+        spec: _Op,
         args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> tuple[_Finisher, bool, tuple[str, int] | None] | None:
+        out: Any,
+        t0: int,
+        t1: int,
+        ctx: Any,
+        handle: Any,
+        n: int,
+        error: BaseException | None,
+    ) -> None:
+        if self.gaps:
+            self._apply_gaps(n)
+        gname, gsize, grank = self.group_info(args[spec.pg])
+        peer = args[spec.peer_at] if spec.peer_at is not None and len(args) > spec.peer_at else None
+        seq, cid = self._sequence(spec, gname, grank, peer)
+        tensors = (
+            _tensors(args[spec.payload], spec.role)
+            if spec.payload is not None and len(args) > spec.payload
+            else []
+        )
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        attrs: dict[str, Any] = {
+            ACCEL_COLLECTIVE_OP: spec.op,
+            ACCEL_COLLECTIVE_GROUP: gname,
+            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
+            ACCEL_COLLECTIVE_RANK: grank,
+            ACCEL_COLLECTIVE_BYTES: nbytes,
+        }
+        if seq >= 0:
+            attrs[ACCEL_COLLECTIVE_SEQ] = seq
+            attrs[ACCEL_COLLECTIVE_ID] = cid
+        if tensors:
+            attrs[ACCEL_COLLECTIVE_DTYPE] = str(tensors[0].dtype).removeprefix("torch.")
+        if peer is not None:
+            attrs[ACCEL_COLLECTIVE_PEER] = int(peer)
+        if spec.async_at is not None:
+            attrs[ACCEL_COLLECTIVE_ASYNC] = (
+                bool(args[spec.async_at]) if len(args) > spec.async_at else True
+            )
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        attrs.update(self.identity_for(tensors[0] if tensors else _first_tensor(args)))
+        e = _Entry()
+        e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, spec.op
+        e.group, e.size, e.nbytes, e.seq = gname, gsize, nbytes, seq
+        e.device = attrs.get(ACCEL_DEVICE_ID)
+        if error is not None:
+            e.end, e.error = t1, error
+            self.materialiser.put(e)
+            return
+        if handle is not None:
+            e.handle = handle
+            self.materialiser.put(e)
+            return
+        work = out[1] if type(out) is tuple else out
+        w = work if isinstance(work, dist.Work) else dist.Work.unbox(work)
+        with self.open_lock:
+            self.open += 1
         try:
-            group = _arg(args, kwargs, group_at)
-            gname, gsize, grank = self.group_info(group)
-            if grank < 0:  # not a member: the op is a no-op here
-                return None
-            buf = _arg(args, kwargs, buf_at)
-            nbytes, dtype = _payload(buf, role)
-            is_async = always_async or bool(_arg(args, kwargs, async_at, False))
-            peer = self.peer_of(op, group, args, kwargs) if p2p else None
-            late_recv = None
-            attrs: dict[str, Any]
-            if p2p and peer is None:  # recv from any source: sequenced at completion
-                attrs = {
-                    ACCEL_COLLECTIVE_OP: op,
-                    ACCEL_COLLECTIVE_GROUP: gname,
-                    ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
-                    ACCEL_COLLECTIVE_RANK: grank,
-                    ACCEL_COLLECTIVE_BYTES: nbytes,
-                    ACCEL_COLLECTIVE_ASYNC: is_async,
-                }
-                late_recv = (gname, grank)
-                seq = -1
-            else:
-                if p2p:
-                    sending = op in ("send", "isend")
-                    key: Any = (gname, grank, peer) if sending else (gname, peer, grank)
-                else:
-                    key = gname
-                seq = self.seqs.next(key)
-                attrs = collective_attributes(
-                    op, group=gname, group_size=gsize, rank=grank, seq=seq, nbytes=nbytes,
-                    dtype=dtype, peer=peer, is_async=is_async,
-                )  # fmt: skip
-            attrs.update(self.identity_for(buf if isinstance(buf, torch.Tensor) else None))
-            links = self.link_provider(op, gname, seq) if self.link_provider and seq >= 0 else ()
-            start = time.time_ns()
-            span = self.tracer.start_span(
-                SPAN_ACCEL_COLLECTIVE, attributes=attrs, links=links, start_time=start
-            )
-            metric_attrs = self.metrics.attributes(op, gname, attrs.get(ACCEL_DEVICE_ID))
-            finish = _Finisher(
-                span, op, nbytes, gsize, start, metrics=self.metrics, metric_attrs=metric_attrs
-            )
-            return finish, is_async, late_recv
+            fut = w.get_future()
+        except Exception:
+            fut = None
+        if fut is None:
+            e.work = w
+            e.end = time.time_ns()  # the last look that found it not complete
+            with self.poll_lock:
+                self.polled.append(e)
+            self.poll_wake.set()
+            return
+        if fut.done():
+            now = time.time_ns()
+            e.end, e.uncertainty = (t1 + now) // 2, (now - t1) / 2.0
+            self._finished(e, fut)
+        else:
+            fut.add_done_callback(functools.partial(self._finished, e))
+
+    def _finished(self, e: _Entry, fut: Any) -> None:
+        """Done-callback (on the backend's thread): take the time, hand over. Never raises."""
+        if not e.end:
+            e.end = time.time_ns()
+        try:
+            fut.value()
         except Exception as exc:
-            log_once(f"torch.distributed.{op}", "%s: %s", type(exc).__name__, exc)
+            e.error = exc
+        self._hand_over(e)
+
+    def _hand_over(self, e: _Entry) -> None:
+        if e.seq < 0 and e.error is None and e.work is not None:
+            self._sequence_any_source(e)
+        e.work = None
+        self.materialiser.put(e)
+        with self.open_lock:
+            self.open -= 1
+            self.open_lock.notify_all()
+
+    def _sequence_any_source(self, e: _Entry) -> None:
+        try:
+            src = int(e.work._source_rank())
+        except Exception:
+            return
+        grank = e.attrs[ACCEL_COLLECTIVE_RANK]
+        seq = self.seqs.next((e.group, src, grank))
+        e.seq = seq
+        e.attrs[ACCEL_COLLECTIVE_SEQ] = seq
+        e.attrs[ACCEL_COLLECTIVE_ID] = p2p_id(e.group, src, grank, seq)
+        e.attrs[ACCEL_COLLECTIVE_PEER] = src
+
+    def _poll(self) -> None:
+        """Works without a future (gloo point-to-point, gloo's reduce-scatter): polled.
+
+        ``is_completed()`` is looked at every 0.5 ms; a work seen complete gets its end
+        bracketed between the last look that said no and the first that said yes (gloo's
+        point-to-point works complete when the workload's own ``wait()`` returns, as
+        before). The poller never calls ``wait()`` itself: a gloo receive has one waiter.
+        Some works never report completion (gloo's reduce-scatter); one still open when
+        :meth:`flush` is called, or after ``_GIVE_UP_NS``, is emitted with timing
+        ``enqueue``: the span covers the issuing call only.
+        """
+        watching: list[_Entry] = []
+        while not self.closed:
+            with self.poll_lock:
+                watching.extend(self.polled)
+                self.polled.clear()
+            if not watching:
+                self.poll_wake.wait(0.5)
+                self.poll_wake.clear()
+                continue
+            time.sleep(_POLL_S)
+            now = time.time_ns()
+            give_up = max(self.give_up_before, now - _GIVE_UP_NS)
+            keep = []
+            for e in watching:
+                try:
+                    done = bool(e.work.is_completed())
+                except Exception:
+                    done = True
+                if done:
+                    before = e.end
+                    e.end, e.uncertainty = (before + now) // 2, (now - before) / 2.0
+                    self._failure(e)
+                elif e.start < give_up:
+                    e.end, e.enqueue_only = e.t1, True
+                else:
+                    e.end = now  # the last look that found it not complete
+                    keep.append(e)
+                    continue
+                self._hand_over(e)
+            watching = keep
+
+    @staticmethod
+    def _failure(e: _Entry) -> None:
+        try:
+            failure = e.work.exception()
+        except Exception as exc:
+            failure = exc
+        if failure is not None:
+            e.error = failure
+
+    # -- materialiser (background, batched) ------------------------------------------------
+    def _materialise(self, batch: list[_Entry]) -> None:
+        pending = self.device_pending
+        now = time.time_ns()
+        if pending or any(e.handle is not None for e in batch):
+            still = []
+            for e, since in pending + [(e, now) for e in batch if e.handle is not None]:
+                timing = self._resolve(e)
+                if timing is None and now - since < _DEVICE_DEADLINE_NS and not self.closed:
+                    still.append((e, since))
+                    continue
+                self._emit(e, timing)
+            self.device_pending = still
+        for e in batch:
+            if e.handle is None:
+                self._emit(e, None)
+
+    def _resolve(self, e: _Entry) -> DeviceTiming | None:
+        try:
+            return self.timer.resolve(e.handle) if self.timer is not None else None
+        except Exception as exc:
+            log_once("torch.distributed.timer.resolve", "%s: %s", type(exc).__name__, exc)
             return None
 
-    def _complete(
-        self, finish: _Finisher, result: Any, is_async: bool, late_recv: tuple[str, int] | None
-    ) -> Any:
+    def _emit(self, e: _Entry, timing: DeviceTiming | None) -> None:
         try:
-            if late_recv is not None and not is_async and isinstance(result, int):
-                self._sequence_recv(finish, late_recv, result)
-            if not is_async or result is None:
-                finish()
-                return result
-            if late_recv is None:
-                try:
-                    fut = result.get_future()
-                except Exception:
-                    fut = None
-                if fut is not None:
-                    fut.then(lambda f: finish(_future_error(f)))
-                    return result
-            return _TracedWork(result, finish)
-        except Exception as exc:
-            log_once("torch.distributed.complete", "%s: %s", type(exc).__name__, exc)
-            finish()
-            return result
-
-    def _sequence_recv(self, finish: _Finisher, late: tuple[str, int], src_global: int) -> None:
-        gname, grank = late
-        peer = src_global
-        seq = self.seqs.next((gname, peer, grank))
-        attrs = collective_attributes(
-            "recv", group=gname, group_size=finish.group_size, rank=grank, seq=seq,
-            nbytes=finish.nbytes, peer=peer,
-        )  # fmt: skip
-        finish.span.set_attributes(attrs)
-
-    def wrap_batch(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        state = self
-
-        def batch_isend_irecv(p2p_op_list: list[Any]) -> Any:
-            if state.depth() > 0:
-                return original(p2p_op_list)
-            finish = None
-            try:
-                gname, gsize, grank = state.group_info(p2p_op_list[0].group)
-                nbytes = sum(o.tensor.numel() * o.tensor.element_size() for o in p2p_op_list)
-                attrs: dict[str, Any] = {
-                    ACCEL_COLLECTIVE_OP: "batch_isend_irecv",
-                    ACCEL_COLLECTIVE_GROUP: gname,
-                    ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
-                    ACCEL_COLLECTIVE_RANK: grank,
-                    ACCEL_COLLECTIVE_BYTES: nbytes,
-                    ACCEL_COLLECTIVE_ASYNC: True,
-                    **state.identity_for(p2p_op_list[0].tensor),
-                }
-                start = time.time_ns()
-                span = state.tracer.start_span(
-                    SPAN_ACCEL_COLLECTIVE, attributes=attrs, start_time=start
+            attrs = e.attrs
+            if timing is not None:
+                start, end = timing.start_ns, timing.end_ns
+                attrs[ACCEL_COLLECTIVE_TIMING] = "device"
+                attrs[ACCEL_CLOCK_DOMAIN] = timing.domain
+                attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(timing.uncertainty_ns)
+                attrs[ACCEL_CLOCK_RAW_START_TICKS] = int(timing.raw_start_ticks)
+                attrs[ACCEL_CLOCK_RAW_END_TICKS] = int(timing.raw_end_ticks)
+            else:
+                start, end = e.start, max(e.end or e.t1, e.start)
+                attrs[ACCEL_COLLECTIVE_TIMING] = "enqueue" if e.enqueue_only else "host"
+                if e.uncertainty is not None:
+                    attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(e.uncertainty)
+            algbw, busbw = bandwidths(e.op, e.nbytes, end - start, e.size)
+            attrs[ACCEL_COLLECTIVE_ALGBW] = algbw
+            attrs[ACCEL_COLLECTIVE_BUSBW] = busbw
+            if e.error is not None:
+                attrs[ERROR_TYPE] = (
+                    type(e.error).__qualname__ if isinstance(e.error, BaseException) else "Error"
                 )
-                finish = _Finisher(span, "batch_isend_irecv", nbytes, gsize, start)
-                ctx_token = _attach_span(span)
-            except Exception as exc:
-                log_once("torch.distributed.batch_isend_irecv", "%s: %s", type(exc).__name__, exc)
-                return original(p2p_op_list)
-            state.tls.allow_nested = True
-            try:
-                works = original(p2p_op_list)
-            except BaseException as exc:
-                finish(exc)
-                raise
-            finally:
-                state.tls.allow_nested = False
-                _detach(ctx_token)
-            try:
-                if not works:
-                    finish()
-                    return works
-                remaining = [len(works)]
-                lock = threading.Lock()
+            links = (
+                self.link_provider(e.op, e.group, e.seq)
+                if self.link_provider is not None and e.seq >= 0
+                else ()
+            )
+            span = self.tracer.start_span(
+                SPAN_ACCEL_COLLECTIVE,
+                context=e.ctx,
+                attributes=attrs,
+                links=links,
+                start_time=start,
+            )
+            if e.error is not None:
+                span.set_status(Status(StatusCode.ERROR, str(e.error)))
+            span.end(end_time=end)
+            if e.error is None:
+                self.metrics.record(span, e.op, e.group, e.device, e.nbytes, e.size, end - start)
+        except Exception as exc:
+            log_once("torch.distributed.emit", "%s: %s", type(exc).__name__, exc)
 
-                def one_done(error: BaseException | None = None) -> None:
-                    with lock:
-                        remaining[0] -= 1
-                        last = remaining[0] == 0
-                    if last:
-                        finish(error)
+    # -- flush / close ---------------------------------------------------------------------
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
 
-                return [_TracedWork(w, _Once(one_done)) for w in works]
-            except Exception as exc:
-                log_once("torch.distributed.batch_complete", "%s: %s", type(exc).__name__, exc)
-                finish()
-                return works
+        def left() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
-        batch_isend_irecv.__wrapped__ = original  # type: ignore[attr-defined]
-        return batch_isend_irecv
+        ok = self.tracker.flush(left())
+        self.give_up_before = time.time_ns()
+        self.poll_wake.set()
+        with self.open_lock:
+            ok = self.open_lock.wait_for(lambda: self.open <= 0, left()) and ok
+        ok = self.materialiser.flush(left()) and ok
+        while self.device_pending and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.001)
+            ok = self.materialiser.flush(left()) and ok
+        if self.gaps:
+            self._apply_gaps(self.issued + 1)
+        return ok and not self.device_pending
 
-
-class _Once:
-    __slots__ = ("_done", "_func")
-
-    def __init__(self, func: Callable[..., None]):
-        self._func = func
-        self._done = False
-
-    def __call__(self, error: BaseException | None = None) -> None:
-        if not self._done:
-            self._done = True
-            self._func(error)
-
-
-def _future_error(fut: Any) -> BaseException | None:
-    try:
-        fut.value()
-    except Exception as exc:
-        return exc
-    return None
-
-
-def _attach_span(span: Any) -> Any:
-    from opentelemetry import context, trace
-
-    return context.attach(trace.set_span_in_context(span))
-
-
-def _detach(token: Any) -> None:
-    from opentelemetry import context
-
-    try:
-        context.detach(token)
-    except Exception:  # pragma: no cover
-        pass
+    def close(self, timeout: float | None = 30.0) -> None:
+        self.flush(timeout)
+        self.closed = True
+        self.poll_wake.set()
+        self.tracker.close(timeout)
+        self.materialiser.close(timeout)
+        self.poller.join(timeout)
 
 
 class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Spans for ``torch.distributed`` collectives and point-to-point ops (a singleton).
+    """Spans and metrics for every process-group operation (a singleton; see the module doc).
 
-    ``instrument(**options)`` options: ``tracer_provider``; ``meter_provider`` (the
-    ``accel.collective.io``, ``.bus.io``, ``.time`` counters and ``.duration`` histogram; the
-    global provider by default); ``link_provider`` (a callable ``(op, group, seq) -> links``);
-    ``device`` and ``host_id`` (identity; derived when omitted).
+    ``instrument(**options)`` options: ``tracer_provider``; ``meter_provider`` (the global
+    one by default; ``NoOpMeterProvider()`` turns the metrics off); ``link_provider`` (a
+    callable ``(op, group, seq) -> links``); ``device`` and ``host_id`` (identity; by default
+    ``chip{LOCAL_RANK}`` as the resource names it, else the tensor's device); ``collective_timer``
+    (a :class:`~otel_ext.instrumentation.torch.CollectiveTimer`; by default
+    :class:`~otel_ext.instrumentation.torch.CudaCollectiveTimer` when CUDA is available, else
+    none: host timing); ``capacity`` (records waiting at most; default 65536).
     Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
-    the first collective so they agree.
+    the first collective so they agree. :meth:`flush` waits until every op issued so far has
+    completed and its span has been made; ``uninstrument()`` flushes first.
 
     >>> inst = TorchDistributedInstrumentor()
     >>> list(inst.instrumentation_dependencies())
@@ -601,36 +723,39 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ("torch >= 2.0",)
 
     def _instrument(self, **kwargs: Any) -> None:
+        timer = kwargs.get("collective_timer")
+        if timer is None and torch.cuda.is_available():
+            from otel_ext.instrumentation.torch._device_timing import CudaCollectiveTimer
+
+            timer = CudaCollectiveTimer()
         state = _State(
             tracer_provider=kwargs.get("tracer_provider"),
             meter_provider=kwargs.get("meter_provider"),
             link_provider=kwargs.get("link_provider"),
             device=kwargs.get("device"),
             host_id=kwargs.get("host_id"),
+            timer=timer,
+            capacity=int(kwargs.get("capacity", 1 << 16)),
         )
-        for op in WRAPPED_OPS:
-            original = getattr(c10d, op, None)
-            if original is None:  # an op this torch version does not have
-                continue
-            state.originals[op] = original
-            wrapped = (
-                state.wrap_batch(original)
-                if op == "batch_isend_irecv"
-                else state.wrap(op, original)
-            )
-            setattr(c10d, op, wrapped)
-            setattr(dist, op, wrapped)
+        state.install()
         self._state = state
 
     def _uninstrument(self, **kwargs: Any) -> None:
         state, self._state = self._state, None
         if state is None:
             return
-        for op, original in state.originals.items():
-            for module in (c10d, dist):
-                current = getattr(module, op, None)
-                if getattr(current, "__wrapped__", None) is original:
-                    setattr(module, op, original)
+        state.uninstall()
+        state.close(kwargs.get("timeout", 30.0))
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Block until every op issued so far has its span (True at once when uninstrumented)."""
+        return True if self._state is None else self._state.flush(timeout)
+
+    @property
+    def dropped(self) -> int:
+        """Records dropped because the queue was full (their sequence numbers are kept)."""
+        state = self._state
+        return 0 if state is None else state.tracker.dropped + state.materialiser.dropped
 
     @property
     def sequences(self) -> SequenceCounter | None:
