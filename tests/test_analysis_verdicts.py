@@ -232,3 +232,13 @@ def test_step_range_keeps_only_those_steps() -> None:
     kept, rec = select_steps(EventTable.from_rows(rows), "2-3")
     assert rec["kept_steps"] == [2, 3]
     assert sorted(kept["start_ns"].tolist()) == [200, 205, 300, 305]
+
+
+def test_compute_of_separate_runs_is_never_compared() -> None:
+    # five models on two vendors: ten captures of unrelated work, not ten ranks of one job
+    folder = SHARED_TRACES / "tracelens_hf_models_h100_vs_mi300x"
+    require(folder.is_dir(), f"real traces folder {folder}")
+    doc = analyze([folder], workers=1)
+    assert len(doc["runs"]) == 10
+    assert not [f for f in doc["findings"] if f["kind"] in ("straggler", "throttle")]
+    assert all(s["compute_ratio"] in (None, 1.0) for s in doc["stragglers"])

@@ -37,6 +37,7 @@ import numpy as np
 
 from otel_ext._arrays import distinct, distinct_rows, group_median, median
 from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.significance import adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
 
@@ -164,9 +165,16 @@ def compute_ratio_stats(table: EventTable, edges: np.ndarray) -> ComputeRatios:
     win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
     win = np.minimum(win, n_win - 1)
     host = table["host"][rows].astype(np.int64)
-    name = (
-        table["name"][rows].astype(np.int64) * (len(table.strings["host"]) + 1) + host
-    ) * n_win + win
+    # ... and only among ranks of one run: separate captures never ran together
+    runs = rank_runs(table)
+    if len(set(runs.values())) > 1:
+        rk = np.array(sorted(runs), dtype=np.int64)
+        rv = np.array([runs[r] for r in rk.tolist()], dtype=np.int64)
+        r_rows = table["rank"][rows].astype(np.int64)
+        run_of = rv[np.clip(np.searchsorted(rk, r_rows), 0, len(rk) - 1)]
+        host = host + (len(table.strings["host"]) + 1) * run_of
+    n_host = int(host.max()) + 1 if len(host) else 1
+    name = (table["name"][rows].astype(np.int64) * n_host + host) * n_win + win
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
     rank = table["rank"][rows].astype(np.int64)
     uname, pos = np.unique(name, return_inverse=True)
