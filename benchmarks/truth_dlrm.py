@@ -89,9 +89,7 @@ def main() -> int:
     print(
         f"host offset recovered within its bound (<= 5 ms):     {hits['host offset']}/{n} = {hits['host offset'] / n:.3f}"
     )
-    print(
-        f"specificity, two_rank null: no slow-rank/link finding: {hits['null']}/{n} = {hits['null'] / n:.3f}"
-    )
+    print(f"specificity, two_rank as recorded (one case):         {hits['null']}/1")
     print(
         f"specificity, two_rank under random clock offsets:      {hits['null+offsets']}/{n} = {hits['null+offsets'] / n:.3f}"
     )
