@@ -54,6 +54,7 @@ from semantic_conventions.attributes import ACCEL_DEVICE_ID
 __all__ = ["ActiveSpanPublisher", "ActiveSpanPublishingProcessor", "gpu_uuid"]
 
 _log = logging.getLogger(__name__)
+_MAX_LIVE = 65_536
 
 
 _LOCAL_INDEX = re.compile(r"(?:^|/)(?:cuda:?|gpu|chip)(\d+)$")
@@ -188,6 +189,8 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
     def __init__(self, publisher: ActiveSpanPublisher | None = None):
         self.publisher = publisher if publisher is not None else ActiveSpanPublisher()
         self._resource_device: dict[int, str | None] = {}
+        # span id -> its record, from on_start to on_end (bounded: spans never ended)
+        self._live: dict[int, ActiveSpanRecord] = {}
         self.errors = 0
 
     def _device(self, span: ReadableSpan) -> str | None:
@@ -214,6 +217,8 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
             if rec is not None:
                 ctx = span.context
                 rec.started(ctx.trace_id, ctx.span_id, span.start_time or 0)
+                if len(self._live) < _MAX_LIVE:
+                    self._live[ctx.span_id] = rec
         except Exception as exc:
             self.errors += 1
             self.publisher._fail("on_start", exc)
@@ -221,12 +226,14 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Move ``span`` to its device's ring of ended spans. Never raises."""
         try:
-            dev = self._device(span)
-            if dev is None:
-                return
-            rec = self.publisher.record(dev)
+            ctx = span.context
+            rec = self._live.pop(ctx.span_id, None)
+            if rec is None:  # not opened here (device set after start, or too many live)
+                dev = self._device(span)
+                if dev is None:
+                    return
+                rec = self.publisher.record(dev)
             if rec is not None:
-                ctx = span.context
                 start = span.start_time or 0
                 rec.ended(ctx.trace_id, ctx.span_id, start, span.end_time or start)
         except Exception as exc:

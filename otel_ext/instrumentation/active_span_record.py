@@ -404,19 +404,35 @@ class ActiveSpanRecord:
     # -- workload side -------------------------------------------------------------------
     def started(self, trace_id: int, span_id: int, start_ns: int) -> None:
         """Span ``span_id`` of ``trace_id`` started at ``start_ns`` on this device."""
-        if not self._lock.acquire(False):
+        lock = self._lock
+        if not lock.acquire(False):
             self._pending.append((trace_id, span_id, start_ns, -1))
             return
         try:
-            self._start(trace_id, span_id, start_ns)
+            free = self._free
+            if free and not self.closed and span_id not in self._open:
+                # the common case, inline: take an open slot, write the entry
+                slot = free.pop()
+                self._open[span_id] = slot
+                w = self._words
+                seq = self._seq
+                w[W_SEQ] = seq + 1
+                _pack_entry(
+                    self._mm, _OPEN_OFFSETS[slot], trace_id >> 64, trace_id & _MASK64,
+                    span_id, start_ns, 0,
+                )  # fmt: skip
+                w[W_SEQ] = self._seq = seq + 2
+            else:
+                self._start(trace_id, span_id, start_ns)
             if self._pending:
                 self._drain()
         finally:
-            self._lock.release()
+            lock.release()
 
     def ended(self, trace_id: int, span_id: int, start_ns: int, end_ns: int) -> None:
         """Span ``span_id`` ended at ``end_ns`` (it moves from the open slots to the ring)."""
-        if not self._lock.acquire(False):
+        lock = self._lock
+        if not lock.acquire(False):
             self._pending.append((trace_id, span_id, start_ns, end_ns))
             return
         try:
@@ -424,7 +440,7 @@ class ActiveSpanRecord:
             if self._pending:
                 self._drain()
         finally:
-            self._lock.release()
+            lock.release()
 
     def _drain(self) -> None:
         pending = self._pending
