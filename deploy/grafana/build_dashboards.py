@@ -368,6 +368,17 @@ def inference() -> dict[str, Any]:
         unit="s",
     )
     b.panel(
+        # vLLM's and SGLang's own histograms, mapped by rules/otel-ext-serving-engines.yaml
+        "TTFT p99 per serving engine (vLLM, SGLang mapped to gen_ai.server)",
+        [
+            (
+                f'max by (engine, {MODEL}) ({R_TTFT_Q}{{quantile="0.99"}})',
+                f"{{{{engine}}}} {{{{{MODEL}}}}}",
+            )
+        ],
+        unit="s",
+    )
+    b.panel(
         "TTFT p99 per host",
         [(f"histogram_quantile(0.99, {_hist(ttft, sel, HOST)})", f"{{{{{HOST}}}}}")],
         unit="s",
@@ -394,6 +405,16 @@ def inference() -> dict[str, Any]:
     b.panel(
         "TPOT p99 per model (recorded)",
         [(f'{R_TPOT_Q}{{{sel},quantile="0.99"}}', f"{{{{{MODEL}}}}}")],
+        unit="s",
+    )
+    b.panel(
+        "TPOT p99 per serving engine (vLLM, SGLang mapped to gen_ai.server)",
+        [
+            (
+                f'max by (engine, {MODEL}) ({R_TPOT_Q}{{quantile="0.99"}})',
+                f"{{{{engine}}}} {{{{{MODEL}}}}}",
+            )
+        ],
         unit="s",
     )
     b.panel(

@@ -1,0 +1,340 @@
+"""Serving engines' own telemetry (vLLM, SGLang) read as inputs and joined with otel-ext's.
+
+vLLM and SGLang already emit OpenTelemetry spans; this module reads them from the files an SRE
+already has (a Collector's file exporter: OTLP-JSON, one export request a line; or a Jaeger
+JSON export), turns each engine request into otel-ext's request model (an ``accel.request``
+row with ``accel.request.phase`` rows: ``queue``, ``prefill``, ``kv_transfer``,
+``decode_queue``, ``decode``) and joins it with otel-ext's spans and device activity: **by
+trace context** when otel-ext rows share the request's trace id (the engine propagated
+``traceparent`` to instrumentation running inside it), else **by time and host** (otel-ext
+device activity on the request's host during the request).
+
+What each engine emits, as their sources define it (versions in ``docs/analysis.md``):
+
+* **vLLM**: one ``llm_request`` span (kind SERVER) per finished request, from its arrival,
+  with ``gen_ai.request.id``, ``gen_ai.usage.prompt_tokens``, ``gen_ai.usage.completion_tokens``
+  and latencies in seconds: ``gen_ai.latency.time_in_queue`` (queued to scheduled),
+  ``gen_ai.latency.time_to_first_token``, ``gen_ai.latency.time_in_model_prefill`` (scheduled
+  to first token), ``gen_ai.latency.time_in_model_decode`` (first to last token),
+  ``gen_ai.latency.time_in_model_inference`` and ``gen_ai.latency.e2e``. Phases are laid out
+  from the arrival: queue, then prefill, then decode.
+* **SGLang**: a span tree per request: a root ``Req <rid>`` span (attributes ``rid``,
+  ``bootstrap_room``), one span per process thread that served it (``thread_label``,
+  ``tp_rank``, ``host_id``, ``pid``; one per TP rank, and per prefill and decode server under
+  disaggregation, sharing the root's trace through propagated context) and, below them, slice
+  spans named by request stage. Stages map to phases: ``prefill_waiting`` → queue,
+  ``prefill_forward`` / ``chunked_prefill`` → prefill, ``prefill_transfer_kv_cache`` →
+  kv_transfer, ``decode_waiting`` / ``decode_transferred`` → decode_queue, ``decode_loop`` →
+  decode; other stages (tokenize, dispatch, bootstrap) are left out of the phases. Where
+  several TP ranks record the same stage, the phase spans the earliest start to the latest end.
+
+>>> from otel_ext.analysis.serving import ServingSpan, serving_rows
+>>> s = ServingSpan("ab" * 16, 1, 0, "llm_request", 0, 9_000_000_000, {
+...     "gen_ai.request.id": "cmpl-1", "gen_ai.latency.time_in_queue": 0.5,
+...     "gen_ai.latency.time_in_model_prefill": 1.0, "gen_ai.latency.time_in_model_decode": 7.0,
+...     "gen_ai.usage.prompt_tokens": 12}, {})
+>>> [(r["name"], r["start_ns"], r["end_ns"]) for r in serving_rows([s])]
+[('cmpl-1', 0, 9000000000), ('queue', 0, 500000000), ('prefill', 500000000, 1500000000), ('decode', 1500000000, 8500000000)]
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis._intervals import union_length
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.errors import InputError
+
+__all__ = [
+    "SGLANG_STAGE_PHASES",
+    "VLLM_REQUEST_SPAN",
+    "ServingSpan",
+    "join_serving",
+    "read_serving_spans",
+    "serving_rows",
+    "serving_table",
+]
+
+#: vLLM's per-request span name
+VLLM_REQUEST_SPAN = "llm_request"
+#: SGLang request stages (slice span names) -> otel-ext request phases
+SGLANG_STAGE_PHASES: dict[str, str] = {
+    "prefill_waiting": "queue",
+    "prefill_forward": "prefill",
+    "chunked_prefill": "prefill",
+    "prefill_transfer_kv_cache": "kv_transfer",
+    "decode_waiting": "decode_queue",
+    "decode_transferred": "decode_queue",
+    "decode_loop": "decode",
+}
+_VLLM_LATENCY = "gen_ai.latency."
+
+
+@dataclass(frozen=True)
+class ServingSpan:
+    """One span of a serving engine, format-neutral (times in ns since the epoch)."""
+
+    trace_id: str  # 32 hex digits
+    span_id: int
+    parent_span_id: int
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+
+
+def _hex_id(v: Any, width: int) -> str:
+    if isinstance(v, int):
+        return f"{v:0{width}x}"
+    s = str(v or "").strip().lower()
+    return s.rjust(width, "0") if s else ""
+
+
+def _int_id(v: Any) -> int:
+    try:
+        return int(str(v), 16) if v not in (None, "") else 0
+    except ValueError:
+        return 0
+
+
+def _otlp_spans(doc: dict[str, Any]) -> Iterable[ServingSpan]:
+    from otel_ext.analysis.loaders.spans import otlp_attrs
+
+    for rs in doc.get("resourceSpans") or []:
+        res = otlp_attrs((rs.get("resource") or {}).get("attributes"))
+        for ss in rs.get("scopeSpans") or []:
+            for sp in ss.get("spans") or []:
+                yield ServingSpan(
+                    _hex_id(sp.get("traceId"), 32),
+                    _int_id(sp.get("spanId")),
+                    _int_id(sp.get("parentSpanId")),
+                    str(sp.get("name", "")),
+                    int(sp.get("startTimeUnixNano", 0)),
+                    int(sp.get("endTimeUnixNano", 0)),
+                    otlp_attrs(sp.get("attributes")),
+                    res,
+                )
+
+
+def _jaeger_spans(doc: dict[str, Any]) -> Iterable[ServingSpan]:
+    def tags(items: Any) -> dict[str, Any]:
+        return {t["key"]: t.get("value") for t in items or [] if isinstance(t, dict) and "key" in t}
+
+    for tr in doc.get("data") or []:
+        procs = tr.get("processes") or {}
+        for sp in tr.get("spans") or []:
+            parent = 0
+            for ref in sp.get("references") or []:
+                if ref.get("refType") == "CHILD_OF":
+                    parent = _int_id(ref.get("spanID"))
+            proc = procs.get(sp.get("processID"), {})
+            res = tags(proc.get("tags"))
+            if proc.get("serviceName"):
+                res["service.name"] = proc["serviceName"]
+            start = int(sp.get("startTime", 0)) * 1000
+            yield ServingSpan(
+                _hex_id(sp.get("traceID"), 32),
+                _int_id(sp.get("spanID")),
+                parent,
+                str(sp.get("operationName", "")),
+                start,
+                start + int(sp.get("duration", 0)) * 1000,
+                tags(sp.get("tags")),
+                res,
+            )
+
+
+def read_serving_spans(paths: Sequence[str | Path]) -> list[ServingSpan]:
+    """Every span of OTLP-JSON (one export request a line) and Jaeger JSON files.
+
+    Raises:
+        InputError: a file that is neither (its path and line named).
+    """
+    out: list[ServingSpan] = []
+    for path in paths:
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", path=str(p)) from None
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8", errors="replace").strip()
+        if not text:
+            continue
+        try:
+            whole = json.loads(text)
+        except ValueError:
+            whole = None
+        if isinstance(whole, dict) and "data" in whole:
+            out.extend(_jaeger_spans(whole))
+            continue
+        if isinstance(whole, dict) and "resourceSpans" in whole:
+            out.extend(_otlp_spans(whole))
+            continue
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                raise InputError(
+                    "neither OTLP-JSON lines nor a Jaeger export",
+                    path=str(p),
+                    record=f"line {lineno}",
+                ) from None
+            if isinstance(doc, dict) and "resourceSpans" in doc:
+                out.extend(_otlp_spans(doc))
+    return out
+
+
+def _seconds(attrs: dict[str, Any], key: str) -> int | None:
+    v = attrs.get(_VLLM_LATENCY + key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        return None
+    return round(float(v) * 1e9)
+
+
+def _host_of(span: ServingSpan) -> str:
+    for key in ("accel.host.id", "host.name", "host_id"):
+        v = span.resource.get(key) or span.attributes.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return ""
+
+
+def _vllm_rows(span: ServingSpan) -> list[dict[str, Any]]:
+    a = span.attributes
+    rid = str(a.get("gen_ai.request.id") or span.span_id)
+    host = _host_of(span)
+    base = {"trace_id": span.trace_id, "host": host, "source": "vllm"}
+    rows = [dict(base, start_ns=span.start_ns, end_ns=span.end_ns, category=Category.REQUEST,
+                 name=rid, span_id=span.span_id)]  # fmt: skip
+    t = span.start_ns
+    for phase, key in (("queue", "time_in_queue"), ("prefill", "time_in_model_prefill"),
+                       ("decode", "time_in_model_decode")):  # fmt: skip
+        d = _seconds(a, key)
+        if d is None:
+            continue
+        rows.append(dict(base, start_ns=t, end_ns=t + d, category=Category.PHASE, name=phase,
+                         parent_span_id=span.span_id))  # fmt: skip
+        t += d
+    return rows
+
+
+def _sglang_rows(root: ServingSpan, members: list[ServingSpan]) -> list[dict[str, Any]]:
+    threads = {s.span_id: s for s in members if "thread_label" in s.attributes}
+    host = ""
+    for th in threads.values():
+        h = th.attributes.get("host_id")
+        if isinstance(h, str) and h:
+            host = h
+            break
+    host = _host_of(root) or host
+    base = {"trace_id": root.trace_id, "host": host, "source": "sglang"}
+    rows = [dict(base, start_ns=root.start_ns, end_ns=root.end_ns, category=Category.REQUEST,
+                 name=str(root.attributes.get("rid", root.name)), span_id=root.span_id)]  # fmt: skip
+    spans_of: dict[str, list[ServingSpan]] = {}
+    for s in members:
+        phase = SGLANG_STAGE_PHASES.get(s.name)
+        if phase is not None:
+            spans_of.setdefault(phase, []).append(s)
+    for phase, group in spans_of.items():
+        rows.append(dict(base, start_ns=min(s.start_ns for s in group),
+                         end_ns=max(s.end_ns for s in group), category=Category.PHASE,
+                         name=phase, parent_span_id=root.span_id))  # fmt: skip
+    return rows
+
+
+def serving_rows(spans: Sequence[ServingSpan]) -> list[dict[str, Any]]:
+    """Event-table rows (``accel.request`` and phases) for the engines' requests in ``spans``."""
+    rows: list[dict[str, Any]] = []
+    by_trace: dict[str, list[ServingSpan]] = {}
+    for s in spans:
+        by_trace.setdefault(s.trace_id, []).append(s)
+    for s in spans:
+        if s.name == VLLM_REQUEST_SPAN and "gen_ai.request.id" in s.attributes:
+            rows.extend(_vllm_rows(s))
+        elif "rid" in s.attributes and s.parent_span_id == 0:
+            rows.extend(_sglang_rows(s, by_trace[s.trace_id]))
+    return rows
+
+
+def serving_table(paths: Sequence[str | Path]) -> EventTable:
+    """The engines' requests in ``paths`` as event-table rows (see :func:`serving_rows`)."""
+    return EventTable.from_rows(serving_rows(read_serving_spans(paths)))
+
+
+def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
+    """Each engine request joined with otel-ext's rows.
+
+    By trace context: the otel-ext rows (layers, collectives, kernels) that share the
+    request's trace id. Otherwise by time and host: the device activity of otel-ext rows on the
+    request's host (every host when the engine names none) inside the request's span.
+
+    Returns:
+        ``{"requests", "joined_by_trace", "joined_by_time", "rows"}``; per request ``request``,
+        ``engine``, ``trace_id``, ``host``, ``joined_by`` (``trace``, ``time`` or None),
+        ``otel_ext_rows``, ``device_busy_ns`` (per device, union inside the request) and
+        ``collective_ns``.
+    """
+    cat = serving["category"]
+    req = np.flatnonzero(cat == Category.REQUEST)
+    names = serving.strings["name"]
+    t_trace = table.strings["trace_id"]
+    code_of = {s: i for i, s in enumerate(t_trace) if s}
+    start, end = table["start_ns"], table["end_ns"]
+    tcat = table["category"]
+    is_dev = np.isin(tcat, [int(c) for c in DEVICE_CATEGORIES])
+    is_coll = (tcat == Category.COLLECTIVE) | (tcat == Category.KERNEL_COMM)
+    hosts = table.strings["host"]
+    host_code = {h: i for i, h in enumerate(hosts) if h}
+    out = []
+    for r in req.tolist():
+        tid = serving.strings["trace_id"][int(serving["trace_id"][r])]
+        host = serving.strings["host"][int(serving["host"][r])]
+        a, b = int(serving["start_ns"][r]), int(serving["end_ns"][r])
+        code = code_of.get(tid)
+        mine = (table["trace_id"] == code) if code is not None else np.zeros(len(table), bool)
+        how: str | None = "trace" if mine.any() else None
+        if how is None:
+            mine = (start < b) & (end > a) & (is_dev | is_coll)
+            if host and host in host_code:
+                mine &= table["host"] == host_code[host]
+            elif host:
+                mine &= False
+            how = "time" if mine.any() else None
+        busy: dict[str, int] = {}
+        dev_rows = np.flatnonzero(mine & is_dev)
+        for d in np.unique(table["device"][dev_rows]).tolist():
+            rows = dev_rows[table["device"][dev_rows] == d]
+            s_, e_ = np.clip(start[rows], a, b), np.clip(end[rows], a, b)
+            busy[table.strings["device"][int(d)] or "?"] = union_length(s_, e_)
+        crow = np.flatnonzero(mine & is_coll)
+
+        out.append(
+            {
+                "request": names[int(serving["name"][r])],
+                "engine": serving.strings["source"][int(serving["source"][r])],
+                "trace_id": tid,
+                "host": host,
+                "joined_by": how,
+                "otel_ext_rows": int(mine.sum()),
+                "device_busy_ns": dict(sorted(busy.items())),
+                "collective_ns": union_length(np.clip(start[crow], a, b), np.clip(end[crow], a, b)),
+            }
+        )
+    return {
+        "requests": len(out),
+        "joined_by_trace": sum(1 for x in out if x["joined_by"] == "trace"),
+        "joined_by_time": sum(1 for x in out if x["joined_by"] == "time"),
+        "rows": out,
+    }
