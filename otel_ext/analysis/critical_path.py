@@ -62,6 +62,7 @@ gap to the second-last arrival, summed over the collectives it arrived last at).
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,57 +275,62 @@ def critical_path(
     graph_on_path: dict[int, list[int]] = {}
     allow_peer = True
     walked = 0
+    # the walk is a Python loop: plain lists and ints, no numpy scalars or enum lookups in it
+    L_start, L_end, L_rank = start.tolist(), end.tolist(), rank.tolist()
+    L_cat, L_name, L_fan, L_lr = rcat.tolist(), name_codes.tolist(), fan.tolist(), lr.tolist()
+    L_graph = graph.tolist()
+    edges = list(zip(prev.tolist(), launch.tolist(), dprev.tolist(), peer.tolist(), sync.tolist()))
+    runtime = int(Category.RUNTIME)
+    dev_label = {int(c): lab for c, lab in _LABEL.items()}
+    lowest = -(1 << 62)
     while walked < max_steps:
         walked += 1
-        best, release, via = -1, np.iinfo(np.int64).min, ""
+        best, release, via = -1, lowest, ""
+        c_prev, c_launch, c_dev, c_peer, c_sync = edges[i]
+        is_graph = L_graph[i]
         for cand, kind in (
-            (prev[i], "stream"),
-            (launch[i], "launch"),
-            (dprev[i], "device"),
-            (peer[i], "peer"),
-            (sync[i], "sync"),
+            (c_prev, "stream"),
+            (c_launch, "launch"),
+            (c_dev, "device"),
+            (c_peer, "peer"),
+            (c_sync, "sync"),
         ):
             if cand < 0 or (kind == "peer" and not allow_peer):
                 continue
-            if kind == "peer" or (kind == "launch" and graph[i]):
-                rel = int(start[cand])
-            else:
-                rel = int(end[cand])
-            if rel <= seg_end and rel > release:
-                best, release, via = int(cand), rel, kind
-        s_i = min(int(start[i]), seg_end)
-        if rcat[i] == Category.RUNTIME and release < s_i:
-            d = busy.last_end_before(int(rank[i]), s_i)
-            if d >= 0 and int(end[d]) > release:
-                covered = busy.within(int(rank[i]), release, s_i)
+            rel = (
+                L_start[cand] if kind == "peer" or (kind == "launch" and is_graph) else L_end[cand]
+            )
+            if release < rel <= seg_end:
+                best, release, via = cand, rel, kind
+        s_i = min(L_start[i], seg_end)
+        is_rt = L_cat[i] == runtime
+        if is_rt and release < s_i:
+            r_i = L_rank[i]
+            d = busy.last_end_before(r_i, s_i)
+            if d >= 0 and L_end[d] > release:
+                covered = busy.within(r_i, release, s_i)
                 if covered >= device_bound_share * (s_i - release):
-                    best, release, via = d, int(end[d]), "device"
-        if rcat[i] == Category.RUNTIME:
-            label = rt_label.get(int(name_codes[i]), "launch")
-        else:
-            label = _LABEL.get(Category(int(rcat[i])), "other")
-        name = names[name_codes[i]]
-        if fan[i] > 1:
-            acc = graph_on_path.setdefault(int(lr[i]), [0, 0])
+                    best, release, via = d, L_end[d], "device"
+        label = rt_label.get(L_name[i], "launch") if is_rt else dev_label.get(L_cat[i], "other")
+        name = names[L_name[i]]
+        if L_fan[i] > 1:
+            acc = graph_on_path.setdefault(L_lr[i], [0, 0])
             acc[0] += 1
             acc[1] += seg_end - s_i
-        if via in ("peer", "sync") and release > s_i:
+        if (via == "peer" or via == "sync") and release > s_i:
             # waited in the collective for the last arrival, or in a blocking call for the
             # device: only the rest is on the path
-            segments.append(_seg(rank[i], label, release, seg_end, name))
+            segments.append(_seg(L_rank[i], label, release, seg_end, name))
             i, seg_end, allow_peer = best, release, via != "peer"
             continue
-        segments.append(_seg(rank[i], label, s_i, seg_end, name))
+        segments.append(_seg(L_rank[i], label, s_i, seg_end, name))
         if best < 0:
             break
         if release < s_i:
             # a gap before a device event is device idle (queue when a graph launch released
             # it); before a launch, host-side work
-            if rcat[i] == Category.RUNTIME:
-                gap = "host"
-            else:
-                gap = "queue" if via == "launch" and graph[i] else "idle"
-            segments.append(_seg(rank[i], gap, release, s_i, ""))
+            gap = "host" if is_rt else "queue" if via == "launch" and is_graph else "idle"
+            segments.append(_seg(L_rank[i], gap, release, s_i, ""))
         i, seg_end, allow_peer = best, min(release, s_i), True
     segments.reverse()
     segments = [s for s in segments if s["end_ns"] > s["start_ns"]]
@@ -362,7 +368,8 @@ def critical_path(
 
 class _DeviceBusy:
     """Per rank: the union of device rows (for busy time inside a window) and the device rows
-    by end (for the one that ended last before a time)."""
+    by end (for the one that ended last before a time); queried from the walk's Python loop,
+    so held as lists searched with :mod:`bisect`."""
 
     def __init__(self, rows: np.ndarray, table: EventTable) -> None:
         cat = table["category"][rows]
@@ -370,22 +377,27 @@ class _DeviceBusy:
         rank = table["rank"][rows]
         start = table["start_ns"][rows]
         end = table["end_ns"][rows]
-        self._by_rank: dict[int, tuple[np.ndarray, ...]] = {}
+        self._by_rank: dict[int, tuple[list[int], ...]] = {}
         for r in distinct(rank[is_dev]).tolist():
             idx = np.flatnonzero(is_dev & (rank == r))
             by_end = idx[np.argsort(end[idx], kind="stable")]
             ms, me = merge_intervals(start[idx], end[idx])
             cum = np.r_[0, np.cumsum(me - ms)]
-            self._by_rank[int(r)] = (by_end, end[by_end], ms, me, cum)
+            self._by_rank[int(r)] = (
+                by_end.tolist(),
+                end[by_end].tolist(),
+                ms.tolist(),
+                me.tolist(),
+                cum.tolist(),
+            )
 
     def last_end_before(self, rank: int, t: int) -> int:
         """Position of the rank's device row that ended last at or before ``t``, or -1."""
         got = self._by_rank.get(rank)
         if got is None:
             return -1
-        by_end, ends = got[0], got[1]
-        k = int(np.searchsorted(ends, t, side="right")) - 1
-        return int(by_end[k]) if k >= 0 else -1
+        k = bisect_right(got[1], t) - 1
+        return got[0][k] if k >= 0 else -1
 
     def within(self, rank: int, a: int, b: int) -> int:
         """Device-busy time of ``rank`` inside ``[a, b)``."""
@@ -393,11 +405,11 @@ class _DeviceBusy:
         if got is None or b <= a:
             return 0
         ms, me, cum = got[2], got[3], got[4]
-        i = int(np.searchsorted(me, a, side="right"))
-        j = int(np.searchsorted(ms, b, side="left"))
+        i = bisect_right(me, a)
+        j = bisect_left(ms, b)
         if j <= i:
             return 0
-        total = int(cum[j] - cum[i]) - max(0, a - int(ms[i])) - max(0, int(me[j - 1]) - b)
+        total = cum[j] - cum[i] - max(0, a - ms[i]) - max(0, me[j - 1] - b)
         return max(total, 0)
 
 
