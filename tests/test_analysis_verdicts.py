@@ -242,3 +242,16 @@ def test_compute_of_separate_runs_is_never_compared() -> None:
     assert len(doc["runs"]) == 10
     assert not [f for f in doc["findings"] if f["kind"] in ("straggler", "throttle")]
     assert all(s["compute_ratio"] in (None, 1.0) for s in doc["stragglers"])
+
+
+def test_ranks_sharing_a_verdict_are_one_finding_with_the_spread() -> None:
+    folder = SHARED_TRACES / "param_dlrm_v100_8rank"
+    require(folder.is_dir(), f"real traces folder {folder}")
+    doc = analyze([folder], workers=1)
+    hb = [f for f in doc["findings"] if f["kind"] == "host-bound"]
+    assert len(hb) == 1
+    ev = hb[0]["evidence"]
+    assert sorted(ev["ranks"]) == list(range(8))
+    idle = [t["idle_pct"] for t in doc["temporal_breakdown"]]
+    assert ev["idle_pct_min"] == pytest.approx(min(idle))
+    assert ev["idle_pct_max"] == pytest.approx(max(idle))

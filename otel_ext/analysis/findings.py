@@ -619,6 +619,7 @@ def build_findings(
                 )
             )
 
+    findings = _one_per_pattern(findings, pct)
     for f in findings:  # rated against the run the finding is about; never above 100 %
         about = f.evidence.get("rank")
         own = (run_ns_of_rank or {}).get(about) if isinstance(about, int) else None
@@ -635,3 +636,45 @@ def build_findings(
 
     findings.sort(key=key)
     return [f.as_dict() for f in findings]
+
+
+#: kinds whose findings on several ranks are one pattern: one finding, with the spread
+_GROUPED = ("host-bound",)
+
+
+def _one_per_pattern(findings: list[Finding], pct: Any) -> list[Finding]:
+    """Ranks sharing a verdict as one finding naming the spread (min/median/max) and targets.
+
+    The impact is the largest member's (ranks run in parallel: their idle is not additive).
+    """
+    out: list[Finding] = []
+    for kind in dict.fromkeys(f.kind for f in findings):
+        same = [f for f in findings if f.kind == kind]
+        if kind not in _GROUPED or len(same) < 2:
+            out.extend(same)
+            continue
+        idle = [float(f.evidence.get("idle_pct", 0.0)) for f in same]
+        share = [float(f.evidence.get("host_wait_share", 0.0)) for f in same]
+        worst = max(same, key=lambda f: f.impact_ns)
+        targets = sorted({f.target for f in same})
+        devices = [f.summary.split(" is idle", 1)[0] for f in same]
+        where = targets[0] if len(targets) == 1 else f"{len(same)} ranks"
+        summary = (
+            f"{len(same)} ranks are host-bound ({', '.join(devices[:8])}"
+            + (", ..." if len(devices) > 8 else "")
+            + f"): idle {min(idle):.1f}–{max(idle):.1f}% of their kernel windows (median "
+            f"{float(median(idle)):.1f}%), "
+            + ("all" if min(share) >= 0.995 else f"at least {100 * min(share):.0f}%")
+            + " of it waiting for the host to launch work"
+        )
+        evidence = {
+            "ranks": [f.evidence.get("rank") for f in same],
+            "targets": targets,
+            "idle_pct_min": min(idle),
+            "idle_pct_median": float(median(idle)),
+            "idle_pct_max": max(idle),
+            "host_wait_share_min": round(min(share), 4),
+            "per_rank": [f.evidence for f in same],
+        }
+        out.append(Finding(kind, where, worst.impact_ns, pct(worst.impact_ns), summary, evidence))
+    return out
