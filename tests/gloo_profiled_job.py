@@ -275,10 +275,13 @@ def record_until_visible(
     *,
     world: int = 4,
     launches: int = 3,
+    recheck_healthy: bool = False,
     timeout_s: float = 180.0,
 ) -> tuple[dict[str, Path], dict[str, int]]:
-    """:func:`record_runs`, then record again (up to ``launches`` in all) each run whose raw
-    traces do not show its ground truth (:func:`truth_visible`).
+    """:func:`record_runs`, then record again (up to ``launches`` in all) each slow run whose
+    raw traces do not show its ground truth (:func:`truth_visible`), and each healthy run
+    with a rank last beyond chance too if ``recheck_healthy`` (off by default: on a loaded
+    machine that is a third of healthy runs, and a caller can judge them as they are).
 
     Returns:
         ``({spec.name: folder}, {spec.name: recordings})``: the last recording of each run
@@ -291,7 +294,8 @@ def record_until_visible(
         return [
             r
             for r in runs
-            if not truth_visible(r, last_arrivals(collective_calls(folders[r.name])), world)
+            if (recheck_healthy or not r.is_healthy)
+            and not truth_visible(r, last_arrivals(collective_calls(folders[r.name])), world)
         ]
 
     for launch in range(2, launches + 1):

@@ -15,9 +15,9 @@ CPU op on the main thread when the rank calls the collective, the ``gloo:all_red
 
 First the harness checks itself, from the raw JSON and without otel-ext: every rank issued
 the same 12 collectives, and the slow rank arrived last at most of them (so a failure below is
-the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay or
-keep a healthy rank late for a whole run; such a run is recorded again (at most 3 recordings,
-``record_until_visible``). One more run (``OPS``) calls each collective kind once with shapes
+the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay:
+such a slow run is recorded again (at most 3 recordings, ``record_until_visible``); it can
+also keep a healthy rank late for a whole run (see the healthy check below). One more run (``OPS``) calls each collective kind once with shapes
 recorded, and checks the event inventory the docs state. Then, through the public ``analyze``:
 
 * every run: 12 collectives matched (2 per profiler step the analysis keeps), each across
@@ -70,9 +70,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], dict[str, int]]:
-    """The four runs recorded by one gloo launch; a run whose raw traces do not show its
-    ground truth (the machine's load swamped the injected delay, or made a straggler of a
-    healthy rank) is recorded again, at most 3 recordings in all."""
+    """The runs recorded by one gloo launch; a slow run whose raw traces do not show its
+    slow rank last at most collectives (the machine's load swamped the injected delay) is
+    recorded again, at most 3 recordings in all."""
     require(importlib.util.find_spec("torch") is not None, "torch (the test extra)")
     return record_until_visible(tmp_path_factory.mktemp("truth_gloo"), [*RUNS, OPS], world=WORLD)
 
