@@ -3,6 +3,7 @@
     python benchmarks/analysis_scale.py [--ranks 64,512,4096] [--collectives 200]
                                         [--steps 10] [--kernels 20] [--repeat 1]
                                         [--timeout 300] [--phases] [--memory] [--profile]
+                                        [--floor]
 
 Each size is a synthetic multi-rank :class:`~otel_ext.analysis.table.EventTable` built in
 memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` profiler steps,
@@ -25,7 +26,10 @@ module calls, and the breakdown and overlap functions; a step called inside anot
 counted in the outer one), with the same ratios. ``--memory`` adds each step's peak of
 traced allocations (``tracemalloc``, which slows the run; its times are not the plain
 ones). ``--profile`` runs each size under ``cProfile`` once more and lists the functions
-whose own time grows faster than linear from the smallest to the largest size that finished.
+whose own CPU time grows faster than linear from the smallest to the largest size that
+finished. ``--floor`` times numpy's building blocks (sorts, gathers, searches) at the
+smallest and largest row counts: what a pass linear in its rows can reach per row once its
+arrays no longer fit in the caches.
 """
 
 from __future__ import annotations
@@ -315,7 +319,7 @@ def child(args: argparse.Namespace) -> None:
     if args.profile_out:
         import cProfile
 
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
         prof.enable()
     t1, c1 = time.perf_counter(), time.process_time()
     doc = analyze(table)
@@ -517,6 +521,55 @@ def print_profile(profiles: list[tuple[int, dict]], min_share: float = 0.01) -> 
         )
 
 
+def print_floor(rows_small: int, rows_large: int) -> None:
+    """Per-element cost of numpy's building blocks at the smallest and largest row counts.
+
+    A pass linear in its rows still slows per row once its arrays leave the caches: sorts,
+    random gathers and searches over all rows pay for it; a pass over rank-major rows (the
+    order the loaders build) or over one rank at a time does not. The ratios are the floor a
+    whole-table pass of each kind can reach.
+    """
+    rng = np.random.default_rng(0)
+
+    def best(fn: Any, k: int) -> float:
+        out = float("inf")
+        for _ in range(k):
+            c = time.process_time()
+            fn()
+            out = min(out, time.process_time() - c)
+        return out
+
+    def cases(n: int) -> list[tuple[str, Any]]:
+        rand = rng.integers(0, n, n)
+        blocks = np.repeat(np.arange(n // 1000 + 1), 1000)[:n] * 10**6 + rng.integers(0, 999, n)
+        pairs = rng.integers(0, 4096, (n // 6, 2))
+        sorted_ = np.sort(rng.integers(0, 10**12, n))
+        query = rng.integers(0, 10**12, n)
+        vals = rng.random(n)
+        return [
+            ("argsort, random int64", lambda: np.argsort(rand, kind="stable")),
+            ("argsort, rank-major (sorted blocks)", lambda: np.argsort(blocks, kind="stable")),
+            ("lexsort, 4 keys", lambda: np.lexsort((rand, rand % 7, rand % 3, rand // 1220))),
+            ("np.unique(axis=0), n/6 pairs", lambda: np.unique(pairs, axis=0)),
+            ("np.unique 1-D, return_counts", lambda: np.unique(rand, return_counts=True)),
+            ("np.bincount", lambda: np.bincount(rand % 4096)),
+            ("gather a[random index]", lambda: vals[rand]),
+            ("searchsorted, n into n", lambda: np.searchsorted(sorted_, query)),
+        ]
+
+    small, large = cases(rows_small), cases(rows_large)
+    print(
+        f"\nPer-element cost of numpy building blocks, {rows_small:,} vs {rows_large:,} rows"
+        " (CPU, best of 3; 1.0 = the same cost per element):"
+    )
+    print(f"| operation | {rows_small:,} rows ms | {rows_large:,} rows ms | per element vs small |")
+    print("|---|---|---|---|")
+    for (name, fs), (_, fl) in zip(small, large):
+        ts, tl = best(fs, 3), best(fl, 3)
+        ratio = _vs_linear(tl, ts, rows_large, rows_small)
+        print(f"| {name} | {ts * 1e3:.2f} | {tl * 1e3:.1f} | {ratio:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ranks", default="64,512,4096", help="comma-separated rank counts")
@@ -528,6 +581,7 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true", help="time each engine step")
     ap.add_argument("--memory", action="store_true", help="each step's traced peak (slower)")
     ap.add_argument("--profile", action="store_true", help="cProfile: super-linear functions")
+    ap.add_argument("--floor", action="store_true", help="numpy's per-element cost by size")
     ap.add_argument("--profile-dir", help="keep the profiles here (.json, .pstats)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", help=argparse.SUPPRESS)
@@ -560,6 +614,9 @@ def main() -> None:
     if args.phases or args.memory:
         print()
         print_phases(results)
+    ok = [r for r in results if "error" not in r]
+    if args.floor and len(ok) >= 2:
+        print_floor(ok[0]["rows"], ok[-1]["rows"])
     if args.profile:
         import tempfile
 
