@@ -164,7 +164,7 @@ class CollectorEndpoint:
         self.dropped = {}
         hint = " or ".join(f"{var}=file" for var in self.signal_vars)
         _log.warning(
-            "no OTLP collector at %s (%s): telemetry is dropped and counted "
+            "otel-ext: no OTLP collector at %s (%s): telemetry is dropped and counted "
             "(accel.telemetry.dropped) until it answers; set %s to write files instead",
             self.url,
             why,
@@ -175,7 +175,7 @@ class CollectorEndpoint:
         if self.state == "down":
             lost = ", ".join(f"{n} {signal}" for signal, n in sorted(self.dropped.items()))
             _log.warning(
-                "OTLP collector at %s answers again (dropped meanwhile: %s)",
+                "otel-ext: OTLP collector at %s answers again (dropped meanwhile: %s)",
                 self.url,
                 lost or "nothing",
             )
