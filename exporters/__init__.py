@@ -9,6 +9,9 @@
   or the Collector's).
 * :class:`PerfettoTraceExporter`, :func:`otlp_json_to_perfetto` — timelines for the
   Perfetto UI and ``chrome://tracing``.
+* :func:`accelerator_attributes`, :class:`AcceleratorResourceDetector` — which host,
+  device and rank this process is (the detector is also the ``otel_ext_accelerator``
+  resource detector entry point).
 * :class:`BoundedBatchSpanProcessor`, :class:`GuardedMetricExporter`,
   :class:`DropCounter` — telemetry that never hurts the workload (bounded memory, counted
   drops exported as ``accel.telemetry.dropped``, fork safety).
@@ -39,9 +42,10 @@ from exporters._reader import (
     read_otlp_json,
     read_spans,
 )
-from exporters._resource import accelerator_attributes
+from exporters._resource import AcceleratorResourceDetector, accelerator_attributes
 
 __all__ = [
+    "AcceleratorResourceDetector",
     "BoundedBatchSpanProcessor",
     "DropCounter",
     "EventRecord",

@@ -94,7 +94,9 @@ class ActiveSpanPublisher:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *, max_devices: int = 64):
         self.directory = record_directory(directory)
-        self._default = directory is None and not os.environ.get("OTEL_EXT_ACTIVE_SPAN_DIR", "")
+        self._default = (
+            directory is None and not os.environ.get("OTEL_EXT_ACTIVE_SPAN_DIR", "").strip()
+        )
         self.max_devices = max_devices
         self._records: dict[str, ActiveSpanRecord | None] = {}
         self._lock = threading.Lock()
