@@ -9,8 +9,11 @@ Every setting follows the OpenTelemetry order: code argument, then environment v
 Exporters by name (``traces_exporter=`` / ``OTEL_TRACES_EXPORTER``, ``metrics_exporter=``
 / ``OTEL_METRICS_EXPORTER``, comma-separated): ``otlp``, ``file``, ``perfetto``,
 ``prometheus`` (metrics; provided by :mod:`exporters.prometheus`, looked up on first
-use), ``console`` and ``none``. More can be plugged in with
-:func:`register_span_exporter` and :func:`register_metrics_exporter`.
+use), ``console`` and ``none``; ``otlp`` when none is named, as the specification says
+(without a collector: one warning, drops counted, see :mod:`exporters._otlp_outage`). More
+can be plugged in with :func:`register_span_exporter` and :func:`register_metrics_exporter`.
+Every span with an ``accel.device.id`` is also published for the node agent's exemplars
+(``publish_active_spans=``, ``OTEL_EXT_ACTIVE_SPANS``).
 
 >>> import tempfile
 >>> folder = tempfile.mkdtemp()
