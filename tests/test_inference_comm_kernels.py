@@ -70,7 +70,7 @@ def _write(path: Path, text: str) -> Path:
 def test_an_extra_table_extends_the_patterns_without_code(tmp_path: Path) -> None:
     extra = _write(
         tmp_path / "mine.yaml",
-        "patterns:\n  - id: acme_ring\n    regex: 'acme::ring_allreduce'\n"
+        "patterns:\n  - id: acme_ring\n    regex: 'acme::(ring|tree)_allreduce'\n"
         "    op: allreduce\n    examples: ['acme::ring_allreduce<8>']\n",
     )
     name = "void acme::ring_allreduce<8>(float*)"
@@ -98,6 +98,7 @@ def test_an_extra_table_extends_the_patterns_without_code(tmp_path: Path) -> Non
         ("patterns:\n  - id: a\n    regex: x\n    hints: [Ring]\n", "casefolded"),
         ("patterns:\n  - id: nccl\n    regex: x\n", "duplicate id"),
         ("patterns: [\n", "not valid YAML"),
+        ("patterns:\n  - id: a\n    regex: '(?P<p0>x)'\n", "must not name groups"),
     ],
 )
 def test_bad_tables_name_file_entry_and_problem(tmp_path: Path, text: str, problem: str) -> None:

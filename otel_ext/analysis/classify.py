@@ -144,6 +144,8 @@ def _read_table(path: Path) -> list[CommKernelPattern]:
         regex = raw.get("regex")
         if not isinstance(regex, str) or not regex:
             raise _table_error(path, rec, "'regex' must be a non-empty string")
+        if "(?P<" in regex:
+            raise _table_error(path, rec, "'regex' must not name groups (use (?:...))")
         try:
             re.compile(regex, re.IGNORECASE)
         except re.error as exc:
@@ -219,9 +221,13 @@ class _CommNames:
             if not any(h in folded for h in self.hints):
                 return None  # the usual compute kernel: its (often long) name not scanned
         m = self.regex.search(name)
-        if m is None or m.lastgroup is None:
+        if m is None:
             return None
-        return self.patterns[int(m.lastgroup[1:])]
+        # the entry whose group matched (an entry's own groups make lastgroup unreliable)
+        for k, pat in enumerate(self.patterns):
+            if m.group(f"p{k}") is not None:
+                return pat
+        return None  # pragma: no cover - one alternative always matched
 
 
 _NAMES = _CommNames(load_comm_kernel_table())
