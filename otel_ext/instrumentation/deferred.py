@@ -174,11 +174,15 @@ class DeferredSpanRecorder:
         """Records dropped because a ring was full."""
         return self._dropped
 
-    def wrap(self, fn: Callable[..., R], layer_id: int) -> Callable[..., R]:
+    def wrap(
+        self, fn: Callable[..., R], layer_id: int, *, bypass: Callable[[], bool] | None = None
+    ) -> Callable[..., R]:
         """A callable that calls ``fn`` and records one ``layer_id`` record around each call.
 
         The record ends when ``fn`` returns or raises (its exception propagates unchanged).
         Everything the hot path does is inlined here, with the ring's lists bound to locals.
+        When ``bypass()`` is true the call is not recorded (``torch.compiler.is_compiling``:
+        a compiler tracing the callable sees only ``fn``).
 
         >>> from opentelemetry.sdk.trace import TracerProvider
         >>> rec = DeferredSpanRecorder(tracer_provider=TracerProvider(), capacity=8)
@@ -197,6 +201,8 @@ class DeferredSpanRecorder:
         lid = layer_id
 
         def recorded(*args: Any, **kwargs: Any) -> R:
+            if bypass is not None and bypass():
+                return fn(*args, **kwargs)
             try:
                 r = tls.ring
             except AttributeError:
@@ -233,7 +239,9 @@ class DeferredSpanRecorder:
 
         return recorded
 
-    def hooks(self, layer_id: int) -> tuple[Callable[..., None], Callable[..., None]]:
+    def hooks(
+        self, layer_id: int, *, bypass: Callable[[], bool] | None = None
+    ) -> tuple[Callable[..., None], Callable[..., None]]:
         """``(pre, post)`` callables that ignore their arguments: ``pre`` begins a
         ``layer_id`` record, ``post`` ends the innermost one (shaped for hook APIs such as
         PyTorch's forward pre/post hooks).
@@ -246,6 +254,18 @@ class DeferredSpanRecorder:
         >>> rec.shutdown()
         """
         begin, end = self.begin, self.end
+        if bypass is not None:
+            skip = bypass
+
+            def checked_pre(*_: Any) -> None:
+                if not skip():
+                    begin(layer_id)
+
+            def checked_post(*_: Any) -> None:
+                if not skip():
+                    end()
+
+            return checked_pre, checked_post
 
         def pre(*_: Any) -> None:
             begin(layer_id)

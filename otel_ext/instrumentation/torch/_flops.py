@@ -22,9 +22,43 @@ from torch import nn
 
 from otel_ext.instrumentation import estimators
 
-__all__ = ["Estimator", "first_tensor", "module_estimator", "sdpa_estimate"]
+__all__ = [
+    "Estimator",
+    "first_tensor",
+    "local",
+    "local_numel",
+    "module_estimator",
+    "sdpa_estimate",
+]
 
 Estimator = Callable[[nn.Module, tuple[Any, ...], Mapping[str, Any], Any], tuple[float, float]]
+
+
+def local(t: Any) -> Any:
+    """This rank's shard of ``t`` when it is a DTensor (tensor parallelism), else ``t``.
+
+    Under TP a module's weights and activations are DTensors whose ``shape`` and
+    ``numel()`` are the global ones; the work this rank does is on its local shard.
+
+    >>> local(torch.zeros(2, 3)).shape
+    torch.Size([2, 3])
+    """
+    to_local = getattr(t, "to_local", None)
+    if to_local is not None and isinstance(t, torch.Tensor) and type(t) is not torch.Tensor:
+        try:
+            return to_local()
+        except Exception:
+            return t
+    return t
+
+
+def local_numel(t: Any) -> int:
+    """``numel()`` of this rank's shard of ``t`` (the global count for a plain tensor).
+
+    >>> local_numel(torch.nn.Linear(4, 3).weight)
+    12
+    """
+    return int(local(t).numel())
 
 
 def first_tensor(
@@ -44,13 +78,15 @@ def first_tensor(
 def _linear(
     m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> tuple[float, float]:
-    x = first_tensor(args, kwargs)
+    x = local(first_tensor(args, kwargs))
     m = cast(nn.Linear, m)
     x = cast(torch.Tensor, x)
-    tokens = x.numel() // m.in_features
+    # The local weight's shape: under TP (Colwise / Rowwise) this rank's shard.
+    out_features, in_features = local(m.weight).shape
+    tokens = x.numel() // in_features
     return estimators.linear(
-        m.in_features,
-        m.out_features,
+        in_features,
+        out_features,
         tokens=tokens,
         bias=m.bias is not None,
         elem_bytes=x.element_size(),
@@ -60,7 +96,8 @@ def _linear(
 def _conv(
     m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> tuple[float, float]:
-    x = first_tensor(args, kwargs)
+    x = local(first_tensor(args, kwargs))
+    out = local(out)
     m = cast(nn.modules.conv._ConvNd, m)
     x = cast(torch.Tensor, x)
     return estimators.conv(
@@ -78,7 +115,7 @@ def _conv(
 def _layer_norm(
     m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> tuple[float, float]:
-    x = first_tensor(args, kwargs)
+    x = local(first_tensor(args, kwargs))
     m = cast(nn.LayerNorm, m)
     x = cast(torch.Tensor, x)
     normalized = 1
@@ -92,12 +129,12 @@ def _layer_norm(
 def _embedding(
     m: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> tuple[float, float]:
-    idx = first_tensor(args, kwargs)
+    idx = local(first_tensor(args, kwargs))
     m = cast(nn.Embedding, m)
     idx = cast(torch.Tensor, idx)
     return estimators.embedding(
         idx.numel(),
-        m.embedding_dim,
+        int(local(m.weight).shape[1]),
         elem_bytes=m.weight.element_size(),
         index_bytes=idx.element_size(),
     )

@@ -40,7 +40,6 @@ event ran).
 
 from __future__ import annotations
 
-import collections
 import fnmatch
 import threading
 import time
@@ -59,14 +58,20 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from otel_ext.instrumentation._common import device_attributes, get_tracer, log_once
-from otel_ext.instrumentation.deferred import DeferredSpanRecorder
+from otel_ext.instrumentation.deferred import BoundedHandoff, DeferredSpanRecorder
 from otel_ext.instrumentation.estimators import BACKWARD_FLOP_FACTOR
-from otel_ext.instrumentation.torch._flops import Estimator, module_estimator, sdpa_estimate
+from otel_ext.instrumentation.torch._flops import (
+    Estimator,
+    local_numel,
+    module_estimator,
+    sdpa_estimate,
+)
 from semantic_conventions.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,
     ACCEL_CLOCK_RAW_START_TICKS,
     ACCEL_CLOCK_UNCERTAINTY_NS,
+    ACCEL_DEVICE_ID,
     ACCEL_KERNEL_KIND,
     ACCEL_KERNEL_NAME,
     ACCEL_LAYER_BYTES,
@@ -88,6 +93,9 @@ from semantic_conventions.spans import SPAN_ACCEL_KERNEL, SPAN_ACCEL_LAYER
 __all__ = ["TorchLayerInstrumentor"]
 
 _time_ns = time.time_ns
+#: ``torch.compile`` understands this call (constant ``True`` while it traces), so every
+#: recording step below is skipped inside compiled regions: no graph break, no ContextVar.
+_is_compiling = torch.compiler.is_compiling
 _attach = otel_context.attach
 _detach = otel_context.detach
 _set_span = trace.set_span_in_context
@@ -188,15 +196,23 @@ class _ForwardPatch:
 
 
 class _CudaTimer:
-    """CUDA events per traced layer, resolved to ``accel.kernel`` spans off the workload thread."""
+    """CUDA events per traced layer, resolved to ``accel.kernel`` spans off the workload thread.
 
-    def __init__(self, tracer: trace.Tracer):
+    The events wait in a :class:`~otel_ext.instrumentation.deferred.BoundedHandoff` of
+    ``capacity`` layers: when the resolver is behind, new layers' events are dropped and
+    counted (:attr:`dropped`), never queued without bound.
+    """
+
+    def __init__(self, tracer: trace.Tracer, *, capacity: int = 1 << 14):
         self._tracer = tracer
-        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._wake = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="otel-ext-cuda-events", daemon=True)
-        self._thread.start()
+        self._handoff = BoundedHandoff(
+            self._resolve, capacity=capacity, name="otel-ext-cuda-events", interval=0.05
+        )
+
+    @property
+    def dropped(self) -> int:
+        """Layers whose events were dropped because the queue was full."""
+        return self._handoff.dropped
 
     def start(self) -> tuple[Any, int]:
         ev = torch.cuda.Event(enable_timing=True)
@@ -207,44 +223,40 @@ class _CudaTimer:
     def stop(self, started: tuple[Any, int], name: str, device: str, span: Any) -> None:
         end = torch.cuda.Event(enable_timing=True)
         end.record()
-        self._queue.append((started[0], started[1], end, name, device, span.get_span_context()))
-        self._wake.set()
+        self._handoff.put((started[0], started[1], end, name, device, span.get_span_context()))
 
-    def _run(self) -> None:  # pragma: no cover - needs a CUDA device
-        while not (self._closed and not self._queue):
-            self._wake.wait(0.5)
-            self._wake.clear()
-            while self._queue:
-                start, host_ns, end, name, device, parent = self._queue.popleft()
-                try:
-                    # The start event ran after it was recorded (host_ns) and before we saw it
-                    # complete: that window bounds its device time.
-                    while not start.query():
-                        time.sleep(0.0005)
-                    seen_ns = _time_ns()
-                    end.synchronize()
-                    dur_ns = int(start.elapsed_time(end) * 1e6)
-                    span = self._tracer.start_span(
-                        SPAN_ACCEL_KERNEL,
-                        context=_set_span(trace.NonRecordingSpan(parent)),
-                        attributes={
-                            ACCEL_KERNEL_NAME: name,
-                            ACCEL_KERNEL_KIND: "compute",
-                            ACCEL_CLOCK_DOMAIN: f"{device}/cuda-events",
-                            ACCEL_CLOCK_RAW_START_TICKS: 0,
-                            ACCEL_CLOCK_RAW_END_TICKS: dur_ns,
-                            ACCEL_CLOCK_UNCERTAINTY_NS: seen_ns - host_ns,
-                        },
-                        start_time=host_ns,
-                    )
-                    span.end(end_time=host_ns + dur_ns)
-                except Exception as exc:
-                    log_once("torch.layers.cuda", "%s: %s", type(exc).__name__, exc)
+    def _resolve(self, batch: list[tuple[Any, ...]]) -> None:  # pragma: no cover - needs CUDA
+        for start, host_ns, end, name, device, parent in batch:
+            try:
+                # The start event ran after it was recorded (host_ns) and before we saw it
+                # complete: that window bounds its device time.
+                while not start.query():
+                    time.sleep(0.0005)
+                seen_ns = _time_ns()
+                end.synchronize()
+                dur_ns = int(start.elapsed_time(end) * 1e6)
+                span = self._tracer.start_span(
+                    SPAN_ACCEL_KERNEL,
+                    context=_set_span(trace.NonRecordingSpan(parent)),
+                    attributes={
+                        ACCEL_KERNEL_NAME: name,
+                        ACCEL_KERNEL_KIND: "compute",
+                        ACCEL_CLOCK_DOMAIN: f"{device}/cuda-events",
+                        ACCEL_CLOCK_RAW_START_TICKS: 0,
+                        ACCEL_CLOCK_RAW_END_TICKS: dur_ns,
+                        ACCEL_CLOCK_UNCERTAINTY_NS: seen_ns - host_ns,
+                    },
+                    start_time=host_ns,
+                )
+                span.end(end_time=host_ns + dur_ns)
+            except Exception as exc:
+                log_once("torch.layers.cuda", "%s: %s", type(exc).__name__, exc)
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        return self._handoff.flush(timeout)
 
     def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-        self._thread.join(10.0)
+        self._handoff.close(10.0)
 
 
 class _State:
@@ -290,6 +302,7 @@ class _State:
         self.metas: weakref.WeakKeyDictionary[nn.Module, _Meta] = weakref.WeakKeyDictionary()
         self.est_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
         self.handles: list[RemovableHandle | _ForwardPatch] = []
+        self.global_kwargs_ids: list[int] = []
         self.hooked: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.patch_forward = patch_forward
         self.cuda = _CudaTimer(self.tracer) if torch.cuda.is_available() and not deferred else None
@@ -326,7 +339,7 @@ class _State:
                 ACCEL_LAYER_TYPE: type(module).__name__,
                 ACCEL_LAYER_DEPTH: depth,
                 ACCEL_LAYER_PASS: "forward",
-                ACCEL_LAYER_PARAMETERS: sum(p.numel() for p in module.parameters()),
+                ACCEL_LAYER_PARAMETERS: sum(local_numel(p) for p in module.parameters()),
                 **device_attributes(device, host_id=self.host_id, rank=self.rank),
             }
             if self.rank is None:
@@ -399,8 +412,10 @@ class _State:
 
     # -- forward hooks -------------------------------------------------------------------
     def pre(self, meta: _Meta, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if _is_compiling():
+            return
+        stack = self.stack()
         try:
-            stack = self.stack()
             if meta.estimator is not None:
                 self.tls.est_depth += 1
             if not meta.traced:
@@ -409,12 +424,20 @@ class _State:
                 self.recorder.begin(meta.lid)
                 return
             span = self.tracer.start_span(SPAN_ACCEL_LAYER, attributes=meta.attrs)
-            frame = _Frame(meta, span, _attach(_set_span(span)))
-            if meta.cuda and self.cuda is not None:
-                frame.cuda = self.cuda.start()
-            stack.append(frame)
-        except Exception as exc:
+        except Exception as exc:  # no span, nothing attached: post() finds no frame
             log_once("torch.layers.pre", "%s: %s", type(exc).__name__, exc)
+            return
+        try:
+            frame = _Frame(meta, span, _attach(_set_span(span)))
+        except Exception as exc:  # pragma: no cover - the context API does not raise here
+            log_once("torch.layers.attach", "%s: %s", type(exc).__name__, exc)
+            return
+        stack.append(frame)
+        if meta.cuda and self.cuda is not None:
+            try:
+                frame.cuda = self.cuda.start()
+            except Exception as exc:
+                log_once("torch.layers.cuda.start", "%s: %s", type(exc).__name__, exc)
 
     def post(
         self,
@@ -424,6 +447,8 @@ class _State:
         kwargs: Mapping[str, Any],
         output: Any,
     ) -> None:
+        if _is_compiling():
+            return
         try:
             stack = self.stack()
             est = None
@@ -440,14 +465,16 @@ class _State:
                     top.bytes += est[1]
                     top.estimated = True
                 return
-            frame = None
-            while stack:
-                frame = stack.pop()
-                if frame.meta is meta:
-                    break
-                self._close(frame, None)  # a frame whose post hook never ran
-            if frame is None or frame.meta is not meta:
+            # This module's frame; absent when its start failed, and then the ancestors'
+            # frames must stay open. Frames above it are children whose post never ran.
+            at = len(stack) - 1
+            while at >= 0 and stack[at].meta is not meta:
+                at -= 1
+            if at < 0:
                 return
+            while len(stack) > at + 1:
+                self._close(stack.pop(), None)
+            frame = stack.pop()
             if est is not None:
                 frame.flops += est[0]
                 frame.bytes += est[1]
@@ -499,21 +526,27 @@ class _State:
         fwd[id(meta)] = flops
 
     def _close(self, frame: _Frame, extra: dict[str, Any] | None) -> None:
+        """End the frame's span and detach its context; the detach happens whatever raises
+        (a processor raising in ``on_end`` must not leave the layer's span current)."""
         span = frame.span
-        if extra:
-            span.set_attributes(extra)
-        if frame.cuda is not None and self.cuda is not None:
-            self.cuda.stop(
-                frame.cuda, frame.meta.name, frame.meta.attrs.get("accel.device.id", ""), span
-            )
-        span.end()
         try:
-            _detach(frame.token)
-        except Exception:  # pragma: no cover - context detach failures are logged by the API
-            pass
+            if extra:
+                span.set_attributes(extra)
+            if frame.cuda is not None and self.cuda is not None:
+                self.cuda.stop(
+                    frame.cuda, frame.meta.name, frame.meta.attrs.get(ACCEL_DEVICE_ID, ""), span
+                )
+            span.end()
+        finally:
+            try:
+                _detach(frame.token)
+            except Exception:  # pragma: no cover - context detach failures are logged by the API
+                pass
 
     # -- backward hooks ------------------------------------------------------------------
     def bwd_pre(self, meta: _Meta, module: nn.Module, grad_output: Any) -> None:
+        if _is_compiling():
+            return
         try:
             if not meta.traced:
                 return
@@ -530,6 +563,8 @@ class _State:
             log_once("torch.layers.bwd_pre", "%s: %s", type(exc).__name__, exc)
 
     def bwd_post(self, meta: _Meta, module: nn.Module, grad_input: Any, grad_output: Any) -> None:
+        if _is_compiling():
+            return
         try:
             if not meta.traced:
                 return
@@ -554,7 +589,7 @@ class _State:
             if self.patch_forward and self._patch_forward(module, meta):
                 pass
             elif meta.lean and self.recorder is not None:
-                pre, post = self.recorder.hooks(meta.lid)
+                pre, post = self.recorder.hooks(meta.lid, bypass=_is_compiling)
                 self.handles.append(module.register_forward_pre_hook(pre))
                 self.handles.append(module.register_forward_hook(post, always_call=True))
             else:
@@ -586,11 +621,13 @@ class _State:
         if not isinstance(fn, types.FunctionType):
             return False
         if meta.lean and self.recorder is not None:
-            recorded = self.recorder.wrap(fn, meta.lid)  # timestamps only
+            recorded = self.recorder.wrap(fn, meta.lid, bypass=_is_compiling)  # timestamps only
         else:
             pre, post = self.pre, self.post
 
             def recorded(mod: nn.Module, *args: Any, **kwargs: Any) -> Any:
+                if _is_compiling():  # inside torch.compile: the compiler sees the module only
+                    return fn(mod, *args, **kwargs)
                 pre(meta, mod, args)
                 out = None
                 try:
@@ -614,6 +651,8 @@ class _State:
         end = recorder.end if recorder is not None else None
 
         def pre(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if _is_compiling():
+                return
             meta = metas_get(module)
             if meta is None:
                 try:
@@ -629,6 +668,8 @@ class _State:
         def post(
             module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], output: Any
         ) -> None:
+            if _is_compiling():
+                return
             meta = metas_get(module)
             if meta is None:
                 return
@@ -638,9 +679,11 @@ class _State:
                 self.post(meta, module, args, kwargs, output)
 
         self.handles.append(mod.register_module_forward_pre_hook(pre))
-        self.handles.append(
-            mod.register_module_forward_hook(post, with_kwargs=True, always_call=True)
-        )
+        handle = mod.register_module_forward_hook(post, with_kwargs=True, always_call=True)
+        self.handles.append(handle)
+        # PyTorch's handle does not remove its ``with_kwargs`` flag: left behind, it makes
+        # every later ``torch.compile(module)`` warn about global hooks. Removed in close().
+        self.global_kwargs_ids.append(handle.id)
         if self.backward:
 
             def bpre(module: nn.Module, grad_output: Any) -> None:
@@ -660,6 +703,12 @@ class _State:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        if self.global_kwargs_ids:
+            from torch.nn.modules import module as mod
+
+            for hid in self.global_kwargs_ids:
+                mod._global_forward_hooks_with_kwargs.pop(hid, None)
+            self.global_kwargs_ids.clear()
         if self.recorder is not None:
             self.recorder.shutdown()
         if self.cuda is not None:
@@ -730,6 +779,8 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             query: Any, key: Any, value: Any, *args: Any, **kwargs: Any
         ) -> Any:
             out = original(query, key, value, *args, **kwargs)
+            if _is_compiling():
+                return out
             try:
                 state.add_functional(*sdpa_estimate(query, key, value))
             except Exception as exc:
@@ -752,9 +803,10 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Wait until deferred spans are materialised (True at once in eager mode)."""
         state = self._state
-        if state is None or state.recorder is None:
+        if state is None:
             return True
-        return state.recorder.flush(timeout)
+        ok = state.cuda.flush(timeout) if state.cuda is not None else True
+        return (state.recorder.flush(timeout) if state.recorder is not None else True) and ok
 
     @property
     def hook_count(self) -> int:
