@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,6 +26,7 @@ from otel_ext.analysis.requests import request_latency
 from otel_ext.analysis.serving import (
     join_serving,
     read_serving_spans,
+    serving_rows,
     serving_table,
 )
 from otel_ext.analysis.table import Category, EventTable
@@ -231,3 +234,43 @@ def test_engine_metric_map_targets_registry_metrics_and_rules_are_current() -> N
     exprs = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
     for m in table["metrics"]:
         assert f"rate({m['source']}_bucket[1m])" in exprs
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 2.0), st.floats(0.0, 5.0), st.floats(0.0, 60.0)),
+        min_size=1,
+        max_size=6,
+    )
+)
+@settings(max_examples=25, deadline=None)
+def test_otlp_lines_and_jaeger_give_the_same_requests(latencies) -> None:
+    """The same vLLM spans, exported as OTLP-JSON lines and as a Jaeger document, load as the
+    same requests and phases (Jaeger keeps microseconds: compared at that resolution)."""
+    import tempfile
+
+    mem = InMemorySpanExporter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        provider = TracerProvider(resource=Resource.create({"service.name": "vllm"}))
+        provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileSpanExporter(path)))
+        provider.add_span_processor(SimpleSpanProcessor(mem))
+        tracer = provider.get_tracer("vllm")
+        for k, (q, p, d) in enumerate(latencies):
+            at = T0 + k * 100 * S
+            span = _vllm_request(tracer, f"r{k}", at, q, p, d)
+            span.end(end_time=at + int((q + p + d) * S) + 1000)
+        provider.shutdown()
+        jaeger = Path(tmp) / "t.json"
+        jaeger.write_text(json.dumps(_jaeger(list(mem.get_finished_spans()))), encoding="utf-8")
+
+        def rows(p: Path) -> list[tuple]:
+            out = []
+            for r in serving_rows(read_serving_spans([p])):
+                out.append((r["name"], r["trace_id"], r["start_ns"] // 1000, r["end_ns"] // 1000))
+            return sorted(out)
+
+        a, b = rows(path), rows(jaeger)
+    assert len(a) == len(b) >= len(latencies)
+    for x, y in zip(a, b):
+        assert x[:2] == y[:2] and abs(x[2] - y[2]) <= 1 and abs(x[3] - y[3]) <= 1
