@@ -107,13 +107,17 @@ def test_cpu_only_job_matches_its_host_side_collectives() -> None:
     for r in range(3):
         for k in range(4):
             t = k * 10_000
-            rows.append(dict(start_ns=t, end_ns=t + 900, rank=r, category=C.CPU_OP,
-                             name="c10d::allreduce_", tid=1))  # fmt: skip
-            rows.append(dict(start_ns=t + 100 + 50 * r, end_ns=t + 800, rank=r,
+            # the caller's c10d op is the arrival; the gloo worker's op ends at completion
+            rows.append(dict(start_ns=t + 30 * r, end_ns=t + 40 * r + 50, rank=r,
+                             category=C.CPU_OP, name="c10d::allreduce_", tid=1))  # fmt: skip
+            rows.append(dict(start_ns=t + 300 - 50 * r, end_ns=t + 900 + r, rank=r,
                              category=C.CPU_OP, name="gloo:all_reduce", tid=2))  # fmt: skip
+            rows.append(dict(start_ns=t + 1000, end_ns=t + 1100, rank=r, category=C.CPU_OP,
+                             name="c10d::send", tid=1))  # fmt: skip
     m = match_collectives(EventTable.from_rows(rows))
-    assert m.n_instances == 4 and set(m.op) == {"allreduce"}
-    assert int(m.last_rank[0]) == 2  # the gloo worker's start is the arrival
+    assert m.n_instances == 4 and set(m.op) == {"allreduce"}  # point-to-point left out
+    assert m.last_rank.tolist() == [2, 2, 2, 2]  # the latest caller, not the latest worker
+    assert m.member_end_ns[m.member_instance == 0].tolist() == [900, 901, 902]
 
 
 # ---- linear passes equal the all-pairs definitions ------------------------------------------

@@ -345,8 +345,8 @@ def match_collectives(table: EventTable) -> CollectiveMatch:
         source = "ordinal"
     else:
         # a CPU-only job (gloo): the host-side collective operations are the collectives
-        rows = host_collective_rows(table)
-        source = "ordinal"
+        rows, alias = host_collective_members(table)
+        return _match(table, rows, "ordinal", alias=alias)
     return _match(table, rows, source)
 
 
@@ -394,6 +394,63 @@ def host_collective_rows(table: EventTable) -> np.ndarray:
     return cand[:0]
 
 
+#: point-to-point operations: their n-th calls on two ranks are not one collective (a send's
+#: partner is a receive elsewhere), so host-side matching by order leaves them out
+_P2P_HOST_OPS = re.compile(r"^(?:c10d::(?:send|recv_|recv_any_source_)|gloo:(?:send|recv))$")
+
+
+def host_collective_members(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a CPU-only job's collectives, and for each the row whose key it takes (-1: its
+    own).
+
+    With gloo the caller's ``c10d::*`` operation is the arrival (it starts when the rank calls
+    the collective; an asynchronous call returns at once) and the ``gloo:*`` operation on the
+    process group's worker thread ends when the collective completed: each rank's k-th
+    ``gloo:*`` row is merged into its k-th ``c10d::*`` row's member (first start, last end),
+    keyed by the caller's operation (``c10d::_reduce_scatter_base_`` runs as
+    ``gloo:all_reduce``). Where the two families' counts differ on a rank, or only one family
+    was recorded, the first family of :data:`HOST_COLLECTIVE_FAMILIES` seen on two ranks is
+    used alone. Point-to-point operations are left out.
+    """
+    cand = np.flatnonzero((table["category"] == Category.CPU_OP) & (table["rank"] >= 0))
+    names = table.strings["name"]
+    codes = distinct(table["name"][cand]) if len(cand) else cand
+    p2p = {int(c) for c in codes.tolist() if _P2P_HOST_OPS.match(names[int(c)])}
+    if p2p:
+        cand = cand[~np.isin(table["name"][cand], np.asarray(sorted(p2p)))]
+    picked = cand[host_collective_rows(table.select(cand))] if len(cand) else cand
+    fam_of = {}
+    for c in codes.tolist():
+        text = names[int(c)]
+        fam_of[int(c)] = (
+            "gloo" if text.startswith("gloo:") else "c10d" if text.startswith("c10d::") else ""
+        )
+    name_col = table["name"]
+    caller = np.array(
+        [r for r in cand.tolist() if fam_of.get(int(name_col[r])) == "c10d"], np.int64
+    )
+    worker = np.array(
+        [r for r in cand.tolist() if fam_of.get(int(name_col[r])) == "gloo"], np.int64
+    )
+    none = np.full(len(picked), -1, dtype=np.int64)
+    if len(caller) == 0 or len(worker) == 0:
+        return picked, none
+    rank = table["rank"]
+    start = table["start_ns"]
+    oc = caller[np.lexsort((start[caller], rank[caller]))]
+    ow = worker[np.lexsort((start[worker], rank[worker]))]
+    rc, rw = rank[oc], rank[ow]
+    if not np.array_equal(
+        np.unique(rc, return_counts=True)[1], np.unique(rw, return_counts=True)[1]
+    ) or not np.array_equal(np.unique(rc), np.unique(rw)):
+        return picked, none
+    rows = np.concatenate([oc, ow])
+    alias = np.concatenate(
+        [np.full(len(oc), -1, dtype=np.int64), np.arange(len(oc), dtype=np.int64)]
+    )
+    return rows, alias
+
+
 def _op_codes(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Normalised operation per row (codes into a list of names)."""
     op_col = table["coll_op"][rows]
@@ -411,7 +468,11 @@ def _op_codes(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, list[str
     return codes, list(ops)
 
 
-def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
+def _match(
+    table: EventTable, rows: np.ndarray, source: str, *, alias: np.ndarray | None = None
+) -> CollectiveMatch:
+    """Match ``rows`` into collective instances; a row with ``alias[i] >= 0`` takes the key of
+    row ``alias[i]`` (and merges into its member) instead of being numbered itself."""
     rank = table["rank"][rows].astype(np.int64)
     start = table["start_ns"][rows]
     end = table["end_ns"][rows]
@@ -423,10 +484,24 @@ def _match(table: EventTable, rows: np.ndarray, source: str) -> CollectiveMatch:
         k_rank, k_op, k_grp = rank[order], op_code[order], group[order]
         new = np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_op[1:] != k_op[:-1])]
         new |= np.r_[True, k_grp[1:] != k_grp[:-1]]
+        if alias is not None and (alias >= 0).any():
+            # numbered among the primary rows only; an aliased row copies its partner's key
+            prim = np.flatnonzero(alias < 0)
+            order = prim[np.lexsort((start[prim], group[prim], op_code[prim], rank[prim]))]
+            k_rank, k_op, k_grp = rank[order], op_code[order], group[order]
+            new = np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_op[1:] != k_op[:-1])]
+            new |= np.r_[True, k_grp[1:] != k_grp[:-1]]
         idx = np.arange(len(order))
         first = np.maximum.accumulate(np.where(new, idx, 0))
-        ordinal = np.empty(len(order), dtype=np.int64)
+        ordinal = np.zeros(len(rows), dtype=np.int64)
         ordinal[order] = idx - first
+        if alias is not None and (alias >= 0).any():
+            al = np.flatnonzero(alias >= 0)
+            op_code = op_code.copy()
+            group = group.copy()
+            ordinal[al] = ordinal[alias[al]]
+            op_code[al] = op_code[alias[al]]
+            group[al] = group[alias[al]]
         key = np.stack([np.zeros_like(rank), op_code, group, ordinal], axis=1)
     else:
         cid = table["coll_id"][rows].astype(np.int64)
