@@ -28,6 +28,7 @@ from otel_ext.analysis.serving import (
     read_serving_spans,
     serving_rows,
     serving_table,
+    with_serving_requests,
 )
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
@@ -274,3 +275,13 @@ def test_otlp_lines_and_jaeger_give_the_same_requests(latencies) -> None:
     assert len(a) == len(b) >= len(latencies)
     for x, y in zip(a, b):
         assert x[:2] == y[:2] and abs(x[2] - y[2]) <= 1 and abs(x[3] - y[3]) <= 1
+
+
+def test_with_serving_requests_appends_engine_requests_after_loading(vllm_file: Path) -> None:
+    from otel_ext.analysis.loaders import load_paths
+
+    load = load_paths([vllm_file])
+    table, joined = with_serving_requests(load.table, load.inputs)
+    assert joined is not None and joined["requests"] == 3
+    assert int((table["category"] == Category.REQUEST).sum()) == 3
+    assert len(table) == len(load.table) + 3 + 9  # three requests, three phases each

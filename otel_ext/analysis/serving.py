@@ -60,6 +60,7 @@ __all__ = [
     "read_serving_spans",
     "serving_rows",
     "serving_table",
+    "with_serving_requests",
 ]
 
 #: vLLM's per-request span name
@@ -338,3 +339,25 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
         "joined_by_time": sum(1 for x in out if x["joined_by"] == "time"),
         "rows": out,
     }
+
+
+def with_serving_requests(
+    table: EventTable, inputs: Sequence[dict[str, Any]]
+) -> tuple[EventTable, dict[str, Any] | None]:
+    """``table`` with the engine requests of the loaded span files among ``inputs`` (the
+    loader's per-file records) appended, and their join (:func:`join_serving`); ``table``
+    unchanged and None when the files hold no vLLM or SGLang request.
+
+    >>> t, joined = with_serving_requests(EventTable.from_rows([]), [])
+    >>> len(t), joined
+    (0, None)
+    """
+    paths = [
+        str(i["path"])
+        for i in inputs
+        if i.get("format") in ("otlp-traces", "jaeger") and i.get("status") == "loaded"
+    ]
+    serving = EventTable.from_rows(serving_rows(read_serving_spans(paths))) if paths else None
+    if serving is None or not len(serving):
+        return table, None
+    return EventTable.concat([table, serving]), join_serving(table, serving)
