@@ -143,3 +143,78 @@ def test_exporters_and_analysis_agree_on_base64_ids(tmp_path: Path) -> None:
         r = records[int(t["span_id"][i])]
         assert t.string("trace_id", i) == r.trace_id
         assert int(t["parent_span_id"][i]) == (int(r.parent_span_id, 16) if r.parent_span_id else 0)
+
+
+# ------------------------------------------------------------------ compiled extractor
+
+_JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(allow_nan=False),
+              st.text(max_size=6), st.sampled_from(["12", "-3", "0001", "1e3", "AAAAAAAAAAI="])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+_SPAN_FIELDS = ["traceId", "spanId", "parentSpanId", "name", "startTimeUnixNano",
+                "endTimeUnixNano", "attributes", "kind", "events", "links", "status", "flags"]  # fmt: skip
+
+
+def _tables_with_and_without_scanner(line: bytes) -> tuple[Any, Any]:
+    import otel_ext.analysis.loaders.spans as spans_mod
+
+    def load() -> Any:
+        ctx = LoadContext("p", keep_going=True)
+        t = load_otlp_traces_lines(iter_lines([line], max_line=1 << 30), ctx=ctx)
+        return t, [(s.record, s.reason) for s in ctx.skipped]
+
+    with_scanner = load()
+    saved = spans_mod._cscan
+    spans_mod._cscan = None
+    try:
+        without = load()
+    finally:
+        spans_mod._cscan = saved
+    return with_scanner, without
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    specs=st.lists(
+        st.tuples(
+            st.sampled_from(_NAMES),
+            st.dictionaries(st.sampled_from(_KEYS), _ATTR_VALUES, max_size=5),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    field=st.sampled_from([None, *_SPAN_FIELDS, "resource", "scope", "value", "key"]),
+    odd=_JSON_VALUES,
+    indent=st.sampled_from([None, 1]),
+)
+def test_compiled_extractor_equals_the_msgspec_path(
+    specs: list[tuple[str, dict[str, Any]]], field: str | None, odd: Any, indent: int | None
+) -> None:
+    spans = _sdk_spans(specs, {A.ACCEL_HOST_ID: "h0"})
+    req = json.loads(encode_spans_json(spans))
+    sp = req["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    if field in _SPAN_FIELDS:
+        sp[field] = odd
+    elif field == "resource":
+        req["resourceSpans"][0]["resource"] = odd
+    elif field == "scope":
+        req["resourceSpans"][0]["scopeSpans"][0]["scope"] = odd
+    elif field in ("value", "key") and sp.get("attributes"):
+        sp["attributes"][0][field] = odd
+    line = json.dumps(req, indent=indent).replace("\n", " ").encode()
+    (a, a_skipped), (b, b_skipped) = _tables_with_and_without_scanner(line)
+    _same(a, b)
+    assert a_skipped == b_skipped
+
+
+def test_compiled_extractor_reads_our_exports() -> None:
+    from otel_ext.analysis.loaders import _cscan
+
+    spans = _sdk_spans([(S.SPAN_ACCEL_KERNEL, {A.ACCEL_KERNEL_NAME: "gemm", A.ACCEL_RANK: 3})], {})
+    line = encode_spans_json(spans)
+    res = _cscan.scan_otlp(line, (A.ACCEL_RANK.encode(),))
+    assert res is not None and res[0] == 2  # the extractor, not the fallback, read it
+    (a, _), (b, _) = _tables_with_and_without_scanner(line)
+    _same(a, b)

@@ -828,14 +828,565 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* ------------------------------------------------------------------ OTLP-JSON spans */
+
+/*
+ * scan_otlp(line, keys) reads one OTLP-JSON ExportTraceServiceRequest (one line of a traces
+ * file) and returns the columns _otlp_columns needs, or None -- "take the msgspec path" --
+ * on anything it is not sure to read exactly as that path does: any member of a type the
+ * typed decoder (exporters._otlp_decode) would reject, ids that are not plain hex (base64
+ * ids take the msgspec path), times that are not integers below 2**62, a missing or
+ * non-string span name, an AnyValue of a wanted key that is not one plain string, integer,
+ * number or boolean, escaped or duplicate member names among those read, nesting deeper
+ * than 64, text after the request. Attributes are returned only for the keys asked for.
+ */
+
+#define MAX_OTLP_KEYS 64
+
+typedef struct {
+    Dict names, traces, strs;
+    Vec name_code, start, end, span_id, parent, trace_code, span_res;
+    Vec a_row, a_key, a_type, a_i64, a_f64, a_str; /* a_row < 0: resource -(row + 1) */
+    int64_t spans, resources;
+    const unsigned char *keys[MAX_OTLP_KEYS];
+    size_t key_lens[MAX_OTLP_KEYS];
+    int n_keys;
+} OOut;
+
+static void oout_free(OOut *o) {
+    dict_free(&o->names);
+    dict_free(&o->traces);
+    dict_free(&o->strs);
+    Vec *vs[] = {&o->name_code, &o->start, &o->end, &o->span_id, &o->parent, &o->trace_code,
+                 &o->span_res, &o->a_row, &o->a_key, &o->a_type, &o->a_i64, &o->a_f64,
+                 &o->a_str};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+}
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* A span id: "" (0) or 16 plain hex digits. */
+static int span_hex(const Str *s, uint64_t *out) {
+    if (s->esc) return 0;
+    if (s->n == 0) {
+        *out = 0;
+        return 1;
+    }
+    if (s->n != 16) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < 16; i++) {
+        int h = hexval(s->s[i]);
+        if (h < 0) return 0;
+        v = (v << 4) | (uint64_t)h;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Nanoseconds as ns_or_none reads them: a JSON integer, or a string of digits, in +-2**62. */
+static int ns_value(Parser *P, const Val *v, int64_t *out) {
+    (void)P;
+    if (v->kind == K_NUM) {
+        if (!v->num.is_int || v->num.big) return 0;
+        if (v->num.value <= -LIM62 || v->num.value >= LIM62) return 0;
+        *out = v->num.value;
+        return 1;
+    }
+    if (v->kind != K_STR || v->str.esc || v->str.n == 0 || v->str.n > 20) return 0;
+    uint64_t x = 0;
+    for (size_t i = 0; i < v->str.n; i++) {
+        unsigned char c = v->str.s[i];
+        if (!is_digit(c)) return 0;
+        if (x > (uint64_t)LIM62) return 0;
+        x = x * 10 + (uint64_t)(c - '0');
+    }
+    if (x >= (uint64_t)LIM62) return 0;
+    *out = (int64_t)x;
+    return 1;
+}
+
+static int want_key(OOut *o, const Str *k) {
+    if (k->esc) return -2;
+    for (int i = 0; i < o->n_keys; i++)
+        if (o->key_lens[i] == k->n && memcmp(o->keys[i], k->s, k->n) == 0) return i;
+    return -1;
+}
+
+enum { T_STR = 0, T_INT = 1, T_DBL = 2, T_BOOL = 3, T_NONE = 5 };
+
+typedef struct {
+    OOut *o;
+    int64_t row;   /* span row, or -(resource + 1) */
+    int want;      /* -1: any value is fine (not read) */
+    int type, n_members;
+    int64_t i64;
+    double f64;
+    int32_t str;
+} AVCtx;
+
+static int on_anyvalue(Parser *P, void *vctx, const Str *k) {
+    AVCtx *c = (AVCtx *)vctx;
+    if (c->want < 0) return skip_value(P);
+    if (k->esc) return 0;
+    Val v;
+    if (key_is(k, "stringValue", 11)) {
+        if (!scan_value(P, &v) || v.kind != K_STR) return 0;
+        const unsigned char *t;
+        size_t n;
+        if (!string_text(P, &v.str, &t, &n)) return 0;
+        c->str = dict_code(&c->o->strs, t, n);
+        if (c->str < 0) return 0;
+        c->type = T_STR;
+    } else if (key_is(k, "intValue", 8)) {
+        if (!scan_value(P, &v)) return 0;
+        if (v.kind == K_NUM) {
+            if (!v.num.is_int || v.num.big) return 0;
+            c->i64 = v.num.value;
+        } else if (v.kind == K_STR && !v.str.esc && v.str.n > 0 && v.str.n <= 19) {
+            size_t i = 0;
+            int neg = v.str.s[0] == '-';
+            if (neg) i = 1;
+            if (i >= v.str.n) return 0;
+            uint64_t x = 0;
+            for (; i < v.str.n; i++) {
+                if (!is_digit(v.str.s[i])) return 0;
+                x = x * 10 + (uint64_t)(v.str.s[i] - '0');
+            }
+            if (x > (uint64_t)INT64_MAX) return 0;
+            c->i64 = neg ? -(int64_t)x : (int64_t)x;
+        } else {
+            return 0;
+        }
+        c->type = T_INT;
+    } else if (key_is(k, "doubleValue", 11)) {
+        if (!scan_value(P, &v) || v.kind != K_NUM) return 0;
+        if (v.num.is_int && !v.num.big) {
+            c->f64 = (double)v.num.value;  /* float(int): correctly rounded */
+            c->i64 = v.num.value;
+            c->type = T_DBL;
+            c->n_members++;
+            return 1;
+        }
+        size_t n = (size_t)(v.stop - v.start);
+        char tmp[64];
+        if (n >= sizeof tmp || v.num.big) return 0;
+        memcpy(tmp, v.start, n);
+        tmp[n] = 0;
+        char *endp;
+        c->f64 = strtod(tmp, &endp);
+        if (endp != tmp + n) return 0;
+        c->type = T_DBL;
+    } else if (key_is(k, "boolValue", 9)) {
+        if (!scan_value(P, &v) || (v.kind != K_TRUE && v.kind != K_FALSE)) return 0;
+        c->i64 = v.kind == K_TRUE;
+        c->type = T_BOOL;
+    } else if (key_is(k, "arrayValue", 10) || key_is(k, "kvlistValue", 11) ||
+               key_is(k, "bytesValue", 10)) {
+        return 0; /* the msgspec path reads these */
+    } else {
+        return skip_value(P); /* not an AnyValue member: ignored, as msgspec does */
+    }
+    c->n_members++;
+    return 1;
+}
+
+typedef struct {
+    OOut *o;
+    int64_t row;
+    int seen_key, seen_value, want;
+    const unsigned char *value_at; /* the value's position, read once the key is known */
+    Parser at;
+} KVCtx;
+
+static int on_kv(Parser *P, void *vctx, const Str *k) {
+    KVCtx *c = (KVCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "key", 3)) {
+        if (c->seen_key++) return 0;
+        Val v;
+        if (!scan_value(P, &v) || v.kind != K_STR) return 0;
+        c->want = want_key(c->o, &v.str);
+        if (c->want == -2) return 0;
+        return 1;
+    }
+    if (key_is(k, "value", 5)) {
+        if (c->seen_value++) return 0;
+        c->at = *P; /* read after the object: the key may come later */
+        c->value_at = P->p;
+        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        if (P->p >= P->end || *P->p != '{') return 0;
+        return skip_value(P);
+    }
+    return skip_value(P);
+}
+
+static int scan_attributes(Parser *P, OOut *o, int64_t row) {
+    if (P->p < P->end && *P->p == 'n') return 0; /* null where a list belongs */
+    if (P->p >= P->end || *P->p != '[') return 0;
+    if (++P->depth > MAX_DEPTH) return 0;
+    P->p++;
+    skip_ws(P);
+    if (P->p < P->end && *P->p == ']') {
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+    for (;;) {
+        KVCtx c;
+        memset(&c, 0, sizeof c);
+        c.o = o;
+        c.row = row;
+        c.want = -1;
+        if (!scan_object(P, on_kv, &c)) return 0;
+        if (c.want >= 0) {
+            AVCtx a;
+            memset(&a, 0, sizeof a);
+            a.o = o;
+            a.want = c.want;
+            a.type = T_NONE;
+            if (c.seen_value && *c.value_at == '{') {
+                Parser Q = c.at;
+                Q.p = c.value_at;
+                if (!scan_object(&Q, on_anyvalue, &a)) return 0;
+                if (a.n_members > 1) return 0;
+            }
+            int32_t key = c.want;
+            uint8_t type = (uint8_t)a.type;
+            if (!push_i64(&o->a_row, row) || !push_i32(&o->a_key, key) ||
+                !push_u8(&o->a_type, type) || !push_i64(&o->a_i64, a.i64) ||
+                !vec_push(&o->a_f64, &a.f64, sizeof a.f64) || !push_i32(&o->a_str, a.str))
+                return 0;
+        }
+        skip_ws(P);
+        if (P->p >= P->end) return 0;
+        if (*P->p == ',') {
+            P->p++;
+            skip_ws(P);
+            continue;
+        }
+        if (*P->p != ']') return 0;
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+}
+
+/* The array at P->p, each element through fn (an object reader); 0 on anything else. */
+typedef int (*ElemFn)(Parser *P, void *ctx);
+
+static int scan_array(Parser *P, ElemFn fn, void *ctx) {
+    if (P->p >= P->end || *P->p != '[') return 0;
+    if (++P->depth > MAX_DEPTH) return 0;
+    P->p++;
+    skip_ws(P);
+    if (P->p < P->end && *P->p == ']') {
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (!fn(P, ctx)) return 0;
+        skip_ws(P);
+        if (P->p >= P->end) return 0;
+        if (*P->p == ',') {
+            P->p++;
+            skip_ws(P);
+            continue;
+        }
+        if (*P->p != ']') return 0;
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+}
+
+/* An array of objects whose members are not read (events, links): the types msgspec checks. */
+static int object_elem(Parser *P, void *ctx) {
+    (void)ctx;
+    if (P->p >= P->end || *P->p != '{') return 0;
+    return skip_value(P);
+}
+
+typedef struct {
+    OOut *o;
+    int64_t res;
+    unsigned seen;
+    int64_t start, end;
+    uint64_t sid, pid;
+    int32_t name, trace;
+} SpanCtx;
+
+static int on_span(Parser *P, void *vctx, const Str *k) {
+    SpanCtx *c = (SpanCtx *)vctx;
+    OOut *o = c->o;
+    if (k->esc) return 0;
+    static const char *const F[] = {"traceId", "spanId", "parentSpanId", "name",
+                                    "startTimeUnixNano", "endTimeUnixNano", "attributes",
+                                    "kind", "events", "links", "status", "traceState", "flags"};
+    int f = -1;
+    for (int i = 0; i < 13; i++)
+        if (key_is(k, F[i], strlen(F[i]))) f = i;
+    if (f < 0) return skip_value(P);
+    if (c->seen & (1u << f)) return 0;
+    c->seen |= 1u << f;
+    Val v;
+    switch (f) {
+        case 0: {
+            if (!scan_value(P, &v) || v.kind != K_STR || v.str.esc) return 0;
+            if (v.str.n != 0 && v.str.n != 32) return 0;
+            unsigned char low[32];
+            for (size_t i = 0; i < v.str.n; i++) {
+                int h = hexval(v.str.s[i]);
+                if (h < 0) return 0;
+                low[i] = (unsigned char)"0123456789abcdef"[h];
+            }
+            c->trace = dict_code(&o->traces, low, v.str.n);
+            return c->trace >= 0;
+        }
+        case 1:
+        case 2:
+            if (!scan_value(P, &v) || v.kind != K_STR) return 0;
+            return span_hex(&v.str, f == 1 ? &c->sid : &c->pid);
+        case 3: {
+            if (!scan_value(P, &v) || v.kind != K_STR) return 0;
+            const unsigned char *t;
+            size_t n;
+            if (!string_text(P, &v.str, &t, &n)) return 0;
+            c->name = dict_code(&o->names, t, n);
+            return c->name >= 0;
+        }
+        case 4:
+        case 5:
+            if (!scan_value(P, &v)) return 0;
+            return ns_value(P, &v, f == 4 ? &c->start : &c->end);
+        case 6:
+            return scan_attributes(P, o, o->spans);
+        case 7:
+            if (!scan_value(P, &v)) return 0;
+            return (v.kind == K_NUM && v.num.is_int && !v.num.big) || v.kind == K_STR;
+        case 8:
+        case 9:
+            return scan_array(P, object_elem, NULL);
+        case 10:
+            return P->p < P->end && *P->p == '{' && skip_value(P);
+        case 11:
+            return scan_value(P, &v) && v.kind == K_STR;
+        default: /* flags: int | None */
+            if (!scan_value(P, &v)) return 0;
+            return v.kind == K_NULL || (v.kind == K_NUM && v.num.is_int && !v.num.big);
+    }
+}
+
+static int span_elem(Parser *P, void *vctx) {
+    OOut *o = (OOut *)((int64_t *)vctx)[0];
+    SpanCtx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.trace = -1;
+    size_t attrs_before = o->a_row.len;
+    if (!scan_object(P, on_span, &c)) return 0;
+    (void)attrs_before;
+    /* name, start and end present; the rest defaults as the typed records do */
+    if (!(c.seen & (1u << 3)) || !(c.seen & (1u << 4)) || !(c.seen & (1u << 5))) return 0;
+    if (c.trace < 0) {
+        c.trace = dict_code(&o->traces, (const unsigned char *)"", 0);
+        if (c.trace < 0) return 0;
+    }
+    if (!push_i32(&o->name_code, c.name) || !push_i64(&o->start, c.start) ||
+        !push_i64(&o->end, c.end) || !vec_push(&o->span_id, &c.sid, 8) ||
+        !vec_push(&o->parent, &c.pid, 8) || !push_i32(&o->trace_code, c.trace) ||
+        !push_i64(&o->span_res, ((int64_t *)vctx)[1]))
+        return 0;
+    o->spans++;
+    return 1;
+}
+
+typedef struct {
+    OOut *o;
+    int64_t res;
+    unsigned seen;
+} GenCtx;
+
+static int on_scope(Parser *P, void *vctx, const Str *k) {
+    GenCtx *c = (GenCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "name", 4) || key_is(k, "version", 7)) {
+        Val v;
+        return scan_value(P, &v) && v.kind == K_STR;
+    }
+    return skip_value(P);
+    (void)c;
+}
+
+static int on_scope_spans(Parser *P, void *vctx, const Str *k) {
+    GenCtx *c = (GenCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "spans", 5)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        int64_t pass[2] = {(int64_t)(intptr_t)c->o, c->res};
+        return scan_array(P, span_elem, pass);
+    }
+    if (key_is(k, "scope", 5)) {
+        if (c->seen & 2u) return 0;
+        c->seen |= 2u;
+        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        GenCtx s = *c;
+        return scan_object(P, on_scope, &s);
+    }
+    return skip_value(P);
+}
+
+static int scope_spans_elem(Parser *P, void *vctx) {
+    GenCtx c = *(GenCtx *)vctx;
+    c.seen = 0;
+    return scan_object(P, on_scope_spans, &c);
+}
+
+static int on_resource(Parser *P, void *vctx, const Str *k) {
+    GenCtx *c = (GenCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "attributes", 10)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        return scan_attributes(P, c->o, -(c->res + 1));
+    }
+    return skip_value(P);
+}
+
+static int on_resource_spans(Parser *P, void *vctx, const Str *k) {
+    GenCtx *c = (GenCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "instrumentationLibrarySpans", 27)) return 0; /* old name: msgspec path */
+    if (key_is(k, "scopeSpans", 10)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        return scan_array(P, scope_spans_elem, c);
+    }
+    if (key_is(k, "resource", 8)) {
+        if (c->seen & 2u) return 0;
+        c->seen |= 2u;
+        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        GenCtx r = *c;
+        r.seen = 0;
+        return scan_object(P, on_resource, &r);
+    }
+    return skip_value(P);
+}
+
+static int resource_spans_elem(Parser *P, void *vctx) {
+    OOut *o = (OOut *)vctx;
+    GenCtx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.res = o->resources;
+    if (!scan_object(P, on_resource_spans, &c)) return 0;
+    o->resources++;
+    return 1;
+}
+
+static int on_request(Parser *P, void *vctx, const Str *k) {
+    GenCtx *c = (GenCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "resourceSpans", 13)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        return scan_array(P, resource_spans_elem, c->o);
+    }
+    return skip_value(P);
+}
+
+PyDoc_STRVAR(scan_otlp_doc,
+"scan_otlp(line, keys, /)\n--\n\n"
+"Columns of the spans of one OTLP-JSON traces request, or None when the msgspec path must\n"
+"run. keys: a tuple of the attribute keys (bytes) to return.\n\n"
+"Returns (spans, names, name_codes, start_ns, end_ns, span_id, parent_span_id, traces,\n"
+"trace_codes, span_resource, resources, attr_row, attr_key, attr_type, attr_i64, attr_f64,\n"
+"attr_str, strings): lists of distinct strings and bytes of native int32/int64/uint64/\n"
+"uint8/float64 values; attr_row < 0 is resource -(row + 1); attr_type 0 string, 1 integer,\n"
+"2 number, 3 boolean, 5 no value.");
+
+static PyObject *scan_otlp(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *obj, *keys;
+    if (!PyArg_ParseTuple(args, "OO!:scan_otlp", &obj, &PyTuple_Type, &keys)) return NULL;
+    Py_ssize_t nk = PyTuple_GET_SIZE(keys);
+    if (nk > MAX_OTLP_KEYS) {
+        PyErr_SetString(PyExc_ValueError, "scan_otlp: too many keys");
+        return NULL;
+    }
+    OOut o;
+    memset(&o, 0, sizeof o);
+    o.n_keys = (int)nk;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *kb = PyTuple_GET_ITEM(keys, i);
+        if (!PyBytes_Check(kb)) {
+            PyErr_SetString(PyExc_TypeError, "scan_otlp: keys must be bytes");
+            return NULL;
+        }
+        o.keys[i] = (const unsigned char *)PyBytes_AS_STRING(kb);
+        o.key_lens[i] = (size_t)PyBytes_GET_SIZE(kb);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Parser P;
+    memset(&P, 0, sizeof P);
+    P.base = (const unsigned char *)view.buf;
+    P.p = P.base;
+    P.end = P.base + view.len;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    skip_ws(&P);
+    GenCtx c;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    ok = scan_object(&P, on_request, &c);
+    if (ok) {
+        skip_ws(&P);
+        ok = P.p == P.end;
+    }
+    Py_END_ALLOW_THREADS
+    vec_free(&P.scratch);
+    PyBuffer_Release(&view);
+    if (!ok) {
+        oout_free(&o);
+        Py_RETURN_NONE;
+    }
+    PyObject *names = dict_list(&o.names);
+    PyObject *traces = names ? dict_list(&o.traces) : NULL;
+    PyObject *strs = traces ? dict_list(&o.strs) : NULL;
+    PyObject *res = NULL;
+    if (strs) {
+        res = Py_BuildValue(
+            "(LNNNNNNNNNLNNNNNNN)", (long long)o.spans, names, as_bytes(&o.name_code),
+            as_bytes(&o.start), as_bytes(&o.end), as_bytes(&o.span_id), as_bytes(&o.parent),
+            traces, as_bytes(&o.trace_code), as_bytes(&o.span_res), (long long)o.resources,
+            as_bytes(&o.a_row), as_bytes(&o.a_key), as_bytes(&o.a_type), as_bytes(&o.a_i64),
+            as_bytes(&o.a_f64), as_bytes(&o.a_str), strs);
+    } else {
+        Py_XDECREF(names);
+        Py_XDECREF(traces);
+    }
+    oout_free(&o);
+    return res;
+}
+
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"scan_otlp", scan_otlp, METH_VARARGS, scan_otlp_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "otel_ext.analysis.loaders._cscan",
-    "A compiled column extractor for Kineto trace events (see scan).", -1, methods,
+    "Compiled column extractors for Kineto trace events (scan) and OTLP-JSON spans (scan_otlp).",
+    -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -339,13 +339,11 @@ class Accumulator:
             for e in events:
                 t = type(e)
                 if t is _FlowS or t is _FlowF:
-                    if (
-                        type(e.cat) is not str
-                        or type(e.pid) not in _SCALARS
-                        or (type(e.tid) not in _SCALARS)
-                    ):
+                    if e.cat is not None and type(e.cat) is not str:
                         raise _Reject  # the careful path names the record
                     if e.cat in _LAUNCH_FLOW_CATS:
+                        if type(e.pid) not in _SCALARS or type(e.tid) not in _SCALARS:
+                            raise _Reject  # they key the flow maps: named by the careful path
                         ph = "s" if t is _FlowS else "f"
                         self.flows.append((chunk, ph, e.pid, e.tid, e.ts, e.id))
                 elif t is _Meta and e.name == "process_labels" and e.args is not None:

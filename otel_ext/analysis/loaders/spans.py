@@ -60,6 +60,13 @@ __all__ = [
     "otlp_value",
 ]
 
+try:  # optional compiled extractor (setup.py builds it where a C compiler is found)
+    from otel_ext.analysis.loaders import _cscan  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - exercised only where it was not built
+    _cscan = None
+if _cscan is not None and not hasattr(_cscan, "scan_otlp"):  # pragma: no cover - stale build
+    _cscan = None
+
 _NUMERIC = [
     "start_ns", "end_ns", "category", "rank", "stream", "coll_seq", "coll_bytes",
     "coll_group_size", "correlation", "span_id", "parent_span_id", "raw_start_ticks",
@@ -384,6 +391,80 @@ class _Attr:
         return arr.tolist()  # type: ignore[no-any-return]
 
 
+class _ScannedAttr:
+    """One attribute over a group's rows as the compiled extractor gave it: typed arrays
+    (``types``: 0 string, 1 integer, 2 number, 3 boolean, 5 no value), read as :class:`_Attr`
+    reads its values (the same methods, the same results)."""
+
+    def __init__(self, n: int, rows: np.ndarray, types: np.ndarray, i64: np.ndarray,
+                 f64: np.ndarray, scodes: np.ndarray, strings: list[str]) -> None:  # fmt: skip
+        self.n = n
+        self.rows = rows
+        self.types = types
+        self.i64 = i64
+        self.f64 = f64
+        self.scodes = scodes
+        self.strings = strings
+
+    def _values(self) -> list[Any]:
+        out: list[Any] = []
+        for t, i, f, c in zip(self.types.tolist(), self.i64.tolist(), self.f64.tolist(),
+                              self.scodes.tolist()):  # fmt: skip
+            out.append(self.strings[c] if t == 0 else i if t == 1 else f if t == 2
+                       else bool(i) if t == 3 else None)  # fmt: skip
+        return out
+
+    def present(self) -> np.ndarray:
+        m = np.zeros(self.n, bool)
+        m[self.rows] = True
+        return m
+
+    def py(self) -> list[Any]:
+        out = np.full(self.n, None, dtype=object)
+        out[self.rows] = self._values()
+        return out.tolist()  # type: ignore[no-any-return]
+
+    def ints(self) -> np.ndarray:
+        out = np.full(self.n, -1, np.int64)
+        if not len(self.rows):
+            return out
+        if (self.types == 1).all():
+            arr = self.i64.copy()
+            arr[(arr <= -_LIM) | (arr >= _LIM)] = -1
+        else:
+            arr = np.fromiter(map(_int_attr, self._values()), np.int64, count=len(self.rows))
+        out[self.rows] = arr
+        return out
+
+    def floats(self) -> np.ndarray:
+        out = np.full(self.n, -1.0, np.float64)
+        if not len(self.rows):
+            return out
+        t = self.types
+        if ((t == 1) | (t == 2)).all():
+            arr = np.where(t == 2, self.f64, self.i64.astype(np.float64))
+        else:
+            arr = np.fromiter(map(_num, self._values()), np.float64, count=len(self.rows))
+        out[self.rows] = arr
+        return out
+
+    def strs(self) -> list[str]:
+        out = np.full(self.n, "", dtype=object)
+        if len(self.rows):
+            if (self.types == 0).all():
+                out[self.rows] = list(map(self.strings.__getitem__, self.scodes.tolist()))
+            else:
+                out[self.rows] = list(map(_s, self._values()))
+        return out.tolist()  # type: ignore[no-any-return]
+
+    def strict(self) -> list[str | None]:
+        out = np.full(self.n, None, dtype=object)
+        if len(self.rows):
+            vals = [v if type(v) is str else None for v in self._values()]
+            out[self.rows] = vals
+        return out.tolist()  # type: ignore[no-any-return]
+
+
 class OtlpSpanColumns:
     """The columns of every OTLP span of a file, built a request (line) at a time."""
 
@@ -401,7 +482,6 @@ class OtlpSpanColumns:
 
     def _add(self, lineno: int, res: dict[str, Any], spans: list[Span], first: int) -> None:
         ctx, nm = self.ctx, _names()
-        A = nm["A"]
         n = len(spans)
         names = list(map(attrgetter("name"), spans))
         keep = np.ones(n, bool)
@@ -448,13 +528,104 @@ class OtlpSpanColumns:
             n = len(spans)
             if n == 0:
                 return
-        attrs = self._attributes(spans, res)
+        self._columns(names, start, end, ids, parents, trace_hex, self._attributes(spans, res))
+
+    def add_scanned(self, lineno: int, res: tuple[Any, ...], first: int) -> None:
+        """The spans of one line as the compiled extractor read them (``_cscan.scan_otlp``)."""
+        (n, names_l, name_codes, start_b, end_b, sid_b, pid_b, traces_l, trace_codes, res_b,
+         _n_res, a_row, a_key, a_type, a_i64, a_f64, a_str, strings) = res  # fmt: skip
+        if n == 0:
+            return
+        names = list(map(names_l.__getitem__, np.frombuffer(name_codes, np.int32).tolist()))
+        start = np.frombuffer(start_b, np.int64)
+        end = np.frombuffer(end_b, np.int64)
+        keep = np.ones(n, bool)
+        not_events = _names()["not_events"]
+        if not_events.intersection(names_l):
+            keep &= np.fromiter(map(not_events.__contains__, names), bool, count=n) == 0
+        neg = keep & (end < start)
+        for k in np.flatnonzero(neg).tolist():
+            self.ctx.bad(f"line {lineno} span {first + k}",
+                         f"negative duration ({int(end[k])} < {int(start[k])})")  # fmt: skip
+        keep &= ~neg
+        ids = np.frombuffer(sid_b, np.uint64)
+        parents = np.frombuffer(pid_b, np.uint64)
+        trace_hex = list(map(traces_l.__getitem__, np.frombuffer(trace_codes, np.int32).tolist()))
+        span_res = np.frombuffer(res_b, np.int64)
+        rows = np.frombuffer(a_row, np.int64)
+        keys = np.frombuffer(a_key, np.int32)
+        types = np.frombuffer(a_type, np.uint8)
+        i64 = np.frombuffer(a_i64, np.int64)
+        f64 = np.frombuffer(a_f64, np.float64)
+        scodes = np.frombuffer(a_str, np.int32)
+        # resource attributes hold for every span of their resource: replicated before the
+        # span's own (a later occurrence wins, as a span attribute overrides its resource's)
+        is_res = rows < 0
+        if is_res.any():
+            r_idx = np.flatnonzero(is_res)
+            r_of = -rows[r_idx] - 1
+            order = np.argsort(span_res, kind="stable")
+            sorted_res = span_res[order]
+            lo = np.searchsorted(sorted_res, r_of)
+            hi = np.searchsorted(sorted_res, r_of, side="right")
+            counts = hi - lo
+            occ = np.repeat(r_idx, counts)
+            span_rows = order[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+                              if len(lo) else np.zeros(0, np.int64)]  # fmt: skip
+            s_idx = np.flatnonzero(~is_res)
+            sel = np.concatenate([occ, s_idx])
+            rows = np.concatenate([span_rows, rows[s_idx]])
+            keys, types, i64, f64, scodes = keys[sel], types[sel], i64[sel], f64[sel], scodes[sel]
+        if not keep.all():
+            sel_rows = np.flatnonzero(keep)
+            remap = np.full(n, -1, np.int64)
+            remap[sel_rows] = np.arange(len(sel_rows))
+            names = [names[k] for k in sel_rows.tolist()]
+            trace_hex = [trace_hex[k] for k in sel_rows.tolist()]
+            start, end, ids, parents = (
+                start[sel_rows],
+                end[sel_rows],
+                ids[sel_rows],
+                parents[sel_rows],
+            )
+            new_rows = remap[rows]
+            ok = new_rows >= 0
+            rows, keys, types = new_rows[ok], keys[ok], types[ok]
+            i64, f64, scodes = i64[ok], f64[ok], scodes[ok]
+            n = len(sel_rows)
+            if n == 0:
+                return
+        wanted = _wanted()
+        attrs: dict[str, Any] = {}
+        for key, c in wanted.items():
+            m = keys == c
+            attrs[key] = _ScannedAttr(n, rows[m], types[m], i64[m], f64[m], scodes[m], strings)
+        self._columns(names, start, end, ids, parents, trace_hex, attrs)
+
+    def _columns(
+        self,
+        names: list[str],
+        start: np.ndarray,
+        end: np.ndarray,
+        ids: np.ndarray,
+        parents: np.ndarray,
+        trace_hex: list[str],
+        attrs: dict[str, Any],
+    ) -> None:
+        nm = _names()
+        A = nm["A"]
+        n = len(names)
         g = attrs.__getitem__
         # category once per distinct (name, kernel kind, kernel name)
         kind = g(A.ACCEL_KERNEL_KIND).py() if nm["kernel_span"] in names else [None] * n
         kname = g(A.ACCEL_KERNEL_NAME).strict()
-        triples = list(zip(names, map(_hashable, kind), kname))
-        cats = {t: _category(t[0], t[1], t[2]) for t in dict.fromkeys(triples)}
+        triples = list(zip(names, kind, kname))
+        try:
+            distinct = dict.fromkeys(triples)
+        except TypeError:  # a list or an object as a kernel's kind
+            triples = list(zip(names, map(_hashable, kind), kname))
+            distinct = dict.fromkeys(triples)
+        cats = {t: _category(t[0], t[1], t[2]) for t in distinct}
         category = np.fromiter(map(cats.__getitem__, triples), np.int8, count=n)
         display = list(names)
         is_kernel = np.fromiter(map(nm["kernel_span"].__eq__, names), bool, count=n)
@@ -467,10 +638,11 @@ class OtlpSpanColumns:
         device = g(A.ACCEL_DEVICE_ID).strs()
         link = category == Category.LINK_TRANSFER
         if link.any():
-            link_id = g(A.ACCEL_LINK_ID).strs()
+            link_id = g(A.ACCEL_LINK_ID).py()
             src, dst = g(A.ACCEL_LINK_SRC).py(), g(A.ACCEL_LINK_DST).py()
             for k in np.flatnonzero(link).tolist():
-                device[k] = link_id[k] or device[k]
+                if link_id[k]:  # a truthy link id, as ``attrs.get(link id) or device``
+                    device[k] = _s(link_id[k])
                 s, d = src[k], dst[k]
                 if isinstance(s, str) and isinstance(d, str) and s and d:
                     display[k] = f"{s}->{d}"
@@ -569,7 +741,7 @@ def _rename(display: list[str], mask: np.ndarray, att: _Attr) -> None:
     vals = att.strict()
     for k in np.flatnonzero(mask).tolist():
         if vals[k]:
-            display[k] = vals[k]
+            display[k] = str(vals[k])
 
 
 def _hashable(v: Any) -> Any:
@@ -654,7 +826,13 @@ def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadConte
     """
     cols = OtlpSpanColumns(ctx)
     n_span = 0
+    keys = tuple(k.encode() for k in _wanted())
     for lineno, line in lines:
+        scanned = _cscan.scan_otlp(line, keys) if _cscan is not None else None
+        if scanned is not None:
+            cols.add_scanned(lineno, scanned, n_span)
+            n_span += scanned[0]
+            continue
         try:
             req = decode_traces(line)
         except RequestError as e:
@@ -705,33 +883,43 @@ def iter_lines(pieces: Iterable[bytes], *, max_line: int) -> Iterator[tuple[int,
     """
     from otel_ext.errors import InputError
 
-    pending = bytearray()
+    parts: list[bytes] = []
+    size = 0
     number = 0
     for piece in pieces:
         start = 0
         while True:
             nl = piece.find(b"\n", start)
             if nl < 0:
-                pending += piece[start:]
-                if len(pending) > max_line:
+                rest = piece[start:]
+                if rest:
+                    parts.append(rest)
+                    size += len(rest)
+                if size > max_line:
                     raise InputError(
                         f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
                         record=f"line {number + 1}",
                     )
                 break
-            pending += piece[start:nl]
             number += 1
-            if len(pending) > max_line:
+            if size + nl - start > max_line:
                 raise InputError(
                     f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
                     record=f"line {number}",
                 )
-            if pending.strip():
-                yield number, bytes(pending)
-            pending.clear()
+            if parts:
+                parts.append(piece[start:nl])
+                line = b"".join(parts)
+                parts.clear()
+                size = 0
+            else:
+                line = piece[start:nl]
+            if line and not line.isspace():
+                yield number, line
             start = nl + 1
-    if pending.strip():
-        yield number + 1, bytes(pending)
+    line = b"".join(parts)
+    if line and not line.isspace():
+        yield number + 1, line
 
 
 # ------------------------------------------------------------------ Jaeger
