@@ -101,6 +101,34 @@ def _scenario(name: str, rank: int) -> list[Any]:
     return [compiled(x), compiled(x + 1)]
 
 
+def _tp_layer_attributes(provider: Any, exporter: Any) -> dict[str, Any]:
+    """Layer spans of the TP MLP (instrumented after ``parallelize_module``): name -> attrs."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from otel_ext.instrumentation.torch import TorchLayerInstrumentor
+
+    mesh = init_device_mesh("cpu", (WORLD,))
+    model = parallelize_module(_mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    exporter.clear()
+    layers = TorchLayerInstrumentor()
+    layers.instrument(tracer_provider=provider, model=model)
+    try:
+        model(torch.ones(3, 8))
+    finally:
+        layers.uninstrument()
+    return {
+        s.attributes["accel.layer.name"]: {
+            k: s.attributes.get(k) for k in ("accel.layer.flops", "accel.layer.parameters")
+        }
+        for s in exporter.get_finished_spans()
+    }
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -132,6 +160,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
             "spans": [dict(s.attributes) for s in spans],
         }
     inst.uninstrument()
+    out["tp_layers"] = _tp_layer_attributes(provider, exporter)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
     provider.shutdown()
@@ -185,3 +214,18 @@ def test_every_path_is_traced_with_matching_ids(job: list[dict[str, Any]], scena
     for cid, members in by_id.items():
         assert len(members) == WORLD, cid
         assert len({(m["accel.collective.op"], m["accel.collective.bytes"]) for m in members}) == 1
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_tensor_parallel_layers_report_the_shard_flops_and_parameters(
+    job: list[dict[str, Any]],
+) -> None:
+    # Linear(8, 16) Colwise and Linear(16, 8) Rowwise on 2 ranks, 3 tokens: each rank holds
+    # half of each weight (Colwise also half of the bias) and does half of the products.
+    for r in range(WORLD):
+        got = job[r]["tp_layers"]
+        assert got["0"]["accel.layer.parameters"] == (8 * 16 + 16) // WORLD
+        assert got["2"]["accel.layer.parameters"] == 16 * 8 // WORLD + 8  # bias replicated
+        assert got["0"]["accel.layer.flops"] == 2 * 3 * 8 * 16 // WORLD
+        assert got["2"]["accel.layer.flops"] == 2 * 3 * 16 * 8 // WORLD
