@@ -3,7 +3,7 @@
     python benchmarks/analysis_scale.py [--ranks 64,512,4096] [--collectives 200]
                                         [--steps 10] [--kernels 20] [--repeat 1]
                                         [--timeout 300] [--phases] [--memory] [--profile]
-                                        [--floor]
+                                        [--floor] [--chip-skew-us 0]
 
 Each size is a synthetic multi-rank :class:`~otel_ext.analysis.table.EventTable` built in
 memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` profiler steps,
@@ -12,8 +12,10 @@ all-reduces (communication kernels with ``coll_group="world"``, ``coll_seq``, ``
 ``coll_group_size`` = the rank count) on another; every kernel has its launch (a runtime call
 with the kernel's correlation id inside a CPU op, on the rank's host thread). Ranks sit 8 to a
 host (``host{h}``, device ``host{h}/chip{c}``); each host's clock is off by a few
-milliseconds; one rank (the straggler) computes 25 % slower and so arrives last at every
-collective. Every member of a collective leaves at one common exit after the last arrival.
+milliseconds (``--chip-skew-us``: each chip's times off its host's clock too, which leaves
+causality violations for the repair pass); one rank (the straggler) computes 25 % slower and
+so arrives last at every collective. Every member of a collective leaves at one common exit
+after the last arrival.
 
 Each size runs ``otel_ext.analysis.engine.analyze(table)`` in a fresh subprocess (so its
 memory is its own: the process's peak RSS), under ``--timeout`` seconds (``--repeat`` runs, the best times kept). Printed per size:
@@ -77,6 +79,7 @@ def make_table(
     steps: int = 10,
     kernels: int = 20,
     straggler: int | None = None,
+    chip_skew_ns: int = 0,
     seed: int = 0,
 ) -> EventTable:
     """A synthetic ``ranks``-rank table with the same work on every rank (see the module text).
@@ -87,6 +90,8 @@ def make_table(
         steps: profiler steps per rank.
         kernels: compute kernels per step.
         straggler: the rank that computes 25 % slower (default: the third-last).
+        chip_skew_ns: each chip's times off its host's clock by up to this much (uniform),
+            so that collectives leave causality violations for the repair pass.
         seed: the random generator's seed.
 
     Returns:
@@ -144,6 +149,8 @@ def make_table(
     host_off = np.r_[0, rng.uniform(-5e6, 5e6, hosts - 1)].astype(np.int64)
     rank_ids = np.arange(ranks)
     local = EPOCH_NS + host_off[rank_ids // CHIPS_PER_HOST][:, None]
+    if chip_skew_ns:  # device times mapped onto the host clock with an error per chip
+        local = local + rng.integers(-chip_skew_ns, chip_skew_ns + 1, ranks)[:, None]
     k_start, k_end = start + local, end + local
     # launches on the host thread: CPU op [ks-30us, ks-8us] around runtime [ks-25us, ks-12us]
     op_start, op_end = k_start - 30 * US, k_start - 8 * US
@@ -306,7 +313,11 @@ def child(args: argparse.Namespace) -> None:
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     table = make_table(
-        args.child, collectives=args.collectives, steps=args.steps, kernels=args.kernels
+        args.child,
+        collectives=args.collectives,
+        steps=args.steps,
+        kernels=args.kernels,
+        chip_skew_ns=int(args.chip_skew_us * 1000),
     )
     build_s = time.perf_counter() - t0
     rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -345,6 +356,9 @@ def child(args: argparse.Namespace) -> None:
                 "findings": len(doc["findings"]),
                 "top_straggler": top.get("rank"),
                 "straggler": table.meta["synthetic"]["straggler"],
+                "causality": {
+                    k: v for k, v in doc["causality"].items() if isinstance(v, (int, str))
+                },
                 "phases": phases,
             }
         )
@@ -384,7 +398,7 @@ def _dump_profile(prof: Any, path: str) -> None:
 def run_size(args: argparse.Namespace, ranks: int, *, profile_out: str | None = None) -> dict:
     cmd = [sys.executable, __file__, "--child", str(ranks)]
     cmd += ["--collectives", str(args.collectives), "--steps", str(args.steps)]
-    cmd += ["--kernels", str(args.kernels)]
+    cmd += ["--kernels", str(args.kernels), "--chip-skew-us", str(args.chip_skew_us)]
     if args.phases:
         cmd.append("--phases")
     if args.memory:
@@ -577,6 +591,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="profiler steps per rank")
     ap.add_argument("--kernels", type=int, default=20, help="compute kernels per step")
     ap.add_argument("--repeat", type=int, default=1, help="fresh runs per size (best kept)")
+    ap.add_argument(
+        "--chip-skew-us", type=float, default=0.0, help="chip clock error (repair pass)"
+    )
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per size")
     ap.add_argument("--phases", action="store_true", help="time each engine step")
     ap.add_argument("--memory", action="store_true", help="each step's traced peak (slower)")
@@ -598,16 +615,17 @@ def main() -> None:
     results = []
     for n in sizes:
         res = _best([run_size(args, n) for _ in range(args.repeat)])
-        print(
-            f"  {n:,} ranks: "
-            + (
-                res["error"]
-                if "error" in res
-                else f"{res['rows']:,} rows, build {res['build_s']:.1f} s, analyze {res['seconds']:.2f} s,"
-                f" peak RSS {res['maxrss_kb'] / 1024:.0f} MB"
-            ),
-            flush=True,
-        )
+        if "error" in res:
+            line = res["error"]
+        else:
+            c = res.get("causality", {})
+            line = (
+                f"{res['rows']:,} rows, build {res['build_s']:.1f} s,"
+                f" analyze {res['seconds']:.2f} s, peak RSS {res['maxrss_kb'] / 1024:.0f} MB;"
+                f" causality violations {c.get('violations_before')} ->"
+                f" {c.get('violations_after')}, {c.get('repaired_events')} events repaired"
+            )
+        print(f"  {n:,} ranks: {line}", flush=True)
         results.append(res)
     print()
     print_sizes(results)
