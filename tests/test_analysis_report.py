@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import require_binary
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_analysis_findings import _run
 
 from otel_ext.analysis.engine import analyze, to_json
-from otel_ext.analysis.report_html import render_html
+from otel_ext.analysis.report_html import json_for_script, render_html
 from otel_ext.analysis.report_text import render_text
 
 
@@ -191,3 +193,17 @@ def test_hostile_host_id_keeps_page_script_in_chromium(
     broken.write_text(text[:start] + old_blob + text[end:])
     dom2 = _chromium(binary, broken, tmp_path, "--dump-dom")
     assert "<title>ok</title>" not in dom2.stdout
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+        max_leaves=20,
+    )
+)
+def test_json_for_script_round_trips_without_script_breakers(value: Any) -> None:
+    blob = json_for_script(value)
+    assert not set(blob) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert json.loads(blob) == value
