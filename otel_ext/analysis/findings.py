@@ -75,7 +75,7 @@ class Thresholds:
 
     alpha: float = ALPHA  # family-wise significance of every cross-rank verdict
     min_collectives: int = 5  # a rank joined at least this many collectives to be judged late
-    lateness_effect: float = 1.0  # median self-lateness over the members' lateness spread
+    lateness_effect: float = 0.5  # median self-lateness over the members' lateness spread
     slow_compute_ratio: float = 1.08  # a rank's compute this much slower than the median
     straggler_blame_share: float = 0.5  # this share of all waiting is for one rank
     straggler_score: float = 0.5
