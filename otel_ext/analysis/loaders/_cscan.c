@@ -1128,9 +1128,13 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
     static const char *const F[] = {"traceId", "spanId", "parentSpanId", "name",
                                     "startTimeUnixNano", "endTimeUnixNano", "attributes",
                                     "kind", "events", "links", "status", "traceState", "flags"};
+    static const size_t FL[] = {7, 6, 12, 4, 17, 15, 10, 4, 6, 5, 6, 10, 5};
     int f = -1;
     for (int i = 0; i < 13; i++)
-        if (key_is(k, F[i], strlen(F[i]))) f = i;
+        if (k->n == FL[i] && memcmp(k->s, F[i], FL[i]) == 0) {
+            f = i;
+            break;
+        }
     if (f < 0) return skip_value(P);
     if (c->seen & (1u << f)) return 0;
     c->seen |= 1u << f;
