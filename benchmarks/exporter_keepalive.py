@@ -8,21 +8,27 @@ headers and the body in two small writes makes such a client wait for a delayed 
 * baseline: the stdlib ``http.server`` handler as the exposition server had it before issue 18
   (``send_response`` ... ``end_headers`` then ``wfile.write(body)``), keep-alive;
 * ours (``PrometheusExpositionServer``), keep-alive;
-* ours, a new connection per scrape.
+* ours, a new connection per scrape;
 
-    python benchmarks/exporter_keepalive.py [--scrapes 200] [--size 20000]
+and the slowest of ``--burst`` connects opened at once, against each server (the stdlib's
+listen backlog of 5 drops SYNs in a burst: the client retries after a second).
+
+    python benchmarks/exporter_keepalive.py [--scrapes 200] [--size 20000] [--burst 200]
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import select
+import socket
 import statistics
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from exporters._http_server import LISTEN_BACKLOG
 from exporters.prometheus import PrometheusExpositionServer
 
 
@@ -82,10 +88,35 @@ def new_connections(port: int, scrapes: int) -> float:
     return statistics.median(times)
 
 
+def connect_burst(port: int, count: int) -> float:
+    """Open ``count`` connections at once; the slowest connect in seconds (a full listen
+    backlog drops SYNs, and the client retries after 1 s)."""
+    socks = []
+    started = time.perf_counter()
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        socks.append(sock)
+    waiting = set(socks)
+    slowest = 0.0
+    deadline = started + 10
+    while waiting and time.perf_counter() < deadline:
+        _, ready, _ = select.select([], list(waiting), [], 0.5)
+        now = time.perf_counter()
+        for sock in ready:
+            waiting.discard(sock)
+            slowest = max(slowest, now - started)
+    for sock in socks:
+        sock.close()
+    return slowest if not waiting else float("inf")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scrapes", type=int, default=200)
     ap.add_argument("--size", type=int, default=20_000)
+    ap.add_argument("--burst", type=int, default=200, help="connections opened at once")
     args = ap.parse_args()
     exposer = _Body(args.size)
 
@@ -96,6 +127,8 @@ def main() -> None:
         base_ka = keep_alive(base_port, max(args.scrapes // 4, 10))  # slow: fewer scrapes
         ours_ka = keep_alive(port, args.scrapes)
         ours_new = new_connections(port, args.scrapes)
+        base_burst = connect_burst(base_port, args.burst)
+        ours_burst = connect_burst(port, args.burst)
     finally:
         ours.stop()
         baseline.shutdown()
@@ -110,6 +143,10 @@ def main() -> None:
     ):
         print(f"{name:58} {t * 1e3:8.3f} {t / base_ka:7.3f}")
     print(f"ours keep-alive / ours new connection: {ours_ka / ours_new:.2f}")
+    print(
+        f"{args.burst} connects at once, slowest: baseline (backlog 5) {base_burst * 1e3:.1f} ms, "
+        f"ours (backlog {LISTEN_BACKLOG}) {ours_burst * 1e3:.1f} ms, ratio {ours_burst / base_burst:.3f}"
+    )
 
 
 if __name__ == "__main__":

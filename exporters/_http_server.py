@@ -48,8 +48,9 @@ __all__ = ["LISTEN_BACKLOG", "HardenedHTTPServer", "HttpResponse", "Responder"]
 
 _log = logging.getLogger(__name__)
 
-#: The listen backlog (``listen(2)``): connects queued while the accepting thread is busy.
-LISTEN_BACKLOG = 128
+#: The listen backlog (``listen(2)``; the kernel caps it at ``net.core.somaxconn``): connects
+#: queued while the accepting thread is busy.
+LISTEN_BACKLOG = 1024
 
 _REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 26\r\n"
