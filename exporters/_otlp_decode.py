@@ -51,8 +51,10 @@ __all__ = [
     "any_value",
     "careful_items",
     "decode_metrics",
+    "decode_metrics_lean",
     "decode_traces",
     "id_to_hex",
+    "raw_attributes",
     "span_id_int",
 ]
 
@@ -153,6 +155,19 @@ class DataPoint(msgspec.Struct, gc=False):
     quantileValues: list[dict[str, Any]] = []
 
 
+class LeanPoint(msgspec.Struct, gc=False):
+    """A data point for the analysis: its attributes kept as their raw JSON text (points of
+    one series share it, so it is decoded once per distinct text: :func:`raw_attributes`)."""
+
+    timeUnixNano: int | str | None = None
+    startTimeUnixNano: int | str | None = None
+    asDouble: float | str | None = None
+    asInt: int | str | None = None
+    count: int | str | None = None
+    sum: float | str | None = None
+    attributes: msgspec.Raw = msgspec.Raw(b"[]")
+
+
 class MetricBody(msgspec.Struct, gc=False):
     dataPoints: list[DataPoint] = []
     aggregationTemporality: int | str = 0
@@ -186,7 +201,37 @@ class MetricsRequest(msgspec.Struct, gc=False):
     resourceMetrics: list[ResourceMetrics] = []
 
 
+class LeanBody(msgspec.Struct, gc=False):
+    dataPoints: list[LeanPoint] = []
+
+
+class LeanMetric(msgspec.Struct, gc=False):
+    name: str = ""
+    gauge: LeanBody | None = None
+    sum: LeanBody | None = None
+    histogram: LeanBody | None = None
+    exponentialHistogram: LeanBody | None = None
+    summary: LeanBody | None = None
+
+
+class LeanScopeMetrics(msgspec.Struct, gc=False):
+    metrics: list[LeanMetric] = []
+
+
+class LeanResourceMetrics(msgspec.Struct, gc=False):
+    resource: Resource | None = None
+    scopeMetrics: list[LeanScopeMetrics] = []
+
+
+class LeanMetricsRequest(msgspec.Struct, gc=False):
+    """An ``ExportMetricsServiceRequest`` with the fields the analysis reads."""
+
+    resourceMetrics: list[LeanResourceMetrics] = []
+
+
 _TRACES = msgspec.json.Decoder(TracesRequest)
+_LEAN_METRICS = msgspec.json.Decoder(LeanMetricsRequest)
+_KV_LIST = msgspec.json.Decoder(list[KeyValue])
 _METRICS = msgspec.json.Decoder(MetricsRequest)
 _ANY = msgspec.json.Decoder()
 
@@ -220,6 +265,25 @@ def decode_metrics(data: bytes | memoryview) -> MetricsRequest:
         RequestError: as :func:`decode_traces`.
     """
     return _decode(_METRICS, data)  # type: ignore[no-any-return]
+
+
+def decode_metrics_lean(data: bytes | memoryview) -> LeanMetricsRequest:
+    """One metrics request with each point's attributes as raw JSON (:class:`LeanPoint`).
+
+    Raises:
+        RequestError: as :func:`decode_traces` (the attributes are checked by
+            :func:`raw_attributes`).
+    """
+    return _decode(_LEAN_METRICS, data)  # type: ignore[no-any-return]
+
+
+def raw_attributes(raw: msgspec.Raw | bytes) -> list[KeyValue]:
+    """A point's raw attribute text as typed records.
+
+    Raises:
+        RequestError: not a list of ``KeyValue`` objects, or too deep.
+    """
+    return _decode(_KV_LIST, raw)  # type: ignore[no-any-return]
 
 
 def _convert(obj: Any, kind: Any) -> Any:

@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from exporters._otlp_decode import DataPoint, Metric, RequestError, careful_items, decode_metrics
+from exporters._otlp_decode import (
+    DataPoint,
+    LeanPoint,
+    RequestError,
+    careful_items,
+    decode_metrics_lean,
+    raw_attributes,
+)
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
 from otel_ext.analysis.loaders.spans import otlp_attrs
 
@@ -150,8 +157,11 @@ class _Rows:
         self.rows: list[dict[str, Any]] = []
         self.keys = (A.ACCEL_DEVICE_ID, A.ACCEL_HOST_ID, A.ACCEL_LINK_ID)
         self.n_points = 0
+        #: (resource id, raw attribute text) -> (device, host, link, attrs JSON), or the problem
+        self.attr_cache: dict[tuple[str, bytes], tuple[Any, Any, Any, str] | str] = {}
+        self.res_keys: dict[int, str] = {}  # id of a resource's dict (kept alive) -> its text
 
-    def metric(self, lineno: int, res: dict[str, Any], metric: Metric) -> None:
+    def metric(self, lineno: int, res: dict[str, Any], metric: Any) -> None:
         ctx = self.ctx
         if not metric.name:
             ctx.bad(f"line {lineno}", "metric without a name")
@@ -166,7 +176,9 @@ class _Rows:
                 self.point(f"line {lineno} metric {metric.name} point {pi}", res, metric.name,
                            kind, p)  # fmt: skip
 
-    def point(self, record: str, res: dict[str, Any], name: str, kind: str, p: DataPoint) -> None:
+    def point(
+        self, record: str, res: dict[str, Any], name: str, kind: str, p: DataPoint | LeanPoint
+    ) -> None:
         ctx = self.ctx
         self.n_points += 1
         t = ns_or_none(p.timeUnixNano)
@@ -196,14 +208,36 @@ class _Rows:
             if value is None:
                 ctx.bad(record, "value missing or not a number")
                 return
-        attrs = dict(res)
-        attrs.update(otlp_attrs(p.attributes))
-        dev, host, link = (attrs.get(k) for k in self.keys)
+        if isinstance(p, LeanPoint):
+            text_b = bytes(p.attributes)
+            rk = self.res_keys.get(id(res))
+            if rk is None:  # resources alike across lines share their cache entries
+                rk = self.res_keys[id(res)] = json.dumps(res, sort_keys=True, default=str)
+            got = self.attr_cache.get((rk, text_b))
+            if got is None:
+                try:
+                    kvs = raw_attributes(text_b)
+                except RequestError as e:
+                    got = f"attributes: {e}"
+                else:
+                    got = self._describe(res, kvs)
+                self.attr_cache[(rk, text_b)] = got
+            if isinstance(got, str):
+                ctx.bad(record, got)
+                return
+        else:
+            got = self._describe(res, p.attributes)
+        dev, host, link, text = got
         self.rows.append(
             dict(name=name, kind=kind, time_ns=t, start_time_ns=start, value=value, count=count,
-                 device=dev, host=host, link=link,
-                 attrs=json.dumps(attrs, sort_keys=True, default=str), source=ctx.path)
+                 device=dev, host=host, link=link, attrs=text, source=ctx.path)
         )  # fmt: skip
+
+    def _describe(self, res: dict[str, Any], kvs: Any) -> tuple[Any, Any, Any, str]:
+        attrs = dict(res)
+        attrs.update(otlp_attrs(kvs))
+        dev, host, link = (attrs.get(k) for k in self.keys)
+        return dev, host, link, json.dumps(attrs, sort_keys=True, default=str)
 
 
 def load_otlp_metrics_lines(
@@ -216,9 +250,10 @@ def load_otlp_metrics_lines(
     points (named), not the line.
     """
     out = _Rows(ctx)
+    resources: list[dict[str, Any]] = []  # kept alive: the cache keys on their ids
     for lineno, line in lines:
         try:
-            req = decode_metrics(line)
+            req = decode_metrics_lean(line)
         except RequestError:
             try:
                 items = list(careful_items(line, "resourceMetrics"))
@@ -235,10 +270,12 @@ def load_otlp_metrics_lines(
                     res = cache[id(resource)] = (
                         otlp_attrs(resource.attributes) if resource is not None else {}
                     )
+                    resources.append(res)
                 out.metric(lineno, res, metric)
             continue
         for rm in req.resourceMetrics:
             res = otlp_attrs(rm.resource.attributes) if rm.resource is not None else {}
+            resources.append(res)
             for sm in rm.scopeMetrics:
                 for metric in sm.metrics:
                     out.metric(lineno, res, metric)
