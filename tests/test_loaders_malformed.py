@@ -246,6 +246,7 @@ def test_skipped_records_are_bounded_in_count(tmp_path: Path) -> None:
     r = load_paths([f], workers=1, keep_going=True)
     assert len(r.table) == 1
     assert len(r.skipped) == 1001 and "4000 more bad records" in r.skipped[-1].reason
+    assert sum(s.count for s in r.skipped) == 5000  # every bad record accounted for
 
 
 # ------------------------------------------------------------------ gzip

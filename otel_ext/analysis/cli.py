@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
             s for s in doc.get("skipped", []) if not str(s.get("reason", "")).startswith("left out")
         ]
         if bad:
-            print(f"skipped {len(bad)} bad files or records (--keep-going):", file=sys.stderr)
+            total = sum(int(s.get("count", 1)) for s in bad)
+            print(f"skipped {total} bad files or records (--keep-going):", file=sys.stderr)
             for s in bad[:20]:
                 print(f"  {s['path']}: {s['record']}: {s['reason']}", file=sys.stderr)
     if not any(i.get("status") == "loaded" for i in doc.get("inputs", [])):

@@ -50,14 +50,22 @@ _TYPECODE = {
 
 @dataclass(frozen=True)
 class SkippedRecord:
-    """A file or record left out in ``keep_going`` mode (or recognised and not loaded)."""
+    """A file or record left out in ``keep_going`` mode (or recognised and not loaded).
+
+    ``count`` is 1, or for the one summary record of a file's unlisted bad records, how many
+    it stands for (see :class:`LoadContext`).
+    """
 
     path: str
     record: str
     reason: str
+    count: int = 1
 
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "record": self.record, "reason": self.reason}
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"path": self.path, "record": self.record, "reason": self.reason}
+        if self.count != 1:
+            d["count"] = self.count
+        return d
 
 
 @dataclass
@@ -104,6 +112,7 @@ class LoadContext:
             f"records after {self.skipped[limit - 1].record}",
             f"{self.bad_count - limit} more bad records not listed "
             f"(OTEL_EXT_MAX_SKIPPED_LISTED={limit}); the last: {record}: {problem}"[:500],
+            self.bad_count - limit,
         )
         if self.bad_count == limit + 1:
             self.skipped.append(summary)
