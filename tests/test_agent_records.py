@@ -379,3 +379,15 @@ def test_in_process_entry_wins_over_shared_records(tmp_path: Path) -> None:
     reg.set_active("d", SpanContext(0xB, 0x2, is_remote=False, trace_flags=TraceFlags(1)))
     assert reg.covering("d", 0, 100).span_id == format(2, "016x")
     rec.close()
+
+
+def test_nothing_is_published_after_shutdown(tmp_path: Path) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(ActiveSpanPublishingProcessor(ActiveSpanPublisher(tmp_path)))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("s", attributes={"accel.device.id": "h/c0"}):
+        assert len(list(tmp_path.iterdir())) == 1
+    provider.shutdown()
+    with tracer.start_as_current_span("late", attributes={"accel.device.id": "h/c1"}):
+        pass
+    assert list(tmp_path.iterdir()) == []

@@ -104,6 +104,7 @@ class ActiveSpanPublisher:
         self.failures = 0
         self._warned = False
         self._pid = os.getpid()
+        self._closed = False
         ref = weakref.ref(self)
 
         def _close_at_exit() -> None:
@@ -138,6 +139,8 @@ class ActiveSpanPublisher:
         rec = self._records.get(device_id, False)
         if rec is not False:
             return rec  # type: ignore[return-value]
+        if self._closed:
+            return None
         with self._lock:
             if device_id in self._records:
                 return self._records[device_id]
@@ -165,6 +168,7 @@ class ActiveSpanPublisher:
         """Remove every record of this process. Never raises."""
         if os.getpid() != self._pid:
             return
+        self._closed = True  # no new record after this
         with self._lock:
             records, self._records = list(self._records.values()), {}
         for rec in records:
