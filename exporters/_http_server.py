@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import logging
+import select
 import socket
 import ssl
 import sys
@@ -163,7 +164,8 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         address: ``(host, port)`` to bind; port 0 binds any free port.
         responder: answers each request.
         ssl_context: serve HTTPS with this server-side context.
-        timeout_s: limit on each read, write and TLS handshake of a connection.
+        timeout_s: the deadline of each request (from its first byte), each response and each
+            TLS handshake, and of a new connection's first request.
         idle_timeout_s: how long a kept-alive connection may wait for its next request.
         max_connections: connections served at once; more are refused (counted).
 
@@ -270,15 +272,37 @@ class HardenedHTTPServer(ThreadingHTTPServer):
         if self.ssl_context is None:
             _Handler(request, client_address, self)
             return
-        conn = self.ssl_context.wrap_socket(request, server_side=True)  # handshake, bounded
+        conn = self.ssl_context.wrap_socket(
+            request, server_side=True, do_handshake_on_connect=False
+        )
         with self._lock:
             self._open.discard(request)  # wrap_socket detached it: track the TLS socket
             self._open.add(conn)
         try:
+            self._handshake(conn)  # here, on this connection's thread, within timeout_s
             _Handler(conn, client_address, self)
         finally:
             self._forget(conn)
             conn.close()
+
+    def _handshake(self, conn: ssl.SSLSocket) -> None:
+        """The TLS handshake, finished within ``timeout_s`` in all (not per read)."""
+        deadline = time.monotonic() + self.timeout_s
+        conn.setblocking(False)
+        try:
+            while True:
+                try:
+                    conn.do_handshake()
+                    return
+                except ssl.SSLWantReadError:
+                    want: tuple[list[ssl.SSLSocket], list[ssl.SSLSocket]] = ([conn], [])
+                except ssl.SSLWantWriteError:
+                    want = ([], [conn])
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not any(select.select(*want, [], remaining)[:2]):
+                    raise TimeoutError("TLS handshake deadline passed")
+        finally:
+            conn.settimeout(self.timeout_s)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]

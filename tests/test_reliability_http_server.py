@@ -242,4 +242,29 @@ def test_tls_handshake_is_bounded_by_the_timeout(serve, tmp_path):
     server, host, port = serve(certfile=str(cert), keyfile=str(key), timeout_s=0.3)
     with socket.create_connection((host, port), timeout=5) as silent:
         assert silent.recv(1024) == b""  # closed without a ClientHello
+    # a ClientHello trickled one byte per 50 ms (it would take seconds) meets the same deadline
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ssl.create_default_context(cafile=str(cert)).wrap_bio(
+        incoming, outgoing, server_hostname="127.0.0.1"
+    )
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    hello = outgoing.read()
+    assert len(hello) > 100
+    with socket.create_connection((host, port), timeout=5) as slow:
+        slow.settimeout(0.05)
+        t0 = time.monotonic()
+        closed = False
+        for byte in hello:
+            try:
+                slow.sendall(bytes([byte]))
+                if slow.recv(1024) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed and time.monotonic() - t0 < 0.05 * len(hello) / 2
     assert wait_until(lambda: server.http is not None and server.http.active_connections == 0)
