@@ -505,7 +505,7 @@ def print_phases(results: list[dict]) -> None:
         print(f"| {k} | " + " | ".join(cells) + " |")
 
 
-def print_profile(profiles: list[tuple[int, dict]], min_share: float = 0.01) -> None:
+def print_profile(profiles: list[tuple[int, dict]], min_share: float = 0.004) -> None:
     """Functions whose own time grows faster than linear from the first to the last size."""
     if len(profiles) < 2:
         return
@@ -521,7 +521,7 @@ def print_profile(profiles: list[tuple[int, dict]], min_share: float = 0.01) -> 
         rows.append((ratio, k, tt, base[1], nc, base[0], calls, ct))
     rows.sort(reverse=True)
     print(
-        f"\nOwn time (cProfile) of functions with ≥ {min_share:.0%} of the {n1:,}-rank total,"
+        f"\nOwn time (cProfile) of functions with ≥ {min_share:.1%} of the {n1:,}-rank total,"
         f" vs linear from {n0:,} ranks:"
     )
     print(
