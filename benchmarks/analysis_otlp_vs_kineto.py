@@ -13,6 +13,7 @@ streaming set; counter correlation grouped once against a scan per series; gzip 
 * **counters**: ``correlate_counters`` for every chip, link and host of the simulated run,
   grouped once (ours) and with the former scan per series (the baseline, same run).
 * **gzip bomb**: the time and peak RSS to refuse a 1 GiB gzip bomb.
+* **whitespace runs**: a gzipped trace holding 8 and 32 MiB of whitespace (linear time).
 """
 
 from __future__ import annotations
@@ -181,6 +182,24 @@ def gzip_bomb(work: Path) -> None:
           f"{float(secs):.2f} s, peak RSS {int(kb) / 1024:.0f} MB: {out[1][:90]}")  # fmt: skip
 
 
+def whitespace_runs(work: Path) -> None:
+    """Load time of a gzipped trace holding a long run of whitespace, at 8 and 32 MiB: linear
+    time gives a ratio near 4 (the former loader, commit 4498955: 0.54 s and 7.12 s, 13.1)."""
+    from otel_ext.analysis.loaders import load_paths
+
+    ev = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 1.0, "dur": 2.0}'
+    times = []
+    for mib in (8, 32):
+        f = work / f"ws{mib}.json.gz"
+        text = '{"traceEvents": [' + ev + "," + " " * (mib << 20) + ev + "]}"
+        f.write_bytes(gzip.compress(text.encode(), 1))
+        secs, r = _best(lambda f=f: load_paths([f], workers=1), 2)
+        assert len(r.table) == 2
+        times.append(secs)
+    print(f"whitespace run: 8 MiB {times[0]:.2f} s, 32 MiB {times[1]:.2f} s "
+          f"(ratio {times[1] / times[0]:.1f}; linear is 4)")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -199,6 +218,7 @@ def main() -> None:
         if not args.skip_memory:
             streaming_memory(work, args.copies)
             gzip_bomb(work)
+            whitespace_runs(work)
 
 
 if __name__ == "__main__":
