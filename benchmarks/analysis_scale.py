@@ -241,7 +241,8 @@ def make_table(
     for name in STRING_COLUMNS:
         columns.setdefault(name, constant_column(0, np.int32, n))
     ordered = {k: columns[k] for k in (*NUMERIC_COLUMNS, *STRING_COLUMNS)}
-    return EventTable(ordered, strings, {"synthetic": {"ranks": ranks, "straggler": strag}})
+    truth = {"ranks": ranks, "straggler": strag, "host_offset_ns": host_off.tolist()}
+    return EventTable(ordered, strings, {"synthetic": truth})
 
 
 # --- the measured child process ---------------------------------------------------------------
