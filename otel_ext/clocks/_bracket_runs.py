@@ -15,7 +15,7 @@ it disagrees with a chain's last bracket but agrees with the one before, that la
 was the outlier and is replaced. Chains enclosed in time by a longer chain are outliers (two
 torn reads in a row); chains of one bracket are outliers; the rest are epochs, in order.
 
-Pure numpy and a loop that runs only where neighbours disagree (linear in brackets).
+Pure numpy; when some neighbours disagree, one Python pass over the brackets (linear).
 
 >>> import numpy as np
 >>> hb = np.arange(0, 1_000_000_000, 100_000_000)            # a bracket every 100 ms
@@ -23,6 +23,10 @@ Pure numpy and a loop that runs only where neighbours disagree (linear in bracke
 >>> runs = counter_epochs(x, hb, hb + 1_000, ticks_per_second=1e9)
 >>> [r.tolist() for r in runs.epochs], runs.outliers.tolist()
 ([[0, 1, 2, 3, 5, 6, 7, 8, 9]], [4])
+>>> x = hb.copy(); x[4:6] += 1 << 32                          # two in a row
+>>> runs = counter_epochs(x, hb, hb + 1_000, ticks_per_second=1e9)
+>>> len(runs.epochs), runs.outliers.tolist()
+(1, [4, 5])
 >>> x = hb.copy(); x[6:] -= x[6] - 5                          # the counter reset at bracket 6
 >>> [r.tolist() for r in counter_epochs(x, hb, hb + 1_000, ticks_per_second=1e9).epochs]
 [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9]]
