@@ -228,9 +228,7 @@ def analyze(
     alignment = align_ranks(table, match, clock_of=clock_of)
     aligned, amatch = alignment.table, alignment.match
     names = _rank_names(aligned)
-    strag = find_stragglers(aligned, amatch, windows=windows)
-    for row in strag.rows:
-        row["device"] = names.get(row["rank"], ("", row["device"]))[1]
+    strag = find_stragglers(aligned, amatch, windows=windows, devices=names)
     n_steps = None
     step_rows = aligned["category"] == Category.STEP
     if step_rows.any():

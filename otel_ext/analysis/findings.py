@@ -552,9 +552,12 @@ def build_findings(
     if idle and temporal:
         # device idle (the rank's kernel window) that its busiest stream spent waiting for
         # the host to launch work
+        idle_of: dict[int, list[dict[str, Any]]] = {}
+        for row in idle:  # one pass: a rank's streams looked up, not searched for per rank
+            idle_of.setdefault(int(row["rank"]), []).append(row)
         for t in temporal:
             rank = int(t["rank"])
-            streams = [row for row in idle if row["rank"] == rank]
+            streams = idle_of.get(rank, [])
             if not streams or not t.get("kernel_window_ns"):
                 continue
             busiest = min(streams, key=lambda row: row.get("idle_ns", 0))

@@ -252,6 +252,7 @@ def find_stragglers(
     match: CollectiveMatch,
     *,
     windows: int = 8,
+    devices: dict[int, tuple[str, str]] | None = None,
 ) -> StragglerReport:
     """Score every rank as a straggler candidate, with the statistics a verdict needs.
 
@@ -270,6 +271,8 @@ def find_stragglers(
         table: the aligned event table (for names and compute ratios).
         match: collectives matched on the aligned table.
         windows: how many equal time slices persistence and compute ratios are measured over.
+        devices: rank -> (host, device) names when the caller has them (else
+            :func:`rank_devices`).
 
     Returns:
         A :class:`StragglerReport`, rows sorted most likely first.
@@ -277,7 +280,8 @@ def find_stragglers(
     ranks_arr = distinct(table["rank"][table["rank"] >= 0]).astype(np.int64)
     ranks = ranks_arr.tolist()
     nr = len(ranks)
-    devices = rank_devices(table)
+    if devices is None:
+        devices = rank_devices(table)
     dev_rows = table["rank"] >= 0
     if dev_rows.any():
         lo = int(table["start_ns"][dev_rows].min())
