@@ -3,7 +3,7 @@
     python benchmarks/analysis_scale.py [--ranks 64,512,4096] [--collectives 200]
                                         [--steps 10] [--kernels 20] [--repeat 1]
                                         [--timeout 300] [--phases] [--memory] [--profile]
-                                        [--floor] [--chip-skew-us 0]
+                                        [--floor] [--chip-skew-us 0] [--group-size 0]
 
 Each size is a synthetic multi-rank :class:`~otel_ext.analysis.table.EventTable` built in
 memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` profiler steps,
@@ -15,7 +15,8 @@ host (``host{h}``, device ``host{h}/chip{c}``); each host's clock is off by a fe
 milliseconds (``--chip-skew-us``: each chip's times off its host's clock too, which leaves
 causality violations for the repair pass); one rank (the straggler) computes 25 % slower and
 so arrives last at every collective. Every member of a collective leaves at one common exit
-after the last arrival.
+after the last arrival (``--group-size 8``: the all-reduces run in groups of 8 ranks instead,
+one group per host, each group its own sequence numbers and exit).
 
 Each size runs ``otel_ext.analysis.engine.analyze(table)`` in a fresh subprocess (so its
 memory is its own: the process's peak RSS), under ``--timeout`` seconds (``--repeat`` runs, the best times kept). Printed per size:
@@ -80,6 +81,7 @@ def make_table(
     kernels: int = 20,
     straggler: int | None = None,
     chip_skew_ns: int = 0,
+    group_size: int = 0,
     seed: int = 0,
 ) -> EventTable:
     """A synthetic ``ranks``-rank table with the same work on every rank (see the module text).
@@ -92,6 +94,8 @@ def make_table(
         straggler: the rank that computes 25 % slower (default: the third-last).
         chip_skew_ns: each chip's times off its host's clock by up to this much (uniform),
             so that collectives leave causality violations for the repair pass.
+        group_size: the all-reduces run in groups of this many consecutive ranks
+            (``tp0``, ``tp1``, ...; each its own sequence numbers); 0: one group of all ranks.
         seed: the random generator's seed.
 
     Returns:
@@ -103,6 +107,9 @@ def make_table(
     >>> t.strings["device"][int(t["device"][-1])], int(t["coll_group_size"].max())
     ('host1/chip7', 16)
     """
+    group = group_size or ranks
+    if ranks % group:
+        raise SystemExit(f"--group-size ({group}) must divide the rank count ({ranks})")
     if collectives % steps:
         raise SystemExit(f"--collectives ({collectives}) must be a multiple of --steps ({steps})")
     rng = np.random.default_rng(seed)
@@ -135,10 +142,11 @@ def make_table(
         )
         if kinds[i]:
             arrive = cur + gap
-            exit_ = arrive.max() + transfer[i]
+            # one exit per group: its last arrival plus the transfer
+            exit_ = np.repeat(arrive.reshape(-1, group).max(axis=1), group) + transfer[i]
             start[:, i] = arrive
             end[:, i] = exit_ + rng.uniform(0, 2 * US, ranks)  # leave together (ns jitter)
-            cur = np.full(ranks, exit_)
+            cur = exit_
         else:
             dur = base_dur[i] * slow * rng.lognormal(0.0, 0.02, ranks)
             start[:, i] = cur + gap
@@ -199,7 +207,10 @@ def make_table(
     strings["host"] = ["", *(f"host{h}" for h in range(hosts))]
     strings["device"] = ["", *(f"host{r // 8}/chip{r % 8}" for r in range(ranks))]
     strings["coll_op"] = ["", "allreduce"]
-    strings["coll_group"] = ["", "world"]
+    n_groups = ranks // group
+    strings["coll_group"] = (
+        ["", "world"] if n_groups == 1 else ["", *(f"tp{g}" for g in range(n_groups))]
+    )
     strings["source"] = ["", *(f"rank{r}.pt.trace.json" for r in range(ranks))]
     minus = -1
     step_c, runtime_c = int(Category.STEP), int(Category.RUNTIME)
@@ -217,7 +228,7 @@ def make_table(
     comm_only = functools.partial(lay, minus, minus, minus, minus)
     columns["coll_seq"] = col(comm_only(np.where(kinds, seq, minus), np.int64))
     columns["coll_bytes"] = col(comm_only(nbytes, np.int64))
-    columns["coll_group_size"] = col(comm_only(np.where(kinds, ranks, minus), np.int32))
+    columns["coll_group_size"] = col(comm_only(np.where(kinds, group, minus), np.int32))
     sync_corr = n_items + 1 + np.arange(steps)
     columns["correlation"] = col(lay(minus, sync_corr, minus, corr, corr, np.int64))
     columns["external_id"] = col(lay(minus, minus, corr, corr, corr, np.int64))
@@ -235,7 +246,8 @@ def make_table(
     columns["device"] = np.repeat((1 + rank_ids).astype(np.int32), per_rank)
     columns["source"] = columns["device"].copy()
     columns["coll_op"] = col(lay(0, 0, 0, 0, comm.astype(np.int32), np.int32))
-    columns["coll_group"] = columns["coll_op"].copy()
+    group_code = (1 + rank_ids // group)[:, None] * comm
+    columns["coll_group"] = col(lay(0, 0, 0, 0, group_code.astype(np.int32), np.int32))
     for name, (dtype, default) in NUMERIC_COLUMNS.items():
         columns.setdefault(name, constant_column(default, dtype, n))
     for name in STRING_COLUMNS:
@@ -319,6 +331,7 @@ def child(args: argparse.Namespace) -> None:
         steps=args.steps,
         kernels=args.kernels,
         chip_skew_ns=int(args.chip_skew_us * 1000),
+        group_size=args.group_size,
     )
     build_s = time.perf_counter() - t0
     rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -400,6 +413,7 @@ def run_size(args: argparse.Namespace, ranks: int, *, profile_out: str | None = 
     cmd = [sys.executable, __file__, "--child", str(ranks)]
     cmd += ["--collectives", str(args.collectives), "--steps", str(args.steps)]
     cmd += ["--kernels", str(args.kernels), "--chip-skew-us", str(args.chip_skew_us)]
+    cmd += ["--group-size", str(args.group_size)]
     if args.phases:
         cmd.append("--phases")
     if args.memory:
@@ -595,6 +609,7 @@ def main() -> None:
     ap.add_argument(
         "--chip-skew-us", type=float, default=0.0, help="chip clock error (repair pass)"
     )
+    ap.add_argument("--group-size", type=int, default=0, help="ranks per collective group (0: all)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per size")
     ap.add_argument("--phases", action="store_true", help="time each engine step")
     ap.add_argument("--memory", action="store_true", help="each step's traced peak (slower)")
