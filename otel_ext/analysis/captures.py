@@ -29,6 +29,8 @@ ranks are recorded in ``table.meta["rank_runs"]``, which :mod:`otel_ext.analysis
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import numpy as np
@@ -37,7 +39,10 @@ from otel_ext._arrays import distinct, distinct_rows
 from otel_ext.analysis.runs import RUN_GAP_NS
 from otel_ext.analysis.table import EventTable
 
-__all__ = ["separate_captures"]
+__all__ = ["hosts_from_file_names", "separate_captures"]
+
+#: ``tensorboard_trace_handler``'s default file name: ``{hostname}_{pid}.{ms}.pt.trace.json``
+_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
 
 _KINETO = "kineto"
 
@@ -178,3 +183,27 @@ def separate_captures(
     cols = dict(table.columns)
     cols["rank"] = new_rank
     return EventTable(cols, table.strings, meta), captures
+
+
+def hosts_from_file_names(table: EventTable, captures: list[dict[str, Any]]) -> dict[int, str]:
+    """Rank -> host for profiler captures whose rows name no host but whose file name is
+    ``tensorboard_trace_handler``'s default, ``HOSTNAME_PID.MS.pt.trace.json``: ranks of one
+    host share its clock.
+
+    >>> hosts_from_file_names(EventTable.empty(), [
+    ...     {"source": "/x/vm_19564.1796125765109029543.pt.trace.json", "rank": 0},
+    ...     {"source": "/x/rank1.json", "rank": 1}])
+    {0: 'vm'}
+    """
+    named: dict[int, str] = {}
+    if len(table) and (table["host"] != 0).any():
+        known = set(distinct(table["rank"][table["host"] != 0]).tolist())
+    else:
+        known = set()
+    for c in captures:
+        if not c.get("source") or c["rank"] in known:
+            continue
+        m = _HANDLER_NAME.match(os.path.basename(c["source"]))
+        if m:
+            named[int(c["rank"])] = m.group("host")
+    return named

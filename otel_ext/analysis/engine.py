@@ -35,7 +35,7 @@ import numpy as np
 
 from otel_ext._arrays import distinct
 from otel_ext.analysis.alignment import align_ranks
-from otel_ext.analysis.captures import separate_captures
+from otel_ext.analysis.captures import hosts_from_file_names, separate_captures
 from otel_ext.analysis.collectives import (
     CollectiveMatch,
     link_stats,
@@ -213,6 +213,9 @@ def analyze(
     trace_rank = {c["rank"]: c["trace_rank"] for c in captures}
     if same_clock:
         clock_of = {int(r): "shared" for r in distinct(table["rank"]) if r >= 0}
+    elif clock_of is None:
+        # profiler files named HOSTNAME_PID.*: ranks of one host share its clock
+        clock_of = hosts_from_file_names(table, captures) or None
     metrics = getattr(load, "metrics", None)
     temporal = _rows(breakdown.temporal_breakdown(table))
     idle = _rows(breakdown.idle_breakdown(table))
