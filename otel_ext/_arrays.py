@@ -50,7 +50,8 @@ def distinct(values: Any) -> np.ndarray:
             else:
                 off = a.astype(np.int64) - lo  # in the dtype itself it could wrap
             present = np.bincount(off, minlength=hi - lo + 1)
-            return (np.flatnonzero(present) + lo).astype(a.dtype)
+            # offsets added in the dtype itself: lo may not fit a C long (uint64 above 2**63)
+            return np.flatnonzero(present).astype(a.dtype) + a.dtype.type(lo)
     s = np.sort(a)  # NaNs sort last
     keep = np.empty(s.size, dtype=bool)
     keep[0] = True
