@@ -401,6 +401,8 @@ class ActiveSpanRecord:
         # (cheaper than a lock's acquire and release on the hot path; never waited for)
         self._token = [True]
         self._pending: collections.deque[tuple[int, int, int, int]] = collections.deque()
+        #: updates that found another thread writing and were queued for it
+        self.contended = 0
         self.closed = False
 
     # -- workload side -------------------------------------------------------------------
@@ -409,11 +411,12 @@ class ActiveSpanRecord:
         token = self._token
         try:
             token.pop()
-        except IndexError:  # another thread of this process is writing: it applies ours
-            if not self.closed:
-                self._pending.append((trace_id, span_id, start_ns, -1))
+        except IndexError:  # another thread of this process is writing
+            self._contended((trace_id, span_id, start_ns, -1))
             return
         try:
+            if self._pending:
+                self._drain()  # earlier updates first (this thread's own among them)
             free = self._free
             if free and not self.closed and span_id not in self._open:
                 # the common case, inline: take an open slot, write the entry
@@ -429,10 +432,10 @@ class ActiveSpanRecord:
                 w[W_SEQ] = self._seq = seq + 2
             else:
                 self._start(trace_id, span_id, start_ns)
-            if self._pending:
-                self._drain()
         finally:
             token.append(True)
+        if self._pending:
+            self._contended(None)
 
     def ended(self, trace_id: int, span_id: int, start_ns: int, end_ns: int) -> None:
         """Span ``span_id`` ended at ``end_ns`` (it moves from the open slots to the ring)."""
@@ -440,15 +443,39 @@ class ActiveSpanRecord:
         try:
             token.pop()
         except IndexError:
-            if not self.closed:
-                self._pending.append((trace_id, span_id, start_ns, end_ns))
+            self._contended((trace_id, span_id, start_ns, end_ns))
             return
         try:
-            self._end(trace_id, span_id, start_ns, end_ns)
             if self._pending:
                 self._drain()
+            self._end(trace_id, span_id, start_ns, end_ns)
         finally:
             token.append(True)
+        if self._pending:
+            self._contended(None)
+
+    def _contended(self, update: tuple[int, int, int, int] | None) -> None:
+        """Queue ``update`` (if any); apply the queue if the writing thread let go meanwhile.
+
+        The queue never waits for the writer: a thread that cannot take the token after
+        queueing knows another holds it, and every holder applies the queue after letting
+        go (the check after ``token.append``), so nothing queued stays behind.
+        """
+        token, pending = self._token, self._pending
+        if update is not None:
+            if self.closed:
+                return
+            pending.append(update)
+            self.contended += 1
+        while pending:
+            try:
+                token.pop()
+            except IndexError:
+                return  # the holder applies it
+            try:
+                self._drain()
+            finally:
+                token.append(True)
 
     def _drain(self) -> None:
         pending = self._pending
