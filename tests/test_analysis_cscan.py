@@ -96,8 +96,19 @@ def test_same_table_on_every_real_trace(shared_traces: Path, chunk: int | None) 
         without = _outcome(data, cscan=None, chunk=chunk)
         assert with_c is not None and not isinstance(with_c, str), f
         _assert_same(with_c, without)
-        # the extractor really read every chunk of these files (none handed back)
-        assert counting.read >= 1 and counting.handed_back == 0, (f, vars(counting))
+        # the extractor really read every chunk of these files (none handed back), except
+        # where it hands chunks back by design: text pids or tids (the pre-2022 schema)
+        if not _has_text_ids(data):
+            assert counting.read >= 1 and counting.handed_back == 0, (f, vars(counting))
+
+
+def _has_text_ids(data: bytes) -> bool:
+    doc = json.loads(data)
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return any(
+        isinstance(e, dict) and (type(e.get("pid")) is str or type(e.get("tid")) is str)
+        for e in events
+    )
 
 
 # ------------------------------------------------------------------ generated documents
