@@ -512,7 +512,7 @@ def load_paths(
             and paths_s[i] not in explicit
         ):
             # a stray non-telemetry file found in a folder: left out and listed, not fatal
-            res = FileResult(paths_s[i], "not-telemetry", note=f"left out: {NOT_TELEMETRY}")
+            res = FileResult(paths_s[i], "not-telemetry", note=NOT_TELEMETRY)
         if isinstance(res, InputError):
             if not keep_going:
                 raise res
@@ -566,7 +566,7 @@ def load_paths(
         if r.format in DERIVED_FORMATS:
             skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
         elif r.format == "not-telemetry":
-            skipped.append(SkippedRecord(r.path, "file", r.note))
+            skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
     table = EventTable.concat(tables) if tables else EventTable.empty()
     return LoadResult(
         table=table,
