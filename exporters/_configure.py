@@ -57,7 +57,7 @@ from opentelemetry.sdk.resources import (
     TELEMETRY_SDK_VERSION,
     Resource,
 )
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 from opentelemetry.util.re import parse_env_headers
 
@@ -626,6 +626,23 @@ def _lookup(name: str, table: dict[str, Any], builtin: Callable[[str], Any], var
     return factory
 
 
+def _active_span_processor(
+    directory: str | os.PathLike[str] | None, env: Mapping[str, str]
+) -> SpanProcessor | None:
+    """The processor publishing each device's running span, or ``None`` where it cannot run."""
+    try:
+        from otel_ext.instrumentation._active_span import (
+            ActiveSpanPublisher,
+            ActiveSpanPublishingProcessor,
+        )
+    except ImportError as exc:  # no fcntl/mmap semantics (not a POSIX host)
+        _log.warning("active spans are not published for the node agent: %s", exc)
+        return None
+    if directory is None:
+        directory = _get(env, config.ACTIVE_SPAN_DIR.name)
+    return ActiveSpanPublishingProcessor(ActiveSpanPublisher(directory))
+
+
 def configure(
     *,
     service_name: str | None = None,
@@ -762,16 +779,9 @@ def configure(
     tracer_provider = TracerProvider(resource=resource)
     publisher = None
     if config.resolve(config.ACTIVE_SPANS, publish_active_spans, env=env):
-        from otel_ext.instrumentation._active_span import (
-            ActiveSpanPublisher,
-            ActiveSpanPublishingProcessor,
-        )
-
-        span_dir = active_span_dir
-        if span_dir is None and _get(env, config.ACTIVE_SPAN_DIR.name):
-            span_dir = _get(env, config.ACTIVE_SPAN_DIR.name)
-        publisher = ActiveSpanPublishingProcessor(ActiveSpanPublisher(span_dir))
-        tracer_provider.add_span_processor(publisher)
+        publisher = _active_span_processor(active_span_dir, env)
+        if publisher is not None:
+            tracer_provider.add_span_processor(publisher)
     processors: list[BoundedBatchSpanProcessor] = []
     span_exporters: dict[str, SpanExporter] = {}
     for name, span_factory in span_factories.items():
