@@ -826,9 +826,7 @@ def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadConte
     """
     cols = OtlpSpanColumns(ctx)
     n_span = 0
-    keys = tuple(k.encode() for k in _wanted())
-    for lineno, line in lines:
-        scanned = _cscan.scan_otlp(line, keys) if _cscan is not None else None
+    for lineno, line, scanned in _scanned_ahead(lines):
         if scanned is not None:
             cols.add_scanned(lineno, scanned, n_span)
             n_span += scanned[0]
@@ -846,6 +844,31 @@ def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadConte
                 n_span += len(ss.spans)
         cols.add_groups(lineno, groups)
     return cols.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
+
+
+def _scanned_ahead(
+    lines: Iterable[tuple[int, bytes]],
+) -> Iterator[tuple[int, bytes, tuple[Any, ...] | None]]:
+    """``(number, line, what the compiled extractor read or None)``, the next line scanned on
+    a second thread while the caller assembles this one's columns (the extractor releases
+    the GIL): at most two lines are held."""
+    if _cscan is None:
+        for n, line in lines:
+            yield n, line, None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = tuple(k.encode() for k in _wanted())
+    scan = _cscan.scan_otlp
+    with ThreadPoolExecutor(1, thread_name_prefix="otel-ext-scan") as pool:
+        prev: tuple[int, bytes, Any] | None = None
+        for n, line in lines:
+            fut = pool.submit(scan, line, keys)
+            if prev is not None:
+                yield prev[0], prev[1], prev[2].result()
+            prev = (n, line, fut)
+        if prev is not None:
+            yield prev[0], prev[1], prev[2].result()
 
 
 def _careful_line(
