@@ -168,16 +168,24 @@ def run(args: argparse.Namespace) -> int:
     for src in bridge.sources:
         if src.name in started and hasattr(src, "device_uuids"):
             reader.device_uuids.update(src.device_uuids())
-    provider = None
+    telemetry = None
     if args.otlp:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        import os
 
-        provider = MeterProvider(
-            metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]
+        from exporters import configure
+
+        # the standard OTEL_* settings (gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says
+        # otherwise), with configure()'s guards: one line and counted drops when no
+        # collector answers, a bounded shutdown
+        telemetry = configure(
+            service_name="otel-ext-exporter",
+            traces_exporter="none",
+            metrics_exporter="otlp",
+            protocol=None if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() else "grpc",
+            publish_active_spans=False,
+            set_global=False,
         )
-        OtlpCounterBridge(bridge, meter_provider=provider)
+        OtlpCounterBridge(bridge, meter_provider=telemetry.meter_provider)
     bridge.sample_once()
     target = TargetInfoCollector(host_id=config.host_id(args.host_id), sources=started)
     server = PrometheusExpositionServer(
@@ -219,8 +227,8 @@ def run(args: argparse.Namespace) -> int:
         server.stop()
         bridge.stop()
         reader.close()
-        if provider is not None:
-            provider.shutdown()
+        if telemetry is not None:
+            telemetry.shutdown()
         for s, h in previous.items():
             signal.signal(s, h)
     print("otel-ext exporter: stopped", file=sys.stderr, flush=True)
