@@ -83,3 +83,38 @@ def test_resource_detector_entry_point(monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_RANK", "3")
     attrs = Resource.create().attributes
     assert attrs["accel.host.id"] == "node4" and attrs["accel.device.id"] == "node4/chip3"
+
+
+def test_opentelemetry_instrument_without_a_collector_says_so_once(tmp_path: Path) -> None:
+    import socket
+
+    command = Path(sys.executable).with_name("opentelemetry-instrument")
+    require(command.exists(), f"{command}")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nobody listens here
+    script = tmp_path / "app.py"
+    script.write_text(
+        "from otel_ext.instrumentation import layer\n"
+        "for i in range(50):\n"
+        "    with layer('blocks.0', index=0):\n"
+        "        pass\n"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",  # the spec's default: otlp
+        "OTEL_EXT_ACTIVE_SPAN_DIR": str(tmp_path / "spans"),
+    }
+    done = subprocess.run(
+        [str(command), sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert not [line for line in lines if "Transient error" in line]
+    (line,) = [line for line in lines if "OTLP collector" in line]
+    assert f"127.0.0.1:{port}" in line and "OTEL_TRACES_EXPORTER=file" in line
