@@ -77,6 +77,16 @@ def test_a_record_being_written_is_not_decoded(tmp_path: Path) -> None:
     rec.close()
 
 
+def test_impossible_entries_are_skipped(tmp_path: Path) -> None:
+    rec = ActiveSpanRecord("d", tmp_path)
+    rec.ended(0, 1, 10, 20)  # no trace id
+    rec.ended(5, 2, 30, 25)  # ends before it starts
+    rec.ended(5, 3, 30, 40)
+    snap = decode_record(rec.path.read_bytes())
+    assert snap is not None and [e.span_id for e in snap.ring] == [3]
+    rec.close()
+
+
 def test_ring_wrap_records_what_was_evicted(tmp_path: Path) -> None:
     rec = ActiveSpanRecord("d", tmp_path)
     for i in range(1, RING_SLOTS + 11):

@@ -278,9 +278,11 @@ def _entry(words: memoryview, base: int) -> RecordEntry | None:
     span_id = words[base + 2]
     if span_id == 0:
         return None
-    return RecordEntry(
-        (words[base] << 64) | words[base + 1], span_id, words[base + 3], words[base + 4]
-    )
+    trace_id = (words[base] << 64) | words[base + 1]
+    start, end = words[base + 3], words[base + 4]
+    if trace_id == 0 or (end and end < start):
+        return None  # not a span a writer could have written (a torn copy): skipped
+    return RecordEntry(trace_id, span_id, start, end)
 
 
 def decode_record(data: bytes | bytearray | memoryview) -> RecordSnapshot | None:
