@@ -253,6 +253,20 @@ def test_records_match_the_agent_device_by_uuid_or_by_index(tmp_path: Path) -> N
     reader.close()
 
 
+def test_folders_made_after_the_reader_started_are_discovered(tmp_path: Path) -> None:
+    later = tmp_path / "later"
+    reader = SharedActiveSpanReader(
+        tmp_path / "first", reap_interval_s=0, discover=lambda: [later] if later.exists() else []
+    )
+    assert reader.covering("d", 0, 10) is None
+    later.mkdir()
+    rec = ActiveSpanRecord("d", later)
+    rec.ended(0xA, 1, 0, 10)
+    assert reader.covering("d", 0, 11).span_id == format(1, "016x")
+    rec.close()
+    reader.close()
+
+
 def test_records_of_killed_processes_are_reaped(tmp_path: Path) -> None:
     code = (
         "import sys, time\n"

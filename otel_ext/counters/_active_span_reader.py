@@ -175,6 +175,8 @@ class SharedActiveSpanReader:
             users' default folders too: :meth:`default_directories`).
         clock: real-time clock in ns (to decide when to look for stale records).
         reap_interval_s: how often records whose writer is gone are looked for.
+        discover: called as often, returns further folders to read (the agent passes
+            :meth:`default_directories`, so a user's folder made after it started is read).
     """
 
     def __init__(
@@ -184,8 +186,11 @@ class SharedActiveSpanReader:
         extra_directories: Iterable[str | os.PathLike[str]] = (),
         clock: Callable[[], int] = time.time_ns,
         reap_interval_s: float = 10.0,
+        discover: Callable[[], Iterable[str | os.PathLike[str]]] | None = None,
     ):
         dirs = [Path(record_directory(directory)), *map(Path, extra_directories)]
+        self._fixed = list(dict.fromkeys(dirs))
+        self._discover = discover
         #: ``accel.device.id`` -> device UUID, for matching records by UUID
         self.device_uuids: dict[str, str] = {}
         self._by_uuid: dict[str, list[Path]] = {}
@@ -366,6 +371,9 @@ class SharedActiveSpanReader:
                 now = self._clock()
                 if now >= self._next_reap:
                     self._next_reap = now + self._reap_ns
+                    if self._discover is not None:
+                        found = [Path(d) for d in self._discover()]
+                        self.directories = list(dict.fromkeys([*self._fixed, *found]))
                     self._scan()
                     self._reap()
                 self._scan()

@@ -157,7 +157,11 @@ def run(args: argparse.Namespace) -> int:
 
     detect = not args.sources
     span_dirs = args.active_span_dirs or SharedActiveSpanReader.default_directories()
-    reader = SharedActiveSpanReader(span_dirs[0], extra_directories=span_dirs[1:])
+    reader = SharedActiveSpanReader(
+        span_dirs[0],
+        extra_directories=span_dirs[1:],
+        discover=None if args.active_span_dirs else SharedActiveSpanReader.default_directories,
+    )
     bridge = CounterBridge(
         build_sources(args),
         interval_s=args.interval,
