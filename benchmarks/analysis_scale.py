@@ -10,7 +10,9 @@ memory from numpy arrays (no row dictionaries, no files): per rank ``--steps`` p
 each with ``--kernels`` compute kernels on one stream and ``--collectives / --steps``
 all-reduces (communication kernels with ``coll_group="world"``, ``coll_seq``, ``coll_bytes``,
 ``coll_group_size`` = the rank count) on another; every kernel has its launch (a runtime call
-with the kernel's correlation id inside a CPU op, on the rank's host thread). Ranks sit 8 to a
+with the kernel's correlation id inside a CPU op, on the rank's host thread) and a blocking
+``cudaStreamSynchronize`` ends each step (the last step is dropped by the analysis, as HTA
+does). Ranks sit 8 to a
 host (``host{h}``, device ``host{h}/chip{c}``); each host's clock is off by a few
 milliseconds (``--chip-skew-us``: each chip's times off its host's clock too, which leaves
 causality violations for the repair pass); one rank (the straggler) computes 25 % slower and
@@ -19,10 +21,12 @@ after the last arrival (``--group-size 8``: the all-reduces run in groups of 8 r
 one group per host, each group its own sequence numbers and exit).
 
 Each size runs ``otel_ext.analysis.engine.analyze(table)`` in a fresh subprocess (so its
-memory is its own: the process's peak RSS), under ``--timeout`` seconds (``--repeat`` runs, the best times kept). Printed per size:
-rows, the table's bytes, the analysis's seconds and the process's peak RSS, and each against
-linear scaling from the smallest size: ``(time(n) / time(n0)) / (n / n0)``, so 1.0 = linear,
-2.0 = twice what linear growth predicts.
+memory is its own: the process's peak RSS), under ``--timeout`` seconds (``--repeat`` runs,
+the best times kept), after a warm-up on 16 ranks (imports, numpy's first calls). Printed per
+size: rows, the table's bytes, the analysis's wall and CPU seconds, the process's peak RSS
+and its growth above the RSS before the table was built, and each against linear scaling
+from the smallest size: ``(x(n) / x(n0)) / (n / n0)``, so 1.0 = linear, 2.0 = twice what
+linear growth predicts. On a shared machine the CPU seconds are the steadier measure.
 
 ``--phases`` also times each step the engine calls (every otel-ext function the engine's
 module calls, and the breakdown and overlap functions; a step called inside another is
