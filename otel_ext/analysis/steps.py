@@ -83,11 +83,12 @@ def select_steps(table: EventTable, spec: str = DEFAULT_STEPS) -> tuple[EventTab
     Raises:
         OtelExtError: a malformed ``spec``, or a range that no file's steps meet.
     """
-    kind, first, last = parse_steps(spec)
+    kind, first, last_n = parse_steps(spec)
     record: dict[str, Any] = {"selection": spec, "files": 0, "kept_steps": [], "dropped_rows": 0}
     if kind == "all" or len(table) == 0:
         return table, record
-    cat, start, src = table["category"], table["start_ns"], table["source"]
+    cat, start, end = table["category"], table["start_ns"], table["end_ns"]
+    src = table["source"].astype(np.int64)
     step_rows = np.flatnonzero(cat == Category.STEP)
     names = table.strings["name"]
     number = np.full(len(table), -1, dtype=np.int64)
@@ -95,50 +96,51 @@ def select_steps(table: EventTable, spec: str = DEFAULT_STEPS) -> tuple[EventTab
         m = _STEP.match(names[int(code)])
         if m:
             number[step_rows[table["name"][step_rows] == code]] = int(m.group(1))
-    steps = number >= 0
-    if not steps.any():
+    steps = np.flatnonzero(number >= 0)
+    if len(steps) == 0:
         return table, record
-    keep = np.ones(len(table), dtype=bool)
+    # per file, in one pass each (no mask over every row per file)
+    n_src = int(src.max()) + 1
+    s_src = src[steps]
+    count = np.bincount(s_src, minlength=n_src)
+    big = np.iinfo(np.int64).max
+    if kind == "complete":
+        cut = np.full(n_src, big, dtype=np.int64)  # keep rows starting before it
+        last = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, s_src, start[steps])
+        cut[count >= 2] = last[count >= 2]
+        lo = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+        kept_mask = start[steps] < cut[s_src]
+        applies = count >= 2
+    else:
+        sel = steps[(number[steps] >= int(first or 0)) & (number[steps] <= int(last_n or 0))]
+        lo = np.full(n_src, big, dtype=np.int64)
+        cut = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(lo, src[sel], start[sel])
+        np.maximum.at(cut, src[sel], end[sel])
+        applies = count >= 1  # a file with steps, none of them selected, keeps nothing
+        kept_mask = np.isin(steps, sel)
+    record["files"] = int(np.count_nonzero(applies))
+    kept_steps = {int(x) for x in number[steps][kept_mask].tolist()}
     dev = device_mask(table)
-    launch = None
-    kept_steps: set[int] = set()
-    for code in distinct(src[steps]).tolist():
-        in_file = src == code
-        mine = np.flatnonzero(in_file & steps)
-        if kind == "complete":
-            if len(mine) < 2:
-                kept_steps.update(int(x) for x in number[mine])
-                continue
-            cut = start[mine].max()
-            host_keep = in_file & ~dev & (start < cut)
-            kept_steps.update(
-                int(x) for x in number[mine] if start[mine][number[mine] == x].min() < cut
-            )
-        else:
-            sel = mine[(number[mine] >= int(first or 0)) & (number[mine] <= int(last or 0))]
-            if len(sel) == 0:
-                host_keep = np.zeros(len(table), dtype=bool)
-            else:
-                lo = start[sel].min()
-                hi = table["end_ns"][sel].max()
-                host_keep = in_file & ~dev & (start >= lo) & (start < hi)
-                kept_steps.update(int(x) for x in number[sel])
-        record["files"] += 1
-        keep[in_file & ~dev] = host_keep[in_file & ~dev]
-        if launch is None:
-            launch = launch_rows(table)
-        d = in_file & dev
-        lr = launch[d]
-        ok = lr >= 0
-        kept = np.zeros(int(d.sum()), dtype=bool)
-        kept[ok] = host_keep[lr[ok]]
-        if kind == "range" and len(sel):
-            # device work no launch names (kernels of graph replays, or missing correlation)
+    in_scope = applies[src]
+    host_keep = (start >= lo[src]) & (start < cut[src])
+    keep = np.ones(len(table), dtype=bool)
+    host = in_scope & ~dev
+    keep[host] = host_keep[host]
+    d = np.flatnonzero(in_scope & dev)
+    if len(d):
+        launch = launch_rows(table)[d]
+        ok = launch >= 0
+        kept = np.zeros(len(d), dtype=bool)
+        kept[ok] = keep[launch[ok]] & ~dev[launch[ok]]
+        if kind == "range":
+            # device work no launch names (kernels of graph replays, missing correlation)
             # stays when it ran within the steps
-            kept[~ok] = (start[d][~ok] >= lo) & (start[d][~ok] < table["end_ns"][sel].max())
+            kept[~ok] = host_keep[d[~ok]]
         keep[d] = kept
     if kind == "range" and not kept_steps:
-        raise OtelExtError(f"--steps {spec}: no file has profiler steps {first}-{last}")
+        raise OtelExtError(f"--steps {spec}: no file has profiler steps {first}-{last_n}")
     record["kept_steps"] = sorted(kept_steps)
     record["dropped_rows"] = int(len(table) - int(keep.sum()))
     if keep.all():
