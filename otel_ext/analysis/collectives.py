@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import distinct, median
+from otel_ext._arrays import distinct, distinct_rows, group_median, median
 from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.table import Category, EventTable
 
@@ -287,25 +287,38 @@ class CollectiveMatch:
         return out
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per operation and group: count, total wait, median transfer time and bus bandwidth."""
+        """Per operation and group: count, total wait, median transfer time and bus bandwidth.
+
+        One pass: instances coded by (op, group) once, then grouped sums and medians (no mask
+        over every instance per group).
+        """
+        if self.n_instances == 0:
+            return []
+        pairs: dict[tuple[str, str], int] = {}
+        code = np.fromiter(
+            (pairs.setdefault(k, len(pairs)) for k in zip(self.op, self.group)),
+            dtype=np.int64,
+            count=self.n_instances,
+        )
+        n = len(pairs)
+        count = np.bincount(code, minlength=n)
+        wait = np.zeros(n, dtype=np.int64)  # exact integer sums
+        np.add.at(wait, code[self.member_instance], self.wait_ns)
+        transfer = group_median(self.transfer_ns, code, n)
+        skew = group_median(self.start_skew_ns, code, n)
+        finite = np.isfinite(self.busbw)
+        bw = group_median(self.busbw[finite], code[finite], n)
         out = []
-        keys = sorted(set(zip(self.op, self.group)))
-        op_arr = np.asarray(self.op, dtype=object)
-        grp_arr = np.asarray(self.group, dtype=object)
-        for op, grp in keys:
-            sel = np.flatnonzero((op_arr == op) & (grp_arr == grp))
-            msel = np.isin(self.member_instance, sel)
-            bw = self.busbw[sel]
-            bw = bw[np.isfinite(bw)]
+        for (op, grp), i in sorted(pairs.items()):
             out.append(
                 {
                     "op": op,
                     "group": grp,
-                    "count": len(sel),
-                    "total_wait_ns": int(self.wait_ns[msel].sum()),
-                    "median_transfer_ns": int(median(self.transfer_ns[sel])),
-                    "median_start_skew_ns": int(median(self.start_skew_ns[sel])),
-                    "median_busbw": float(median(bw)) if len(bw) else None,
+                    "count": int(count[i]),
+                    "total_wait_ns": int(wait[i]),
+                    "median_transfer_ns": int(transfer[i]),
+                    "median_start_skew_ns": int(skew[i]),
+                    "median_busbw": None if np.isnan(bw[i]) else float(bw[i]),
                 }
             )
         return out
@@ -658,10 +671,16 @@ def sampled_fraction(table: EventTable) -> dict[str, float]:
     cat = table["category"]
     sel = ((cat == Category.COLLECTIVE) | (cat == Category.KERNEL_COMM)) & (table["coll_seq"] >= 0)
     out: dict[str, float] = {}
-    groups = table["coll_group"][sel]
-    seqs = table["coll_seq"][sel]
-    for g in distinct(groups):
-        q = distinct(seqs[groups == g])
+    groups = table["coll_group"][sel].astype(np.int64)
+    seqs = table["coll_seq"][sel].astype(np.int64)
+    if len(groups) == 0:
+        return out
+    # distinct (group, seq) pairs once; each group's sequence numbers are then one slice
+    pairs = distinct_rows(np.stack([groups, seqs], axis=1))
+    bounds = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(pairs)].tolist()):
+        g = int(pairs[b, 0])
+        q = pairs[b:e, 1]
         starts = q[np.r_[True, np.diff(q) > 1]]
         if len(starts) >= 2:
             span = float(starts[-1] - starts[0] + median(np.diff(starts)))
