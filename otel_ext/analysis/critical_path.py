@@ -151,6 +151,18 @@ def _lane_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     return prev
 
 
+def _rank_slices(rank: np.ndarray, mask: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``(rank, rows)`` for each rank among the ``mask`` rows, rows ascending: one stable sort
+    of the selected rows by rank, not a mask over every row per rank (ranks × rows)."""
+    sel = np.flatnonzero(mask)
+    if sel.shape[0] == 0:
+        return []
+    sel = sel[np.argsort(rank[sel], kind="stable")]
+    rk = rank[sel]
+    cut = np.flatnonzero(rk[1:] != rk[:-1]) + 1
+    return [(int(part[0][0]), part[1]) for part in zip(np.split(rk, cut), np.split(sel, cut))]
+
+
 def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     """For each device row, the same rank's device row (any stream) that ended last at or
     before its start, or -1: the cross-stream dependency a trace does not record."""
@@ -160,8 +172,7 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     rank = table["rank"][rows]
     start = table["start_ns"][rows]
     end = table["end_ns"][rows]
-    for r in distinct(rank[is_dev]):
-        idx = np.flatnonzero(is_dev & (rank == r))
+    for _r, idx in _rank_slices(rank, is_dev):
         by_end = idx[np.argsort(end[idx], kind="stable")]
         pos = np.searchsorted(end[by_end], start[idx], side="right") - 1
         ok = pos >= 0
@@ -378,8 +389,7 @@ class _DeviceBusy:
         start = table["start_ns"][rows]
         end = table["end_ns"][rows]
         self._by_rank: dict[int, tuple[list[int], ...]] = {}
-        for r in distinct(rank[is_dev]).tolist():
-            idx = np.flatnonzero(is_dev & (rank == r))
+        for r, idx in _rank_slices(rank, is_dev):
             by_end = idx[np.argsort(end[idx], kind="stable")]
             ms, me = merge_intervals(start[idx], end[idx])
             cum = np.r_[0, np.cumsum(me - ms)]
@@ -441,9 +451,12 @@ def _sync_pred(
         o = d[np.lexsort((end[d], launch[d]))]
         last = np.r_[launch[o][1:] != launch[o][:-1], True]
         own[launch[o][last]] = o[last]
-    for r in distinct(rank[calls]).tolist():
-        dev_r = np.flatnonzero(is_dev & (rank == r))
-        c_r = calls[rank[calls] == r]
+    call_mask = np.zeros(len(rows), dtype=bool)
+    call_mask[calls] = True
+    dev_of = dict(_rank_slices(rank, is_dev))
+    empty = np.zeros(0, dtype=np.int64)
+    for r, c_r in _rank_slices(rank, call_mask):
+        dev_r = dev_of.get(r, empty)
         cand = own[c_r]
         if dev_r.shape[0]:
             by_end = dev_r[np.argsort(end[dev_r], kind="stable")]
