@@ -25,8 +25,10 @@ advancing, and :meth:`describe` lists the series.
 >>> from otel_ext.sim._clocks import EPOCH_NS
 >>> spec = {"max_clock": 1.5e9, "power_limit": 500.0, "memory_size": 64e9}
 >>> model = SimCounterModel(SimConfig(hosts=1, chips=1), spec)
->>> model.add_compute(0, EPOCH_NS, EPOCH_NS + 1_000_000, flops=1e9, read_bytes=2e6,
-...                   written_bytes=1e6, tensor_fraction=0.5, clock_ratio=1.0, kernels=3)
+>>> joules = model.add_compute(0, EPOCH_NS, EPOCH_NS + 1_000_000, flops=1e9, read_bytes=2e6,
+...                            written_bytes=1e6, tensor_fraction=0.5, clock_ratio=1.0, kernels=3)
+>>> round(joules, 6)  # its dynamic energy: (0.95 x 500 - 90) W x (0.55 + 0.45 x 0.5) x 1 ms
+0.298375
 >>> half = {s.metric: s.value for s in model.read(EPOCH_NS + 500_000)}
 >>> half["accel.device.operations"], half["accel.device.cycles.active"]
 (500000000.0, 750000.0)
