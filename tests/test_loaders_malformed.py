@@ -252,18 +252,28 @@ def test_skipped_records_are_bounded_in_count(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ gzip
 
 
-def _bomb(path: Path, inflated: int, piece: bytes = b" " * (1 << 20)) -> None:
+def _bomb(
+    path: Path, inflated: int, head: bytes = b'{"traceEvents": [', piece: bytes = b" " * (1 << 20)
+) -> None:
     c = zlib.compressobj(9, zlib.DEFLATED, 31)
     with path.open("wb") as f:
-        f.write(c.compress(b'{"traceEvents": ['))
+        f.write(c.compress(head))
         for _ in range(inflated // len(piece)):
             f.write(c.compress(piece))
         f.write(c.compress(b"]}") + c.flush())
 
 
-def test_gzip_bomb_is_refused_early(tmp_path: Path) -> None:
-    f = tmp_path / "bomb.json.gz"
-    _bomb(f, 1 << 30)
+@pytest.mark.parametrize(
+    "name, head",
+    [
+        ("bomb.json.gz", b'{"traceEvents": ['),
+        ("traces.jsonl.gz", b'{"resourceSpans": ['),
+        ("jaeger.json.gz", b'{"data": [{"traceID": "ab", "spans": ['),
+    ],
+)
+def test_gzip_bomb_is_refused_early(tmp_path: Path, name: str, head: bytes) -> None:
+    f = tmp_path / name
+    _bomb(f, 1 << 30, head)
     assert f.stat().st_size < 2 << 20
     with pytest.raises(InputError, match="gzip bomb"):
         load_paths([f], workers=1)
@@ -288,6 +298,19 @@ def test_a_long_run_of_whitespace_is_read(tmp_path: Path) -> None:
     i = text.index("{", 30)
     f.write_bytes(gzip.compress((text[:i] + " " * (16 << 20) + text[i:]).encode(), 1))
     assert len(load_paths([f], workers=1).table) == 2
+
+
+def test_a_run_longer_than_the_record_limit_is_refused_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1 GiB whitespace run that compresses only 229 times (level 1) passes the ratio
+    check; the record limit still refuses it without holding it."""
+    monkeypatch.setenv("OTEL_EXT_MAX_RECORD_BYTES", str(4 << 20))
+    f = tmp_path / "ws.json.gz"
+    text = _kineto([_X, "@@", {**_X, "ts": 3.0}]).replace('"@@",', "")
+    i = text.index("{", 30)
+    f.write_bytes(gzip.compress((text[:i] + " " * (16 << 20) + text[i:]).encode(), 1))
+    _both(f, "file")
 
 
 # ------------------------------------------------------------------ folders

@@ -736,7 +736,15 @@ def decode_stripe(
             for piece in pieces:
                 buf += piece
                 if len(buf) > max_record:
-                    return None  # no cut for too long: the careful path (bounded) decides
+                    # no event boundary (or no traceEvents key) for that long: one record that
+                    # large is refused rather than held (memory stays bounded)
+                    from otel_ext.errors import InputError
+
+                    raise InputError(
+                        f"no event boundary within {max_record} bytes "
+                        "(OTEL_EXT_MAX_RECORD_BYTES): a record that large is refused",
+                        record="file",
+                    )
                 if prefix is None:
                     m = _EVENTS_KEY.search(buf, max(0, searched - 64))
                     if m is None:

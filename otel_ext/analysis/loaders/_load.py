@@ -275,7 +275,12 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
-        acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), 0, 1)
+        try:
+            acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), 0, 1)
+        except InputError as e:
+            if e.path is None:
+                raise InputError(e.message, path=ps, record=e.record) from None
+            raise
         if acc is not None:
             if _is_ours(tail):
                 return FileResult(ps, "derived-timeline", note=DERIVED_FORMATS["derived-timeline"])
@@ -285,6 +290,22 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
         return _load_whole(p, data, ctx)
     if head_fmt in ("otlp-traces", "otlp-metrics"):
         return _load_otlp(p, head_fmt, head_bytes, pieces, ctx)
+    if head_fmt == "jaeger":  # one document: read whole, within the record limit
+        from otel_ext.config import MAX_RECORD_BYTES, resolve
+
+        limit = resolve(MAX_RECORD_BYTES)
+        parts, size = [head_bytes], len(head_bytes)
+        for piece in pieces:
+            size += len(piece)
+            if size > limit:
+                raise InputError(
+                    f"a Jaeger export larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: "
+                    "the export is one JSON document, read whole)",
+                    path=ps,
+                    record="file",
+                )
+            parts.append(piece)
+        return _load_whole(p, b"".join(parts), ctx)
     data = head_bytes + b"".join(pieces)
     del head_bytes
     return _load_whole(p, data, ctx)
@@ -402,7 +423,12 @@ def _load_one(args: tuple[str, bool, int, int]) -> FileResult | Accumulator | bo
         head_fmt, head_bytes, pieces = _open_stream(p)
         if head_fmt == "kineto":
             tail = bytearray()
-            acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), index, count)
+            try:
+                acc = decode_stripe(_tracking_tail(head_bytes, pieces, tail), index, count)
+            except InputError as e:
+                if e.path is None:
+                    raise InputError(e.message, path=path, record=e.record) from None
+                raise
             if acc is not None:
                 acc.header["_ours"] = _is_ours(tail)
                 return acc
@@ -563,9 +589,7 @@ def load_paths(
     tables = [r.table for r in results if r.table is not None]
     metrics = [r.metrics for r in results if r.metrics is not None]
     for r in results:
-        if r.format in DERIVED_FORMATS:
-            skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
-        elif r.format == "not-telemetry":
+        if r.format in DERIVED_FORMATS or r.format == "not-telemetry":
             skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
     table = EventTable.concat(tables) if tables else EventTable.empty()
     return LoadResult(
