@@ -80,6 +80,8 @@ __all__ = [
     "ACCEL_PARALLEL_TP_RANK",
     "ACCEL_RANK",
     "ACCEL_REQUEST_BATCH_SIZE",
+    "ACCEL_REQUEST_DEVICE_TIME_NS",
+    "ACCEL_REQUEST_ENERGY",
     "ACCEL_REQUEST_ID",
     "ACCEL_REQUEST_PHASE",
     "ACCEL_REQUEST_STEP",
@@ -253,6 +255,10 @@ ACCEL_PARALLEL_TP_RANK = 'accel.parallel.tp_rank'
 ACCEL_RANK = 'accel.rank'
 #: Number of requests in the engine step that served this phase.
 ACCEL_REQUEST_BATCH_SIZE = 'accel.request.batch_size'
+#: Device time the request's share of the engine steps that served it took, summed over their chips (each step's device time split by the request's tokens at their measured cost), in nanoseconds.
+ACCEL_REQUEST_DEVICE_TIME_NS = 'accel.request.device_time_ns'
+#: Device energy the request's share of the engine steps that served it took, in joules (same split as `accel.request.device_time_ns`).
+ACCEL_REQUEST_ENERGY = 'accel.request.energy'
 #: Server-side id of an inference request.
 ACCEL_REQUEST_ID = 'accel.request.id'
 #: Phase of an inference request (`decode_queue`, on the decode engine of a disaggregated server, from the KV cache's arrival to the request's admission into a decode batch; `first_decode_step`, that engine's first step for the request, which streams its first token).

@@ -26,6 +26,7 @@ from otel_ext.analysis.requests import (
     step_shares,
 )
 from otel_ext.errors import InputError
+from otel_ext.instrumentation.inference import InferenceInstrumentation, RequestAccounting
 from otel_ext.sim import SimConfig, run_simulation
 
 
@@ -131,3 +132,64 @@ def test_misaligned_step_lists_are_a_clear_error() -> None:
     with pytest.raises(InputError, match="not aligned") as err:
         engine_step_from_attributes(attrs, start_ns=0, end_ns=1, where="traces.jsonl:7")
     assert "traces.jsonl:7" in str(err.value) and "step 9" in str(err.value)
+
+
+def _sim_steps(tmp_path: Path) -> list[EngineStep]:
+    run_simulation(SimConfig(hosts=1, requests=30, seed=8, mode="replicas"), tmp_path,
+                   timeline=False)  # fmt: skip
+    return engine_steps_from_otlp([tmp_path / "traces.jsonl"])
+
+
+def test_online_accounting_equals_the_batch_split_with_the_same_costs(tmp_path: Path) -> None:
+    """Streaming equals batch: fed the run's steps one at a time with the costs the analysis
+    fitted, the online totals are the analysis's per-request totals."""
+    steps = _sim_steps(tmp_path)
+    costs = fit_token_costs(steps)
+    acc = RequestAccounting(costs=costs)
+    for s in steps:
+        acc.step(list(zip(s.request_ids, s.prefill_tokens, s.decode_tokens)),
+                 device_time_ns=s.device_ns)  # fmt: skip
+    batch = request_accounting(steps, limit=10**6)
+    for r in batch["requests"]:
+        got = acc.pop(r["request"])
+        assert got is not None and got[1] is None
+        assert got[0] / 1e6 == pytest.approx(r["accelerator_ms"], rel=1e-9, abs=1e-6)
+
+
+def test_online_accounting_conserves_each_step_and_ends_on_the_request_span(
+    tmp_path: Path,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    steps = _sim_steps(tmp_path)
+    acc = RequestAccounting()  # costs fitted online from the steps seen so far
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = InferenceInstrumentation(model="m", tracer_provider=provider, accounting=acc)
+    ids = sorted({rid for s in steps for rid in s.request_ids})
+    traces = {rid: inst.start_request(rid, input_tokens=1, start_time=0) for rid in ids}
+    total_device = 0.0
+    for s in steps:
+        acc.step(list(zip(s.request_ids, s.prefill_tokens, s.decode_tokens)),
+                 device_time_ns=s.device_ns, energy_j=s.device_ns * 1e-9)  # fmt: skip
+        total_device += s.device_ns
+    assert acc.costs()["prefill_ns_per_token"] > 0  # identifiable by now: mixed steps
+    for rid in ids:
+        traces[rid].finish(end_time=10)
+    spans = {s.attributes["accel.request.id"]: s for s in exporter.get_finished_spans()}
+    got = sum(s.attributes["accel.request.device_time_ns"] for s in spans.values())
+    assert abs(got - total_device) <= 0.01 * total_device  # conserved (rounding per request)
+    energy = sum(s.attributes["accel.request.energy"] for s in spans.values())
+    assert energy == pytest.approx(total_device * 1e-9, rel=1e-9)
+
+
+def test_online_accounting_never_raises_and_bounds_its_memory() -> None:
+    acc = RequestAccounting(max_requests=2)
+    acc.step([("a", 1, 0)], device_time_ns="not a number")  # type: ignore[arg-type]
+    assert acc.dropped_steps == 1
+    for rid in ("a", "b", "c"):
+        acc.step([(rid, 0, 1)], device_time_ns=10)
+    assert acc.dropped_requests == 1 and acc.pop("a") is None and acc.pop("c") == (10.0, None)

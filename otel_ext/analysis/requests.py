@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from otel_ext._accounting import token_shares
 from otel_ext._arrays import distinct, percentile
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
@@ -458,22 +459,15 @@ def fit_token_costs(steps: Sequence[EngineStep]) -> dict[str, Any]:
 
 def step_shares(step: EngineStep, costs: Mapping[str, Any]) -> np.ndarray:
     """Each request's share of one step (they sum to 1): its prefill and decode tokens at their
-    measured cost, plus the step's own cost split by tokens (see :func:`request_accounting`).
+    measured cost, plus the step's own cost split by tokens (the rule of
+    :func:`otel_ext._accounting.token_shares`, which the online
+    :class:`~otel_ext.instrumentation.inference.RequestAccounting` applies too).
 
     >>> s = EngineStep("h", 1, 0, 1, 100, 1, ("a", "b"), (30, 0), (0, 1))
     >>> step_shares(s, {"prefill_ns_per_token": 2.0, "decode_ns_per_token": 1.0, "step_ns": 0.0}).tolist()
     [0.9836065573770492, 0.01639344262295082]
     """
-    p = np.asarray(step.prefill_tokens, dtype=np.float64)
-    d = np.asarray(step.decode_tokens, dtype=np.float64)
-    tok = p + d
-    total_tok = tok.sum()
-    if total_tok <= 0:
-        return np.full(len(p), 1.0 / len(p)) if len(p) else np.zeros(0)
-    w = costs["prefill_ns_per_token"] * p + costs["decode_ns_per_token"] * d
-    w = w + costs["step_ns"] * tok / total_tok
-    s = w.sum()
-    return w / s if s > 0 else tok / total_tok
+    return np.asarray(token_shares(step.prefill_tokens, step.decode_tokens, costs))
 
 
 def _energy_series(metrics: Any) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:

@@ -19,7 +19,9 @@ An engine step (one continuous-batching iteration) is an ``accel.engine.step`` s
 (:func:`engine_step`) naming the requests it served and, aligned with them, the prompt and
 generated tokens it computed for each, with the step's device busy time when the engine
 measures it (device events around the forward). ``otel_ext.analysis.requests`` splits each
-step's device time and energy across those requests.
+step's device time and energy across those requests after the run; :class:`RequestAccounting`
+does the same online, so that each request span ends with ``accel.request.device_time_ns``
+and ``accel.request.energy``.
 
 Every time is explicit-able (ns since the epoch) so a simulation can drive it; every parent
 is explicit-able (``context=``). A request served by several engines (prefill here, decode
@@ -56,6 +58,7 @@ from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace import TracerProvider as ApiTracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from otel_ext._accounting import token_shares
 from otel_ext.instrumentation._common import INSTRUMENTATION_NAME, get_tracer, log_once
 from semantic_conventions.attributes import (
     ACCEL_ENGINE_STEP_CHIPS,
@@ -65,6 +68,8 @@ from semantic_conventions.attributes import (
     ACCEL_ENGINE_STEP_PREFILL_TOKENS,
     ACCEL_ENGINE_STEP_REQUEST_IDS,
     ACCEL_REQUEST_BATCH_SIZE,
+    ACCEL_REQUEST_DEVICE_TIME_NS,
+    ACCEL_REQUEST_ENERGY,
     ACCEL_REQUEST_ID,
     ACCEL_REQUEST_PHASE,
     ACCEL_REQUEST_STEP,
@@ -90,10 +95,12 @@ __all__ = [
     "TPOT_BUCKETS",
     "TTFT_BUCKETS",
     "InferenceInstrumentation",
+    "RequestAccounting",
     "RequestTrace",
     "engine_step",
     "extract_context",
     "inject_context",
+    "token_shares",
 ]
 
 #: ``gen_ai.server.time_to_first_token`` bucket boundaries advised by the conventions (s).
@@ -171,9 +178,15 @@ class RequestTrace:
     """
 
     def __init__(
-        self, owner: InferenceInstrumentation, span: Span, start_ns: int, input_tokens: int | None
+        self,
+        owner: InferenceInstrumentation,
+        span: Span,
+        start_ns: int,
+        input_tokens: int | None,
+        request_id: str = "",
     ):
         self._owner = owner
+        self.request_id = request_id
         self.span = span
         self.start_ns = start_ns
         self.input_tokens = input_tokens
@@ -290,6 +303,12 @@ class RequestTrace:
             if self.input_tokens is not None:
                 span.set_attribute(GEN_AI_USAGE_INPUT_TOKENS, int(self.input_tokens))
             span.set_attribute(GEN_AI_USAGE_OUTPUT_TOKENS, int(self.output_tokens))
+            acc = self._owner.accounting
+            got = acc.pop(self.request_id) if acc is not None else None
+            if got is not None:
+                span.set_attribute(ACCEL_REQUEST_DEVICE_TIME_NS, round(got[0]))
+                if got[1] is not None:
+                    span.set_attribute(ACCEL_REQUEST_ENERGY, float(got[1]))
             if error is not None:
                 kind = error if isinstance(error, str) else type(error).__qualname__
                 span.set_attribute(ERROR_TYPE, kind)
@@ -318,6 +337,9 @@ class InferenceInstrumentation:
         tracer_provider: where spans go (the global provider when ``None``).
         meter_provider: where histograms go (the global provider when ``None``).
         attributes: extra attributes for every request span (device identity).
+        accounting: per-request device time and energy fed by the engine's steps; each
+            request span ends with its totals (``accel.request.device_time_ns``,
+            ``accel.request.energy``).
     """
 
     def __init__(
@@ -328,7 +350,9 @@ class InferenceInstrumentation:
         tracer_provider: ApiTracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         attributes: Mapping[str, Any] | None = None,
+        accounting: RequestAccounting | None = None,
     ):
+        self.accounting = accounting
         self.tracer = get_tracer(tracer_provider)
         meter = get_meter(INSTRUMENTATION_NAME, "0.1.0", meter_provider=meter_provider)
         self.ttft = meter.create_histogram(
@@ -404,7 +428,7 @@ class InferenceInstrumentation:
         except Exception as exc:
             log_once("inference.start", "%s: %s", type(exc).__name__, exc)
             span = INVALID_SPAN
-        return RequestTrace(self, span, start, input_tokens)
+        return RequestTrace(self, span, start, input_tokens, request_id)
 
 
 def engine_step(
@@ -451,3 +475,102 @@ def engine_step(
         span.end(end_time=end_time)
     except Exception as exc:
         log_once("inference.engine_step", "%s: %s", type(exc).__name__, exc)
+
+
+class RequestAccounting:
+    """Per-request device time and energy under continuous batching, online.
+
+    Feed every engine step with :meth:`step`; each request's parts accumulate until
+    :meth:`pop` (which :meth:`RequestTrace.finish` calls when the instrumentation has this
+    accounting). The split is :func:`token_shares` with ``costs`` when given, else with the
+    least-squares costs of the steps seen so far (equal token weights until three steps with
+    both kinds of token make them identifiable). Thread-safe; never raises (a bad step is
+    logged once and dropped, counted in ``dropped_steps``); at most ``max_requests`` open
+    requests are held (the oldest dropped, counted in ``dropped_requests``).
+
+    >>> acc = RequestAccounting(costs={"prefill_ns_per_token": 1.0, "decode_ns_per_token": 1.0,
+    ...                                "step_ns": 0.0})
+    >>> acc.step([("a", 6, 0), ("b", 0, 2)], device_time_ns=400, energy_j=8.0)
+    >>> acc.pop("a"), acc.pop("b"), acc.pop("c")
+    ((300.0, 6.0), (100.0, 2.0), None)
+    """
+
+    def __init__(
+        self, *, costs: Mapping[str, float] | None = None, max_requests: int = 100_000
+    ) -> None:
+        self._fixed = dict(costs) if costs is not None else None
+        self._max = max(1, int(max_requests))
+        self._lock = threading.Lock()
+        self._open: dict[str, list[float | None]] = {}
+        # running sums of the normal equations of device_ns ~ c_p·P + c_d·D + c_s
+        self._xtx = [[0.0] * 3 for _ in range(3)]
+        self._xty = [0.0] * 3
+        self._steps = 0
+        self.dropped_steps = 0
+        self.dropped_requests = 0
+
+    def costs(self) -> dict[str, float]:
+        """The costs the next step is split with."""
+        if self._fixed is not None:
+            return dict(self._fixed)
+        equal = {"prefill_ns_per_token": 1.0, "decode_ns_per_token": 1.0, "step_ns": 0.0}
+        if self._steps < 3:
+            return equal
+        try:
+            import numpy as np
+
+            coef = np.linalg.solve(np.asarray(self._xtx), np.asarray(self._xty))
+        except Exception:  # singular: one kind of token only so far
+            return equal
+        if coef[0] <= 0 or coef[1] <= 0 or coef[2] < 0:
+            return equal
+        return {
+            "prefill_ns_per_token": float(coef[0]),
+            "decode_ns_per_token": float(coef[1]),
+            "step_ns": float(coef[2]),
+        }
+
+    def step(
+        self,
+        requests: Sequence[tuple[str, int, int]],
+        *,
+        device_time_ns: int,
+        energy_j: float | None = None,
+    ) -> None:
+        """One engine step: ``(request id, prompt tokens, generated tokens)`` per request it
+        served, its device time (summed over its chips) and, if measured, its energy."""
+        try:
+            ids = [str(r[0]) for r in requests]
+            pre = [int(r[1]) for r in requests]
+            dec = [int(r[2]) for r in requests]
+            dev = float(device_time_ns)
+            with self._lock:
+                shares = token_shares(pre, dec, self.costs())
+                for rid, sh in zip(ids, shares):
+                    acc = self._open.get(rid)
+                    if acc is None:
+                        if len(self._open) >= self._max:
+                            self._open.pop(next(iter(self._open)))
+                            self.dropped_requests += 1
+                        acc = self._open[rid] = [0.0, None]
+                    acc[0] = float(acc[0] or 0.0) + sh * dev
+                    if energy_j is not None:
+                        acc[1] = float(acc[1] or 0.0) + sh * float(energy_j)
+                x = (float(sum(pre)), float(sum(dec)), 1.0)
+                for i in range(3):
+                    self._xty[i] += x[i] * dev
+                    for j in range(3):
+                        self._xtx[i][j] += x[i] * x[j]
+                self._steps += 1
+        except Exception as exc:
+            self.dropped_steps += 1
+            log_once("inference.accounting", "%s: %s", type(exc).__name__, exc)
+
+    def pop(self, request_id: str) -> tuple[float, float | None] | None:
+        """The request's device time (ns) and energy (J, None when no step measured it),
+        removed; None for a request no step served."""
+        with self._lock:
+            got = self._open.pop(str(request_id), None)
+        if got is None:
+            return None
+        return float(got[0] or 0.0), (None if got[1] is None else float(got[1]))
