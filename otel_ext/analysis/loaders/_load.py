@@ -352,7 +352,7 @@ def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:
     if fmt in ("otlp-traces", "otlp-metrics"):  # recognised only once read whole
         return _load_otlp(p, fmt, data, iter(()), ctx)
     from otel_ext.analysis.loaders._jsonstream import surrogate_positions
-    from otel_ext.analysis.loaders.spans import load_jaeger_text
+    from otel_ext.analysis.loaders.jaeger import load_jaeger_text
 
     try:
         text = data.decode("utf-8")
