@@ -193,3 +193,25 @@ def test_online_accounting_never_raises_and_bounds_its_memory() -> None:
     for rid in ("a", "b", "c"):
         acc.step([(rid, 0, 1)], device_time_ns=10)
     assert acc.dropped_requests == 1 and acc.pop("a") is None and acc.pop("c") == (10.0, None)
+
+
+def test_simulated_request_spans_carry_their_online_device_time(tmp_path: Path) -> None:
+    """The simulator keeps the accounting online as a serving process would: every request
+    span ends with ``accel.request.device_time_ns``, within 10 % of the truth at p95."""
+    from otel_ext.analysis.serving import read_serving_spans
+
+    run_simulation(SimConfig(requests=40, seed=9), tmp_path, timeline=False)
+    spans = [
+        s for s in read_serving_spans([tmp_path / "traces.jsonl"]) if s.name == "accel.request"
+    ]
+    truth = {r["id"]: r for r in json.loads((tmp_path / "truth.json").read_text())["requests"]}
+    assert len(spans) == len(truth) == 40
+    err = [
+        abs(
+            s.attributes["accel.request.device_time_ns"]
+            - truth[s.attributes["accel.request.id"]]["accelerator_ns"]
+        )
+        / truth[s.attributes["accel.request.id"]]["accelerator_ns"]
+        for s in spans
+    ]
+    assert float(np.percentile(err, 95)) <= 0.10

@@ -431,6 +431,8 @@ class Engine:
         for req, share in self._work_shares(prefill, decode):
             req.accel_ns += share * device_ns
             req.energy_j += share * energy
+        # the step is reported before the requests it finished (their telemetry may need it)
+        self.sink.on_step(record)
         # token accounting at the end of the step
         n_in = 0
         for req, chunk in prefill:
@@ -468,7 +470,6 @@ class Engine:
         kv_tokens = sum(r.prompt_tokens + r.generated for r in host.running)
         self.counters.set_kv_tokens(host.index, kv_tokens, end)
         self.counters.set_queue_depth(host.index, len(host.waiting), end)
-        self.sink.on_step(record)
         host.free_at = end + _STEP_GAP_NS
         if host.waiting or host.running:
             host.scheduled = True

@@ -68,6 +68,7 @@ from otel_ext.instrumentation.inference import (
     DURATION_BUCKETS,
     TPOT_BUCKETS,
     TTFT_BUCKETS,
+    RequestAccounting,
     engine_step,
 )
 from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
@@ -93,6 +94,7 @@ from semantic_conventions.attributes import (
     ACCEL_PARALLEL_DP_RANK,
     ACCEL_PARALLEL_TP_RANK,
     ACCEL_RANK,
+    ACCEL_REQUEST_DEVICE_TIME_NS,
     ACCEL_REQUEST_ID,
     ACCEL_WORLD_SIZE,
     GEN_AI_OPERATION_NAME,
@@ -374,6 +376,9 @@ class Telemetry:
         self._buffer: list[_Activity] = []
         self._next_flush = EPOCH_NS + _FLUSH_NS
         self._step_roots: dict[tuple[int, int], trace.SpanContext] = {}
+        # each request's share of the steps' device time, online, as a serving process would
+        # keep it; its total goes on the request span
+        self._accounting = RequestAccounting()
         self._hists: list[dict[str, _Hist]] = [
             {
                 METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: _Hist(_TTFT_BOUNDS),
@@ -469,6 +474,7 @@ class Telemetry:
             tracer_provider=self.providers[record.host],
             context=Context(),
         )
+        self._accounting.step(served, device_time_ns=record.device_ns)
         if (record.step - 1) % cfg.trace_step_interval:
             self._collective_histograms(record, coll_spans)
             return
@@ -611,7 +617,10 @@ class Telemetry:
         ph, dh = req.prefill_host, req.decode_host
         front = self.providers[ph]
         hn = self._host_ns
-        model_attrs = {ACCEL_HOST_ID: host_name(ph)}
+        model_attrs: dict[str, Any] = {ACCEL_HOST_ID: host_name(ph)}
+        share = self._accounting.pop(req.request_id)
+        if share is not None:
+            model_attrs[ACCEL_REQUEST_DEVICE_TIME_NS] = round(share[0])
         end_true = req.done_ns + 40_000
         with request(
             req.request_id,
