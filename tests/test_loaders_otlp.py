@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -218,3 +219,26 @@ def test_compiled_extractor_reads_our_exports() -> None:
     assert res is not None and res[0] == 2  # the extractor, not the fallback, read it
     (a, _), (b, _) = _tables_with_and_without_scanner(line)
     _same(a, b)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [{"stringValue": "a"}, {"intValue": "3"}],
+        [{"intValue": "3"}, {"stringValue": "b"}],
+        [{"doubleValue": 2.5}, {"boolValue": True}],
+        [{"stringValue": "a"}, {}],
+    ],
+)
+@pytest.mark.parametrize("key", [A.ACCEL_KERNEL_NAME, A.ACCEL_RANK, A.ACCEL_LAYER_FLOPS,
+                                 A.ACCEL_DEVICE_ID, A.ACCEL_LINK_ID])  # fmt: skip
+def test_duplicate_attributes_the_later_wins_on_both_paths(key: str, values: list[Any]) -> None:
+    spans = _sdk_spans([(S.SPAN_ACCEL_KERNEL, {}), (S.SPAN_ACCEL_LINK_TRANSFER, {})],
+                       {key: "from-resource"})  # fmt: skip
+    req = json.loads(encode_spans_json(spans))
+    for sp in req["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        sp["attributes"] = [{"key": key, "value": v} for v in values]
+    line = json.dumps(req).encode()
+    (a, _), (b, _) = _tables_with_and_without_scanner(line)
+    _same(a, b)
+    _same(a, _reference([line], "p"))

@@ -406,12 +406,22 @@ class _ScannedAttr:
         self.strings = strings
 
     def _values(self) -> list[Any]:
-        out: list[Any] = []
-        for t, i, f, c in zip(self.types.tolist(), self.i64.tolist(), self.f64.tolist(),
-                              self.scodes.tolist()):  # fmt: skip
-            out.append(self.strings[c] if t == 0 else i if t == 1 else f if t == 2
-                       else bool(i) if t == 3 else None)  # fmt: skip
-        return out
+        """Each occurrence's Python value (``any_value``'s), built by type in bulk."""
+        t = self.types
+        out = np.full(len(t), None, dtype=object)
+        m = t == 0
+        if m.any():
+            out[m] = list(map(self.strings.__getitem__, self.scodes[m].tolist()))
+        m = t == 1
+        if m.any():
+            out[m] = self.i64[m].tolist()
+        m = t == 2
+        if m.any():
+            out[m] = self.f64[m].tolist()
+        m = t == 3
+        if m.any():
+            out[m] = (self.i64[m] != 0).tolist()
+        return out.tolist()  # type: ignore[no-any-return]
 
     def present(self) -> np.ndarray:
         m = np.zeros(self.n, bool)
@@ -459,7 +469,9 @@ class _ScannedAttr:
     def strict(self) -> list[str | None]:
         out = np.full(self.n, None, dtype=object)
         if len(self.rows):
-            vals = [v if type(v) is str else None for v in self._values()]
+            vals = np.full(len(self.rows), None, dtype=object)  # a later non-string wins too
+            m = self.types == 0
+            vals[m] = list(map(self.strings.__getitem__, self.scodes[m].tolist()))
             out[self.rows] = vals
         return out.tolist()  # type: ignore[no-any-return]
 
