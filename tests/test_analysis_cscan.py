@@ -12,6 +12,8 @@ import contextlib
 import gzip
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -334,3 +336,47 @@ def test_scan_rejects_bad_arguments() -> None:
         CSCAN.scan(b"{}", 0, 3, False, LIMIT)
     with pytest.raises(TypeError):
         CSCAN.scan("{}", 0, 2, False, LIMIT)
+
+
+# ------------------------------------------------------------------ OTLP-JSON spans
+
+_OTLP_KEYS = (b"accel.rank", b"accel.kernel.name", b"accel.host.id")
+
+
+@needs_cscan
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_scan_otlp_never_crashes_on_arbitrary_bytes(data: bytes) -> None:
+    res = CSCAN.scan_otlp(data, _OTLP_KEYS)
+    assert res is None or (isinstance(res, tuple) and len(res) == 18)
+
+
+@needs_cscan
+def test_scan_otlp_never_crashes_on_mutated_requests(tmp_path: Path) -> None:
+    """Byte mutations of a simulated run's OTLP line: None or a consistent set of columns."""
+    out = tmp_path / "sim"
+    subprocess.run(
+        [sys.executable, "-m", "otel_ext.cli", "simulate", "--hosts", "1", "--chips", "2",
+         "--requests", "2", "--no-timeline", "--quiet", "--out", str(out)],
+        check=True, timeout=120,
+    )  # fmt: skip
+    req = json.loads((out / "traces.jsonl").read_bytes().split(b"\n")[0])
+    for rs in req["resourceSpans"]:  # a few spans of every resource: a small valid request
+        for ss in rs["scopeSpans"]:
+            ss["spans"] = ss["spans"][:3]
+    line = json.dumps(req).encode()
+    assert CSCAN.scan_otlp(line, _OTLP_KEYS) is not None
+    read = 0
+    rnd = random.Random(3)
+    for _ in range(2000):
+        m = bytearray(line)
+        for _ in range(rnd.randint(1, 4)):
+            m[rnd.randrange(len(m))] = rnd.choice(b'{}[]",:\\0123456789abcdefx \xff\x00')
+        res = CSCAN.scan_otlp(bytes(m), _OTLP_KEYS)
+        if res is not None:
+            read += 1
+            n = res[0]
+            assert len(res[2]) == 4 * n and len(res[3]) == 8 * n and len(res[5]) == 8 * n
+            rows = len(res[11]) // 8
+            assert len(res[12]) == 4 * rows and len(res[13]) == rows and len(res[16]) == 4 * rows
+    assert read > 0  # some mutations (inside strings, say) are still valid requests
