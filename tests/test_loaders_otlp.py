@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import require
 from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -213,6 +214,7 @@ def test_compiled_extractor_equals_the_msgspec_path(
 def test_compiled_extractor_reads_our_exports() -> None:
     from otel_ext.analysis.loaders import _cscan
 
+    require(_cscan is not None, "the compiled extractor (pip install -e . with a C compiler)")
     spans = _sdk_spans([(S.SPAN_ACCEL_KERNEL, {A.ACCEL_KERNEL_NAME: "gemm", A.ACCEL_RANK: 3})], {})
     line = encode_spans_json(spans)
     res = _cscan.scan_otlp(line, (A.ACCEL_RANK.encode(),))
@@ -251,6 +253,7 @@ def test_extractor_equals_msgspec_path_on_byte_mutations() -> None:
 
     from otel_ext.analysis.loaders import _cscan
 
+    require(_cscan is not None, "the compiled extractor (pip install -e . with a C compiler)")
     specs = [(S.SPAN_ACCEL_KERNEL, {A.ACCEL_KERNEL_NAME: "gemm\u00e9", A.ACCEL_RANK: 3}),
              (S.SPAN_ACCEL_LAYER, {A.ACCEL_LAYER_NAME: "l0", A.ACCEL_LAYER_FLOPS: 1.5e9}),
              (S.SPAN_ACCEL_LINK_TRANSFER, {A.ACCEL_LINK_ID: "h0/c1-c2", A.ACCEL_LINK_BYTES: 7})]  # fmt: skip
