@@ -1,8 +1,27 @@
-"""Collective span overhead: instrumented vs bare gloo ``all_reduce`` (2 ranks, CPU).
+"""Workload-thread cost of collective tracing: bare vs instrumented vs instrumented + metrics.
 
-Run: ``python benchmarks/instrumentation_collectives.py [--iters 400] [--elements 1024]``.
-Rank 0 prints the per-call time of the bare call and of the instrumented call (sync and
-``async_op=True`` + ``wait()``), with the ratio, measured in the same run.
+Run: ``python benchmarks/instrumentation_collectives.py [--world 2] [--iters 300]``.
+Every rank runs gloo ``all_reduce`` (sync) of 1 KiB and 1 MiB float32 payloads, in three
+configurations measured in the same run, interleaved round by round (median of the rounds):
+
+* ``bare``: uninstrumented;
+* ``kernel only``: a pass-through Python kernel registered the same way (``torch.library``
+  ``get_kernel`` + ``impl`` on ``c10d::allreduce_``), recording nothing: the floor of any
+  Python-level hook below the wrappers (the dispatcher boxes the arguments into Python
+  objects and back);
+* ``traced``: ``TorchDistributedInstrumentor`` with a tracer provider and a no-op meter;
+* ``traced+metrics``: the same with an SDK ``MeterProvider`` (in-memory reader).
+
+Two figures per call: **wall** (what the call takes, waiting for the peers included) and
+**workload-thread CPU** (``time.thread_time_ns`` of the calling thread: what the workload
+thread itself executes; spans and metrics are made on background threads and do not count).
+The added cost is the difference to ``bare``; rank 0 prints it with the ratio.
+
+Last, **hot path alone**: the recording kernel called directly in a loop, with a stub in
+place of the original kernel and a consumer that discards the records: what our own code
+costs the workload thread per collective, without the dispatcher's boxing and without
+background threads competing for the GIL (the configurations above include both; on this
+shared 2-core machine the competition dominates the wall figures).
 """
 
 from __future__ import annotations
@@ -17,19 +36,39 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def _per_call(fn: Callable[[], object], iters: int) -> float:
-    samples = []
-    for _ in range(5):
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        samples.append((time.perf_counter() - t0) / iters)
-    return statistics.median(samples)
+SIZES = {"1 KiB": 256, "1 MiB": 256 * 1024}
 
 
-def _rank(rank: int, port: int, iters: int, elements: int) -> None:
+def _per_call(fn: Callable[[], object], iters: int) -> tuple[float, float]:
+    """``(wall us, thread-CPU us)`` per call, one round."""
+    dist.barrier()
+    w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(iters):
+        fn()
+    c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+    return (w1 - w0) / iters / 1e3, (c1 - c0) / iters / 1e3
+
+
+def _passthrough_kernel() -> object:
+    import warnings
+
+    original = torch.library.get_kernel("c10d::allreduce_", "CPU")
+    call = original.call_boxed
+
+    def kernel(keyset: object, *args: object) -> object:
+        return call(keyset, *args)
+
+    lib = torch.library.Library("c10d", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib.impl("allreduce_", kernel, "CPU", with_keyset=True)
+    return lib
+
+
+def _rank(rank: int, world: int, port: int, iters: int, rounds: int) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -37,39 +76,118 @@ def _rank(rank: int, port: int, iters: int, elements: int) -> None:
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    t = torch.ones(elements)
-    sync = lambda: dist.all_reduce(t)  # noqa: E731
-    async_ = lambda: dist.all_reduce(t, async_op=True).wait()  # noqa: E731
-    sync()
-    bare_sync, bare_async = _per_call(sync, iters), _per_call(async_, iters)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter(), max_queue_size=1 << 16))
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 16))
+    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    configs: dict[str, object] = {
+        "bare": None,
+        "kernel only": "passthrough",
+        "traced": NoOpMeterProvider(),
+        "traced+metrics": meters,
+    }
     inst = TorchDistributedInstrumentor()
-    inst.instrument(tracer_provider=provider)
-    inst_sync, inst_async = _per_call(sync, iters), _per_call(async_, iters)
-    inst.uninstrument()
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for label, n in SIZES.items():
+        t = torch.ones(n)
+
+        def call(t: torch.Tensor = t) -> None:
+            dist.all_reduce(t)
+
+        for _ in range(20):
+            call()
+        for _ in range(rounds):
+            for name, meter in configs.items():
+                if meter == "passthrough":
+                    lib = _passthrough_kernel()
+                    results.setdefault((label, name), []).append(_per_call(call, iters))
+                    lib._destroy()
+                    continue
+                if meter is not None:
+                    inst.instrument(tracer_provider=provider, meter_provider=meter)
+                results.setdefault((label, name), []).append(_per_call(call, iters))
+                if meter is not None:
+                    inst.flush(60)
+                    inst.uninstrument()
+                    exporter.clear()
     if rank == 0:
-        print(f"gloo all_reduce, 2 ranks, {elements} float32, {iters} calls x 5 (median)")
-        print(f"{'call':28s} {'bare us':>9s} {'traced us':>10s} {'ratio':>7s} {'added us':>9s}")
-        for name, b, i in (
-            ("sync", bare_sync, inst_sync),
-            ("async_op=True + wait()", bare_async, inst_async),
-        ):
-            print(f"{name:28s} {b * 1e6:9.1f} {i * 1e6:10.1f} {i / b:6.2f}x {(i - b) * 1e6:9.1f}")
+        print(
+            f"gloo all_reduce (sync), {world} rank(s), {iters} calls x {rounds} rounds "
+            "(median round); added = config - bare, same run"
+        )
+        head = f"{'payload':8s} {'config':15s} {'wall us':>9s} {'added':>8s} {'ratio':>6s}"
+        print(f"{head} {'thread-CPU us':>14s} {'added':>8s}")
+        for label in SIZES:
+            bw = statistics.median(r[0] for r in results[(label, "bare")])
+            bc = statistics.median(r[1] for r in results[(label, "bare")])
+            for name in configs:
+                w = statistics.median(r[0] for r in results[(label, name)])
+                c = statistics.median(r[1] for r in results[(label, name)])
+                print(
+                    f"{label:8s} {name:15s} {w:9.1f} {w - bw:8.1f} {w / bw:5.2f}x"
+                    f" {c:14.1f} {c - bc:8.1f}"
+                )
+        _hot_path_alone(provider, iters * rounds)
     dist.destroy_process_group()
     provider.shutdown()
+    meters.shutdown()
+
+
+def _hot_path_alone(provider: object, n: int) -> None:
+    from otel_ext.instrumentation.deferred import BoundedHandoff
+    from otel_ext.instrumentation.torch import _distributed as D
+
+    class _Stub:
+        def __init__(self, result: object):
+            self.result = result
+
+        def call_boxed(self, keyset: object, *args: object) -> object:
+            return self.result
+
+    state = D._State(
+        tracer_provider=provider,
+        meter_provider=None,
+        link_provider=None,
+        device=None,
+        host_id=None,
+        timer=None,
+        capacity=1 << 20,
+    )
+    state.tracker.close()
+    state.tracker = BoundedHandoff(lambda batch: None, capacity=1 << 20, name="discard")
+    args = ([torch.ones(4)], object(), object(), None, False)
+    stub = _Stub(([args[0][0]], object()))
+    stub_kernel = stub.call_boxed
+    kernel = state.kernel(D._OPS["allreduce_"], stub)
+    samples = {"stub alone": [], "recording kernel": []}
+    for _ in range(5):
+        for name, fn in (("stub alone", stub_kernel), ("recording kernel", kernel)):
+            c0 = time.thread_time_ns()
+            for _ in range(n):
+                fn(None, *args)
+            samples[name].append((time.thread_time_ns() - c0) / n / 1e3)
+    base = statistics.median(samples["stub alone"])
+    rec = statistics.median(samples["recording kernel"])
+    print(
+        f"hot path alone ({n} calls x 5, median, thread-CPU): stub {base:.2f} us, "
+        f"recording kernel {rec:.2f} us, added {rec - base:.2f} us per collective"
+    )
+    state.close(5)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--iters", type=int, default=400)
-    parser.add_argument("--elements", type=int, default=1024)
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(port, args.iters, args.elements), nprocs=2, join=True)
+    mp.spawn(_rank, args=(args.world, port, args.iters, args.rounds), nprocs=args.world, join=True)
 
 
 if __name__ == "__main__":

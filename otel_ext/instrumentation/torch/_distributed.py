@@ -20,9 +20,10 @@ queue is full the record is dropped and counted (:attr:`TorchDistributedInstrume
 its sequence number is still taken (in order), so ids stay aligned across ranks.
 
 **Background.** A *tracker* thread gives each record its group, sequence number and ids
-(in issue order) and watches for completion: on a blocking backend (gloo) the host time
-when the work's future completes (a done-callback registered within microseconds of the
-call; for futureless point-to-point works, a 0.5 ms poll, the end bracketed); on devices a
+(in issue order) and hands it to the completion watch: on a blocking backend (gloo) a
+*poller* thread looks at ``Work.is_completed()`` every 0.5 ms and brackets the host time of
+completion (``accel.clock.uncertainty_ns`` is half the bracket; no Python callback is ever
+attached to a backend's future, see :meth:`_State._poll`); on devices a
 :class:`CollectiveTimer` times (CUDA), the device interval it resolves, with
 ``accel.clock.domain`` and ``accel.clock.uncertainty_ns``. A *materialiser* thread then
 makes the span (explicit start and end, the context current at the call as parent), its
@@ -46,7 +47,6 @@ logged once and counted.
 from __future__ import annotations
 
 import collections
-import functools
 import threading
 import time
 import warnings
@@ -158,7 +158,33 @@ _OPS: dict[str, _Op] = {
 }
 #: The ``c10d`` dispatcher ops the instrumentor hooks.
 HOOKED_OPS = tuple(_OPS)
-_DISPATCH_KEYS = ("CPU", "CUDA")
+#: The recording kernels sit at the autograd keys, above the backends' kernels: from there
+#: ``redispatch`` continues with the GIL released. (A kernel at the ``CPU`` key would have to
+#: call the original with ``get_kernel(...).call_boxed``, which keeps the GIL across the
+#: backend's enqueue; gloo's worker frees a finished work's tensors under the lock enqueue
+#: takes, and that needs the GIL: a deadlock, seen in the benchmark.)
+_DISPATCH_KEYS = ("AutogradCPU", "AutogradCUDA")
+
+
+def _functional_ops() -> list[str]:
+    """The ``_c10d_functional`` ops that issue a collective (every one but ``wait_tensor``)."""
+    names = []
+    for full in torch._C._dispatch_get_all_op_names():
+        if full.startswith("_c10d_functional::"):
+            name = full.split("::", 1)[1].split(".", 1)[0]
+            if name != "wait_tensor" and name not in names:
+                names.append(name)
+    return names
+
+
+def _pass_through(op: Any) -> Callable[..., Any]:
+    redispatch = op.redispatch
+    below = torch._C._after_autograd_keyset
+
+    def functional_kernel(keyset: Any, *args: Any) -> Any:
+        return redispatch(keyset & below, *args)
+
+    return functional_kernel
 
 
 def _tensors(value: Any, role: str) -> list[torch.Tensor]:
@@ -330,9 +356,14 @@ class _State:
         self.poller.start()
 
     # -- hot path --------------------------------------------------------------------------
-    def kernel(self, spec: _Op, original: Any) -> Callable[..., Any]:
-        """The recording kernel for one op (``with_keyset=True`` signature)."""
-        call = original.call_boxed
+    def kernel(self, spec: _Op, op: Any) -> Callable[..., Any]:
+        """The recording kernel for one op (``with_keyset=True`` signature).
+
+        Registered at the autograd keys; it continues the dispatch below autograd with
+        ``OpOverload.redispatch``, which releases the GIL while the original kernel runs.
+        """
+        redispatch = op.redispatch
+        below = torch._C._after_autograd_keyset
         put = self.tracker.put
         time_ns = time.time_ns
         get_current = otel_context.get_current
@@ -348,7 +379,7 @@ class _State:
                 except Exception as exc:
                     log_once("torch.distributed.timer.begin", "%s: %s", type(exc).__name__, exc)
             try:
-                out = call(keyset, *args)
+                out = redispatch(keyset & below, *args)
             except BaseException as exc:
                 state.issued += 1
                 put((spec, args, None, t0, time_ns(), get_current(), None, state.issued, exc))
@@ -373,15 +404,28 @@ class _State:
         lib = torch.library.Library("c10d", "IMPL")
         self.libraries.append(lib)
         for name, spec in _OPS.items():
+            op = getattr(getattr(torch.ops.c10d, name, None), "default", None)
+            if op is None:  # an op this torch version does not have
+                continue
+            kernel = self.kernel(spec, op)
             for key in _DISPATCH_KEYS:
-                try:
-                    original = torch.library.get_kernel(f"c10d::{name}", key)
-                except Exception:
-                    continue
                 with warnings.catch_warnings():
-                    # "Overriding a previously registered kernel": what get_kernel is for.
+                    # "Overriding a previously registered kernel" (the autograd fallback)
                     warnings.simplefilter("ignore")
-                    lib.impl(name, self.kernel(spec, original), key, with_keyset=True)
+                    lib.impl(name, kernel, key, with_keyset=True)
+        # The functional collectives (DTensor, TP, compiled code) call the process group
+        # from their kernel, which the autograd fallback runs with autograd excluded: a
+        # pass-through at the autograd keys lets those nested calls reach the kernels above.
+        functional = torch.library.Library("_c10d_functional", "IMPL")
+        self.libraries.append(functional)
+        for name in _functional_ops():
+            op = getattr(getattr(torch.ops._c10d_functional, name, None), "default", None)
+            if op is None:
+                continue
+            for key in _DISPATCH_KEYS:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    functional.impl(name, _pass_through(op), key, with_keyset=True)
 
     def uninstall(self) -> None:
         for lib in self.libraries:
@@ -499,36 +543,13 @@ class _State:
             self.materialiser.put(e)
             return
         work = out[1] if type(out) is tuple else out
-        w = work if isinstance(work, dist.Work) else dist.Work.unbox(work)
+        e.work = work if isinstance(work, dist.Work) else dist.Work.unbox(work)
+        e.end = t1  # the last look that found it not complete
         with self.open_lock:
             self.open += 1
-        try:
-            fut = w.get_future()
-        except Exception:
-            fut = None
-        if fut is None:
-            e.work = w
-            e.end = time.time_ns()  # the last look that found it not complete
-            with self.poll_lock:
-                self.polled.append(e)
-            self.poll_wake.set()
-            return
-        if fut.done():
-            now = time.time_ns()
-            e.end, e.uncertainty = (t1 + now) // 2, (now - t1) / 2.0
-            self._finished(e, fut)
-        else:
-            fut.add_done_callback(functools.partial(self._finished, e))
-
-    def _finished(self, e: _Entry, fut: Any) -> None:
-        """Done-callback (on the backend's thread): take the time, hand over. Never raises."""
-        if not e.end:
-            e.end = time.time_ns()
-        try:
-            fut.value()
-        except Exception as exc:
-            e.error = exc
-        self._hand_over(e)
+        with self.poll_lock:
+            self.polled.append(e)
+        self.poll_wake.set()
 
     def _hand_over(self, e: _Entry) -> None:
         if e.seq < 0 and e.error is None and e.work is not None:
@@ -552,12 +573,16 @@ class _State:
         e.attrs[ACCEL_COLLECTIVE_PEER] = src
 
     def _poll(self) -> None:
-        """Works without a future (gloo point-to-point, gloo's reduce-scatter): polled.
+        """Host-timed works: completion observed by polling ``is_completed()``.
 
-        ``is_completed()`` is looked at every 0.5 ms; a work seen complete gets its end
-        bracketed between the last look that said no and the first that said yes (gloo's
-        point-to-point works complete when the workload's own ``wait()`` returns, as
-        before). The poller never calls ``wait()`` itself: a gloo receive has one waiter.
+        Every 0.5 ms while works are open; a work seen complete gets its end bracketed
+        between the last look that said no and the first that said yes (the middle, with
+        half the bracket as ``accel.clock.uncertainty_ns``; gloo's point-to-point works
+        complete when the workload's own ``wait()`` returns). No Python callback is ever
+        attached to a backend's future: the recording kernel holds the GIL while the
+        original kernel enqueues, and gloo's worker frees a finished work's future (and
+        any Python callable in it, which needs the GIL) under the lock that enqueue takes:
+        a deadlock. The poller never calls ``wait()`` either: a gloo receive has one waiter.
         Some works never report completion (gloo's reduce-scatter); one still open when
         :meth:`flush` is called, or after ``_GIVE_UP_NS``, is emitted with timing
         ``enqueue``: the span covers the issuing call only.
