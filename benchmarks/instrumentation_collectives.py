@@ -6,9 +6,9 @@ configurations measured in the same run, interleaved round by round (median of t
 
 * ``bare``: uninstrumented;
 * ``kernel only``: a pass-through Python kernel registered the same way (``torch.library``
-  ``get_kernel`` + ``impl`` on ``c10d::allreduce_``), recording nothing: the floor of any
-  Python-level hook below the wrappers (the dispatcher boxes the arguments into Python
-  objects and back);
+  ``impl`` on ``c10d::allreduce_`` at ``AutogradCPU``, continuing with ``redispatch``),
+  recording nothing: the floor of any Python-level hook below the wrappers (the dispatcher
+  boxes the arguments into Python objects and back);
 * ``traced``: ``TorchDistributedInstrumentor`` with a tracer provider and a no-op meter;
 * ``traced+metrics``: the same with an SDK ``MeterProvider`` (in-memory reader).
 
@@ -52,16 +52,16 @@ def _per_call(fn: Callable[[], object], iters: int) -> tuple[float, float]:
 def _passthrough_kernel() -> object:
     import warnings
 
-    original = torch.library.get_kernel("c10d::allreduce_", "CPU")
-    call = original.call_boxed
+    op = torch.ops.c10d.allreduce_.default
+    redispatch, below = op.redispatch, torch._C._after_autograd_keyset
 
     def kernel(keyset: object, *args: object) -> object:
-        return call(keyset, *args)
+        return redispatch(keyset & below, *args)  # type: ignore[operator]
 
     lib = torch.library.Library("c10d", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lib.impl("allreduce_", kernel, "CPU", with_keyset=True)
+        lib.impl("allreduce_", kernel, "AutogradCPU", with_keyset=True)
     return lib
 
 
@@ -144,7 +144,7 @@ def _hot_path_alone(provider: object, n: int) -> None:
         def __init__(self, result: object):
             self.result = result
 
-        def call_boxed(self, keyset: object, *args: object) -> object:
+        def redispatch(self, keyset: object, *args: object) -> object:
             return self.result
 
     state = D._State(
@@ -160,14 +160,15 @@ def _hot_path_alone(provider: object, n: int) -> None:
     state.tracker = BoundedHandoff(lambda batch: None, capacity=1 << 20, name="discard")
     args = ([torch.ones(4)], object(), object(), None, False)
     stub = _Stub(([args[0][0]], object()))
-    stub_kernel = stub.call_boxed
+    stub_kernel = stub.redispatch
+    keyset = torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradCPU)
     kernel = state.kernel(D._OPS["allreduce_"], stub)
     samples = {"stub alone": [], "recording kernel": []}
     for _ in range(5):
         for name, fn in (("stub alone", stub_kernel), ("recording kernel", kernel)):
             c0 = time.thread_time_ns()
             for _ in range(n):
-                fn(None, *args)
+                fn(keyset, *args)
             samples[name].append((time.thread_time_ns() - c0) / n / 1e3)
     base = statistics.median(samples["stub alone"])
     rec = statistics.median(samples["recording kernel"])

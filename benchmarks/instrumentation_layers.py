@@ -13,6 +13,12 @@ median over ``--runs`` interleaved runs of the median over ``--repeat`` passes:
   an empty forward wrapper, and what the recorder alone costs;
 * forward pass of a small transformer on CPU: uninstrumented vs layer-instrumented (eager,
   deferred) vs ``torch.profiler`` on the same model.
+
+``--compile``: instead, ``torch.compile`` (inductor) of a small transformer, uninstrumented
+vs ``TorchLayerInstrumentor`` eager vs deferred, each in a fresh interpreter with the
+inductor caches off (so every first step compiles from scratch): the first compiled step
+(compile + run), the steady step (median of ``--repeat``), and the graph breaks dynamo
+counted, with ratios against the uninstrumented run.
 """
 
 from __future__ import annotations
@@ -221,12 +227,84 @@ def _layer_costs(n: int, repeat: int, runs: int) -> list[tuple[str, float, float
     return rows
 
 
+def _compile_child(mode: str, repeat: int) -> None:
+    """One fresh interpreter: compile the model (instrumented per ``mode``), print JSON."""
+    import json
+
+    from torch._dynamo.utils import counters
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    inp = torch.randn(4, 32, 64)
+    provider = _provider()
+    inst = TorchLayerInstrumentor()
+    if mode != "uninstrumented":
+        inst.instrument(tracer_provider=provider, model=model, deferred=mode == "deferred")
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiled(inp)
+        first = time.perf_counter() - t0
+        steps = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            compiled(inp)
+            steps.append(time.perf_counter() - t0)
+    breaks = sum(counters["graph_break"].values())
+    print(json.dumps({"first": first, "steady": statistics.median(steps), "breaks": breaks}))
+
+
+def _compile_table(repeat: int) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    rows = {}
+    for mode in ("uninstrumented", "eager", "deferred"):
+        with tempfile.TemporaryDirectory() as cache:
+            env = {
+                **os.environ,
+                "TORCHINDUCTOR_CACHE_DIR": cache,
+                "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+                "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+            }
+            out = subprocess.run(
+                [sys.executable, __file__, "--compile-child", mode, "--repeat", str(repeat)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        rows[mode] = json.loads(out.strip().splitlines()[-1])
+    base = rows["uninstrumented"]
+    print("torch.compile (inductor), TransformerEncoder 2x(d=64), batch 4x32, CPU, fresh caches")
+    print(f"{'what':16s} {'first step s':>13s} {'vs bare':>8s} {'steady ms':>10s} {'vs bare':>8s}"
+          f" {'graph breaks':>13s}")  # fmt: skip
+    for mode, r in rows.items():
+        print(
+            f"{mode:16s} {r['first']:13.2f} {r['first'] / base['first']:7.2f}x"
+            f" {r['steady'] * 1e3:10.3f} {r['steady'] / base['steady']:7.2f}x {r['breaks']:13d}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="the torch.compile comparison")
+    parser.add_argument("--compile-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.compile_child:
+        _compile_child(args.compile_child, args.repeat)
+        return
+    if args.compile:
+        _compile_table(args.repeat)
+        return
     torch.set_num_threads(1)
     n = args.layers
     inst = TorchLayerInstrumentor()
