@@ -129,6 +129,36 @@ def _tp_layer_attributes(provider: Any, exporter: Any) -> dict[str, Any]:
     }
 
 
+def _device_ids_with_local_rank(rank: int, provider: Any, exporter: Any) -> dict[str, Any]:
+    """With ``LOCAL_RANK`` set (as launchers do) and no ``device=``: span vs resource id."""
+    import os
+
+    from exporters import accelerator_attributes
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
+
+    os.environ["LOCAL_RANK"] = str(rank)
+    exporter.clear()
+    comms, layers = TorchDistributedInstrumentor(), TorchLayerInstrumentor()
+    comms.instrument(tracer_provider=provider, host_id=f"host{rank}")
+    model = torch.nn.Linear(4, 4)
+    layers.instrument(tracer_provider=provider, model=model, host_id=f"host{rank}")
+    try:
+        dist.all_reduce(model(torch.ones(1, 4)).detach())
+        comms.flush(30)
+    finally:
+        layers.uninstrument()
+        comms.uninstrument()
+        del os.environ["LOCAL_RANK"]
+    resource = accelerator_attributes(
+        env={"LOCAL_RANK": str(rank)}, hostname=f"host{rank}", use_torch=False
+    )
+    return {
+        "resource": resource.get("accel.device.id"),
+        "spans": sorted({s.attributes["accel.device.id"] for s in exporter.get_finished_spans()}),
+        "names": sorted({s.name for s in exporter.get_finished_spans()}),
+    }
+
+
 def _worker(rank: int, port: int, out_dir: str) -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -161,6 +191,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         }
     inst.uninstrument()
     out["tp_layers"] = _tp_layer_attributes(provider, exporter)
+    out["device_ids"] = _device_ids_with_local_rank(rank, provider, exporter)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
     provider.shutdown()
@@ -229,3 +260,13 @@ def test_tensor_parallel_layers_report_the_shard_flops_and_parameters(
         assert got["2"]["accel.layer.parameters"] == 16 * 8 // WORLD + 8  # bias replicated
         assert got["0"]["accel.layer.flops"] == 2 * 3 * 8 * 16 // WORLD
         assert got["2"]["accel.layer.flops"] == 2 * 3 * 16 * 8 // WORLD
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_span_device_ids_agree_with_the_resource(job: list[dict[str, Any]]) -> None:
+    for r in range(WORLD):
+        got = job[r]["device_ids"]
+        assert got["resource"] == f"host{r}/chip{r}"
+        assert got["names"] == ["accel.collective", "accel.layer"]
+        assert got["spans"] == [got["resource"]]

@@ -57,7 +57,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from otel_ext.instrumentation._common import device_attributes, get_tracer, log_once
+from otel_ext.instrumentation._common import device_attributes, get_tracer, local_device, log_once
 from otel_ext.instrumentation.deferred import BoundedHandoff, DeferredSpanRecorder
 from otel_ext.instrumentation.estimators import BACKWARD_FLOP_FACTOR
 from otel_ext.instrumentation.torch._flops import (
@@ -332,7 +332,7 @@ class _State:
             name = f"{prefix}.{qual}" if prefix and qual else (qual or root_label)
             depth = depth0 + (qual.count(".") + 1 if qual else 0)
             dev = _module_device(module)
-            device = self.device or (str(dev) if dev is not None else "cpu")
+            device = self.device or local_device(str(dev) if dev is not None else "cpu")
             attrs: dict[str, Any] = {
                 ACCEL_LAYER_NAME: name,
                 ACCEL_LAYER_INDEX: index.get(id(module), 0),
