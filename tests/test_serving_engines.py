@@ -285,3 +285,11 @@ def test_with_serving_requests_appends_engine_requests_after_loading(vllm_file: 
     assert joined is not None and joined["requests"] == 3
     assert int((table["category"] == Category.REQUEST).sum()) == 3
     assert len(table) == len(load.table) + 3 + 9  # three requests, three phases each
+
+
+def test_analyze_reads_engine_requests_and_reports_the_join(vllm_file: Path) -> None:
+    from otel_ext.analysis.engine import analyze
+
+    doc = analyze([vllm_file], workers=1)
+    assert doc["serving"] is not None and doc["serving"]["requests"] == 3
+    assert doc["requests"]["count"] >= 3

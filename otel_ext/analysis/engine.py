@@ -150,6 +150,33 @@ def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
     return out
 
 
+def _serving_requests(
+    table: EventTable, inputs: list[dict[str, Any]]
+) -> tuple[EventTable, dict[str, Any] | None]:
+    """vLLM's and SGLang's request spans as otel-ext requests, joined with otel-ext's rows.
+
+    Only the span files whose loaded rows carry an engine's request or stage names are read
+    again for the engines' attributes (:mod:`otel_ext.analysis.serving`); other inputs cost
+    nothing.
+    """
+    from otel_ext.analysis import serving
+
+    names = table.strings["name"]
+    marks = [
+        i
+        for i, n in enumerate(names)
+        if n == serving.VLLM_REQUEST_SPAN
+        or n.startswith("Req ")
+        or n in serving.SGLANG_STAGE_PHASES
+    ]
+    if not marks or not len(table):
+        return table, None
+    src = distinct(table["source"][np.isin(table["name"], np.asarray(marks))])
+    paths = {table.strings["source"][int(c)] for c in src.tolist()}
+    chosen = [i for i in inputs if i.get("path") in paths]
+    return serving.with_serving_requests(table, chosen) if chosen else (table, None)
+
+
 def _load(source: Any, *, keep_going: bool, progress: Any, workers: int | None) -> Any:
     if isinstance(source, EventTable):
         from otel_ext.analysis.loaders import LoadResult, MetricPoints
@@ -210,6 +237,7 @@ def analyze(
     formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
     table, captures = separate_captures(load.table, formats=formats, one_run=one_run)
     table, step_record = select_steps(table, steps)
+    table, serving_join = _serving_requests(table, getattr(load, "inputs", []))
     trace_rank = {c["rank"]: c["trace_rank"] for c in captures}
     if same_clock:
         clock_of = {int(r): "shared" for r in distinct(table["rank"]) if r >= 0}
@@ -366,6 +394,7 @@ def analyze(
         "load_imbalance": imb,
         "roofline": roof,
         "requests": reqs,
+        "serving": serving_join,
         "findings": findings,
     }
 
