@@ -64,6 +64,9 @@ _COLORS = {
     "launch": "#b07aa1",
     "idle": "#d3d3d3",
     "host": "#9c755f",
+    "queue": "#edc948",
+    "sync": "#e15759",
+    "runtime": "#76b7b2",
     "other": "#bab0ac",
     "non_compute": "#f28e2b",
 }
