@@ -116,6 +116,7 @@ DEFAULT_GROUP_NAME = "default_pg"
 _POLL_S = 0.0005
 _DEVICE_DEADLINE_NS = 120 * 10**9
 _GIVE_UP_NS = 300 * 10**9
+_FLUSH_GRACE_NS = 200 * 10**6
 
 
 class _Op(NamedTuple):
@@ -330,7 +331,9 @@ class _State:
         self.open_lock = threading.Condition()
         self.polled: list[_Entry] = []
         self.poll_lock = threading.Lock()
-        self.give_up_before = 0
+        # (issued before, from): flush() gives up on works issued before it began that are
+        # still open _FLUSH_GRACE_NS later; otherwise after _GIVE_UP_NS.
+        self.give_up = (0, 0)
         self.poll_wake = threading.Event()
         self.device_pending: list[tuple[_Entry, int]] = []
         self.closed = False
@@ -583,9 +586,9 @@ class _State:
         original kernel enqueues, and gloo's worker frees a finished work's future (and
         any Python callable in it, which needs the GIL) under the lock that enqueue takes:
         a deadlock. The poller never calls ``wait()`` either: a gloo receive has one waiter.
-        Some works never report completion (gloo's reduce-scatter); one still open when
-        :meth:`flush` is called, or after ``_GIVE_UP_NS``, is emitted with timing
-        ``enqueue``: the span covers the issuing call only.
+        Some works never report completion (gloo's reduce-scatter); one issued before a
+        :meth:`flush` and still open 200 ms into it, or open after ``_GIVE_UP_NS``, is
+        emitted with timing ``enqueue``: the span covers the issuing call only.
         """
         watching: list[_Entry] = []
         while not self.closed:
@@ -598,7 +601,8 @@ class _State:
                 continue
             time.sleep(_POLL_S)
             now = time.time_ns()
-            give_up = max(self.give_up_before, now - _GIVE_UP_NS)
+            before, after = self.give_up
+            give_up = max(before if now >= after else 0, now - _GIVE_UP_NS)
             keep = []
             for e in watching:
                 try:
@@ -701,7 +705,8 @@ class _State:
             return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
         ok = self.tracker.flush(left())
-        self.give_up_before = time.time_ns()
+        began = time.time_ns()
+        self.give_up = (began, began + _FLUSH_GRACE_NS)
         self.poll_wake.set()
         with self.open_lock:
             ok = self.open_lock.wait_for(lambda: self.open <= 0, left()) and ok
