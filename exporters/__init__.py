@@ -20,29 +20,73 @@ The Prometheus exposition server lives in :mod:`exporters.prometheus` and plugs 
 :func:`register_metrics_exporter`.
 """
 
-from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
-from exporters._configure import (
-    ExporterSettings,
-    OtlpSettings,
-    Telemetry,
-    configure,
-    register_metrics_exporter,
-    register_span_exporter,
-)
-from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-from exporters._guard import DropCounter
-from exporters._perfetto import PerfettoTraceExporter, otlp_json_to_perfetto
-from exporters._reader import (
-    EventRecord,
-    ExemplarRecord,
-    LinkRecord,
-    MetricPoint,
-    SpanRecord,
-    read_metrics,
-    read_otlp_json,
-    read_spans,
-)
-from exporters._resource import AcceleratorResourceDetector, accelerator_attributes
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
+    from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
+    from exporters._configure import (
+        ExporterSettings,
+        OtlpSettings,
+        Telemetry,
+        configure,
+        register_metrics_exporter,
+        register_span_exporter,
+    )
+    from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+    from exporters._guard import DropCounter
+    from exporters._perfetto import PerfettoTraceExporter, otlp_json_to_perfetto
+    from exporters._reader import (
+        EventRecord,
+        ExemplarRecord,
+        LinkRecord,
+        MetricPoint,
+        SpanRecord,
+        read_metrics,
+        read_otlp_json,
+        read_spans,
+    )
+    from exporters._resource import AcceleratorResourceDetector, accelerator_attributes
+
+#: public name -> the private module that defines it; importing ``exporters`` (as the
+#: analysis' OTLP decoder does) loads none of the SDK until a name is used
+_WHERE = {
+    "AcceleratorResourceDetector": "_resource",
+    "accelerator_attributes": "_resource",
+    "BoundedBatchSpanProcessor": "_batch",
+    "GuardedMetricExporter": "_batch",
+    "DropCounter": "_guard",
+    "ExporterSettings": "_configure",
+    "OtlpSettings": "_configure",
+    "Telemetry": "_configure",
+    "configure": "_configure",
+    "register_metrics_exporter": "_configure",
+    "register_span_exporter": "_configure",
+    "OtlpJsonFileMetricExporter": "_file_exporters",
+    "OtlpJsonFileSpanExporter": "_file_exporters",
+    "PerfettoTraceExporter": "_perfetto",
+    "otlp_json_to_perfetto": "_perfetto",
+    "EventRecord": "_reader",
+    "ExemplarRecord": "_reader",
+    "LinkRecord": "_reader",
+    "MetricPoint": "_reader",
+    "SpanRecord": "_reader",
+    "read_metrics": "_reader",
+    "read_otlp_json": "_reader",
+    "read_spans": "_reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'exporters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"exporters.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AcceleratorResourceDetector",
