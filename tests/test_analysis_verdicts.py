@@ -259,3 +259,14 @@ def test_ranks_sharing_a_verdict_are_one_finding_with_the_spread() -> None:
     idle = [t["idle_pct"] for t in doc["temporal_breakdown"]]
     assert ev["idle_pct_min"] == pytest.approx(min(idle))
     assert ev["idle_pct_max"] == pytest.approx(max(idle))
+
+
+def test_single_rank_collective_calls_with_sizes_from_input_shapes() -> None:
+    # vLLM TP8 on B200, rank 0 only: 73 symmetric-memory all-reduces without metadata
+    folder = SHARED_TRACES / "tracelens_vllm_tp8_b200"
+    require(folder.is_dir(), f"real traces folder {folder}")
+    doc = analyze([folder], workers=1)
+    by_op = {r["op"]: r for r in doc["collectives"]["calls"]["by_op"]}
+    assert by_op["allreduce"]["calls"] == 73 and by_op["allreduce"]["bytes_known"] == 73
+    assert by_op["allgather"]["calls"] == 1
+    assert doc["collectives"]["count"] == 0  # one rank: nothing to match across ranks

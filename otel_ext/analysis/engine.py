@@ -150,6 +150,35 @@ def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
     return out
 
 
+#: profiler files re-read for the input sizes of collectives without metadata: up to this size
+_CALL_SIZES_MAX_BYTES = 64 << 20
+
+
+def _collective_calls(table: EventTable, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Communication kernels grouped into calls per rank (:mod:`otel_ext.analysis.comm_calls`),
+    each call's size from metadata or, for kernels without it (symmetric-memory all-reduces),
+    from the launching operation's input shapes: small profiler files that hold such kernels
+    are read once more for those shapes."""
+    from otel_ext.analysis import comm_calls
+
+    comm = table["category"] == Category.KERNEL_COMM
+    if not comm.any():
+        return {"count": 0, "by_op": [], "calls": []}
+    sizes: dict[tuple[str, int], int] = {}
+    unsized = comm & (table["coll_bytes"] <= 0) & (table["external_id"] >= 0)
+    if unsized.any():
+        wanted = {table.strings["source"][int(c)] for c in distinct(table["source"][unsized])}
+        for i in inputs:
+            path = str(i.get("path", ""))
+            if path in wanted and i.get("format") == "kineto":
+                try:
+                    if Path(path).stat().st_size <= _CALL_SIZES_MAX_BYTES:
+                        sizes.update(comm_calls.input_bytes_by_external_id(path))
+                except OSError:
+                    continue
+    return comm_calls.collective_calls(table, input_bytes=sizes)
+
+
 def _serving_requests(
     table: EventTable, inputs: list[dict[str, Any]]
 ) -> tuple[EventTable, dict[str, Any] | None]:
@@ -364,6 +393,7 @@ def analyze(
         "mismatches": amatch.mismatches(),
         "instances": amatch.rows(limit=max_collectives),
         "wait_heatmap": wait_heatmap(amatch),
+        "calls": _collective_calls(table, getattr(load, "inputs", [])),
     }
     return {
         "schema": SCHEMA,

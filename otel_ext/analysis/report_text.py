@@ -157,6 +157,15 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
                 f"{_ms(s['total_wait_ns'])}, median transfer {_ms(s['median_transfer_ns'])}, "
                 f"busbw {'-' if bw is None else f'{bw / 1e9:.2f} GB/s'}"
             )
+    calls = coll.get("calls") or {}
+    if not coll.get("count") and calls.get("count"):
+        w("")
+        parts = ", ".join(
+            f"{c['op']} x{c['calls']}"
+            + (f" ({c['bytes_total'] / 1e6:.1f} MB)" if c.get("bytes_known") else "")
+            for c in calls.get("by_op", [])
+        )
+        w(f"Collective calls (not matched across ranks): {calls['count']}: {parts}")
     links = [s for s in doc.get("links") or [] if s.get("slowness")]
     if links:
         w("")
