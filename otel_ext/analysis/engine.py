@@ -150,15 +150,19 @@ def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
     return out
 
 
-#: profiler files re-read for the input sizes of collectives without metadata: up to this size
-_CALL_SIZES_MAX_BYTES = 64 << 20
+#: profiler files re-read for the input sizes of collectives without metadata: at most this
+#: many events of them in all (a second parse of large traces would double the analysis)
+_CALL_SIZES_MAX_EVENTS = 50_000
 
 
-def _collective_calls(table: EventTable, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+def _collective_calls(
+    table: EventTable, inputs: list[dict[str, Any]], *, matched: int
+) -> dict[str, Any]:
     """Communication kernels grouped into calls per rank (:mod:`otel_ext.analysis.comm_calls`),
     each call's size from metadata or, for kernels without it (symmetric-memory all-reduces),
     from the launching operation's input shapes: small profiler files that hold such kernels
-    are read once more for those shapes."""
+    are read once more for those shapes, when no collective matched across ranks (a single
+    rank's trace) and they are small (:data:`_CALL_SIZES_MAX_EVENTS` in all)."""
     from otel_ext.analysis import comm_calls
 
     comm = table["category"] == Category.KERNEL_COMM
@@ -166,16 +170,12 @@ def _collective_calls(table: EventTable, inputs: list[dict[str, Any]]) -> dict[s
         return {"count": 0, "by_op": [], "calls": []}
     sizes: dict[tuple[str, int], int] = {}
     unsized = comm & (table["coll_bytes"] <= 0) & (table["external_id"] >= 0)
-    if unsized.any():
+    if unsized.any() and matched == 0:
         wanted = {table.strings["source"][int(c)] for c in distinct(table["source"][unsized])}
-        for i in inputs:
-            path = str(i.get("path", ""))
-            if path in wanted and i.get("format") == "kineto":
-                try:
-                    if Path(path).stat().st_size <= _CALL_SIZES_MAX_BYTES:
-                        sizes.update(comm_calls.input_bytes_by_external_id(path))
-                except OSError:
-                    continue
+        chosen = [i for i in inputs if i.get("path") in wanted and i.get("format") == "kineto"]
+        if sum(int(i.get("events") or 0) for i in chosen) <= _CALL_SIZES_MAX_EVENTS:
+            for i in chosen:
+                sizes.update(comm_calls.input_bytes_by_external_id(str(i["path"])))
     return comm_calls.collective_calls(table, input_bytes=sizes)
 
 
@@ -393,7 +393,7 @@ def analyze(
         "mismatches": amatch.mismatches(),
         "instances": amatch.rows(limit=max_collectives),
         "wait_heatmap": wait_heatmap(amatch),
-        "calls": _collective_calls(table, getattr(load, "inputs", [])),
+        "calls": _collective_calls(table, getattr(load, "inputs", []), matched=amatch.n_instances),
     }
     return {
         "schema": SCHEMA,
