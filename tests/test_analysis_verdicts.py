@@ -270,3 +270,12 @@ def test_single_rank_collective_calls_with_sizes_from_input_shapes() -> None:
     assert by_op["allreduce"]["calls"] == 73 and by_op["allreduce"]["bytes_known"] == 73
     assert by_op["allgather"]["calls"] == 1
     assert doc["collectives"]["count"] == 0  # one rank: nothing to match across ranks
+
+
+def test_findings_of_separate_runs_are_not_one_pattern() -> None:
+    folder = SHARED_TRACES / "hta_extra"  # ten unrelated captures
+    require(folder.is_dir(), f"real traces folder {folder}")
+    doc = analyze([folder], workers=1)
+    hb = [f for f in doc["findings"] if f["kind"] == "host-bound"]
+    assert hb and all("ranks" not in f["evidence"] for f in hb)
+    assert all(f["impact_pct"] <= 100.0 for f in doc["findings"])

@@ -363,6 +363,7 @@ def analyze(
         run_ns_of_rank={
             r: int(run["end_ns"] - run["start_ns"]) for run in run_list for r in run["ranks"]
         },
+        run_of_rank={r: int(run["run"]) for run in run_list for r in run["ranks"]},
         rank_names=names,
         thresholds=th,
     )

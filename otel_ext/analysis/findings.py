@@ -258,6 +258,7 @@ def build_findings(
     rank_names: dict[int, tuple[str, str]] | None = None,
     thresholds: Thresholds | None = None,
     run_ns_of_rank: dict[int, int] | None = None,
+    run_of_rank: dict[int, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Turn the analyses' outputs into ranked findings.
 
@@ -276,6 +277,7 @@ def build_findings(
         run_ns: the run's length (for ``impact_pct``).
         run_ns_of_rank: the length of each rank's run: a finding about one rank is rated
             against its own run when the input holds several (never above 100 %).
+        run_of_rank: each rank's run: ranks sharing a verdict are one finding per run.
         rank_names: rank -> (host, device) names.
         thresholds: where numbers become findings.
 
@@ -622,7 +624,7 @@ def build_findings(
                 )
             )
 
-    findings = _one_per_pattern(findings, pct)
+    findings = _one_per_pattern(findings, pct, run_of_rank or {})
     for f in findings:  # rated against the run the finding is about; never above 100 %
         about = f.evidence.get("rank")
         own = (run_ns_of_rank or {}).get(about) if isinstance(about, int) else None
@@ -645,14 +647,24 @@ def build_findings(
 _GROUPED = ("host-bound",)
 
 
-def _one_per_pattern(findings: list[Finding], pct: Any) -> list[Finding]:
-    """Ranks sharing a verdict as one finding naming the spread (min/median/max) and targets.
+def _one_per_pattern(
+    findings: list[Finding], pct: Any, run_of_rank: dict[int, int]
+) -> list[Finding]:
+    """Ranks of one run sharing a verdict as one finding naming the spread (min/median/max)
+    and targets (separate captures are never one pattern).
 
-    The impact is the largest member's (ranks run in parallel: their idle is not additive).
+    The impact is the largest member's (ranks run in parallel: their idle is not additive),
+    rated against that member's run.
     """
     out: list[Finding] = []
-    for kind in dict.fromkeys(f.kind for f in findings):
-        same = [f for f in findings if f.kind == kind]
+
+    def group(f: Finding) -> tuple[str, int]:
+        r = f.evidence.get("rank")
+        return f.kind, run_of_rank.get(r, 0) if isinstance(r, int) else 0
+
+    for key in dict.fromkeys(group(f) for f in findings):
+        kind = key[0]
+        same = [f for f in findings if group(f) == key]
         if kind not in _GROUPED or len(same) < 2:
             out.extend(same)
             continue
@@ -671,6 +683,7 @@ def _one_per_pattern(findings: list[Finding], pct: Any) -> list[Finding]:
             + " of it waiting for the host to launch work"
         )
         evidence = {
+            "rank": worst.evidence.get("rank"),  # the worst member: the impact is its
             "ranks": [f.evidence.get("rank") for f in same],
             "targets": targets,
             "idle_pct_min": min(idle),
