@@ -206,12 +206,14 @@ def truth_visible(spec: RunSpec, last: Sequence[int], world: int) -> bool:
     """Whether a run's raw last arrivals show its ground truth, so it can judge an analysis.
 
     A slow run: its slow rank called last at more than half of the collectives (chance is
-    ``1/world``). A healthy run: no rank last beyond chance (:func:`persistently_last`). On a
+    ``1/world``), significantly so (binomial, 0.01 after adjusting for the ranks). A healthy run: no rank last beyond chance (:func:`persistently_last`). On a
     loaded machine either can fail: the scheduler delays ranks by more than the injected
     fault, or makes a straggler nobody injected.
 
-    >>> truth_visible(RunSpec(name="s", slow_rank=1), [1, 1, 1, 0], 4)
+    >>> truth_visible(RunSpec(name="s", slow_rank=1), [1] * 9 + [0, 2, 3], 4)
     True
+    >>> truth_visible(RunSpec(name="s", slow_rank=1), [1, 1, 1, 0], 4)  # too few to tell
+    False
     >>> truth_visible(RunSpec(name="h"), [2] * 8, 4)
     False
     """
@@ -219,7 +221,12 @@ def truth_visible(spec: RunSpec, last: Sequence[int], world: int) -> bool:
         return True  # an inventory, no ground truth to show
     if spec.slow_rank is None:
         return not persistently_last(last, world)
-    return bool(last) and list(last).count(spec.slow_rank) > len(last) / 2
+    # the evidence the analysis' own verdict needs: last at more than half, and beyond chance
+    # at its family-wise level (0.01 over ``world`` ranks), else the fault is not in the data
+    k, n = list(last).count(spec.slow_rank), len(last)
+    p0 = 1.0 / world
+    tail = sum(math.comb(n, i) * p0**i * (1 - p0) ** (n - i) for i in range(k, n + 1))
+    return bool(last) and k > n / 2 and tail * world < 0.01
 
 
 def event_inventory(folder: Path) -> dict[int, dict[str, Any]]:

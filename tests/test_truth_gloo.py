@@ -50,7 +50,7 @@ from gloo_profiled_job import (
 from otel_ext.analysis.engine import analyze
 
 WORLD = 4
-STEPS = 6
+STEPS = 8  # 14 collectives analysed after the last step is dropped
 COLLECTIVES_PER_STEP = 2  # all_reduce, all_gather
 ROOT_CAUSE_KINDS = {"straggler", "slow-link", "throttle"}
 
