@@ -4,8 +4,8 @@ One 4-rank torch.distributed gloo job (``tests/gloo_profiled_job.py``: real proc
 loopback, ``torch.profiler`` with ``tensorboard_trace_handler`` on every rank) records, once
 per module, two healthy runs and two runs with a known slow rank: rank 1 sleeping 5 ms before
 each collective, rank 2 doing 10 extra 256x256 matmuls before each collective (against the
-2 every rank does). Each run is 6 profiled steps of an ``all_reduce`` and an ``all_gather``:
-12 collectives per rank.
+2 every rank does). Each run is 8 profiled steps of an ``all_reduce`` and an ``all_gather``:
+16 collectives per rank.
 
 The traces are what PyTorch 2.13 writes for gloo (``docs/analysis.md``, "CPU-side
 collectives in PyTorch profiler traces (gloo)"): a ``c10d::allreduce_`` / ``c10d::allgather_``
@@ -14,13 +14,13 @@ CPU op on the main thread when the rank calls the collective, the ``gloo:all_red
 ``record_param_comms``, no sequence number, no group name in the events.
 
 First the harness checks itself, from the raw JSON and without otel-ext: every rank issued
-the same 12 collectives, and the slow rank arrived last at most of them (so a failure below is
-the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay:
+the same 16 collectives, and the slow rank arrived last at most of them, beyond chance at the
+verdict's own level (so a failure below is the analysis', not the data's). On a loaded machine the scheduler can swamp a 5 ms delay:
 such a slow run is recorded again (at most 3 recordings, ``record_until_visible``); it can
 also keep a healthy rank late for a whole run (see the healthy check below). One more run (``OPS``) calls each collective kind once with shapes
 recorded, and checks the event inventory the docs state. Then, through the public ``analyze``:
 
-* every run: 12 collectives matched (2 per profiler step the analysis keeps), each across
+* every run: 14 collectives matched (2 per profiler step the analysis keeps), each across
   all 4 ranks;
 * slow runs: the slow rank heads ``stragglers`` and is the only straggler finding's target;
 * healthy runs: no straggler, slow-link or throttle finding (asserted only once collectives
