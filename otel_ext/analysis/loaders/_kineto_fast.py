@@ -81,6 +81,37 @@ _DEVICE_SIDE_CATS = frozenset(
     {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "mtia_ccp_events"}
 )
 _LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu", "async_gpu"})
+#: the Trace Event Format's phases: events of the others than ``X`` are read (flows,
+#: process labels) or deliberately not loaded (instants, counters, async, samples...)
+KNOWN_PHASES = frozenset(
+    [
+        "X",
+        "s",
+        "f",
+        "t",
+        "M",
+        "B",
+        "E",
+        "i",
+        "I",
+        "C",
+        "b",
+        "n",
+        "e",
+        "P",
+        "O",
+        "N",
+        "D",
+        "R",
+        "c",
+        "(",
+        ")",
+        "T",
+        "p",
+        "S",
+        "F",
+    ]
+)
 
 #: ``args`` members the loader reads: struct field -> JSON key (collective keys first)
 _COLL_KEYS = {
@@ -175,31 +206,7 @@ if msgspec is not None:
 
     _OTHER_PHASES = [
         msgspec.defstruct(f"_Phase{i}", [], bases=(_Base,), tag=ph, gc=False)
-        for i, ph in enumerate(
-            [
-                "B",
-                "E",
-                "i",
-                "I",
-                "C",
-                "b",
-                "n",
-                "e",
-                "t",
-                "P",
-                "O",
-                "N",
-                "D",
-                "R",
-                "c",
-                "(",
-                ")",
-                "T",
-                "p",
-                "S",
-                "F",
-            ]
-        )
+        for i, ph in enumerate(sorted(KNOWN_PHASES - {"X", "s", "f", "M"}))
     ]
     _Event = Union[(_X, _FlowS, _FlowF, _Meta, *_OTHER_PHASES)]  # type: ignore[valid-type]
 

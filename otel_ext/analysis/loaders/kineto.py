@@ -49,7 +49,13 @@ import numpy as np
 from otel_ext.analysis.classify import classify_kineto, has_collective_metadata
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, us_to_ns
 from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_array, iter_object
-from otel_ext.analysis.loaders._kineto_fast import FastColumns, decode_fast
+from otel_ext.analysis.loaders._kineto_fast import (
+    _DEVICE_SIDE_CATS,
+    _LAUNCH_FLOW_CATS,
+    KNOWN_PHASES,
+    FastColumns,
+    decode_fast,
+)
 from otel_ext.analysis.table import (
     DEVICE_CATEGORIES,
     NUMERIC_COLUMNS,
@@ -76,41 +82,6 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "uint16": 2, "uint32": 4, "uint64": 8,
 }  # fmt: skip
 
-_DEVICE_SIDE_CATS = frozenset(
-    {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation", "mtia_ccp_events"}
-)
-_LAUNCH_FLOW_CATS = frozenset({"ac2g", "async_cpu_to_gpu", "async_gpu"})
-#: the Trace Event Format's phases: events of the others than ``X`` are read (flows,
-#: process labels) or deliberately not loaded (instants, counters, async, samples...)
-KNOWN_PHASES = frozenset(
-    [
-        "X",
-        "s",
-        "f",
-        "t",
-        "M",
-        "B",
-        "E",
-        "i",
-        "I",
-        "C",
-        "b",
-        "n",
-        "e",
-        "P",
-        "O",
-        "N",
-        "D",
-        "R",
-        "c",
-        "(",
-        ")",
-        "T",
-        "p",
-        "S",
-        "F",
-    ]
-)
 _KINETO_KEYS = re.compile(r'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 _NUMERIC = [
     "start_ns", "end_ns", "category", "stream", "tid", "correlation", "external_id",
