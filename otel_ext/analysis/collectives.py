@@ -432,19 +432,14 @@ def host_collective_members(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     if p2p:
         cand = cand[~np.isin(table["name"][cand], np.asarray(sorted(p2p)))]
     picked = cand[host_collective_rows(table.select(cand))] if len(cand) else cand
-    fam_of = {}
+    # family per name code (1 caller c10d::, 2 gloo worker), looked up for every row at once
+    fam = np.zeros(int(codes.max()) + 1 if len(codes) else 1, dtype=np.int8)
     for c in codes.tolist():
         text = names[int(c)]
-        fam_of[int(c)] = (
-            "gloo" if text.startswith("gloo:") else "c10d" if text.startswith("c10d::") else ""
-        )
-    name_col = table["name"]
-    caller = np.array(
-        [r for r in cand.tolist() if fam_of.get(int(name_col[r])) == "c10d"], np.int64
-    )
-    worker = np.array(
-        [r for r in cand.tolist() if fam_of.get(int(name_col[r])) == "gloo"], np.int64
-    )
+        fam[int(c)] = 2 if text.startswith("gloo:") else 1 if text.startswith("c10d::") else 0
+    row_fam = fam[table["name"][cand]] if len(cand) else np.zeros(0, np.int8)
+    caller = cand[row_fam == 1].astype(np.int64)
+    worker = cand[row_fam == 2].astype(np.int64)
     none = np.full(len(picked), -1, dtype=np.int64)
     if len(caller) == 0 or len(worker) == 0:
         return picked, none
