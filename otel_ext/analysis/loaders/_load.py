@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
@@ -21,6 +21,10 @@ from otel_ext.analysis.loaders.kineto import (
 from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_lines
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
+
+if TYPE_CHECKING:  # the pool's modules are imported only when a pool runs
+    from concurrent.futures import Executor
+    from contextlib import AbstractContextManager
 
 __all__ = [
     "DERIVED_FORMATS",
@@ -476,6 +480,7 @@ def load_paths(
     keep_going: bool = False,
     progress: ProgressCallback | None = None,
     workers: int | None = None,
+    executor: Executor | None = None,
 ) -> LoadResult:
     """Load files and folders of telemetry into one event table.
 
@@ -492,6 +497,9 @@ def load_paths(
         workers: processes to use (default: the cores, when the set is at least 2 MiB on
             disk; 1 = in-process). With fewer files than workers, each large Kineto file is
             decoded in stripes by several processes and put back together in order.
+        executor: run the file and stripe jobs on this executor (a Dask cluster's, see
+            :mod:`otel_ext.analysis.dask_backend`) instead of a local process pool, even for
+            one file; ``workers`` is then its number of job slots. The caller owns it.
 
     Returns:
         A :class:`LoadResult`.
@@ -551,7 +559,7 @@ def load_paths(
             progress(len(results), total, paths_s[i])
 
     stripes = _stripes_for(files, workers) if workers > 1 else [1] * total
-    if workers <= 1 or sum(stripes) <= 1:
+    if executor is None and (workers <= 1 or sum(stripes) <= 1):
         for i, f in enumerate(paths_s):
             try:
                 handle(i, load_file(f, keep_going=keep_going))
@@ -560,8 +568,14 @@ def load_paths(
     else:
         # imported here: the pool's modules cost 3 MB and a few ms, spent only when it runs
         from concurrent.futures import ProcessPoolExecutor
+        from contextlib import nullcontext
 
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool_cm: AbstractContextManager[Executor]  # the caller's executor stays open
+        if executor is None:
+            pool_cm = ProcessPoolExecutor(max_workers=workers)
+        else:
+            pool_cm = nullcontext(executor)
+        with pool_cm as pool:
             futures = [
                 [pool.submit(_load_one, (f, keep_going, k, n)) for k in range(n)]
                 for f, n in zip(paths_s, stripes)
