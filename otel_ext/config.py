@@ -245,3 +245,12 @@ COMM_KERNELS = _declare(
         "Extra communication-kernel name tables (YAML, the shape of `semantic_conventions/model/kernels/communication.yaml`), separated by the OS path separator; `otel-ext analyze` counts kernels they match as communication.",
     )
 )
+
+DASK_SCHEDULER = _declare(
+    EnvVar(
+        "OTEL_EXT_DASK_SCHEDULER",
+        str,
+        "",
+        "Where `otel-ext analyze` reads the files when `--scheduler` is not given: `local:N` (a local Dask cluster of N worker processes), `tcp://HOST:PORT` of a Dask scheduler, or a scheduler file; empty: in process.",
+    )
+)

@@ -1,17 +1,21 @@
-"""``otel-ext analyze PATH... [--format text|json|html] [--out FILE] [--keep-going]``.
+"""``otel-ext analyze PATH... [--format text|json|html] [--out FILE] [--keep-going]
+[--scheduler ADDRESS]``.
 
 Loads every recognised telemetry file under the paths (folders included; derived outputs and
 ground truth are left out with a line saying so), runs the analyses and writes the report to
 stdout or ``--out``. Progress goes to stderr: a live bar when stderr is a terminal, otherwise
 one final line. Bad input is one line naming the file, the record and the problem, and exit
 status 1 (the dispatcher prints :class:`~otel_ext.errors.OtelExtError`); never a traceback.
+``--scheduler`` (default ``OTEL_EXT_DASK_SCHEDULER``) reads the files on a Dask cluster
+(:mod:`otel_ext.analysis.dask_backend`); a malformed address, or Dask not installed, is one
+line and exit status 2, as other usage errors.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser()
 >>> add_arguments(p)
 >>> a = p.parse_args(["trace.json", "--format", "json"])
->>> a.paths, a.format, a.keep_going
-(['trace.json'], 'json', False)
+>>> a.paths, a.format, a.keep_going, a.scheduler
+(['trace.json'], 'json', False, None)
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from otel_ext.errors import InputError, OtelExtError
+from otel_ext.errors import ConfigError, InputError, OtelExtError
 
 __all__ = ["ProgressBar", "add_arguments", "run"]
 
@@ -69,6 +73,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--one-run",
         action="store_true",
         help="analyse every file as one run (default: separate captures are separate runs)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="read the files and run the per-file passes on a Dask cluster: local:N (N local "
+        "worker processes), tcp://HOST:PORT of a running scheduler, or a scheduler file "
+        "(default: OTEL_EXT_DASK_SCHEDULER; needs the dask extra)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress or notes on stderr")
 
@@ -133,8 +145,19 @@ def run(args: argparse.Namespace) -> int:
         OtelExtError: bad input (the dispatcher turns it into one line and status 1).
     """
     from otel_ext.analysis.engine import analyze
+    from otel_ext.config import DASK_SCHEDULER, resolve
 
     quiet = bool(getattr(args, "quiet", False))
+    scheduler = resolve(DASK_SCHEDULER, getattr(args, "scheduler", None)).strip()
+    if scheduler:
+        from otel_ext.analysis.dask_backend import parse_scheduler, require_distributed
+
+        try:  # usage errors, before any file is read
+            parse_scheduler(scheduler)
+            require_distributed()
+        except ConfigError as e:
+            print(f"otel-ext analyze: error: {e}", file=sys.stderr)
+            return 2
     bar = None if quiet else ProgressBar(sys.stderr)
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be at least 1")
@@ -154,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
             same_clock=bool(getattr(args, "same_clock", False)),
             clock_of=clock_of,
             one_run=bool(getattr(args, "one_run", False)),
+            scheduler=scheduler,
         )
     finally:
         if bar is not None:

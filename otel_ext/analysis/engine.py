@@ -28,8 +28,9 @@ The text and HTML reports are functions of this document alone.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,12 +47,20 @@ from otel_ext.analysis.collectives import (
 from otel_ext.analysis.critical_path import critical_path
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
-from otel_ext.analysis.requests import request_accounting_for_inputs, request_latency
+from otel_ext.analysis.requests import (
+    engine_steps_from_otlp,
+    request_accounting,
+    request_accounting_for_inputs,
+    request_latency,
+)
 from otel_ext.analysis.roofline import roofline
 from otel_ext.analysis.runs import runs_summary
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices
 from otel_ext.analysis.table import Category, EventTable
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.dask_backend import DaskCluster
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
 
@@ -89,8 +98,8 @@ def wait_heatmap(match: CollectiveMatch, *, bins: int = 60) -> dict[str, Any]:
 
 
 def _device_model(load: Any) -> str | None:
-    from semantic_conventions.attributes import ACCEL_DEVICE_MODEL
-    from semantic_conventions.registry import device_table
+    from otel_ext.semconv.attributes import ACCEL_DEVICE_MODEL
+    from otel_ext.semconv.registry import device_table
 
     known = set(device_table())
     metrics = getattr(load, "metrics", None)
@@ -110,7 +119,7 @@ def _spec(model: str | None, field: str) -> float | None:
     """A device model's registry value (``nic_bandwidth``, ...), or None."""
     if not model:
         return None
-    from semantic_conventions.registry import device_table
+    from otel_ext.semconv.registry import device_table
 
     value = device_table().get(model, {}).get(field)
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
@@ -155,8 +164,22 @@ def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
 _CALL_SIZES_MAX_EVENTS = 50_000
 
 
+def _per_file(
+    cluster: DaskCluster | None, fn: Callable[[list[str]], list[Any]], paths: list[str]
+) -> list[Any]:
+    """``fn(paths)``, one job per path on the cluster's workers (where the files are) when
+    there is one; ``fn`` answers for several paths with its per-path answers in order."""
+    if cluster is None or not paths:
+        return fn(paths)
+    return cluster.map_files(fn, paths)
+
+
 def _collective_calls(
-    table: EventTable, inputs: list[dict[str, Any]], *, matched: int
+    table: EventTable,
+    inputs: list[dict[str, Any]],
+    *,
+    matched: int,
+    cluster: DaskCluster | None = None,
 ) -> dict[str, Any]:
     """Communication kernels grouped into calls per rank (:mod:`otel_ext.analysis.comm_calls`),
     each call's size from metadata or, for kernels without it (symmetric-memory all-reduces),
@@ -174,13 +197,20 @@ def _collective_calls(
         wanted = {table.strings["source"][int(c)] for c in distinct(table["source"][unsized])}
         chosen = [i for i in inputs if i.get("path") in wanted and i.get("format") == "kineto"]
         if sum(int(i.get("events") or 0) for i in chosen) <= _CALL_SIZES_MAX_EVENTS:
-            for i in chosen:
-                sizes.update(comm_calls.input_bytes_by_external_id(str(i["path"])))
+            for one in _per_file(cluster, _call_sizes, [str(i["path"]) for i in chosen]):
+                sizes.update(one)
     return comm_calls.collective_calls(table, input_bytes=sizes)
 
 
+def _call_sizes(paths: list[str]) -> list[dict[tuple[str, int], int]]:
+    """Each profiler file's collective input sizes by external id (a per-file job)."""
+    from otel_ext.analysis import comm_calls
+
+    return [comm_calls.input_bytes_by_external_id(p) for p in paths]
+
+
 def _serving_requests(
-    table: EventTable, inputs: list[dict[str, Any]]
+    table: EventTable, inputs: list[dict[str, Any]], *, cluster: DaskCluster | None = None
 ) -> tuple[EventTable, dict[str, Any] | None]:
     """vLLM's and SGLang's request spans as otel-ext requests, joined with otel-ext's rows.
 
@@ -203,10 +233,49 @@ def _serving_requests(
     src = distinct(table["source"][np.isin(table["name"], np.asarray(marks))])
     paths = {table.strings["source"][int(c)] for c in src.tolist()}
     chosen = [i for i in inputs if i.get("path") in paths]
-    return serving.with_serving_requests(table, chosen) if chosen else (table, None)
+    if not chosen:
+        return table, None
+    if cluster is None:
+        return serving.with_serving_requests(table, chosen)
+    # serving.with_serving_requests, with the files read on the workers
+    span_paths = [
+        str(i["path"])
+        for i in chosen
+        if i.get("format") in ("otlp-traces", "jaeger") and i.get("status") == "loaded"
+    ]
+    if not span_paths:
+        return table, None
+    spans = _per_file(cluster, serving.read_serving_spans, span_paths)
+    extra = EventTable.from_rows(serving.serving_rows(spans))
+    if not len(extra):
+        return table, None
+    return EventTable.concat([table, extra]), serving.join_serving(table, extra)
 
 
-def _load(source: Any, *, keep_going: bool, progress: Any, workers: int | None) -> Any:
+def _request_accounting(
+    inputs: list[dict[str, Any]], metrics: Any, *, cluster: DaskCluster | None
+) -> dict[str, Any]:
+    """Per-request device time and energy (:mod:`otel_ext.analysis.requests`), the engine
+    steps read from the OTLP span files on the cluster's workers when there is one."""
+    if cluster is None:
+        return request_accounting_for_inputs(inputs, metrics)
+    paths = [
+        str(i["path"])
+        for i in inputs
+        if i.get("format") == "otlp-traces" and i.get("status") == "loaded"
+    ]
+    steps = _per_file(cluster, engine_steps_from_otlp, paths)
+    return request_accounting(steps, metrics=metrics)
+
+
+def _load(
+    source: Any,
+    *,
+    keep_going: bool,
+    progress: Any,
+    workers: int | None,
+    cluster: DaskCluster | None = None,
+) -> Any:
     if isinstance(source, EventTable):
         from otel_ext.analysis.loaders import LoadResult, MetricPoints
 
@@ -216,7 +285,15 @@ def _load(source: Any, *, keep_going: bool, progress: Any, workers: int | None) 
     from otel_ext.analysis.loaders import load_paths
 
     paths = [source] if isinstance(source, (str, Path)) else list(source)
+    if cluster is not None:
+        return cluster.load(paths, keep_going=keep_going, progress=progress)
     return load_paths(paths, keep_going=keep_going, progress=progress, workers=workers)
+
+
+def _is_paths(source: Any) -> bool:
+    return not isinstance(source, EventTable) and not (
+        hasattr(source, "table") and hasattr(source, "inputs")
+    )
 
 
 def analyze(
@@ -233,6 +310,7 @@ def analyze(
     same_clock: bool = False,
     clock_of: dict[int, str] | None = None,
     one_run: bool = False,
+    scheduler: str | None = None,
 ) -> dict[str, Any]:
     """Analyse telemetry into the stable JSON document.
 
@@ -253,20 +331,65 @@ def analyze(
         clock_of: rank -> clock name, for ranks known to share a clock.
         one_run: every file one run (default: separate captures are separate runs, see
             :mod:`otel_ext.analysis.captures`).
+        scheduler: read the files on a Dask cluster (:mod:`otel_ext.analysis.dask_backend`):
+            ``local:N``, ``tcp://HOST:PORT`` or a scheduler file (default:
+            ``OTEL_EXT_DASK_SCHEDULER``; empty: in process). The document is the same.
 
     Returns:
         The analysis document (plain JSON types).
 
     Raises:
         InputError: a bad input file or record (unless ``keep_going``).
+        OtelExtError: the Dask cluster is unreachable or unusable (``scheduler``).
     """
+    from otel_ext.config import DASK_SCHEDULER, resolve
+
+    options = dict(
+        keep_going=keep_going,
+        progress=progress,
+        workers=workers,
+        device_model=device_model,
+        thresholds=thresholds,
+        max_collectives=max_collectives,
+        windows=windows,
+        steps=steps,
+        same_clock=same_clock,
+        clock_of=clock_of,
+        one_run=one_run,
+    )
+    address = resolve(DASK_SCHEDULER, scheduler).strip()
+    if address and _is_paths(source):
+        from otel_ext.analysis import dask_backend
+
+        with dask_backend.connect(address) as cluster:
+            return _analyze(source, cluster=cluster, **options)
+    return _analyze(source, cluster=None, **options)
+
+
+def _analyze(
+    source: Any,
+    *,
+    cluster: DaskCluster | None,
+    keep_going: bool,
+    progress: Any,
+    workers: int | None,
+    device_model: str | None,
+    thresholds: Thresholds | None,
+    max_collectives: int,
+    windows: int,
+    steps: str,
+    same_clock: bool,
+    clock_of: dict[int, str] | None,
+    one_run: bool,
+) -> dict[str, Any]:
+    """:func:`analyze` with the cluster (or None) that reads the files."""
     from otel_ext.analysis import breakdown, overlap
 
-    load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
+    load = _load(source, keep_going=keep_going, progress=progress, workers=workers, cluster=cluster)
     formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
     table, captures = separate_captures(load.table, formats=formats, one_run=one_run)
     table, step_record = select_steps(table, steps)
-    table, serving_join = _serving_requests(table, getattr(load, "inputs", []))
+    table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     trace_rank = {c["rank"]: c["trace_rank"] for c in captures}
     if same_clock:
         clock_of = {int(r): "shared" for r in distinct(table["rank"]) if r >= 0}
@@ -341,7 +464,7 @@ def analyze(
     imb = load_imbalance(aligned, groups=peers)
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
-    reqs["accounting"] = request_accounting_for_inputs(getattr(load, "inputs", []), metrics)
+    reqs["accounting"] = _request_accounting(getattr(load, "inputs", []), metrics, cluster=cluster)
     dev = aligned["rank"] >= 0
     run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0
     run_end = int(aligned["end_ns"][dev].max()) if dev.any() else 0
@@ -394,7 +517,9 @@ def analyze(
         "mismatches": amatch.mismatches(),
         "instances": amatch.rows(limit=max_collectives),
         "wait_heatmap": wait_heatmap(amatch),
-        "calls": _collective_calls(table, getattr(load, "inputs", []), matched=amatch.n_instances),
+        "calls": _collective_calls(
+            table, getattr(load, "inputs", []), matched=amatch.n_instances, cluster=cluster
+        ),
     }
     return {
         "schema": SCHEMA,

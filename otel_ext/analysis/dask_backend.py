@@ -1,0 +1,336 @@
+"""The analysis' per-file passes on a Dask distributed cluster (``otel-ext analyze --scheduler``).
+
+Reading the telemetry is most of an analysis' time and all of its memory that grows with the
+raw size of the set; the cross-rank passes work on compact tables. So on a cluster the workers
+(which see the files, through a shared file system) do the per-file work, and the client runs
+the cross-rank passes:
+
+* on the workers: finding each file's format, inflating and decoding it into its columnar
+  :class:`~otel_ext.analysis.table.EventTable` or
+  :class:`~otel_ext.analysis.loaders.MetricPoints` (large profiler traces in stripes, as the
+  local process pool does), and the few later passes that read a file again (engine steps of
+  OTLP span files, vLLM/SGLang request spans, collective-call sizes of small profiler files);
+* to the client travel each file's decoded table (numpy columns, strings dictionary-encoded),
+  its skipped records and those re-reads' small results, never the raw text;
+* on the client: joining the tables, separating captures, selecting steps, the per-rank
+  breakdowns and every cross-rank pass (matching, alignment, stragglers, critical path, ...),
+  exactly as in process: the report is the same document.
+
+``ADDRESS`` is ``local:N`` (a :class:`distributed.LocalCluster` of ``N`` worker processes,
+one thread each, started and stopped around the analysis), the address of a running scheduler
+(``tcp://HOST:PORT``, also ``tls://``, ``ws://``, ``wss://``, ``ucx://``), or the path of a
+scheduler file (``dask scheduler --scheduler-file``, as dask-jobqueue and ``dask-mpi`` write
+it). The workers need the same otel-ext version installed and the same paths readable.
+
+>>> parse_scheduler("local:4")
+SchedulerAddress(kind='local', target='', workers=4)
+>>> parse_scheduler("tcp://10.0.0.5:8786")
+SchedulerAddress(kind='remote', target='tcp://10.0.0.5:8786', workers=0)
+>>> parse_scheduler("local:0")
+Traceback (most recent call last):
+...
+otel_ext.errors.ConfigError: --scheduler local:0: a local cluster needs at least 1 worker
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from otel_ext.errors import ConfigError, OtelExtError
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.loaders import LoadResult, ProgressCallback
+
+__all__ = [
+    "INSTALL_HINT",
+    "DaskCluster",
+    "DaskUnavailableError",
+    "SchedulerAddress",
+    "connect",
+    "parse_scheduler",
+    "require_distributed",
+]
+
+#: what to run when the extra is missing
+INSTALL_HINT = "pip install 'otel-ext[dask]'"
+
+#: how long the client waits for a running scheduler to answer and for its first worker
+CONNECT_TIMEOUT_S = 30.0
+
+_REMOTE = re.compile(r"^(tcp|tls|ws|wss|ucx)://\S+$")
+_LOCAL = re.compile(r"^local:(-?\d+)$")
+
+T = TypeVar("T")
+
+
+class DaskUnavailableError(ConfigError):
+    """``--scheduler`` was asked for and ``dask.distributed`` is not installed."""
+
+
+@dataclass(frozen=True)
+class SchedulerAddress:
+    """A parsed ``--scheduler`` value.
+
+    Attributes:
+        kind: ``local`` (start a local cluster), ``remote`` (a scheduler's address) or
+            ``file`` (a scheduler file).
+        target: the address or the file ("" for ``local``).
+        workers: worker processes of a local cluster (0 otherwise).
+    """
+
+    kind: str
+    target: str
+    workers: int = 0
+
+
+def parse_scheduler(text: str) -> SchedulerAddress:
+    """A ``--scheduler`` value: ``local:N``, ``tcp://HOST:PORT`` or a scheduler file's path.
+
+    Raises:
+        ConfigError: anything else.
+
+    >>> parse_scheduler("tls://sched:8786").kind
+    'remote'
+    """
+    value = text.strip()
+    m = _LOCAL.match(value)
+    if m:
+        n = int(m.group(1))
+        if n < 1:
+            raise ConfigError(f"--scheduler {value}: a local cluster needs at least 1 worker")
+        return SchedulerAddress("local", "", n)
+    if _REMOTE.match(value):
+        return SchedulerAddress("remote", value)
+    if value.endswith(".json"):
+        return SchedulerAddress("file", value)
+    raise ConfigError(
+        f"--scheduler {value!r}: expected local:N, tcp://HOST:PORT or a scheduler file (.json)"
+    )
+
+
+def require_distributed() -> Any:
+    """The ``distributed`` module.
+
+    Raises:
+        DaskUnavailableError: it is not installed (the message says how to install it).
+    """
+    try:
+        import distributed
+    except ImportError:
+        raise DaskUnavailableError(
+            f"--scheduler needs dask.distributed, which is not installed: {INSTALL_HINT}"
+        ) from None
+    return distributed
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A job's :class:`OtelExtError`, returned as a value: bad input is an answer, not a
+    worker failure (no "Compute Failed" in the worker's log, no retry)."""
+
+    error: OtelExtError
+
+
+def _answer_or_error(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run on a worker: ``fn(*args)``, or its :class:`OtelExtError` as a :class:`_Raised`."""
+    try:
+        return fn(*args)
+    except OtelExtError as e:
+        return _Raised(e)
+
+
+class _JobExecutor(concurrent.futures.Executor):
+    """Jobs on a Dask client whose :class:`OtelExtError` is raised again on the client, from
+    the future's ``result()``, as a local pool's would be."""
+
+    def __init__(self, client: Any) -> None:
+        self._inner = client.get_executor(pure=False)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if kwargs:
+            raise TypeError("keyword arguments are not passed to the cluster's jobs")
+        remote = self._inner.submit(_answer_or_error, fn, *args)
+        local: Future[T] = Future()
+
+        def settle(done: Future[Any]) -> None:
+            if local.done():  # cancelled here first
+                return
+            if done.cancelled():
+                local.cancel()
+                local.set_running_or_notify_cancel()
+                return
+            exc = done.exception()
+            if exc is not None:
+                local.set_exception(exc)
+                return
+            answer = done.result()
+            if isinstance(answer, _Raised):
+                local.set_exception(answer.error)
+            else:
+                local.set_result(answer)
+
+        def forward_cancel(f: Future[Any]) -> None:
+            if f.cancelled():
+                remote.cancel()
+
+        local.add_done_callback(forward_cancel)
+        remote.add_done_callback(settle)
+        return local
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._inner.shutdown(wait=wait)
+
+
+def _worker_version() -> str:
+    """Run on each worker: the otel-ext version it imports (and proof that it imports it)."""
+    from otel_ext import __version__
+
+    return __version__
+
+
+class DaskCluster:
+    """The per-file jobs of one analysis on a connected Dask client.
+
+    Args:
+        client: a ``distributed.Client`` (the caller owns it).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.executor = _JobExecutor(client)
+        self.address = str(client.scheduler.address)
+
+    @property
+    def slots(self) -> int:
+        """Worker threads in the cluster (jobs that run at once)."""
+        return max(1, sum(self.client.nthreads().values()))
+
+    def load(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        keep_going: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> LoadResult:
+        """:func:`~otel_ext.analysis.loaders.load_paths` with its file and stripe jobs on the
+        workers: the same result (tables, inputs, skipped records, in the same order).
+
+        Raises:
+            InputError: the first bad file or record, unless ``keep_going`` (as in process).
+            OtelExtError: a worker died, or cannot import otel-ext.
+        """
+        from otel_ext.analysis.loaders import load_paths
+
+        with self._worker_errors():
+            return load_paths(
+                paths,
+                keep_going=keep_going,
+                progress=progress,
+                workers=self.slots,
+                executor=self.executor,
+            )
+
+    def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:
+        """``fn(paths)`` computed one path per job on the workers: for functions whose answer
+        for several paths is their answers for each path, concatenated in order."""
+        with self._worker_errors():
+            futures = [self.executor.submit(fn, [p]) for p in paths]
+            out: list[T] = []
+            for f in futures:
+                out.extend(f.result())
+        return out
+
+    @contextmanager
+    def _worker_errors(self) -> Iterator[None]:
+        distributed = require_distributed()
+        try:
+            yield
+        except OtelExtError:
+            raise
+        except ImportError as e:
+            raise OtelExtError(
+                f"a Dask worker of {self.address} cannot import {e.name or 'otel_ext'}: install "
+                "the same otel-ext on every worker"
+            ) from None
+        except distributed.KilledWorker as e:
+            raise OtelExtError(
+                f"a Dask worker of {self.address} died running {e.task} (out of memory? see "
+                "the memory each worker needs per GB of trace in docs/analysis.md)"
+            ) from None
+
+
+@contextmanager
+def connect(address: str) -> Iterator[DaskCluster]:
+    """A :class:`DaskCluster` on ``address`` (see :func:`parse_scheduler`), closed on exit;
+    a local cluster is started here and stopped on exit.
+
+    Raises:
+        DaskUnavailableError: ``dask.distributed`` is not installed.
+        ConfigError: a malformed address.
+        OtelExtError: the scheduler does not answer, has no worker, or its workers run
+            another otel-ext.
+    """
+    where = parse_scheduler(address)
+    distributed = require_distributed()
+    from otel_ext import __version__
+
+    cluster = None
+    try:
+        if where.kind == "local":
+            cluster = distributed.LocalCluster(
+                n_workers=where.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=":0",  # a free port: never clashes with a running cluster
+                silence_logs=logging.ERROR,
+            )
+            client = distributed.Client(cluster)
+        elif where.kind == "file":
+            if not Path(where.target).is_file():
+                raise ConfigError(f"--scheduler {where.target}: no such scheduler file")
+            client = distributed.Client(
+                scheduler_file=where.target, timeout=f"{CONNECT_TIMEOUT_S}s"
+            )
+        else:
+            client = distributed.Client(where.target, timeout=f"{CONNECT_TIMEOUT_S}s")
+    except (OSError, TimeoutError) as e:
+        if cluster is not None:
+            cluster.close()
+        raise OtelExtError(
+            f"cannot reach the Dask scheduler at {where.target or address}: {e}"
+        ) from None
+    try:
+        try:
+            client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            raise OtelExtError(
+                f"the Dask scheduler at {client.scheduler.address} has no worker "
+                f"(none joined in {CONNECT_TIMEOUT_S:.0f} s)"
+            ) from None
+        try:
+            versions = client.run(_worker_version)
+        except ImportError as e:
+            raise OtelExtError(
+                f"a Dask worker of {client.scheduler.address} cannot import "
+                f"{e.name or 'otel_ext'}: install the same otel-ext on every worker"
+            ) from None
+        other = {w: v for w, v in versions.items() if v != __version__}
+        if other:
+            worker, version = next(iter(sorted(other.items())))
+            raise OtelExtError(
+                f"Dask worker {worker} runs otel-ext {version}, this client {__version__}: "
+                "install the same version everywhere"
+            )
+        yield DaskCluster(client)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,297 @@
+"""The analysis on a real Dask cluster (``--scheduler``) gives the in-process report.
+
+One ``distributed.LocalCluster`` (2 worker processes, 1 thread each) serves most tests; the
+CLI's ``local:2`` starts its own; one test runs ``dask scheduler`` and ``dask worker`` as
+separate processes. The report has no timing fields (load times go to stderr only), so the
+JSON texts are compared whole.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import require
+
+from otel_ext.analysis import dask_backend
+from otel_ext.analysis.engine import analyze, to_json
+from otel_ext.cli import main
+from otel_ext.errors import ConfigError, InputError
+
+try:
+    import distributed
+except ImportError:  # the dask extra is not installed
+    distributed = None
+
+needs_dask = pytest.mark.integration
+
+
+def _require_dask() -> None:
+    require(distributed is not None, f"dask.distributed ({dask_backend.INSTALL_HINT})")
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    """The scheduler address of a real LocalCluster: 2 worker processes, 1 thread each."""
+    _require_dask()
+    import logging
+
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    )
+    try:
+        yield str(cluster.scheduler_address)
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small simulated run: OTLP-JSON spans and metrics, a timeline and ground truth."""
+    out = tmp_path_factory.mktemp("dask-sim") / "run"
+    args = ["simulate", "--hosts", "2", "--chips", "2", "--requests", "20", "--seed", "3",
+            "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    return out
+
+
+def _same_report(paths: list[Path], address: str, **options: Any) -> dict[str, Any]:
+    local = analyze(paths, workers=1, scheduler="", **options)
+    remote = analyze(paths, scheduler=address, **options)
+    assert to_json(remote) == to_json(local)
+    return local
+
+
+@needs_dask
+def test_dlrm_8_ranks_same_report(shared_traces: Path, address: str) -> None:
+    doc = _same_report([shared_traces / "param_dlrm_v100_8rank"], address)
+    assert len(doc["ranks"]) == 8
+    assert doc["collectives"]["count"] > 0
+
+
+@needs_dask
+def test_two_rank_same_report(shared_traces: Path, address: str) -> None:
+    doc = _same_report([shared_traces / "two_rank"], address)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+@needs_dask
+def test_simulated_run_same_report(simulated: Path, address: str) -> None:
+    doc = _same_report([simulated], address)
+    # the passes that read files again ran on the workers: engine steps of the span file
+    assert doc["requests"]["accounting"]["steps"] > 0
+    assert doc["run"]["metric_points"] > 0
+    assert {Path(s["path"]).name for s in doc["skipped"]} == {"timeline.json", "truth.json"}
+
+
+def _bad_folder(shared_traces: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    shutil.copy(shared_traces / "two_rank" / "sampled_rank-0.json.gz", folder / "a.json.gz")
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2}] * 3
+    events.append({"ph": "X", "cat": "kernel", "name": "k", "ts": "late", "dur": 2})
+    (folder / "b.json").write_text(json.dumps({"traceEvents": events}))
+    with gzip.open(folder / "c.json.gz", "wb") as f:  # a truncated gzip file
+        f.write(b'{"traceEvents": []}')
+    (folder / "c.json.gz").write_bytes((folder / "c.json.gz").read_bytes()[:-6])
+    return folder
+
+
+@needs_dask
+def test_bad_record_on_a_worker_is_the_same_error(
+    shared_traces: Path, address: str, tmp_path: Path
+) -> None:
+    folder = _bad_folder(shared_traces, tmp_path)
+    with pytest.raises(InputError) as here:
+        analyze([folder], workers=1, scheduler="")
+    with pytest.raises(InputError) as there:
+        analyze([folder], scheduler=address)
+    assert (there.value.path, there.value.record, there.value.message) == (
+        here.value.path,
+        here.value.record,
+        here.value.message,
+    )
+    assert there.value.path == str(folder / "b.json")
+    assert there.value.record == "event 3"
+
+
+@needs_dask
+def test_keep_going_skips_the_same(shared_traces: Path, address: str, tmp_path: Path) -> None:
+    folder = _bad_folder(shared_traces, tmp_path)
+    doc = _same_report([folder], address, keep_going=True)
+    bad = [(Path(s["path"]).name, s["record"]) for s in doc["skipped"]]
+    assert bad == [("b.json", "event 3"), ("c.json.gz", "file")]
+    assert [(i["format"], i["status"]) for i in doc["inputs"]] == [
+        ("kineto", "loaded"),
+        ("kineto", "loaded"),
+        ("error", "left out"),
+    ]
+
+
+@needs_dask
+def test_cli_local_cluster_and_environment_default(
+    simulated: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ["analyze", str(simulated), "--format", "json", "--quiet", "--out"]
+    assert main([*base, str(tmp_path / "local.json"), "--scheduler", ""]) == 0
+    assert main([*base, str(tmp_path / "dask.json"), "--scheduler", "local:2"]) == 0
+    assert (tmp_path / "dask.json").read_text() == (tmp_path / "local.json").read_text()
+    # no flag: OTEL_EXT_DASK_SCHEDULER decides
+    used: list[str] = []
+    real = dask_backend.connect
+
+    def spy(where: str) -> Any:
+        used.append(where)
+        return real(where)
+
+    monkeypatch.setattr(dask_backend, "connect", spy)
+    monkeypatch.setenv("OTEL_EXT_DASK_SCHEDULER", "local:1")
+    assert main([*base, str(tmp_path / "env.json")]) == 0
+    assert used == ["local:1"]
+    assert (tmp_path / "env.json").read_text() == (tmp_path / "local.json").read_text()
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() or not path.read_text().strip():
+        assert proc.poll() is None, "dask scheduler exited"
+        assert time.monotonic() < deadline, f"no {path.name} after {seconds} s"
+        time.sleep(0.1)
+
+
+@needs_dask
+def test_separate_scheduler_and_worker_processes(shared_traces: Path, tmp_path: Path) -> None:
+    _require_dask()
+    dask_cli = Path(sys.executable).with_name("dask")
+    require(dask_cli.is_file(), f"the dask command next to {sys.executable}")
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        sched_cmd = [str(dask_cli), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                     "--no-dashboard", "--scheduler-file", str(sched_file)]  # fmt: skip
+        scheduler = subprocess.Popen(
+            sched_cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        procs.append(scheduler)
+        _wait_for(sched_file, scheduler, 60)
+        addr = json.loads(sched_file.read_text())["address"]
+        assert addr.startswith("tcp://127.0.0.1:")
+        worker_cmd = [str(dask_cli), "worker", addr, "--nworkers", "1", "--nthreads", "1",
+                      "--no-dashboard", "--host", "127.0.0.1"]  # fmt: skip
+        worker = subprocess.Popen(
+            worker_cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        procs.append(worker)
+        folder = shared_traces / "two_rank"
+        cmd = [sys.executable, "-m", "otel_ext.cli", "analyze", str(folder), "--format", "json"]
+        here = subprocess.run([*cmd, "--scheduler", ""], capture_output=True, timeout=120)
+        there = subprocess.run([*cmd, "--scheduler", addr], capture_output=True, timeout=120)
+        assert here.returncode == 0, here.stderr.decode()
+        assert there.returncode == 0, there.stderr.decode()
+        assert there.stdout == here.stdout
+        by_file = subprocess.run(
+            [*cmd, "--scheduler", str(sched_file)], capture_output=True, timeout=120
+        )
+        assert by_file.returncode == 0, by_file.stderr.decode()
+        assert by_file.stdout == here.stdout
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return rc, lines[0]
+
+
+def test_missing_dask_is_one_line_with_the_install_command(
+    shared_traces: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    rc, line = _one_line_error(
+        ["analyze", str(shared_traces / "two_rank"), "--scheduler", "local:2"], capsys
+    )
+    assert rc == 2
+    assert line.startswith("otel-ext analyze: error: ")
+    assert "pip install 'otel-ext[dask]'" in line
+    with pytest.raises(dask_backend.DaskUnavailableError, match=r"otel-ext\[dask\]"):
+        analyze([shared_traces / "two_rank"], scheduler="local:2")
+
+
+@pytest.mark.parametrize("bad", ["local:0", "local:x", "8786", "http://host:8786"])
+def test_malformed_address_is_a_usage_error(
+    bad: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, line = _one_line_error(["analyze", str(tmp_path), "--scheduler", bad], capsys)
+    assert rc == 2
+    assert "--scheduler" in line
+    with pytest.raises(ConfigError):
+        dask_backend.parse_scheduler(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "target", "workers"),
+    [
+        ("local:3", "local", "", 3),
+        (" tcp://10.1.2.3:8786 ", "remote", "tcp://10.1.2.3:8786", 0),
+        ("tls://sched.example:8786", "remote", "tls://sched.example:8786", 0),
+        ("/shared/scheduler.json", "file", "/shared/scheduler.json", 0),
+    ],
+)
+def test_parse_scheduler(text: str, kind: str, target: str, workers: int) -> None:
+    assert dask_backend.parse_scheduler(text) == dask_backend.SchedulerAddress(
+        kind, target, workers
+    )
+
+
+@needs_dask
+def test_unreachable_scheduler_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _require_dask()
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(dask_backend, "CONNECT_TIMEOUT_S", 1.0)
+    (tmp_path / "r.json").write_text('{"traceEvents": []}')
+    rc, line = _one_line_error(
+        ["analyze", str(tmp_path), "--scheduler", f"tcp://127.0.0.1:{port}"], capsys
+    )
+    assert rc == 1
+    assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in line
