@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py otel_ext/analysis/loaders/_cscan.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,nvml]'
+	$(PY) -m pip install --quiet -e '.[test,nvml,dask]'
 	@touch $(STAMP)
 
 demo: venv
@@ -22,7 +22,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 
 typecheck: venv
-	$(VENV)/bin/mypy otel_ext exporters semantic_conventions
+	$(VENV)/bin/mypy otel_ext
 
 pytest: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporters import BoundedBatchSpanProcessor
 from otel_ext.counters import SharedActiveSpanReader
+from otel_ext.exporters import BoundedBatchSpanProcessor
 from otel_ext.instrumentation import device_attributes, layer
-from otel_ext.instrumentation._active_span import (
+from otel_ext.instrumentation.active_span import (
     ActiveSpanPublisher,
     ActiveSpanPublishingProcessor,
 )

@@ -2,7 +2,7 @@
 
 For each duration (issue 4's scenario: a bracket every 100 ms on a 32-bit 1 GHz counter), the
 brackets go through the real SDK (BatchSpanProcessor) into an OTLP/JSON file, and
-``refit_from_otlp`` fits them back. The baseline is ``fit_clock`` on the same brackets in
+``refit_from_spans(read_spans(...))`` fits them back. The baseline is ``fit_clock`` on the same brackets in
 memory, measured in the same run; the re-fit must equal it exactly.
 
     python benchmarks/clock_export.py [--durations 60 600] [--repeat 3]
@@ -19,9 +19,9 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from exporters import OtlpJsonFileSpanExporter
-from otel_ext.clocks import emit_clock_sync_spans, fit_clock, refit_from_otlp
+from otel_ext.clocks import emit_clock_sync_spans, fit_clock, refit_from_spans
 from otel_ext.clocks.synthetic import alignment_scenario
+from otel_ext.exporters import OtlpJsonFileSpanExporter, read_spans
 
 EPOCH = 1_718_000_000_000_000_000
 
@@ -53,7 +53,12 @@ def run(duration_s: float, repeat: int) -> dict[str, float]:
     t_emit = time.perf_counter() - t0
     provider.shutdown()
     size = os.path.getsize(folder / "traces.jsonl")
-    t_refit, refit = _best(lambda: refit_from_otlp(folder / "traces.jsonl"), repeat)
+    t_refit, refit = _best(
+        lambda: refit_from_spans(
+            read_spans(folder / "traces.jsonl"), source=str(folder / "traces.jsonl")
+        ),
+        repeat,
+    )
     if refit["host0/chip0"].to_dict() != mapping.to_dict():
         raise SystemExit("re-fit differs from the in-memory fit")
     return {

@@ -16,15 +16,15 @@ import time
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from exporters._prometheus_mapping import prometheus_name, sanitize_label
 from otel_ext.counters import BaseSource, CounterBridge, CounterCollector, Sample
-from semantic_conventions.attributes import (
+from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
+from otel_ext.semconv.attributes import (
     ACCEL_DEVICE_ID,
     ACCEL_DEVICE_MODEL,
     ACCEL_HOST_ID,
     ERROR_TYPE,
 )
-from semantic_conventions.metrics import METRIC_SPECS
+from otel_ext.semconv.metrics import METRIC_SPECS
 
 
 def counter_set(n: int) -> list[tuple[str, str]]:

@@ -28,8 +28,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from exporters._http_server import LISTEN_BACKLOG
-from exporters.prometheus import PrometheusExpositionServer
+from otel_ext.exporters._http_server import LISTEN_BACKLOG
+from otel_ext.exporters.prometheus import PrometheusExpositionServer
 
 
 class _Body:

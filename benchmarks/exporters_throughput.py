@@ -42,9 +42,9 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporters import BoundedBatchSpanProcessor, OtlpJsonFileSpanExporter
-from exporters._fast_json import metrics_to_json, spans_to_json
-from exporters._otlp_json import reference_encode_metrics_json, reference_encode_spans_json
+from otel_ext.exporters import BoundedBatchSpanProcessor, OtlpJsonFileSpanExporter
+from otel_ext.exporters._fast_json import metrics_to_json, spans_to_json
+from otel_ext.exporters._otlp_json import reference_encode_metrics_json, reference_encode_spans_json
 
 
 class _ReferenceFileSpanExporter(OtlpJsonFileSpanExporter):
@@ -121,7 +121,7 @@ def _metrics_data(series: int):
 
 _SIM_ARGS = ["simulate", "--hosts", "2", "--chips", "8", "--requests", "200", "--seed", "0"]
 _SIM_REFERENCE_PATCH = (
-    "import exporters._file_exporters as f, exporters._otlp_json as j; "
+    "import otel_ext.exporters._file_exporters as f, otel_ext.exporters._otlp_json as j; "
     "f.encode_spans_json = j.reference_encode_spans_json; "
     "f.encode_metrics_json = j.reference_encode_metrics_json; "
 )

@@ -55,7 +55,7 @@ def _smi() -> dict[str, float]:
 
 def check_nvml() -> None:
     from otel_ext.counters import NvmlSource
-    from semantic_conventions import metrics as M
+    from otel_ext.semconv import metrics as M
 
     if shutil.which("nvidia-smi") is None:
         _report("nvml vs nvidia-smi", False, "nvidia-smi not found")

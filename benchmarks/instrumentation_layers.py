@@ -36,8 +36,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from torch import nn
 
 from otel_ext.instrumentation.torch import TorchLayerInstrumentor
-from semantic_conventions import attributes as A
-from semantic_conventions.spans import SPAN_ACCEL_LAYER
+from otel_ext.semconv import attributes as A
+from otel_ext.semconv.spans import SPAN_ACCEL_LAYER
 
 
 class _Discard(SpanExporter):

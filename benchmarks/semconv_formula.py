@@ -14,8 +14,8 @@ import math
 import time
 from collections.abc import Callable
 
-from semantic_conventions.formula import BinOp, Name, Neg, Node, Num, Rate, Spec, parse_formula
-from semantic_conventions.registry import load_registry
+from otel_ext.semconv.formula import BinOp, Name, Neg, Node, Num, Rate, Spec, parse_formula
+from otel_ext.semconv.registry import load_registry
 
 
 def walk(node: Node, values: dict, rates: dict, spec: dict) -> float:

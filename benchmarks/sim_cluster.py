@@ -32,9 +32,9 @@ def _child(row: str, hosts: int, chips: int, requests: int, seed: int) -> dict[s
     cfg = SimConfig(hosts=hosts, chips=chips, requests=requests, seed=seed)
     start = time.perf_counter()
     if row == ROWS[0]:
+        from otel_ext.semconv.registry import device_specs
         from otel_ext.sim._counters import SimCounterModel
         from otel_ext.sim._engine import Engine
-        from semantic_conventions.registry import device_specs
 
         class _Null:
             def __getattr__(self, name: str):

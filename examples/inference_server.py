@@ -108,7 +108,7 @@ def main() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+    from otel_ext.exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=8)

@@ -17,7 +17,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from exporters import read_spans
+from otel_ext.exporters import read_spans
 from otel_ext.sim import SimConfig, parse_fault, run_simulation
 
 

@@ -73,7 +73,7 @@ def _rank_main(rank: int, world_size: int, port: int, steps: int, out_dir: str) 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from exporters import OtlpJsonFileSpanExporter
+    from otel_ext.exporters import OtlpJsonFileSpanExporter
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
 
     torch.set_num_threads(1)

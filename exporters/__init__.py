@@ -16,7 +16,7 @@
   :class:`DropCounter` — telemetry that never hurts the workload (bounded memory, counted
   drops exported as ``accel.telemetry.dropped``, fork safety).
 
-The Prometheus exposition server lives in :mod:`exporters.prometheus` and plugs in through
+The Prometheus exposition server lives in :mod:`otel_ext.exporters.prometheus` and plugs in through
 :func:`register_metrics_exporter`.
 """
 
@@ -26,8 +26,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
-    from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
-    from exporters._configure import (
+    from otel_ext.exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
+    from otel_ext.exporters._configure import (
         ExporterSettings,
         OtlpSettings,
         Telemetry,
@@ -35,10 +35,13 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
         register_metrics_exporter,
         register_span_exporter,
     )
-    from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-    from exporters._guard import DropCounter
-    from exporters._perfetto import PerfettoTraceExporter, otlp_json_to_perfetto
-    from exporters._reader import (
+    from otel_ext.exporters._file_exporters import (
+        OtlpJsonFileMetricExporter,
+        OtlpJsonFileSpanExporter,
+    )
+    from otel_ext.exporters._guard import DropCounter
+    from otel_ext.exporters._perfetto import PerfettoTraceExporter, otlp_json_to_perfetto
+    from otel_ext.exporters._reader import (
         EventRecord,
         ExemplarRecord,
         LinkRecord,
@@ -48,7 +51,7 @@ if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads
         read_otlp_json,
         read_spans,
     )
-    from exporters._resource import AcceleratorResourceDetector, accelerator_attributes
+    from otel_ext.exporters._resource import AcceleratorResourceDetector, accelerator_attributes
 
 #: public name -> the private module that defines it; importing ``exporters`` (as the
 #: analysis' OTLP decoder does) loads none of the SDK until a name is used
@@ -82,8 +85,8 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'exporters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"exporters.{module}"), name)
+        raise AttributeError(f"module 'otel_ext.exporters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"otel_ext.exporters.{module}"), name)
     globals()[name] = value
     return value
 

@@ -49,7 +49,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporters._guard import DropCounter, RateLimitedLog
+from otel_ext.exporters._guard import DropCounter, RateLimitedLog
 
 __all__ = ["BoundedBatchSpanProcessor", "GuardedMetricExporter"]
 

@@ -8,9 +8,9 @@ Every setting follows the OpenTelemetry order: code argument, then environment v
 
 Exporters by name (``traces_exporter=`` / ``OTEL_TRACES_EXPORTER``, ``metrics_exporter=``
 / ``OTEL_METRICS_EXPORTER``, comma-separated): ``otlp``, ``file``, ``perfetto``,
-``prometheus`` (metrics; provided by :mod:`exporters.prometheus`, looked up on first
+``prometheus`` (metrics; provided by :mod:`otel_ext.exporters.prometheus`, looked up on first
 use), ``console`` and ``none``; ``otlp`` when none is named, as the specification says
-(without a collector: one warning, drops counted, see :mod:`exporters._otlp_outage`). More
+(without a collector: one warning, drops counted, see :mod:`otel_ext.exporters._otlp_outage`). More
 can be plugged in with :func:`register_span_exporter` and :func:`register_metrics_exporter`.
 Every span with an ``accel.device.id`` is also published for the node agent's exemplars
 (``publish_active_spans=``, ``OTEL_EXT_ACTIVE_SPANS``).
@@ -23,7 +23,7 @@ Every span with an ``accel.device.id`` is also published for the node agent's ex
 ...     pass
 >>> telemetry.shutdown()
 True
->>> from exporters import read_spans
+>>> from otel_ext.exporters import read_spans
 >>> [span.name for span in read_spans(folder + "/traces.jsonl")]
 ['step']
 """
@@ -61,19 +61,19 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 from opentelemetry.util.re import parse_env_headers
 
-from exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
-from exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
-from exporters._guard import DropCounter
-from exporters._otlp_outage import (
+from otel_ext import config
+from otel_ext.errors import ConfigError
+from otel_ext.exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
+from otel_ext.exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+from otel_ext.exporters._guard import DropCounter
+from otel_ext.exporters._otlp_outage import (
     CollectorEndpoint,
     OutageGuardMetricExporter,
     OutageGuardSpanExporter,
     quiet_sdk_retry_logs,
 )
-from exporters._perfetto import PerfettoTraceExporter
-from exporters._resource import accelerator_attributes
-from otel_ext import config
-from otel_ext.errors import ConfigError
+from otel_ext.exporters._perfetto import PerfettoTraceExporter
+from otel_ext.exporters._resource import accelerator_attributes
 
 __all__ = [
     "ExporterSettings",
@@ -91,7 +91,7 @@ MetricReaderFactory = Callable[["ExporterSettings"], MetricReader]
 
 _SPAN_FACTORIES: dict[str, SpanExporterFactory] = {}
 _METRIC_FACTORIES: dict[str, MetricReaderFactory] = {}
-_LAZY_MODULES = {"prometheus": "exporters.prometheus"}
+_LAZY_MODULES = {"prometheus": "otel_ext.exporters.prometheus"}
 _registry_lock = threading.Lock()
 
 
@@ -631,7 +631,7 @@ def _active_span_processor(
 ) -> SpanProcessor | None:
     """The processor publishing each device's running span, or ``None`` where it cannot run."""
     try:
-        from otel_ext.instrumentation._active_span import (
+        from otel_ext.instrumentation.active_span import (
             ActiveSpanPublisher,
             ActiveSpanPublishingProcessor,
         )

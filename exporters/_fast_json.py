@@ -1,6 +1,6 @@
 """Direct OTLP/JSON encoders: SDK spans and metrics straight to the Collector's JSON text.
 
-The reference encoding (:mod:`exporters._otlp_json`) goes SDK object → protobuf message →
+The reference encoding (:mod:`otel_ext.exporters._otlp_json`) goes SDK object → protobuf message →
 ``MessageToDict`` → ``json.dumps``; these functions write the same bytes directly from the
 SDK objects (about a tenth of the time). They reproduce the protobuf JSON mapping exactly:
 keys in field-number order, lowerCamelCase, default values of fields without presence

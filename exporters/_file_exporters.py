@@ -2,9 +2,9 @@
 
 Each export call writes one line: one ``ExportTraceServiceRequest`` (spans) or
 ``ExportMetricsServiceRequest`` (metrics) in exactly the encoding the OpenTelemetry
-Collector's file exporter writes (see :mod:`exporters._otlp_json`), so
-:func:`exporters.read_otlp_json` reads files from either. Files rotate by size, can be
-gzip-compressed, and get their final name atomically (see :mod:`exporters._files` for
+Collector's file exporter writes (see :mod:`otel_ext.exporters._otlp_json`), so
+:func:`otel_ext.exporters.read_otlp_json` reads files from either. Files rotate by size, can be
+gzip-compressed, and get their final name atomically (see :mod:`otel_ext.exporters._files` for
 what a reader sees while the process runs).
 
 >>> import tempfile, pathlib
@@ -37,9 +37,9 @@ from opentelemetry.sdk.metrics.view import Aggregation
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporters._files import FileSeries
-from exporters._guard import RateLimitedLog
-from exporters._otlp_json import encode_metrics_json, encode_spans_json
+from otel_ext.exporters._files import FileSeries
+from otel_ext.exporters._guard import RateLimitedLog
+from otel_ext.exporters._otlp_json import encode_metrics_json, encode_spans_json
 
 __all__ = ["OtlpJsonFileMetricExporter", "OtlpJsonFileSpanExporter"]
 
@@ -58,7 +58,7 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         gzip: compress (the name gets ``.gz``).
 
     Attributes:
-        series: the underlying :class:`~exporters._files.FileSeries` (its ``path`` and
+        series: the underlying :class:`~otel_ext.exporters._files.FileSeries` (its ``path`` and
             ``completed`` list tell where data went).
     """
 

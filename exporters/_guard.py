@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 from opentelemetry.metrics import Counter, MeterProvider
 
-from semantic_conventions.attributes import ACCEL_TELEMETRY_SIGNAL
-from semantic_conventions.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
+from otel_ext.semconv.attributes import ACCEL_TELEMETRY_SIGNAL
+from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
 __all__ = ["DropCounter", "RateLimitedLog"]
 
-_log = logging.getLogger("exporters")
+_log = logging.getLogger("otel_ext.exporters")
 
 
 class RateLimitedLog:
@@ -84,7 +84,7 @@ class DropCounter:
 
     def bind(self, meter_provider: MeterProvider) -> None:
         """Export the counts through ``meter_provider`` from now on."""
-        meter = meter_provider.get_meter("exporters")
+        meter = meter_provider.get_meter("otel_ext.exporters")
         self._counter = meter.create_counter(
             METRIC_ACCEL_TELEMETRY_DROPPED,
             unit="{item}",

@@ -2,7 +2,7 @@
 
 Every reader of OTLP-JSON files in the project goes through here: the analysis loaders
 (:mod:`otel_ext.analysis.loaders.spans`, ``.metrics``, which turn the records into columns)
-and :func:`exporters.read_spans` / :func:`exporters.read_metrics` (which flatten them into
+and :func:`otel_ext.exporters.read_spans` / :func:`otel_ext.exporters.read_metrics` (which flatten them into
 records). One place decides what a request may hold:
 
 * each line is decoded by ``msgspec`` into small typed records holding only the fields that

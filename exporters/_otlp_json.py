@@ -9,7 +9,7 @@ Two encoders produce it. The *reference* (``reference_spans_to_otlp_dict``,
 ``reference_metrics_to_otlp_dict``) first encodes with the SDK's own OTLP encoders
 (``opentelemetry.exporter.otlp.proto.common``), so the JSON carries the same fields the
 gRPC and HTTP exporters send, then converts with ``MessageToDict``: exact by construction,
-about 170 µs a span. The *direct* encoder (:mod:`exporters._fast_json`) writes the same
+about 170 µs a span. The *direct* encoder (:mod:`otel_ext.exporters._fast_json`) writes the same
 bytes straight from the SDK objects, an order of magnitude faster; the public functions
 here use it, and fall back to the reference for any value it does not reproduce exactly
 (a property test checks the two agree byte for byte).
@@ -33,8 +33,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 
-from exporters._fast_json import metrics_to_json, spans_to_json
-from exporters._otlp_decode import id_to_hex as _decode_id
+from otel_ext.exporters._fast_json import metrics_to_json, spans_to_json
+from otel_ext.exporters._otlp_decode import id_to_hex as _decode_id
 
 __all__ = [
     "encode_metrics_json",
@@ -58,7 +58,7 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId")
 def id_to_hex(value: str) -> str:
     """Return a trace or span id as lowercase hex, given hex or base64 (protobuf JSON).
 
-    The project's one id decoder (:func:`exporters._otlp_decode.id_to_hex`).
+    The project's one id decoder (:func:`otel_ext.exporters._otlp_decode.id_to_hex`).
 
     Args:
         value: the id as the Collector writes it (hex) or as the generic protobuf JSON

@@ -3,7 +3,7 @@
 When the collector is down (nothing listens at the endpoint), the SDK's OTLP exporters retry
 every batch with backoff until the export timeout, log a "Transient error ... Connection
 refused" line per attempt, and make ``shutdown()`` wait the whole timeout. The guards here
-wrap the OTLP exporters that :func:`exporters.configure` builds:
+wrap the OTLP exporters that :func:`otel_ext.exporters.configure` builds:
 
 * :class:`CollectorEndpoint` knows whether the collector's address accepts a TCP
   connection: it asks before the first export, after a failed one and, while the collector
@@ -46,7 +46,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporters._guard import DropCounter
+from otel_ext.exporters._guard import DropCounter
 
 __all__ = [
     "CollectorEndpoint",
@@ -55,7 +55,7 @@ __all__ = [
     "quiet_sdk_retry_logs",
 ]
 
-_log = logging.getLogger("exporters")
+_log = logging.getLogger("otel_ext.exporters")
 _SDK_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",

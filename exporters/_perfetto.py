@@ -29,7 +29,7 @@ While the exporter runs the trace is written to ``NAME.<pid>.partial``; it gets 
 name, complete with its closing brackets, when the exporter shuts down.
 
 >>> import json, tempfile, pathlib
->>> from exporters._perfetto import PerfettoWriter, SpanView
+>>> from otel_ext.exporters._perfetto import PerfettoWriter, SpanView
 >>> out = pathlib.Path(tempfile.mkdtemp()) / "trace.json"
 >>> writer = PerfettoWriter(out, time_origin_ns=0)
 >>> writer.add_span(SpanView("accel.kernel", 1_000, 2_500, {"accel.device.id": "h0/chip0",
@@ -63,10 +63,16 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporters._files import FileSeries
-from exporters._guard import RateLimitedLog
-from exporters._reader import MetricPoint, SpanRecord, otlp_json_files, read_metrics, read_spans
-from semantic_conventions.attributes import (
+from otel_ext.exporters._files import FileSeries
+from otel_ext.exporters._guard import RateLimitedLog
+from otel_ext.exporters._reader import (
+    MetricPoint,
+    SpanRecord,
+    otlp_json_files,
+    read_metrics,
+    read_spans,
+)
+from otel_ext.semconv.attributes import (
     ACCEL_COLLECTIVE_ID,
     ACCEL_COLLECTIVE_OP,
     ACCEL_DEVICE_ID,
@@ -618,7 +624,7 @@ def otlp_json_to_perfetto(
     stays bounded whatever their size.
 
     Args:
-        inputs: files, rotated series or folders, as for :func:`exporters.read_otlp_json`.
+        inputs: files, rotated series or folders, as for :func:`otel_ext.exporters.read_otlp_json`.
         output: the timeline to write (replaced if it exists).
         time_origin_ns: Unix ns that ``ts = 0`` stands for; default: the whole hour
             before the earliest timestamp.

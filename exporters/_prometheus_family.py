@@ -1,6 +1,6 @@
 """An empty Prometheus metric family of the type a :class:`PrometheusName` says.
 
-Shared by the SDK metric reader's collector (``exporters._prometheus_sdk``) and the counter
+Shared by the SDK metric reader's collector (``otel_ext.exporters._prometheus_sdk``) and the counter
 bridge's collector (``otel_ext.counters._prometheus``), which fill it with their samples.
 """
 
@@ -14,7 +14,7 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
 )
 
-from exporters._prometheus_mapping import PrometheusName
+from otel_ext.exporters._prometheus_mapping import PrometheusName
 
 __all__ = ["new_family"]
 
@@ -22,7 +22,7 @@ __all__ = ["new_family"]
 def new_family(pn: PrometheusName, doc: str) -> Any:
     """A counter, histogram or gauge family named and typed as ``pn``, with no samples yet.
 
-    >>> from exporters._prometheus_mapping import prometheus_name
+    >>> from otel_ext.exporters._prometheus_mapping import prometheus_name
     >>> type(new_family(prometheus_name("hw.energy", "J", "counter"), "energy")).__name__
     'CounterMetricFamily'
     """

@@ -5,7 +5,7 @@
 points into ``prometheus_client`` families: monotonic sums -> counters (exemplars from the
 points), gauges and non-monotonic sums -> gauges, explicit-bucket histograms ->
 histograms (each exemplar on the bucket its value falls in). Names, units and labels are
-mapped by :mod:`exporters._prometheus_mapping`. Temporality is cumulative. The resource's
+mapped by :mod:`otel_ext.exporters._prometheus_mapping`. Temporality is cumulative. The resource's
 attributes are exposed once as ``target_info`` (value 1), as the OpenTelemetry
 specification's Prometheus compatibility asks, so a point joins to its host, rank and device.
 
@@ -50,8 +50,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from exporters._prometheus_family import new_family
-from exporters._prometheus_mapping import prometheus_name, sanitize_label
+from otel_ext.exporters._prometheus_family import new_family
+from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
 
 __all__ = ["PrometheusExpositionReader", "PrometheusMetricReader"]
 
@@ -83,7 +83,7 @@ class PrometheusExpositionReader(MetricReader):
     """A pull metric reader for Prometheus.
 
     Register :meth:`collector` in a ``CollectorRegistry`` (or serve the reader with
-    :class:`exporters.prometheus.PrometheusExpositionServer`); each scrape collects the SDK.
+    :class:`otel_ext.exporters.prometheus.PrometheusExpositionServer`); each scrape collects the SDK.
     """
 
     def __init__(self) -> None:

@@ -5,7 +5,7 @@
 resource and scope folded in. Inputs may be plain or gzip, a single file, a rotated series
 or a folder. Trace and span ids come back as lowercase hex whether the file holds hex (the
 Collector, us) or base64 (the generic protobuf JSON mapping): the records and ids are decoded by the
-project's one OTLP-JSON decoder (:mod:`exporters._otlp_decode`), the one the analysis
+project's one OTLP-JSON decoder (:mod:`otel_ext.exporters._otlp_decode`), the one the analysis
 loaders use. Malformed input raises
 :class:`~otel_ext.errors.InputError` naming the file, the line and the problem.
 
@@ -43,8 +43,9 @@ from typing import Any
 
 import msgspec
 
-from exporters._files import split_name
-from exporters._otlp_decode import (
+from otel_ext.errors import InputError
+from otel_ext.exporters._files import split_name
+from otel_ext.exporters._otlp_decode import (
     MetricsRequest,
     RequestError,
     TracesRequest,
@@ -52,7 +53,6 @@ from exporters._otlp_decode import (
     decode_traces,
     id_to_hex,
 )
-from otel_ext.errors import InputError
 
 __all__ = [
     "EventRecord",
@@ -383,7 +383,7 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _value(v: Any) -> AttributeValue:
-    """An :class:`~exporters._otlp_decode.AnyValue` record as :func:`any_value` decodes it."""
+    """An :class:`~otel_ext.exporters._otlp_decode.AnyValue` record as :func:`any_value` decodes it."""
     if v is None:
         return None
     return any_value({k: getattr(v, k) for k in v.__struct_fields__ if getattr(v, k) is not _UNSET})

@@ -33,7 +33,7 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource, ResourceDetector
 
 from otel_ext import config
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_DEVICE_ID,
     ACCEL_HOST_ID,
     ACCEL_LOCAL_RANK,

@@ -9,7 +9,7 @@ others the text format 0.0.4. It binds ``127.0.0.1`` unless told otherwise, opti
 serves TLS and requires HTTP basic auth on ``/metrics`` (``/healthz`` stays open for probes).
 
 Importing this module registers the ``prometheus`` metrics exporter for
-``exporters.configure(metrics_exporter="prometheus")``: a :class:`PrometheusMetricReader`
+``otel_ext.exporters.configure(metrics_exporter="prometheus")``: a :class:`PrometheusMetricReader`
 served on ``OTEL_EXT_PROMETHEUS_LISTEN``.
 
 >>> from prometheus_client import CollectorRegistry, Counter
@@ -44,9 +44,11 @@ from prometheus_client.exposition import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OM_CONTENT_TYPE
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 
-from exporters._http_server import HardenedHTTPServer, HttpResponse
-from exporters._prometheus_family import new_family
-from exporters._prometheus_mapping import (
+from otel_ext import config
+from otel_ext.errors import ConfigError
+from otel_ext.exporters._http_server import HardenedHTTPServer, HttpResponse
+from otel_ext.exporters._prometheus_family import new_family
+from otel_ext.exporters._prometheus_mapping import (
     PrometheusName,
     map_unit,
     prometheus_name,
@@ -54,9 +56,7 @@ from exporters._prometheus_mapping import (
     sanitize_label,
     sanitize_name,
 )
-from exporters._prometheus_sdk import PrometheusExpositionReader, PrometheusMetricReader
-from otel_ext import config
-from otel_ext.errors import ConfigError
+from otel_ext.exporters._prometheus_sdk import PrometheusExpositionReader, PrometheusMetricReader
 
 __all__ = [
     "PrometheusExpositionReader",
@@ -188,7 +188,7 @@ class PrometheusExpositionServer:
         idle_timeout_s: how long a kept-alive connection may wait for its next scrape.
         max_connections: connections served at once; more are answered 503 or closed.
 
-    The transport is :class:`exporters._http_server.HardenedHTTPServer`: see its limits.
+    The transport is :class:`otel_ext.exporters._http_server.HardenedHTTPServer`: see its limits.
     """
 
     def __init__(
@@ -331,7 +331,7 @@ def prometheus_metrics_reader(
     """The ``prometheus`` metrics exporter: an SDK reader served on ``/metrics``.
 
     Args:
-        settings: the ``ExporterSettings`` of ``exporters.configure`` (its ``env`` is read).
+        settings: the ``ExporterSettings`` of ``otel_ext.exporters.configure`` (its ``env`` is read).
         listen: ``HOST:PORT``; default ``OTEL_EXT_PROMETHEUS_LISTEN``.
     """
     env = getattr(settings, "env", None)
@@ -341,7 +341,7 @@ def prometheus_metrics_reader(
 
 def _register() -> None:
     try:
-        from exporters import register_metrics_exporter
+        from otel_ext.exporters import register_metrics_exporter
     except ImportError:  # the exporters package is being built in parallel
         return
     register_metrics_exporter("prometheus", prometheus_metrics_reader)

@@ -9,14 +9,21 @@ The package is organised by responsibility:
 * :mod:`otel_ext.sim` — the simulated cluster (a labelled backend);
 * :mod:`otel_ext.cli` — the ``otel-ext`` command.
 
-``otel_ext.configure`` (one-call OpenTelemetry setup) is :func:`exporters.configure`. Type
-checkers see its real signature (imported under ``TYPE_CHECKING``); at run time it is
-imported on first use, so that ``import otel_ext`` stays cheap (about 6 ms, against about
-175 ms for the SDK exporters ``configure`` needs).
+``otel_ext.configure`` (one-call OpenTelemetry setup) calls :func:`otel_ext.exporters.configure`
+with the same arguments. Type checkers see that function's real signature (imported under
+``TYPE_CHECKING``); at run time ``otel_ext.configure`` is a plain function that imports the
+exporters on its first call, so that ``import otel_ext`` stays cheap (about 6 ms, against
+about 175 ms for the SDK exporters ``configure`` needs).
 
->>> import otel_ext, exporters
->>> otel_ext.configure is exporters.configure
-True
+The package's parts: :mod:`otel_ext.semconv` (the conventions registry, imported by everything
+and importing nothing else of otel-ext), :mod:`otel_ext.exporters` (never imports the counters
+or the analysis), :mod:`otel_ext.clocks` (pure clock math, no file I/O),
+:mod:`otel_ext.counters`, :mod:`otel_ext.instrumentation`, :mod:`otel_ext.analysis`,
+:mod:`otel_ext.sim`. ``tests/test_import_graph.py`` keeps the dependencies one way.
+
+>>> import otel_ext
+>>> otel_ext.configure.__doc__.split(":")[0]
+'Set up OpenTelemetry the otel-ext way'
 """
 
 from __future__ import annotations
@@ -26,17 +33,15 @@ from typing import TYPE_CHECKING, Any
 from otel_ext.errors import OtelExtError
 
 if TYPE_CHECKING:
-    from exporters import configure as configure
+    from otel_ext.exporters import configure as configure
 
 __all__ = ["OtelExtError", "__version__", "configure"]
 __version__ = "0.1.0"
 
+if not TYPE_CHECKING:
 
-def __getattr__(name: str) -> Any:
-    # ``configure`` lives in the ``exporters`` package; import it lazily so that importing
-    # ``otel_ext`` stays cheap and free of the SDK's exporter dependencies.
-    if name == "configure":
-        from exporters import configure
+    def configure(*args: Any, **kwargs: Any) -> Any:
+        """Set up OpenTelemetry the otel-ext way: :func:`otel_ext.exporters.configure`."""
+        from otel_ext.exporters import configure as _configure
 
-        return configure
-    raise AttributeError(f"module 'otel_ext' has no attribute {name!r}")
+        return _configure(*args, **kwargs)

@@ -29,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("otel_ext.sim.cli", "run the simulated multi-host accelerator cluster"),
     "analyze": ("otel_ext.analysis.cli", "analyse traces and counters into ranked findings"),
     "exporter": ("otel_ext.counters.cli", "serve hardware, host and link counters on /metrics"),
-    "semconv": ("semantic_conventions.cli", "check, generate, list and query the registry"),
+    "semconv": ("otel_ext.semconv.cli", "check, generate, list and query the registry"),
 }
 
 

@@ -138,9 +138,9 @@ def run_workload(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
+    from otel_ext.exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
-    from semantic_conventions import attributes as A
+    from otel_ext.semconv import attributes as A
 
     torch.set_num_threads(1)
     host, device = device_of_rank(rank)
@@ -207,7 +207,7 @@ def run_real(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--real needs PyTorch: pip install torch==2.13.0 (or `make venv`)"
         ) from None
-    from otel_ext.demo import _analyze, _clock_summary, _print_report
+    from otel_ext.demo_report import analyze_run, clock_summary, print_report
 
     world = args.ranks
     if world < 2 or HEADS % world or (4 * DIM) % world:
@@ -260,9 +260,9 @@ def run_real(args: argparse.Namespace) -> int:
         ),
     }
     (out / "truth.json").write_text(json.dumps(truth, indent=2) + "\n")
-    doc = _analyze(out, err)
-    clock = _clock_summary(doc, out)
-    _print_report(
+    doc = analyze_run(out, err)
+    clock = clock_summary(doc, out)
+    print_report(
         doc, out=out, files={}, cluster=cluster, clock=clock, metrics_url=None, stream=sys.stdout
     )
     return 0

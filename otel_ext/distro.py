@@ -5,9 +5,9 @@
 (``opentelemetry_configurator``), then every *instrumentor*
 (``opentelemetry_instrumentor``). Installing otel-ext declares:
 
-* :class:`OtelExtDistro` (``otel_ext``): nothing to preset, since :func:`exporters.configure`
+* :class:`OtelExtDistro` (``otel_ext``): nothing to preset, since :func:`otel_ext.exporters.configure`
   already follows the specification's defaults (``otlp`` for both signals);
-* :class:`OtelExtConfigurator` (``otel_ext``): calls :func:`exporters.configure` with the
+* :class:`OtelExtConfigurator` (``otel_ext``): calls :func:`otel_ext.exporters.configure` with the
   standard ``OTEL_*`` and our ``OTEL_EXT_*`` variables, so the process gets the accelerator
   resource (host, device, rank, world size), the bounded batch span processor, the
   active-span records for the node agent and the drop counter; the handle is shut down
@@ -44,7 +44,7 @@ class OtelExtDistro(BaseDistro):
 
 
 class OtelExtConfigurator(_BaseConfigurator):
-    """Sets up the SDK through :func:`exporters.configure` (see the module docs).
+    """Sets up the SDK through :func:`otel_ext.exporters.configure` (see the module docs).
 
     Attributes:
         telemetry: the handle, once configured (``None`` before, or if it failed).
@@ -55,8 +55,8 @@ class OtelExtConfigurator(_BaseConfigurator):
     def _configure(self, **kwargs: Any) -> None:
         if self.telemetry is not None:
             return
-        from exporters import configure
         from otel_ext.errors import OtelExtError
+        from otel_ext.exporters import configure
 
         try:
             self.telemetry = configure()

@@ -3,12 +3,12 @@
 Subcommands:
 
 * ``check [--registry PATH] [--root DIR]``: validate the registry
-  (:mod:`semantic_conventions.validate`) and that the generated files under ``DIR`` are in
+  (:mod:`otel_ext.semconv.validate`) and that the generated files under ``DIR`` are in
   sync; prints every problem (file, definition, problem) and exits 1 when there is any.
 * ``generate [--registry PATH] [--root DIR]``: rewrite the generated files.
 * ``list [--format text|json] [--kind KIND]``: every definition.
 * ``coverage --counters FILE [--device MODEL] [--format text|json]``: which derived metrics
-  and analyses a device's base counters support (:mod:`semantic_conventions.coverage`).
+  and analyses a device's base counters support (:mod:`otel_ext.semconv.coverage`).
 
 ``--root`` defaults to this checkout's root when ``--registry`` is the packaged registry;
 with another ``--registry``, the generated files are checked only when ``--root`` is given.
@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from otel_ext.errors import RegistryError
-from semantic_conventions.coverage import (
+from otel_ext.semconv.coverage import (
     compute_coverage,
     format_text,
     load_counters,
     report_to_json,
 )
-from semantic_conventions.generate import PROJECT_ROOT, write_generated
-from semantic_conventions.registry import DEFAULT_REGISTRY, Registry, load_registry
-from semantic_conventions.validate import validate_registry
+from otel_ext.semconv.generate import PROJECT_ROOT, write_generated
+from otel_ext.semconv.registry import DEFAULT_REGISTRY, Registry, load_registry
+from otel_ext.semconv.validate import validate_registry
 
 __all__ = ["add_arguments", "definitions", "run"]
 
@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def definitions(reg: Registry) -> list[dict[str, Any]]:
     """Every definition of the registry as JSON-ready dictionaries (``semconv list``).
 
-    >>> from semantic_conventions.registry import load_registry
+    >>> from otel_ext.semconv.registry import load_registry
     >>> d = {x["name"]: x for x in definitions(load_registry())}
     >>> d["accel.device.mfu"]["formula"], d["accel.device.mfu"]["inputs"]
     ('rate(ops) / spec.peak_flops_bf16', {'ops': 'accel.device.operations'})

@@ -15,7 +15,7 @@ from otel_ext.config import ALL_VARIABLES
 
 __all__ = ["STANDARD_VARIABLES", "render_configuration_md"]
 
-#: Standard ``OTEL_*`` variables otel-ext reads (in ``exporters.configure()``), with what
+#: Standard ``OTEL_*`` variables otel-ext reads (in ``otel_ext.exporters.configure()``), with what
 #: they control. ``{SIGNAL}`` stands for ``TRACES`` or ``METRICS``; a per-signal variable
 #: wins over the general one.
 STANDARD_VARIABLES: dict[str, str] = {

@@ -17,7 +17,7 @@ samples) or ``rate_hz`` (samples per second)::
       - {name: accel.device.cycles.elapsed, rate_hz: 10}
       - hw.power
 
->>> from semantic_conventions.registry import load_registry
+>>> from otel_ext.semconv.registry import load_registry
 >>> reg = load_registry()
 >>> exposed = [ExposedCounter("accel.device.cycles.active", 0.1),
 ...            ExposedCounter("accel.device.cycles.elapsed", 0.1)]
@@ -39,8 +39,8 @@ from typing import Any
 import yaml
 
 from otel_ext.errors import InputError
-from semantic_conventions.formula import parse_formula
-from semantic_conventions.registry import Registry, yaml_error_text
+from otel_ext.semconv.formula import parse_formula
+from otel_ext.semconv.registry import Registry, yaml_error_text
 
 __all__ = [
     "AnalysisSupport",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from otel_ext.errors import RegistryError
-from semantic_conventions.units import DIMENSIONLESS, SECOND, Unit, UnitError, parse_unit
+from otel_ext.semconv.units import DIMENSIONLESS, SECOND, Unit, UnitError, parse_unit
 
 __all__ = [
     "BinOp",
@@ -352,7 +352,7 @@ def parse_formula(text: str) -> Formula:
     >>> parse_formula("rate(a) +")
     Traceback (most recent call last):
     ...
-    semantic_conventions.formula.FormulaError: formula 'rate(a) +' ends where a value was expected
+    otel_ext.semconv.formula.FormulaError: formula 'rate(a) +' ends where a value was expected
     """
     root = _Parser(text).parse()
     nodes = _walk(root)
@@ -396,7 +396,7 @@ def infer_unit(
     >>> infer_unit("rate(a) + b", {"a": "By", "b": "By"}, {})
     Traceback (most recent call last):
     ...
-    semantic_conventions.units.UnitError: cannot add By/s and By in 'rate(a) + b'
+    otel_ext.semconv.units.UnitError: cannot add By/s and By in 'rate(a) + b'
     """
     f = parse_formula(formula) if isinstance(formula, str) else formula
 

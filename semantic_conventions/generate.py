@@ -1,6 +1,6 @@
 """Generate the Python constants and the Markdown references from the registry.
 
-``python -m semantic_conventions.generate`` (or ``otel-ext semconv generate``) rewrites
+``python -m otel_ext.semconv.generate`` (or ``otel-ext semconv generate``) rewrites
 ``semantic_conventions/attributes.py``, ``spans.py``, ``metrics.py``,
 ``docs/semantic-conventions.md`` and ``docs/configuration.md``. Generation is deterministic,
 so ``otel-ext semconv check`` regenerates in memory and diffs. Each Markdown page keeps the
@@ -17,10 +17,10 @@ import re
 import sys
 from pathlib import Path
 
-from semantic_conventions.configdoc import DEFAULT_INTRO as CONFIG_INTRO
-from semantic_conventions.configdoc import MARKER as CONFIG_MARKER
-from semantic_conventions.configdoc import render_configuration_md
-from semantic_conventions.registry import Registry, load_registry
+from otel_ext.semconv.configdoc import DEFAULT_INTRO as CONFIG_INTRO
+from otel_ext.semconv.configdoc import MARKER as CONFIG_MARKER
+from otel_ext.semconv.configdoc import render_configuration_md
+from otel_ext.semconv.registry import Registry, load_registry
 
 __all__ = ["PROJECT_ROOT", "constant_name", "generated_files", "write_generated"]
 
@@ -39,7 +39,7 @@ DOCS_MARKER = (
 DOCS_INTRO = """# Semantic conventions
 
 The registry under `semantic_conventions/model/` is the single source of truth for what
-otel-ext's telemetry means. This page, and the constants modules `semantic_conventions.attributes`,
+otel-ext's telemetry means. This page, and the constants modules `otel_ext.semconv.attributes`,
 `.spans` and `.metrics`, are generated from it; `otel-ext semconv check` fails when they are
 stale. Names marked *OpenTelemetry* are reused from the OpenTelemetry semantic conventions,
 not redefined; our own names live under `accel.`.

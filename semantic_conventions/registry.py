@@ -8,7 +8,7 @@ declare which metrics each analysis of ``otel-ext analyze`` needs (``requires``,
 optionally ``max_interval_s``, the slowest sampling interval that still serves it).
 ``devices/specs.yaml`` is the device peak-specification table.
 
-Loading checks only the shape of the files; :mod:`semantic_conventions.validate` checks the
+Loading checks only the shape of the files; :mod:`otel_ext.semconv.validate` checks the
 meaning (units, names, formulas, references).
 
 >>> reg = load_registry()

@@ -285,7 +285,7 @@ def parse_unit(text: str | Unit) -> Unit:
     >>> parse_unit("furlong")
     Traceback (most recent call last):
     ...
-    semantic_conventions.units.UnitError: unknown unit 'furlong' in 'furlong'
+    otel_ext.semconv.units.UnitError: unknown unit 'furlong' in 'furlong'
     """
     if isinstance(text, Unit):
         return text

@@ -25,7 +25,7 @@ so that one run reports them all. The rules:
 metric ``instrument`` is ``counter``, ``updowncounter``, ``gauge`` or ``histogram``; a
 ``counter`` is ``monotonic: true`` and only a counter is; ``scope`` is ``device``, ``link``,
 ``host``, ``collective`` or ``request``; ``class`` is ``base`` or ``derived``; the unit is in
-the understood UCUM subset (:mod:`semantic_conventions.units`).
+the understood UCUM subset (:mod:`otel_ext.semconv.units`).
 
 **Base and derived**: a base metric has no formula and no inputs; a derived metric has a
 formula that parses, every input it declares is a known *base* metric and is used, every
@@ -41,7 +41,7 @@ non-negative number.
 **Generated files**: ``attributes.py``, ``spans.py``, ``metrics.py`` and the generated docs
 equal a fresh generation.
 
->>> from semantic_conventions.registry import load_registry
+>>> from otel_ext.semconv.registry import load_registry
 >>> validate_registry(load_registry(), generated_root=None)
 []
 """
@@ -52,9 +52,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from semantic_conventions.formula import FormulaError, infer_unit, parse_formula
-from semantic_conventions.registry import Registry
-from semantic_conventions.units import UnitError, parse_unit
+from otel_ext.semconv.formula import FormulaError, infer_unit, parse_formula
+from otel_ext.semconv.registry import Registry
+from otel_ext.semconv.units import UnitError, parse_unit
 
 __all__ = [
     "INSTRUMENTS",
@@ -167,7 +167,7 @@ def check_name(name: str, *, kind: str, external: bool = False) -> list[str]:
 
 
 def _check_names(reg: Registry, add: _Adder) -> None:
-    from semantic_conventions.generate import constant_name
+    from otel_ext.semconv.generate import constant_name
 
     for a in reg.attributes.values():
         for msg in check_name(a.name, kind="attribute", external=a.external):
@@ -334,7 +334,7 @@ def _check_analyses(reg: Registry, add: _Adder) -> None:
 
 
 def _check_generated(reg: Registry, root: Path, add: _Adder) -> None:
-    from semantic_conventions.generate import generated_files
+    from otel_ext.semconv.generate import generated_files
 
     for path, text in generated_files(reg, root=root).items():
         rel = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import require_binary
 
-from exporters import read_spans
+from otel_ext.exporters import read_spans
 
 pytestmark = pytest.mark.integration
 HOST = "H"

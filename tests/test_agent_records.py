@@ -25,7 +25,7 @@ from otel_ext.counters import (
     best_span,
     running_time,
 )
-from otel_ext.instrumentation._active_span import (
+from otel_ext.instrumentation.active_span import (
     ActiveSpanPublisher,
     ActiveSpanPublishingProcessor,
 )

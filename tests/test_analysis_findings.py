@@ -19,7 +19,7 @@ import pytest
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import LoadResult, MetricPoints
 from otel_ext.analysis.table import Category, EventTable
-from semantic_conventions import metrics as M
+from otel_ext.semconv import metrics as M
 
 HOSTS, CHIPS, STEPS, LAYERS = 2, 4, 40, 3
 LAYER_NS = 200_000

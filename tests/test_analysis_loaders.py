@@ -17,8 +17,8 @@ from otel_ext.analysis.breakdown import launch_rows
 from otel_ext.analysis.loaders import load_file, load_kineto_text, load_paths, us_to_ns
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
-from semantic_conventions import attributes as A
-from semantic_conventions import spans as S
+from otel_ext.semconv import attributes as A
+from otel_ext.semconv import spans as S
 
 # ---------------------------------------------------------------- real traces
 

@@ -150,7 +150,7 @@ def test_two_host_slow_nic_without_error_counters_is_marked_ambiguous(
     """Without the ports' error counters nothing tells the two ports apart: the finding says
     so and lists both, rather than guess."""
     from otel_ext.analysis.loaders import LoadResult, load_paths
-    from semantic_conventions.metrics import METRIC_HW_ERRORS
+    from otel_ext.semconv.metrics import METRIC_HW_ERRORS
 
     out, _ = sim(f"slow-nic@{target}", 3)
     load = load_paths([out], workers=1)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from otel_ext.cli import SUBCOMMANDS, main
-from semantic_conventions.registry import DEFAULT_REGISTRY, load_registry
+from otel_ext.semconv.registry import DEFAULT_REGISTRY, load_registry
 
 REG = load_registry()
 
@@ -242,7 +242,7 @@ def test_an_internal_error_is_one_line_and_exit_70(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bug (not bad input) still reaches the user as one line, never a traceback."""
-    import semantic_conventions.cli as semconv_cli
+    import otel_ext.semconv.cli as semconv_cli
 
     def broken(args: object) -> int:
         raise ZeroDivisionError("boom")

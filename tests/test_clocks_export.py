@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporters import OtlpJsonFileSpanExporter, read_spans
 from otel_ext.clocks import (
     ClockFitError,
     ClockMapping,
@@ -33,7 +32,7 @@ from otel_ext.clocks import (
     fit_clock,
     mapping_attributes,
     mappings_from_span_records,
-    refit_from_otlp,
+    refit_from_spans,
 )
 from otel_ext.clocks.synthetic import (
     Brackets,
@@ -41,7 +40,8 @@ from otel_ext.clocks.synthetic import (
     alignment_scenario,
     simulate_brackets,
 )
-from semantic_conventions.attributes import (
+from otel_ext.exporters import OtlpJsonFileSpanExporter, read_spans
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_BRACKETS_DROPPED,
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DEVICE_TICKS,
@@ -53,7 +53,7 @@ from semantic_conventions.attributes import (
     ACCEL_CLOCK_TICKS_PER_SECOND,
     ACCEL_DEVICE_ID,
 )
-from semantic_conventions.spans import SPAN_ACCEL_CLOCK_SYNC
+from otel_ext.semconv.spans import SPAN_ACCEL_CLOCK_SYNC
 
 EPOCH = 1_718_000_000_000_000_000  # host clock of the brackets: a realistic Unix time in ns
 DOMAIN = "host0/chip1"
@@ -128,7 +128,9 @@ def test_arrays_to_file_refit_equals_online_fit_and_bound_holds(tmp_path: Path) 
     provider.shutdown()
     assert spans == 3  # 600 brackets, at most 256 per span
 
-    refit = refit_from_otlp(tmp_path / "traces.jsonl")
+    refit = refit_from_spans(
+        read_spans(tmp_path / "traces.jsonl"), source=str(tmp_path / "traces.jsonl")
+    )
     assert list(refit) == [DOMAIN]
     assert refit[DOMAIN].to_dict() == online.to_dict()
     max_err = _assert_bound_holds(refit[DOMAIN], true_ns, ticks)
@@ -182,7 +184,7 @@ def test_sampler_emitter_batch_processor_file_round_trip(tmp_path: Path) -> None
     np.testing.assert_array_equal(got.host_before_ns, b.host_before_ns)
     np.testing.assert_array_equal(got.device_ticks, b.device_ticks)
     np.testing.assert_array_equal(got.host_after_ns, b.host_after_ns)
-    refit = refit_from_otlp([tmp_path / "traces.jsonl"])[DOMAIN]
+    refit = refit_from_spans(read_spans([tmp_path / "traces.jsonl"]), source="traces.jsonl")[DOMAIN]
     assert refit.to_dict() == online.to_dict()
     _assert_bound_holds(refit, true_ns, ticks)
     # the newest span's knots are the online mapping of the whole window
@@ -258,7 +260,7 @@ def test_64_bit_ticks_above_2_63_survive_the_json_file(tmp_path: Path) -> None:
     assert any(int(v["intValue"]) < 0 for v in ticks_json["value"]["arrayValue"]["values"])
     got = brackets_from_span_records(read_spans(tmp_path))["c"]
     np.testing.assert_array_equal(got.device_ticks, b.device_ticks)
-    refit = refit_from_otlp(tmp_path)["c"]
+    refit = refit_from_spans(read_spans(tmp_path), source=str(tmp_path))["c"]
     direct = fit_clock(before, b.device_ticks, after, counter_bits=64, domain="c")
     assert refit.to_dict() == direct.to_dict()
     _assert_bound_holds(refit, b.true_read_ns, b.device_ticks)
@@ -535,12 +537,17 @@ def test_refit_names_the_file_and_domain_and_can_skip_unfittable(tmp_path: Path)
     provider.shutdown()
     path = tmp_path / "traces.jsonl"
     with pytest.raises(InsufficientSamplesError) as info:
-        refit_from_otlp(path)
+        refit_from_spans(read_spans(path), source=str(path))
     assert str(path) in str(info.value) and "domain lonely" in str(info.value)
-    assert list(refit_from_otlp(path, strict=False)) == ["good"]
+    assert list(refit_from_spans(read_spans(path), source=str(path), strict=False)) == ["good"]
     with pytest.raises(ClockFitError, match="may not set counter_bits"):
-        refit_from_otlp(path, fit_options={"counter_bits": 32})
-    relaxed = refit_from_otlp(path, strict=False, fit_options={"target_model_error_ns": 20.0})
+        refit_from_spans(read_spans(path), source=str(path), fit_options={"counter_bits": 32})
+    relaxed = refit_from_spans(
+        read_spans(path),
+        source=str(path),
+        strict=False,
+        fit_options={"target_model_error_ns": 20.0},
+    )
     assert (
         relaxed["good"].to_dict()
         == fit_clock(*good.brackets(), domain="good", target_model_error_ns=20.0).to_dict()

@@ -20,14 +20,14 @@ from otel_ext.clocks import (
     fit_clock,
 )
 from otel_ext.clocks.synthetic import SyntheticClock
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,
     ACCEL_CLOCK_RAW_START_TICKS,
     ACCEL_CLOCK_REFERENCE,
     ACCEL_CLOCK_UNCERTAINTY_NS,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_CLOCK_BOUND,
     METRIC_ACCEL_CLOCK_DRIFT,
     METRIC_ACCEL_CLOCK_SAMPLES,

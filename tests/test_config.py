@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from otel_ext import config
 from otel_ext.config import ALL_VARIABLES, EnvVar, resolve
-from semantic_conventions.configdoc import STANDARD_VARIABLES
+from otel_ext.semconv.configdoc import STANDARD_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOL = EnvVar("OTEL_EXT_TEST_BOOL", bool, False, "test")

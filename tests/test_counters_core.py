@@ -9,7 +9,6 @@ from opentelemetry.trace import SpanContext, TraceFlags
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 
-from exporters._prometheus_mapping import map_unit, prometheus_name, sanitize_label, sanitize_name
 from otel_ext.counters import (
     BaseSource,
     BuiltinSimModel,
@@ -21,8 +20,14 @@ from otel_ext.counters import (
     SimulatedSource,
     counter_delta,
 )
-from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_HOST_ID
-from semantic_conventions.metrics import (
+from otel_ext.exporters._prometheus_mapping import (
+    map_unit,
+    prometheus_name,
+    sanitize_label,
+    sanitize_name,
+)
+from otel_ext.semconv.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_HOST_ID
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_COLLECTIVE_DURATION,
     METRIC_ACCEL_DEVICE_CYCLES_ACTIVE,
     METRIC_ACCEL_DEVICE_CYCLES_ELAPSED,

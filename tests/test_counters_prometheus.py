@@ -19,8 +19,8 @@ import urllib.request
 import pytest
 from conftest import require_binary
 
-from exporters.prometheus import PrometheusExpositionServer
 from otel_ext.counters import BuiltinSimModel, CounterBridge, CounterCollector, SimulatedSource
+from otel_ext.exporters.prometheus import PrometheusExpositionServer
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 30.0

@@ -15,13 +15,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from exporters.prometheus import (
-    PrometheusExpositionServer,
-    PrometheusMetricReader,
-    parse_basic_auth,
-    parse_listen,
-    prometheus_metrics_reader,
-)
 from otel_ext.cli import main
 from otel_ext.counters import (
     BuiltinSimModel,
@@ -31,6 +24,13 @@ from otel_ext.counters import (
     SimulatedSource,
 )
 from otel_ext.errors import ConfigError
+from otel_ext.exporters.prometheus import (
+    PrometheusExpositionServer,
+    PrometheusMetricReader,
+    parse_basic_auth,
+    parse_listen,
+    prometheus_metrics_reader,
+)
 
 
 def sim_bridge(chips=2):

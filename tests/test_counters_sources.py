@@ -251,7 +251,7 @@ def test_nvml_lost_gpu_goes_stale_and_the_bridge_keeps_running():
 
 def test_nvml_model_matching_picks_nearest_memory():
     from otel_ext.counters import match_device_model
-    from semantic_conventions.registry import load_registry
+    from otel_ext.semconv.registry import load_registry
 
     table = load_registry().device_specs
     assert match_device_model("NVIDIA H200", 150e9, table) == "H200-SXM-141GB"

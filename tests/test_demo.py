@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from exporters import read_metrics, read_spans
 from otel_ext.cli import main
 from otel_ext.demo import default_fault
+from otel_ext.exporters import read_metrics, read_spans
 
 
 def _top_matches_truth(out: Path) -> tuple[dict, dict]:

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, require_binary
 
-from exporters._prometheus_mapping import prometheus_name
-from exporters.prometheus import parse_listen
 from otel_ext import config
 from otel_ext.counters import cli as exporter_cli
-from semantic_conventions import attributes, spans
-from semantic_conventions.metrics import METRIC_SPECS
+from otel_ext.exporters._prometheus_mapping import prometheus_name
+from otel_ext.exporters.prometheus import parse_listen
+from otel_ext.semconv import attributes, spans
+from otel_ext.semconv.metrics import METRIC_SPECS
 
 DEPLOY = REPO_ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"

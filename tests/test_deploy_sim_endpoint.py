@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest
 
-from exporters import OtlpJsonFileMetricExporter
-from semantic_conventions.attributes import ACCEL_HOST_ID, GEN_AI_REQUEST_MODEL
-from semantic_conventions.metrics import (
+from otel_ext.exporters import OtlpJsonFileMetricExporter
+from otel_ext.semconv.attributes import ACCEL_HOST_ID, GEN_AI_REQUEST_MODEL
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_INFERENCE_REQUESTS,
     METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
 )

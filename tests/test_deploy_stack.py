@@ -375,7 +375,7 @@ def test_other_alerts_stay_silent(stack: Stack) -> None:
 
 
 def test_ttft_exemplars_link_to_request_traces(stack: Stack) -> None:
-    from exporters import read_spans
+    from otel_ext.exporters import read_spans
 
     metric = "gen_ai_server_time_to_first_token_seconds_bucket"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import require
 
-from exporters import read_spans
+from otel_ext.exporters import read_spans
 
 SCRIPT = """
 import json

@@ -9,16 +9,16 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otlp_receivers import http_receiver  # noqa: F401 (fixture)
 
-from exporters import (
+from otel_ext.errors import ConfigError
+from otel_ext.exporters import (
     accelerator_attributes,
     configure,
     read_metrics,
     read_spans,
     register_metrics_exporter,
 )
-from exporters._configure import _otlp
-from otel_ext.errors import ConfigError
-from semantic_conventions.attributes import (
+from otel_ext.exporters._configure import _otlp
+from otel_ext.semconv.attributes import (
     ACCEL_DEVICE_ID,
     ACCEL_HOST_ID,
     ACCEL_LOCAL_RANK,

@@ -17,14 +17,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from exporters import (
+from otel_ext.errors import InputError
+from otel_ext.exporters import (
     OtlpJsonFileMetricExporter,
     OtlpJsonFileSpanExporter,
     read_metrics,
     read_otlp_json,
     read_spans,
 )
-from otel_ext.errors import InputError
 
 _KINDS = {
     SpanKind.INTERNAL: 1,
@@ -386,8 +386,8 @@ from opentelemetry.sdk.util import BoundedList  # noqa: E402
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope  # noqa: E402
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState  # noqa: E402
 
-from exporters._fast_json import UnsupportedValue, metrics_to_json, spans_to_json  # noqa: E402
-from exporters._otlp_json import (  # noqa: E402
+from otel_ext.exporters._fast_json import UnsupportedValue, metrics_to_json, spans_to_json  # noqa: E402
+from otel_ext.exporters._otlp_json import (  # noqa: E402
     encode_metrics_json,
     encode_spans_json,
     reference_encode_metrics_json,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from otlp_receivers import GrpcOtlpReceiver, HttpOtlpReceiver, grpc_receiver, http_receiver  # noqa: F401
 
-from exporters import configure
-from semantic_conventions.attributes import ACCEL_TELEMETRY_SIGNAL
-from semantic_conventions.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
+from otel_ext.exporters import configure
+from otel_ext.semconv.attributes import ACCEL_TELEMETRY_SIGNAL
+from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
 pytestmark = pytest.mark.integration
 

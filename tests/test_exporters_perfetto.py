@@ -15,9 +15,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import set_span_in_context
 
-from exporters import OtlpJsonFileSpanExporter, PerfettoTraceExporter, otlp_json_to_perfetto
-from exporters._perfetto import PerfettoWriter, SpanView
-from semantic_conventions.attributes import (
+from otel_ext.exporters import (
+    OtlpJsonFileSpanExporter,
+    PerfettoTraceExporter,
+    otlp_json_to_perfetto,
+)
+from otel_ext.exporters._perfetto import PerfettoWriter, SpanView
+from otel_ext.semconv.attributes import (
     ACCEL_COLLECTIVE_ID,
     ACCEL_COLLECTIVE_OP,
     ACCEL_DEVICE_ID,
@@ -27,7 +31,7 @@ from semantic_conventions.attributes import (
     ACCEL_LINK_ID,
     ACCEL_RANK,
 )
-from semantic_conventions.spans import (
+from otel_ext.semconv.spans import (
     SPAN_ACCEL_COLLECTIVE,
     SPAN_ACCEL_KERNEL,
     SPAN_ACCEL_LAYER,

@@ -13,9 +13,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporters import BoundedBatchSpanProcessor, DropCounter, configure, read_spans
-from semantic_conventions.attributes import ACCEL_TELEMETRY_SIGNAL
-from semantic_conventions.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
+from otel_ext.exporters import BoundedBatchSpanProcessor, DropCounter, configure, read_spans
+from otel_ext.semconv.attributes import ACCEL_TELEMETRY_SIGNAL
+from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
 
 class BlockingExporter(SpanExporter):

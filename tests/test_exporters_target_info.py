@@ -7,8 +7,8 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest
 
-from exporters.prometheus import PrometheusMetricReader
-from semantic_conventions.attributes import ACCEL_HOST_ID, ACCEL_RANK
+from otel_ext.exporters.prometheus import PrometheusMetricReader
+from otel_ext.semconv.attributes import ACCEL_HOST_ID, ACCEL_RANK
 
 
 def test_resource_attributes_are_exposed_as_target_info() -> None:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from exporters._resource import accelerator_attributes
 from otel_ext.counters import HostSource
-from semantic_conventions.attributes import ACCEL_HOST_ID
+from otel_ext.exporters._resource import accelerator_attributes
+from otel_ext.semconv.attributes import ACCEL_HOST_ID
 
 FIXTURES = Path(__file__).parent / "fixtures" / "proc" / "t0"
 

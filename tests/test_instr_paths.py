@@ -133,7 +133,7 @@ def _device_ids_with_local_rank(rank: int, provider: Any, exporter: Any) -> dict
     """With ``LOCAL_RANK`` set (as launchers do) and no ``device=``: span vs resource id."""
     import os
 
-    from exporters import accelerator_attributes
+    from otel_ext.exporters import accelerator_attributes
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor, TorchLayerInstrumentor
 
     os.environ["LOCAL_RANK"] = str(rank)

@@ -62,7 +62,7 @@ def test_inference_server_example(span_exporter: object, load: Callable[[str], M
 def test_torch_model_example_writes_one_trace_file_per_rank(
     tmp_path: Path, load: Callable[[str], ModuleType]
 ) -> None:
-    from exporters import read_spans
+    from otel_ext.exporters import read_spans
 
     paths = load("torch_model").run(world_size=2, steps=1, out_dir=tmp_path)
     assert [p.name for p in paths] == ["traces.jsonl", "traces.jsonl"]

@@ -17,8 +17,8 @@ import pytest
 
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.errors import InputError
-from semantic_conventions import attributes as A
-from semantic_conventions import spans as S
+from otel_ext.semconv import attributes as A
+from otel_ext.semconv import spans as S
 
 _X = {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 1.0, "dur": 2.0}
 

@@ -18,8 +18,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from exporters import read_spans
-from exporters._otlp_json import encode_spans_json
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
 from otel_ext.analysis.loaders.spans import (
@@ -29,8 +27,10 @@ from otel_ext.analysis.loaders.spans import (
     otlp_attrs,
 )
 from otel_ext.analysis.table import NUMERIC_COLUMNS, STRING_COLUMNS, EventTable
-from semantic_conventions import attributes as A
-from semantic_conventions import spans as S
+from otel_ext.exporters import read_spans
+from otel_ext.exporters._otlp_json import encode_spans_json
+from otel_ext.semconv import attributes as A
+from otel_ext.semconv import spans as S
 
 _ATTR_VALUES = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
@@ -76,7 +76,7 @@ def _same(a: EventTable, b: EventTable) -> None:
 
 def _reference(lines: list[bytes], path: str) -> EventTable:
     """The span-by-span path on the same requests (the columnar path's reference)."""
-    from exporters._otlp_decode import span_id_int
+    from otel_ext.exporters._otlp_decode import span_id_int
 
     rows = SpanRows(LoadContext(path))
     for line in lines:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from test_counters_server import make_cert
 
-from exporters._http_server import LISTEN_BACKLOG, HardenedHTTPServer
-from exporters.prometheus import PrometheusExpositionServer
+from otel_ext.exporters._http_server import LISTEN_BACKLOG, HardenedHTTPServer
+from otel_ext.exporters.prometheus import PrometheusExpositionServer
 
 
 class StaticExposer:

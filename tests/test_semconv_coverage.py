@@ -9,14 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_ext.errors import InputError
-from semantic_conventions.coverage import (
+from otel_ext.semconv.coverage import (
     ExposedCounter,
     compute_coverage,
     format_text,
     load_counters,
     report_to_json,
 )
-from semantic_conventions.registry import load_registry
+from otel_ext.semconv.registry import load_registry
 
 REG = load_registry()
 BASE = sorted(n for n, m in REG.metrics.items() if m.metric_class == "base")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from semantic_conventions.formula import (
+from otel_ext.semconv.formula import (
     BinOp,
     FormulaError,
     Name,
@@ -20,7 +20,7 @@ from semantic_conventions.formula import (
     infer_unit,
     parse_formula,
 )
-from semantic_conventions.units import UnitError, parse_unit
+from otel_ext.semconv.units import UnitError, parse_unit
 
 NAMES = ["a", "b", "ops", "rd", "wr_2", "_x"]
 FIELDS = ["memory_bandwidth", "peak_flops_bf16", "max_clock"]

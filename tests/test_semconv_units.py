@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from semantic_conventions.units import (
+from otel_ext.semconv.units import (
     DIMENSIONLESS,
     Unit,
     UnitError,

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from otel_ext.errors import RegistryError
-from semantic_conventions.formula import infer_unit, parse_formula
-from semantic_conventions.generate import PROJECT_ROOT, generated_files, write_generated
-from semantic_conventions.registry import DEFAULT_REGISTRY, load_registry
-from semantic_conventions.units import parse_unit
-from semantic_conventions.validate import Problem, check_name, validate_registry
+from otel_ext.semconv.formula import infer_unit, parse_formula
+from otel_ext.semconv.generate import PROJECT_ROOT, generated_files, write_generated
+from otel_ext.semconv.registry import DEFAULT_REGISTRY, load_registry
+from otel_ext.semconv.units import parse_unit
+from otel_ext.semconv.validate import Problem, check_name, validate_registry
 
 METRICS = "accel/metrics.yaml"
 SPANS = "accel/spans.yaml"
@@ -482,7 +482,7 @@ def test_generation_keeps_the_hand_written_intro(tmp_path: Path) -> None:
 
 
 def test_generated_constants_follow_the_naming_contract() -> None:
-    from semantic_conventions import attributes, metrics, spans
+    from otel_ext.semconv import attributes, metrics, spans
 
     assert attributes.ACCEL_COLLECTIVE_OP == "accel.collective.op"
     assert spans.SPAN_ACCEL_LAYER == "accel.layer"

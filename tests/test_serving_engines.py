@@ -21,7 +21,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from exporters import OtlpJsonFileSpanExporter
 from otel_ext.analysis.requests import request_latency
 from otel_ext.analysis.serving import (
     join_serving,
@@ -32,6 +31,7 @@ from otel_ext.analysis.serving import (
 )
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
+from otel_ext.exporters import OtlpJsonFileSpanExporter
 
 S = 1_000_000_000
 T0 = 1_760_000_000 * S
@@ -216,7 +216,7 @@ def test_engine_metric_map_targets_registry_metrics_and_rules_are_current() -> N
 
     import yaml
 
-    from semantic_conventions.metrics import METRIC_SPECS
+    from otel_ext.semconv.metrics import METRIC_SPECS
 
     deploy = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
     table = yaml.safe_load((deploy / "engine-metrics.yaml").read_text())

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from exporters import read_metrics, read_spans
+from otel_ext.exporters import read_metrics, read_spans
 from otel_ext.sim import (
     EPOCH_NS,
     SimConfig,
@@ -470,7 +470,7 @@ def test_counter_bridge_derives_busbw_wait_ratio_and_ratio_metrics_from_the_live
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from otel_ext.counters import CounterBridge, SimulatedSource
-    from semantic_conventions.registry import device_specs
+    from otel_ext.semconv.registry import device_specs
 
     bridges: list[CounterBridge] = []
 
@@ -510,10 +510,10 @@ def test_clock_brackets_in_the_traces_refit_every_chip_offline(runs: dict[str, R
     kernel's raw start tick to within the two bounds of the time the simulation recorded."""
     import numpy as np
 
-    from otel_ext.clocks import refit_from_otlp
+    from otel_ext.clocks import refit_from_spans
 
     run = runs["baseline"]
-    mappings = refit_from_otlp([run.folder / "traces.jsonl"])
+    mappings = refit_from_spans(read_spans([run.folder / "traces.jsonl"]), source="traces.jsonl")
     kernels = run.spans_named("accel.kernel")
     assert kernels and {s.attributes["accel.clock.domain"] for s in kernels} <= set(mappings)
     for s in kernels[:500]:

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_ext.counters import SimulatedSource
+from otel_ext.semconv.registry import device_specs
 from otel_ext.sim import EPOCH_NS, SimConfig, SimCounterModel
 from otel_ext.sim._run import LiveCounters
-from semantic_conventions.registry import device_specs
 
 SPEC = device_specs("sim-accel-v1")
 

@@ -4,8 +4,8 @@
 ``--check`` exits 1 when a checked-in dashboard differs from what it would write.
 
 Every query names its metrics through the registry constants
-(``semantic_conventions.metrics``) mapped by the counter bridge's pure mapping functions
-(``exporters._prometheus_mapping.prometheus_name`` and ``sanitize_label``), or through the
+(``otel_ext.semconv.metrics``) mapped by the counter bridge's pure mapping functions
+(``otel_ext.exporters._prometheus_mapping.prometheus_name`` and ``sanitize_label``), or through the
 recording rules of ``deploy/prometheus/rules/otel-ext-recording.yaml``, so a renamed metric
 changes the dashboards instead of silently emptying a panel. Grafana 11 JSON model; the
 Prometheus data source has uid ``prometheus`` (see ``provisioning/datasources``).
@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporters._prometheus_mapping import prometheus_name, sanitize_label
-from semantic_conventions import attributes as A
-from semantic_conventions import metrics as M
+from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
+from otel_ext.semconv import attributes as A
+from otel_ext.semconv import metrics as M
 
 __all__ = ["DASHBOARDS", "build", "label", "main", "metric"]
 

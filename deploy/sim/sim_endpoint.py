@@ -12,7 +12,7 @@ what the two otel-ext parts of a real deployment expose:
 * the workload's own OpenTelemetry metrics (the ``gen_ai.server.*`` TTFT/TPOT/duration
   histograms with trace-id exemplars, the clock-alignment ``accel.clock.*`` gauges), read
   back from the run's OTLP/JSON ``metrics.jsonl`` as it grows. They are named by
-  ``exporters._prometheus_mapping`` and labelled with their resource attributes, as the
+  ``otel_ext.exporters._prometheus_mapping`` and labelled with their resource attributes, as the
   Collector's ``prometheus`` exporter does with ``resource_to_telemetry_conversion``.
 
 The run's spans go to ``DIR/traces.jsonl`` (OTLP/JSON); the Collector's ``otlpjsonfile``
@@ -38,13 +38,13 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from exporters import MetricPoint, read_metrics
-from exporters._prometheus_mapping import prometheus_name, sanitize_label
-from exporters.prometheus import PrometheusExpositionServer, parse_listen
 from otel_ext.counters import CounterBridge, CounterCollector, Sample, SimulatedSource
 from otel_ext.errors import OtelExtError
+from otel_ext.exporters import MetricPoint, read_metrics
+from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
+from otel_ext.exporters.prometheus import PrometheusExpositionServer, parse_listen
+from otel_ext.semconv.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_LINK_ID
 from otel_ext.sim import EPOCH_NS, LiveCounters, SimConfig, parse_fault, run_simulation
-from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_LINK_ID
 
 __all__ = ["NodeCounters", "OtlpJsonMetricsCollector", "main"]
 

@@ -62,7 +62,7 @@ from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.critical_path import straggler_saving
 from otel_ext.analysis.significance import ALPHA
 from otel_ext.analysis.stragglers import StragglerReport
-from semantic_conventions import metrics as M
+from otel_ext.semconv import metrics as M
 
 __all__ = ["CAUSE_KINDS", "Finding", "Thresholds", "build_findings", "straggler_verdicts"]
 

@@ -36,7 +36,7 @@ def peak_of(device_model: str, *, dtype: str = "bf16") -> tuple[float, float] | 
     True
     """
     from otel_ext.errors import RegistryError
-    from semantic_conventions.registry import device_specs
+    from otel_ext.semconv.registry import device_specs
 
     try:
         spec = device_specs(device_model)

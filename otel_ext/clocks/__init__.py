@@ -12,7 +12,7 @@ Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
 * :class:`ClockReconcilingSpanProcessor` and :func:`record_device_span` put device spans on
   the aligned timeline; :class:`ClockTelemetry` exports clock health under ``accel.clock.*``;
 * :class:`ClockSyncSpanEmitter` and :func:`emit_clock_sync_spans` export brackets and fitted
-  mappings as ``accel.clock.sync`` spans; :func:`refit_from_otlp` and
+  mappings as ``accel.clock.sync`` spans; :func:`refit_from_spans` and
   :func:`brackets_from_span_records` re-fit them offline;
 * :mod:`otel_ext.clocks.synthetic` simulates clocks with known truth.
 
@@ -38,7 +38,7 @@ from otel_ext.clocks._offline import (
     ClockBrackets,
     brackets_from_span_records,
     mappings_from_span_records,
-    refit_from_otlp,
+    refit_from_spans,
 )
 from otel_ext.clocks._pingpong import align_hosts, pingpong_brackets, pingpong_offset
 from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
@@ -73,6 +73,6 @@ __all__ = [
     "pingpong_brackets",
     "pingpong_offset",
     "record_device_span",
-    "refit_from_otlp",
+    "refit_from_spans",
     "repair_causality",
 ]

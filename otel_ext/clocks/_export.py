@@ -55,7 +55,7 @@ from otel_ext.clocks._errors import ClockFitError
 from otel_ext.clocks._fit import _as_host
 from otel_ext.clocks._mapping import ClockMapping, _as_u64
 from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_BRACKETS_DROPPED,
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DEVICE_TICKS,
@@ -72,7 +72,7 @@ from semantic_conventions.attributes import (
     ACCEL_CLOCK_TICKS_PER_SECOND,
     ACCEL_CLOCK_UNCERTAINTY_NS,
 )
-from semantic_conventions.spans import SPAN_ACCEL_CLOCK_SYNC
+from otel_ext.semconv.spans import SPAN_ACCEL_CLOCK_SYNC
 
 __all__ = [
     "ClockSyncSpanEmitter",
@@ -135,7 +135,7 @@ def mapping_from_attributes(
     """Rebuild the mapping an ``accel.clock.sync`` span carries (``None`` if it has none).
 
     Args:
-        attributes: the span's attributes (SDK span or :class:`exporters.SpanRecord`).
+        attributes: the span's attributes (SDK span or :class:`otel_ext.exporters.SpanRecord`).
         domain: the domain name (default: the span's ``accel.clock.domain``).
         counter_bits: counter width (default: the span's ``accel.clock.counter_bits``).
         ticks_per_second: tick rate (default: the span's ``accel.clock.ticks_per_second``).

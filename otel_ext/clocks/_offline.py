@@ -1,19 +1,23 @@
-"""Offline re-fits: clock brackets back from ``accel.clock.sync`` spans, and fits from files.
+"""Offline re-fits: clock brackets back from ``accel.clock.sync`` spans, and fits over them.
 
 The analysis side of :mod:`otel_ext.clocks._export`:
 
 * :func:`brackets_from_span_records` gathers the brackets of every clock domain from span
-  records (:class:`exporters.SpanRecord` from :func:`exporters.read_spans`, or SDK
+  records (:class:`otel_ext.exporters.SpanRecord` from :func:`otel_ext.exporters.read_spans`, or SDK
   ``ReadableSpan`` objects): merged across spans and files, duplicates (a span exported
   twice) removed, sorted by host time;
 * :func:`mappings_from_span_records` rebuilds the mapping that was fitted online (the knots
   of each domain's newest span);
-* :func:`refit_from_otlp` reads OTLP/JSON trace files and fits every domain with
-  :func:`~otel_ext.clocks.fit_clock` over all its brackets.
+* :func:`refit_from_spans` fits every domain with :func:`~otel_ext.clocks.fit_clock` over
+  all its brackets.
+
+The clocks package does no I/O: the caller reads the spans, e.g.
+``refit_from_spans(read_spans(paths), source=...)`` with
+:func:`otel_ext.exporters.read_spans` for OTLP/JSON trace files.
 
 Nothing here is on a hot path: malformed records raise
 :class:`~otel_ext.clocks.ClockFitError` (an :class:`~otel_ext.errors.InputError`) naming
-the span and the problem; :func:`refit_from_otlp` adds the files.
+the span and the problem, and the ``source`` (the files) the caller names.
 
 >>> from types import SimpleNamespace as Rec
 >>> rec = Rec(name="accel.clock.sync", span_id="ab", attributes={
@@ -27,7 +31,6 @@ the span and the problem; :func:`refit_from_otlp` adds the files.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -39,7 +42,7 @@ from otel_ext.clocks._errors import ClockFitError
 from otel_ext.clocks._export import mapping_from_attributes
 from otel_ext.clocks._fit import fit_clock
 from otel_ext.clocks._mapping import ClockMapping
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DEVICE_TICKS,
     ACCEL_CLOCK_DOMAIN,
@@ -47,16 +50,14 @@ from semantic_conventions.attributes import (
     ACCEL_CLOCK_HOST_BEFORE_NS,
     ACCEL_CLOCK_TICKS_PER_SECOND,
 )
-from semantic_conventions.spans import SPAN_ACCEL_CLOCK_SYNC
+from otel_ext.semconv.spans import SPAN_ACCEL_CLOCK_SYNC
 
 __all__ = [
     "ClockBrackets",
     "brackets_from_span_records",
     "mappings_from_span_records",
-    "refit_from_otlp",
+    "refit_from_spans",
 ]
-
-Paths = str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
 class ClockBrackets(NamedTuple):
@@ -190,39 +191,38 @@ def mappings_from_span_records(records: Iterable[Any]) -> dict[str, ClockMapping
     return {d: newest[d][1] for d in sorted(newest)}
 
 
-def refit_from_otlp(
-    paths: Paths,
+def refit_from_spans(
+    records: Iterable[Any],
     *,
     fit_options: Mapping[str, Any] | None = None,
     strict: bool = True,
-    include_partial: bool = False,
+    source: str = "",
 ) -> dict[str, ClockMapping]:
-    """Re-fit every clock domain from the ``accel.clock.sync`` spans in OTLP/JSON trace files.
+    """Re-fit every clock domain from ``accel.clock.sync`` span records.
 
     Args:
-        paths: trace files, rotated series or folders (as :func:`exporters.read_spans`).
+        records: span records (as :func:`otel_ext.exporters.read_spans` gives them for
+            OTLP/JSON trace files, or SDK ``ReadableSpan`` objects); other spans are skipped.
         fit_options: keyword options for :func:`~otel_ext.clocks.fit_clock` (the counter
             shape and domain come from the spans).
         strict: raise when a domain cannot be fitted; with ``False`` it is left out.
-        include_partial: also read ``*.partial`` files still being written.
+        source: where the records came from (the files), named in every error.
 
     Returns:
         Per domain (sorted by name), the mapping fitted over all its brackets.
 
     Raises:
-        InputError: unreadable or malformed files, or malformed sync spans (names the file).
+        InputError: malformed sync spans (names the source and the span).
         ClockFitError: a domain that cannot be fitted (with ``strict``), naming it.
     """
-    from exporters import read_spans  # the clocks package itself does no I/O
+    where = source or None
 
-    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-    where = ", ".join(str(p) for p in items)
     options = dict(fit_options or {})
     clash = sorted({"counter_bits", "ticks_per_second", "domain"} & set(options))
     if clash:
         raise ClockFitError(f"fit_options may not set {', '.join(clash)}: the spans give them")
     try:
-        found = brackets_from_span_records(read_spans(items, include_partial=include_partial))
+        found = brackets_from_span_records(records)
     except ClockFitError as exc:
         raise ClockFitError(exc.message, path=where, record=exc.record) from exc
     out: dict[str, ClockMapping] = {}

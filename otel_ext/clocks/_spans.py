@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.util.types import AttributeValue
 
 from otel_ext.clocks._mapping import ClockMapping, TimeMapping
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,

@@ -13,7 +13,7 @@ Every observation carries ``accel.clock.domain`` and ``accel.clock.reference``. 
 never raise: a failing domain is skipped and logged once. The raw brackets and the fitted
 mappings themselves export as ``accel.clock.sync`` spans
 (:class:`~otel_ext.clocks.ClockSyncSpanEmitter`), for offline re-fits
-(:func:`~otel_ext.clocks.refit_from_otlp`).
+(:func:`~otel_ext.clocks.refit_from_spans`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from otel_ext.clocks._mapping import ClockMapping
 from otel_ext.clocks._sampler import ClockRegistry
-from semantic_conventions.attributes import ACCEL_CLOCK_DOMAIN, ACCEL_CLOCK_REFERENCE
-from semantic_conventions.metrics import (
+from otel_ext.semconv.attributes import ACCEL_CLOCK_DOMAIN, ACCEL_CLOCK_REFERENCE
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_CLOCK_BOUND,
     METRIC_ACCEL_CLOCK_DRIFT,
     METRIC_ACCEL_CLOCK_OFFSET,

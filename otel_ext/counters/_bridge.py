@@ -46,13 +46,13 @@ from otel_ext.counters._source import (
     SeriesKey,
 )
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_COUNTERS_METRIC,
     ACCEL_DEVICE_ID,
     ACCEL_LINK_ID,
     ACCEL_SOURCE,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_COUNTERS_SERIES_DROPPED,
     METRIC_ACCEL_COUNTERS_SOURCE_ERRORS,
     METRIC_ACCEL_COUNTERS_SOURCE_UP,

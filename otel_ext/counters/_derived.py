@@ -1,7 +1,7 @@
 """Base -> derived: evaluate the registry's derived-metric formulas over the current series.
 
-Every ``class: derived`` metric of ``semantic_conventions.metrics.METRIC_SPECS`` is parsed
-once (``semantic_conventions.formula.parse_formula``) and evaluated on each sampling round
+Every ``class: derived`` metric of ``otel_ext.semconv.metrics.METRIC_SPECS`` is parsed
+once (``otel_ext.semconv.formula.parse_formula``) and evaluated on each sampling round
 from the current value and the windowed rate of its input series; ``spec.FIELD`` comes from
 the device-spec table row named by the series' ``accel.device.model`` attribute. Nothing
 here is hand-coded per metric.
@@ -29,9 +29,9 @@ from typing import Any
 from otel_ext.counters._rates import RatePoint
 from otel_ext.counters._source import AttributeValue
 from otel_ext.errors import RegistryError
-from semantic_conventions.attributes import ACCEL_DEVICE_MODEL
-from semantic_conventions.formula import Formula, parse_formula
-from semantic_conventions.metrics import METRIC_SPECS
+from otel_ext.semconv.attributes import ACCEL_DEVICE_MODEL
+from otel_ext.semconv.formula import Formula, parse_formula
+from otel_ext.semconv.metrics import METRIC_SPECS
 
 __all__ = ["DerivedEvaluator", "DerivedPoint", "InputSeries", "Provenance"]
 
@@ -96,7 +96,7 @@ def _first_use(text: str, name: str) -> int:
 
 
 def _default_specs(model: str) -> Mapping[str, Any]:
-    from semantic_conventions.registry import device_specs
+    from otel_ext.semconv.registry import device_specs
 
     return device_specs(model)
 

@@ -35,13 +35,13 @@ from otel_ext.counters._source import (
     SeriesDescription,
 )
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_HOST_ID,
     CPU_MODE,
     PROCESS_PID,
     SYSTEM_MEMORY_STATE,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_PROCESS_CPU_TIME,
     METRIC_SYSTEM_CPU_TIME,
     METRIC_SYSTEM_CPU_UTILIZATION,

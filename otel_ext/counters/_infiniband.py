@@ -28,13 +28,13 @@ from pathlib import Path
 from otel_ext import config
 from otel_ext.counters._source import CLOCK_HOST_REALTIME, BaseSource, Sample, SeriesDescription
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_HOST_ID,
     ACCEL_LINK_ID,
     ERROR_TYPE,
     NETWORK_IO_DIRECTION,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_HW_ERRORS,
     METRIC_HW_NETWORK_IO,
     METRIC_HW_NETWORK_PACKETS,

@@ -36,7 +36,7 @@ from otel_ext.counters._source import (
     SeriesDescription,
 )
 from otel_ext.errors import SourceUnavailableError
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_DEVICE_ID,
     ACCEL_DEVICE_INDEX,
     ACCEL_DEVICE_MODEL,
@@ -46,7 +46,7 @@ from semantic_conventions.attributes import (
     HW_ID,
     NETWORK_IO_DIRECTION,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY,
     METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY,
     METRIC_ACCEL_DEVICE_THROTTLE_REASONS,
@@ -78,7 +78,7 @@ def match_device_model(
         memory_bytes: the GPU's memory size, to tell variants apart.
         table: model -> spec row (with ``vendor`` and ``memory_size``).
 
-    >>> from semantic_conventions.registry import load_registry
+    >>> from otel_ext.semconv.registry import load_registry
     >>> t = load_registry().device_specs
     >>> match_device_model("NVIDIA H100 80GB HBM3", 85e9, t)
     'H100-SXM5-80GB'
@@ -100,7 +100,7 @@ def match_device_model(
 
 
 def _default_table() -> Mapping[str, Mapping[str, Any]]:
-    from semantic_conventions.registry import device_table
+    from otel_ext.semconv.registry import device_table
 
     return device_table()
 

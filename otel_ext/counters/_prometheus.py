@@ -3,7 +3,7 @@
 :class:`CounterCollector` is a ``prometheus_client`` custom collector: every ``collect()``
 builds fresh metric families from the bridge's current series (counters with exemplars,
 gauges, histograms with bucket exemplars), names and units mapped by
-:mod:`exporters.prometheus`. Register it in any ``CollectorRegistry``.
+:mod:`otel_ext.exporters.prometheus`. Register it in any ``CollectorRegistry``.
 
 :meth:`CounterCollector.render` writes the same exposition text directly, without building
 ``Metric``/``Sample`` objects, with each series' label string cached; it is what the
@@ -36,10 +36,15 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
-from exporters.prometheus import PrometheusName, new_family, prometheus_name, sanitize_label
 from otel_ext.counters._bridge import CounterBridge, SeriesState
 from otel_ext.counters._source import HistogramValue, SeriesKey
-from semantic_conventions.metrics import METRIC_SPECS
+from otel_ext.exporters.prometheus import (
+    PrometheusName,
+    new_family,
+    prometheus_name,
+    sanitize_label,
+)
+from otel_ext.semconv.metrics import METRIC_SPECS
 
 __all__ = ["CounterCollector", "help_text"]
 
@@ -52,7 +57,7 @@ def help_text(metric: str) -> str:
     global _BRIEFS
     if _BRIEFS is None:
         try:
-            from semantic_conventions.registry import load_registry
+            from otel_ext.semconv.registry import load_registry
 
             _BRIEFS = {m.name: m.brief for m in load_registry().metrics.values()}
         except Exception as exc:  # the registry is packaged; never fail a scrape over it

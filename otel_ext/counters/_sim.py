@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from otel_ext.counters._source import BaseSource, HistogramValue, Sample, SeriesDescription
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_COLLECTIVE_GROUP,
     ACCEL_DEVICE_ID,
     ACCEL_DEVICE_MODEL,
@@ -39,7 +39,7 @@ from semantic_conventions.attributes import (
     HW_ID,
     NETWORK_IO_DIRECTION,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_COLLECTIVE_DURATION,
     METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY,
     METRIC_ACCEL_DEVICE_CYCLES_ACTIVE,
@@ -57,7 +57,7 @@ from semantic_conventions.metrics import (
     METRIC_HW_POWER,
     METRIC_HW_TEMPERATURE,
 )
-from semantic_conventions.registry import device_specs
+from otel_ext.semconv.registry import device_specs
 
 __all__ = ["BuiltinSimModel", "SimCounterModel", "SimulatedSource"]
 

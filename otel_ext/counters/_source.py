@@ -5,7 +5,7 @@ A source reads base signals (hardware, host or link counters) and returns them a
 nanoseconds and the clock domain that timestamp belongs to. A new chip generation adds a
 source (and a row in the registry's device-spec table), nothing else.
 
->>> from semantic_conventions.metrics import METRIC_HW_POWER
+>>> from otel_ext.semconv.metrics import METRIC_HW_POWER
 >>> s = Sample(METRIC_HW_POWER, {"accel.device.id": "host0/gpu0"}, 312.5, 1_000, CLOCK_HOST_REALTIME)
 >>> s.key()
 ('hw.power', (('accel.device.id', 'host0/gpu0'),))
@@ -87,7 +87,7 @@ class Sample:
     """One reading of one series.
 
     Attributes:
-        metric: the registry metric name (a ``semantic_conventions.metrics`` constant).
+        metric: the registry metric name (a ``otel_ext.semconv.metrics`` constant).
         attributes: the series' attributes (registry attribute names as keys).
         value: a number, or a :class:`HistogramValue` for histogram metrics.
         timestamp_ns: when the value was read, in ``clock_domain``'s nanoseconds.

@@ -21,8 +21,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 from prometheus_client.metrics_core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporters.prometheus import sanitize_label
-from semantic_conventions.attributes import ACCEL_DEVICE_KIND, ACCEL_HOST_ID, ACCEL_SOURCE
+from otel_ext.exporters.prometheus import sanitize_label
+from otel_ext.semconv.attributes import ACCEL_DEVICE_KIND, ACCEL_HOST_ID, ACCEL_SOURCE
 
 __all__ = ["SIMULATED_SOURCES", "TargetInfoCollector"]
 

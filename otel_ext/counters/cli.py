@@ -137,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: bad listen address, TLS files or basic-auth value.
         SourceUnavailableError: no source could start.
     """
-    from exporters.prometheus import PrometheusExpositionServer, parse_basic_auth, parse_listen
     from otel_ext.counters import (
         ActiveSpanRegistry,
         CounterBridge,
@@ -145,6 +144,11 @@ def run(args: argparse.Namespace) -> int:
         OtlpCounterBridge,
         SharedActiveSpanReader,
         TargetInfoCollector,
+    )
+    from otel_ext.exporters.prometheus import (
+        PrometheusExpositionServer,
+        parse_basic_auth,
+        parse_listen,
     )
 
     logging.basicConfig(level=logging.INFO, format="otel-ext exporter: %(message)s")
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.otlp:
         import os
 
-        from exporters import configure
+        from otel_ext.exporters import configure
 
         # the standard OTEL_* settings (gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says
         # otherwise), with configure()'s guards: one line and counted drops when no

@@ -23,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer, TracerProvider
 
 from otel_ext import config
-from semantic_conventions.attributes import ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_RANK
+from otel_ext.semconv.attributes import ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_RANK
 
 __all__ = [
     "DROPS",

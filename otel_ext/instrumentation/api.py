@@ -51,7 +51,7 @@ from otel_ext.instrumentation.collectives import (
     collective_id,
     p2p_id,
 )
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,
     ACCEL_CLOCK_RAW_START_TICKS,
@@ -97,7 +97,7 @@ from semantic_conventions.attributes import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
 )
-from semantic_conventions.spans import (
+from otel_ext.semconv.spans import (
     SPAN_ACCEL_COLLECTIVE,
     SPAN_ACCEL_KERNEL,
     SPAN_ACCEL_LAYER,
@@ -147,7 +147,7 @@ class SpanScope:
     propagates unchanged. Telemetry failures never propagate.
 
     Args:
-        name: the span name (a constant from ``semantic_conventions.spans``).
+        name: the span name (a constant from ``otel_ext.semconv.spans``).
         attributes: the attributes known at start.
         tracer_provider: where the span goes (the global provider when ``None``).
         kind: the span kind.

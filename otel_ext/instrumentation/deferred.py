@@ -59,7 +59,7 @@ from opentelemetry.trace import Span
 from opentelemetry.trace import TracerProvider as ApiTracerProvider
 
 from otel_ext.instrumentation._common import get_tracer, log_once
-from semantic_conventions.attributes import ACCEL_LAYER_BYTES, ACCEL_LAYER_FLOPS
+from otel_ext.semconv.attributes import ACCEL_LAYER_BYTES, ACCEL_LAYER_FLOPS
 
 __all__ = ["BoundedHandoff", "DeferredSpanRecorder"]
 

@@ -60,7 +60,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from otel_ext._accounting import token_shares
 from otel_ext.instrumentation._common import INSTRUMENTATION_NAME, get_tracer, log_once
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_ENGINE_STEP_CHIPS,
     ACCEL_ENGINE_STEP_DECODE_TOKENS,
     ACCEL_ENGINE_STEP_DEVICE_TIME_NS,
@@ -79,12 +79,12 @@ from semantic_conventions.attributes import (
     GEN_AI_USAGE_INPUT_TOKENS,
     GEN_AI_USAGE_OUTPUT_TOKENS,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_GEN_AI_SERVER_REQUEST_DURATION,
     METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN,
     METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
 )
-from semantic_conventions.spans import (
+from otel_ext.semconv.spans import (
     SPAN_ACCEL_ENGINE_STEP,
     SPAN_ACCEL_REQUEST,
     SPAN_ACCEL_REQUEST_PHASE,

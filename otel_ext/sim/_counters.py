@@ -61,9 +61,7 @@ from dataclasses import dataclass, field
 
 from otel_ext.counters import Sample, SeriesDescription
 from otel_ext.instrumentation.collectives import bus_factor
-from otel_ext.sim._clocks import EPOCH_NS
-from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_COLLECTIVE_GROUP,
     ACCEL_COLLECTIVE_OP,
     ACCEL_DEVICE_ID,
@@ -75,7 +73,7 @@ from semantic_conventions.attributes import (
     HW_ID,
     NETWORK_IO_DIRECTION,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_COLLECTIVE_BUS_IO,
     METRIC_ACCEL_COLLECTIVE_IO,
     METRIC_ACCEL_COLLECTIVE_TIME,
@@ -100,6 +98,8 @@ from semantic_conventions.metrics import (
     METRIC_HW_POWER,
     METRIC_HW_TEMPERATURE,
 )
+from otel_ext.sim._clocks import EPOCH_NS
+from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 
 __all__ = ["SimCounterModel"]
 

@@ -26,12 +26,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_ext.counters import Sample
 from otel_ext.errors import ConfigError
+from otel_ext.semconv.registry import device_specs
 from otel_ext.sim._clocks import EPOCH_NS, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name
 from otel_ext.sim._counters import SimCounterModel
 from otel_ext.sim._engine import Engine
 from otel_ext.sim._telemetry import Telemetry
-from semantic_conventions.registry import device_specs
 
 __all__ = ["OUTPUT_FILES", "LiveCounters", "SimResult", "run_simulation"]
 
@@ -43,19 +43,19 @@ SliceFn = Callable[[int, list[Sample]], None]
 
 
 def _span_exporter(path: Path) -> Any:
-    from exporters import OtlpJsonFileSpanExporter
+    from otel_ext.exporters import OtlpJsonFileSpanExporter
 
     return OtlpJsonFileSpanExporter(path)
 
 
 def _metric_exporter(path: Path) -> Any:
-    from exporters import OtlpJsonFileMetricExporter
+    from otel_ext.exporters import OtlpJsonFileMetricExporter
 
     return OtlpJsonFileMetricExporter(path)
 
 
 def _perfetto_exporter(path: Path) -> Any:
-    from exporters import PerfettoTraceExporter
+    from otel_ext.exporters import PerfettoTraceExporter
 
     # time zero one second before the run: host clocks sit within a millisecond of it
     return PerfettoTraceExporter(path, time_origin_ns=EPOCH_NS - 1_000_000_000, overwrite=True)

@@ -71,11 +71,7 @@ from otel_ext.instrumentation.inference import (
     RequestAccounting,
     engine_step,
 )
-from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
-from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
-from otel_ext.sim._counters import SimCounterModel
-from otel_ext.sim._engine import Engine, KvTransfer, Request, StepRecord
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_REFERENCE,
@@ -101,7 +97,7 @@ from semantic_conventions.attributes import (
     GEN_AI_REQUEST_MODEL,
     HOST_NAME,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_CLOCK_BOUND,
     METRIC_ACCEL_CLOCK_DRIFT,
     METRIC_ACCEL_CLOCK_OFFSET,
@@ -113,7 +109,11 @@ from semantic_conventions.metrics import (
     METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN,
     METRIC_SPECS,
 )
-from semantic_conventions.spans import SPAN_ACCEL_LINK_TRANSFER
+from otel_ext.semconv.spans import SPAN_ACCEL_LINK_TRANSFER
+from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
+from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
+from otel_ext.sim._counters import SimCounterModel
+from otel_ext.sim._engine import Engine, KvTransfer, Request, StepRecord
 
 __all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "Telemetry"]
 

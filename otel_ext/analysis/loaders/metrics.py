@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from exporters._otlp_decode import (
+from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
+from otel_ext.analysis.loaders.spans import otlp_attrs
+from otel_ext.exporters._otlp_decode import (
     DataPoint,
     LeanPoint,
     RequestError,
@@ -28,8 +30,6 @@ from exporters._otlp_decode import (
     decode_metrics_lean,
     raw_attributes,
 )
-from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
-from otel_ext.analysis.loaders.spans import otlp_attrs
 
 __all__ = ["MetricPoints", "load_otlp_metrics_lines"]
 
@@ -151,7 +151,7 @@ def _count(v: Any) -> int | None:
 
 class _Rows:
     def __init__(self, ctx: LoadContext) -> None:
-        from semantic_conventions import attributes as A
+        from otel_ext.semconv import attributes as A
 
         self.ctx = ctx
         self.rows: list[dict[str, Any]] = []

@@ -66,7 +66,7 @@ from otel_ext.instrumentation.torch._flops import (
     module_estimator,
     sdpa_estimate,
 )
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,
     ACCEL_CLOCK_RAW_START_TICKS,
@@ -88,7 +88,7 @@ from semantic_conventions.attributes import (
     ACCEL_LAYER_TYPE,
     ACCEL_RANK,
 )
-from semantic_conventions.spans import SPAN_ACCEL_KERNEL, SPAN_ACCEL_LAYER
+from otel_ext.semconv.spans import SPAN_ACCEL_KERNEL, SPAN_ACCEL_LAYER
 
 __all__ = ["TorchLayerInstrumentor"]
 

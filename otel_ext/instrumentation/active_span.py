@@ -3,7 +3,7 @@
 :class:`ActiveSpanPublishingProcessor` watches every span of a tracer provider; a span with
 an ``accel.device.id`` attribute (or, for otel-ext's own instrumentation scope, a resource
 ``accel.device.id``) is written to that device's record on start and on end
-(:mod:`otel_ext.instrumentation.active_span_record`). :func:`exporters.configure` installs
+(:mod:`otel_ext.instrumentation.active_span_record`). :func:`otel_ext.exporters.configure` installs
 it, so the layer, collective, device-activity, request-phase and torch instrumentations and
 the framework-free API all publish without any change of their own.
 
@@ -49,7 +49,7 @@ from otel_ext.instrumentation.active_span_record import (
     record_directory,
     remove_stale_records,
 )
-from semantic_conventions.attributes import ACCEL_DEVICE_ID
+from otel_ext.semconv.attributes import ACCEL_DEVICE_ID
 
 __all__ = ["ActiveSpanPublisher", "ActiveSpanPublishingProcessor", "gpu_uuid"]
 
