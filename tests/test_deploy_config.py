@@ -298,6 +298,8 @@ def test_compose_images_pinned_and_volumes_exist() -> None:
             source = volume.split(":")[0]
             if source.startswith("."):
                 assert (DEPLOY / source).exists(), f"{name}: volume source {source} missing"
+            elif source.startswith("/"):  # a host folder: only the agent's read-only view
+                assert name == "exporter" and volume.endswith(":ro"), f"{name}: {volume}"
             else:
                 assert source in _compose()["volumes"], f"{name}: named volume {source} undeclared"
         if "build" in svc:
@@ -309,6 +311,16 @@ def test_compose_images_pinned_and_volumes_exist() -> None:
                     for src in line.split()[1:-1]:
                         assert (context / src).exists(), f"Dockerfile COPY source {src} missing"
     assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
+
+
+def test_compose_agent_reads_the_hosts_active_span_folder_like_the_daemonset() -> None:
+    agent = _compose()["services"]["exporter"]
+    folder = agent["environment"][config.ACTIVE_SPAN_DIR.name]
+    assert f"{folder}:{folder}:ro" in agent["volumes"]
+    pod = _k8s_docs()[("DaemonSet", "otel-ext-exporter")]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env[config.ACTIVE_SPAN_DIR.name] == folder
 
 
 def test_compose_ports_match_the_code() -> None:
