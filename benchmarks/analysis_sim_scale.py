@@ -20,7 +20,8 @@ which flatters the ratio; ``--fixed-requests`` runs that case instead.)
 
 Printed per size: spans, metric points, input MB; the load, the analysis after loading and the
 whole (load plus analysis) in seconds, and per rank in ms; the process's peak RSS (MB and MB
-per rank); then each phase's seconds (wall: the loading runs in a pool of processes). The phases: every otel-ext function the engine's
+per rank); then each phase's CPU seconds (the steadier measure on a shared machine; the
+loading's wall seconds, as it runs in a pool of processes). The phases: every otel-ext function the engine's
 module calls, the breakdown and overlap functions, the counter correlation
 (``correlate_counters``, inside the findings) and the re-read of the OTLP trace files for the
 engine steps (``engine_steps_from_otlp``, inside the request accounting), each timed
@@ -284,12 +285,13 @@ def vs_linear(x: float, x0: float, n: int, n0: int) -> float:
 
 
 def grouped(res: dict[str, Any]) -> dict[str, float]:
-    """Seconds per phase group (``report``: the analysis's time outside every timed step)."""
+    """CPU seconds per phase group (``loading``: wall seconds, its pool's CPU is not this
+    process's; ``report``: the analysis's CPU outside every timed step)."""
     out = dict.fromkeys(GROUP_ORDER, 0.0)
     out["loading"] = res["load_s"]
-    for k, (wall, _cpu, _n) in res["phases"].items():
-        out[_group(k)] += wall
-    out["report"] = res["seconds"] - sum(v[0] for v in res["phases"].values())
+    for k, (_wall, cpu, _n) in res["phases"].items():
+        out[_group(k)] += cpu
+    out["report"] = res["cpu_s"] - sum(v[1] for v in res["phases"].values())
     return out
 
 
@@ -318,7 +320,7 @@ def print_sizes(results: list[dict[str, Any]]) -> None:
 
 def print_phases(results: list[dict[str, Any]], *, detail: bool) -> None:
     b = results[0]
-    heads = ["phase (s)", *(r["size"] for r in results)]
+    heads = ["phase (CPU s; loading: wall s)", *(r["size"] for r in results)]
     heads += [f"vs linear {r['size']}" for r in results[1:]]
     print("| " + " | ".join(heads) + " |")
     print("|---" * len(heads) + "|")
@@ -327,9 +329,9 @@ def print_phases(results: list[dict[str, Any]], *, detail: bool) -> None:
     if detail:
         names = sorted(
             {k for r in results for k in r["phases"]},
-            key=lambda k: -results[-1]["phases"].get(k, [0, 0, 0])[0],
+            key=lambda k: -results[-1]["phases"].get(k, [0, 0, 0])[1],
         )
-        rows += [(f"  {k}", [r["phases"].get(k, [0, 0, 0])[0] for r in results]) for k in names]
+        rows += [(f"  {k}", [r["phases"].get(k, [0, 0, 0])[1] for r in results]) for k in names]
     for label, vals in rows:
         if max(vals) < 0.0005:
             continue

@@ -793,7 +793,9 @@ def link_stats(
     ratios: dict[int, list[float]] = {c: [] for c in codes}
     last: dict[int, int] = dict.fromkeys(codes, 0)
     wait: dict[int, float] = dict.fromkeys(codes, 0.0)
-    chip = np.asarray([kinds.get(int(d)) == "chip" for d in dev])
+    is_chip = np.zeros(int(dev.max()) + 1 if len(dev) else 1, dtype=bool)
+    is_chip[[c for c in codes if kinds[c] == "chip"]] = True
+    chip = is_chip[dev]
     sel = np.flatnonzero(chip & (inst >= 0))
     order = sel[np.argsort(inst[sel], kind="stable")]
     bounds = np.flatnonzero(np.r_[True, inst[order][1:] != inst[order][:-1]])
@@ -807,9 +809,10 @@ def link_stats(
             continue
         items = sorted(per.items(), key=lambda kv: kv[1])
         every = [v for _, v in items]
+        # the median link of the collective (itself included: robust with three or more)
+        mid = float(median(every)) if len(every) >= 3 else None
         for c, d in items:
-            # the median link of the collective (itself included: robust with three or more)
-            ref = float(median(every)) if len(every) >= 3 else sum(every) - d
+            ref = mid if mid is not None else sum(every) - d
             if ref > 0:
                 ratios[c].append(d / ref)
         top_c, top_d = items[-1]
@@ -818,9 +821,17 @@ def link_stats(
     # fallback for chip links without same-collective peers: same-size transfers elsewhere
     size_class = np.where(nbytes > 0, np.round(np.log(np.maximum(nbytes, 1)) / math.log(1.1)), -1)
     stats: list[dict[str, Any]] = []
+    # each link's rows, and each collective's links, grouped once (a mask per link would be
+    # quadratic in the links)
+    rows_of = _positions_by_code(dev)
+    served = np.flatnonzero(inst >= 0)
+    links_of = {
+        i: {int(x) for x in pos.tolist()}
+        for i, pos in _positions_by_code(inst[served], dev[served]).items()
+    }
     for c in codes:
-        m = dev == c
-        d, bts = dur[m], nbytes[m]
+        pos = rows_of[c]
+        d, bts = dur[pos], nbytes[pos]
         with np.errstate(divide="ignore", invalid="ignore"):
             bw = np.where((bts > 0) & (d > 0), bts / (d / 1e9), np.nan)
         bw = bw[np.isfinite(bw)]
@@ -829,7 +840,7 @@ def link_stats(
             "link": link,
             "kind": kinds[c],
             "host": _host_of(link) if "/" in link else "",
-            "transfers": int(m.sum()),
+            "transfers": len(pos),
             "bytes": int(bts[bts > 0].sum()),
             "busy_ns": int(d.sum()),
             "median_ns": float(median(d)),
@@ -844,7 +855,7 @@ def link_stats(
             "slow": False,
             "group": None,
         }
-        g = group[m & (group > 0)]
+        g = group[pos][group[pos] > 0]
         if len(g):
             row["group"] = table.strings["coll_group"][int(np.bincount(g).argmax())]
         if kinds[c] == "chip" and len(ratios[c]) >= 1:
@@ -853,11 +864,14 @@ def link_stats(
             row["slowest_share"] = round(last[c] / n, 6)
             row["wait_ns"] = int(wait[c])
             row["basis"] = "same collective"
+            mine = inst[pos]
             row["peers"] = len(
-                {int(dev[j]) for j in np.flatnonzero(np.isin(inst, inst[m & (inst >= 0)]))} - {c}
+                set().union(*(links_of[int(i)] for i in distinct(mine[mine >= 0]).tolist())) - {c}
             )
             row["peer_median_ns"] = round(row["median_ns"] / row["slowness"], 3)
         elif kinds[c] == "chip":
+            m = np.zeros(len(dev), dtype=bool)
+            m[pos] = True
             peer_m = chip & (dev != c) & (size_class >= 0)
             rs = []
             for k in distinct(size_class[m & (size_class >= 0)]):
@@ -878,6 +892,23 @@ def link_stats(
             )
         stats.append(row)
     return stats
+
+
+def _positions_by_code(codes: np.ndarray, values: np.ndarray | None = None) -> dict[int, Any]:
+    """Each distinct code's positions in ``codes`` (ascending), or its ``values`` at those
+    positions; one stable sort.
+
+    >>> {k: v.tolist() for k, v in _positions_by_code(np.array([4, 2, 4])).items()}
+    {2: [1], 4: [0, 2]}
+    """
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    if len(sc) == 0:
+        return {}
+    bounds = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    ends = np.r_[bounds[1:], len(sc)]
+    src = order if values is None else values[order]
+    return {int(sc[b]): src[b:e] for b, e in zip(bounds.tolist(), ends.tolist())}
 
 
 def _endpoints(table: EventTable, row: int) -> tuple[str, ...]:

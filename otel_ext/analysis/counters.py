@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import median
-from semantic_conventions import metrics as M
+from otel_ext.semconv import metrics as M
 
 __all__ = [
     "DEVICE_METRICS",
@@ -116,6 +116,9 @@ class _SeriesIndex:
         self.name_code = {s: i for i, s in enumerate(points.strings["name"])}
         self.col_code = {s: i for i, s in enumerate(points.strings[column])}
         self.memo: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+        #: (metric, link class) -> the whole-series medians of every value, sorted, and each
+        #: value's median with how often the value appears (see :func:`_peer_median`)
+        self.medians: dict[tuple[str, bool | None], tuple[np.ndarray, dict[str, Any]]] = {}
 
     def series(self, name: str, value: str) -> tuple[np.ndarray, np.ndarray]:
         got = self.memo.get((name, value))
@@ -196,6 +199,73 @@ def _target_column(points: Any, target: str) -> tuple[str, str, tuple[str, ...]]
     return "device", target, DEVICE_METRICS
 
 
+def _peers(points: Any, column: str, value: str, nic_class: bool | None) -> list[str]:
+    """The values of ``column`` that are ``value``'s peers: every other non-empty one (for a
+    link, only links of its kind: network ports with network ports)."""
+    return [
+        p
+        for p in points.strings[column]
+        if p and p != value and (nic_class is None or ("nic" in p.rsplit("/", 1)[-1]) == nic_class)
+    ]
+
+
+def _peer_median(
+    points: Any, name: str, column: str, value: str, nic_class: bool | None
+) -> float | None:
+    """The median, over ``value``'s peers (:func:`_peers`) with points of metric ``name``, of
+    each peer's whole-series median; None without such peers.
+
+    Every value's median is computed once per metric and kept sorted, so each target costs a
+    binary search instead of a pass over its peers (a pass per target is quadratic in the
+    chips): the target's own median is left out of the sorted medians by index arithmetic,
+    which picks the same middle values, so the result equals the median of the peers' list.
+
+    >>> from otel_ext.analysis.loaders.metrics import MetricPoints
+    >>> rows = [dict(name="hw.power", kind="gauge", time_ns=t, value=float(w + t % 2),
+    ...              device=f"h0/chip{w}") for t in range(4) for w in range(4)]
+    >>> pts = MetricPoints.from_rows(rows)
+    >>> [_peer_median(pts, "hw.power", "device", f"h0/chip{w}", None) for w in range(4)]
+    [2.5, 2.5, 1.5, 1.5]
+    """
+    idx = _index(points, column)
+    got = idx.medians.get((name, nic_class))
+    if got is None:
+        vals: list[float] = []
+        own: dict[str, Any] = {}
+        for p in _peers(points, column, "", nic_class):
+            _pt, pv = idx.series(name, p)
+            if len(pv):
+                m = float(median(pv))
+                vals.append(m)
+                prev = own.get(p)
+                own[p] = (m, 1 if prev is None else prev[1] + 1)
+        got = idx.medians[(name, nic_class)] = (np.sort(np.asarray(vals, dtype=np.float64)), own)
+    ordered, own = got
+    n = len(ordered)
+    mine = own.get(value)
+    drop_nan = drop = 0
+    at = n
+    if mine is not None:
+        if np.isnan(mine[0]):
+            drop_nan = mine[1]
+        else:
+            drop, at = mine[1], int(np.searchsorted(ordered, mine[0], side="left"))
+    m = n - drop - drop_nan
+    if m <= 0:
+        return None
+    nans = n - int(np.searchsorted(ordered, np.inf, side="right"))  # np.sort puts NaN last
+    if nans - drop_nan > 0:
+        return float("nan")
+
+    def nth(r: int) -> float:  # the r-th smallest peer median, the target's own left out
+        return float(ordered[r if r < at else r + drop])
+
+    half = m // 2
+    if m % 2:
+        return float(np.mean(np.asarray([nth(half)])))
+    return float(np.mean(np.asarray([nth(half - 1), nth(half)])))
+
+
 def correlate_counters(
     points: Any,
     target: str,
@@ -220,24 +290,23 @@ def correlate_counters(
     out: dict[str, Any] = {"target": target, "kind": column, "series": {}}
     if points is None or len(points) == 0:
         return out
-    peers = [s for s in points.strings[column] if s and s != value]
-    if column == "link":
-        kind_nic = "nic" in value.rsplit("/", 1)[-1]
-        peers = [p for p in peers if ("nic" in p.rsplit("/", 1)[-1]) == kind_nic]
+    nic_class = ("nic" in value.rsplit("/", 1)[-1]) if column == "link" else None
     for name in names:
         t, v = series_of(points, name, column, value)
         if len(v) == 0:
             continue
         s = _summary(t, v, window)
-        peer_medians = []
-        for p in peers:
-            pt, pv = series_of(points, name, column, p)
-            if len(pv):
-                if window is not None:
+        if window is None:
+            s["peer_median"] = _peer_median(points, name, column, value, nic_class)
+        else:
+            peer_medians = []
+            for p in _peers(points, column, value, nic_class):
+                pt, pv = series_of(points, name, column, p)
+                if len(pv):
                     keep = (pt >= window[0]) & (pt <= window[1])
                     pv = pv[keep] if keep.sum() else pv
-                peer_medians.append(float(median(pv)))
-        s["peer_median"] = float(median(peer_medians)) if peer_medians else None
+                    peer_medians.append(float(median(pv)))
+            s["peer_median"] = float(median(peer_medians)) if peer_medians else None
         step = max(1, len(v) // series_points)
         s["values"] = [[int(a), float(b)] for a, b in zip(t[::step], v[::step])]
         out["series"][name] = s

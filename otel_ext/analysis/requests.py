@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from otel_ext._accounting import token_shares
 from otel_ext._arrays import distinct, percentile
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_ENGINE_STEP_CHIPS,
     ACCEL_ENGINE_STEP_DECODE_TOKENS,
     ACCEL_ENGINE_STEP_DEVICE_TIME_NS,
@@ -54,8 +55,8 @@ from semantic_conventions.attributes import (
     ACCEL_ENGINE_STEP_REQUEST_IDS,
     ACCEL_HOST_ID,
 )
-from semantic_conventions.metrics import METRIC_HW_ENERGY
-from semantic_conventions.spans import SPAN_ACCEL_ENGINE_STEP
+from otel_ext.semconv.metrics import METRIC_HW_ENERGY
+from otel_ext.semconv.spans import SPAN_ACCEL_ENGINE_STEP
 
 __all__ = [
     "TTFT_PARTS",
@@ -100,6 +101,40 @@ class _Coverage:
         total -= max(0, a - int(self.s[i]))
         total -= max(0, int(self.e[j - 1]) - b)
         return max(total, 0)
+
+    def within_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """:meth:`within` for arrays of windows at once (int64, the same sums).
+
+        >>> c = _Coverage(np.array([0, 5, 20]), np.array([10, 12, 30]))
+        >>> c.within_many(np.array([0, 11, 40, 8]), np.array([25, 21, 50, 8])).tolist()
+        [17, 2, 0, 0]
+        >>> [c.within(0, 25), c.within(11, 21), c.within(40, 50), c.within(8, 8)]
+        [17, 2, 0, 0]
+        """
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        n = len(self.s)
+        if n == 0 or len(a) == 0:
+            return np.zeros(len(a), dtype=np.int64)
+        i = np.searchsorted(self.e, a, side="right")
+        j = np.searchsorted(self.s, b, side="left")
+        total = self.cum[j] - self.cum[i]
+        total -= np.maximum(0, a - self.s[np.minimum(i, n - 1)])
+        total -= np.maximum(0, self.e[np.maximum(j - 1, 0)] - b)
+        return np.where((b > a) & (j > i), np.maximum(total, 0), 0)
+
+
+def _groups(codes: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
+    """``rows`` grouped by their ``codes`` (each group in ascending row order), in one sort.
+
+    >>> {k: v.tolist() for k, v in _groups(np.array([3, 1, 3, 2]), np.array([5, 6, 7, 8])).items()}
+    {1: [6], 2: [8], 3: [5, 7]}
+    """
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    bounds = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]]) if len(sc) else np.zeros(0, int)
+    ends = np.r_[bounds[1:], len(sc)]
+    return {int(sc[b]): rows[order[b:e]] for b, e in zip(bounds.tolist(), ends.tolist())}
 
 
 #: phases that are none of queue, prefill and decode (disaggregated serving's hand-over)
@@ -151,14 +186,16 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
     coll_cov = _Coverage(start[coll_sel], end[coll_sel])
     dev_sel = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
     devices: dict[str, _Coverage] = {}
-    dev_codes = table["device"][dev_sel]
-    for code in distinct(dev_codes):
-        rows = np.flatnonzero(dev_sel)[dev_codes == code]
-        devices[table.strings["device"][int(code)] or "?"] = _Coverage(start[rows], end[rows])
+    dev_rows = np.flatnonzero(dev_sel)
+    for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
+        devices[table.strings["device"][code] or "?"] = _Coverage(start[rows], end[rows])
     # rows of each trace, for attribution from the request's own trace
     traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
-    traced_codes = set(distinct(trace[traced]).tolist()) if layer_or_coll.any() else set()
+    traced_rows = np.flatnonzero(traced) if layer_or_coll.any() else np.zeros(0, dtype=np.int64)
+    rows_of_trace = _groups(trace[traced_rows], traced_rows)
     out = []
+    #: each row's TTFT window, for the devices' busy time (of the rows listed only)
+    window: dict[int, tuple[int, int]] = {}
     for r in req_rows.tolist():
         tcode = int(trace[r])
         phases = [p for p in by_trace.get(tcode, []) if tcode > 0 or parent[p] == span[r]]
@@ -198,8 +235,9 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
             row["ttft_client_ns"] = sum(parts.values())
         if first_token is not None:
             a, b = rs, first_token
-            if tcode in traced_codes:
-                own = np.flatnonzero((trace == tcode) & (start < b) & (end > a))
+            if tcode in rows_of_trace:
+                own = rows_of_trace[tcode]
+                own = own[(start[own] < b) & (end[own] > a)]
                 oc = cat[own]
                 lc = _Coverage(start[own[oc == Category.LAYER]], end[own[oc == Category.LAYER]])
                 cm = (oc == Category.COLLECTIVE) | (oc == Category.KERNEL_COMM)
@@ -211,8 +249,7 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
                 row["ttft_layers_ns"] = layer_cov.within(a, b)
                 row["ttft_collectives_ns"] = coll_cov.within(a, b)
                 row["attribution"] = "time"
-            busy = {d: c.within(a, b) for d, c in devices.items()}
-            row["ttft_devices_ns"] = {d: v for d, v in sorted(busy.items()) if v > 0}
+            window[id(row)] = (a, b)
         out.append(row)
     ttfts = [x["ttft_ns"] for x in out if x["ttft_ns"] is not None]
     tpots = [x["tpot_ns"] for x in out if x["tpot_ns"] is not None]
@@ -236,12 +273,34 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
         "ttft_collectives_pct": share("ttft_collectives_ns"),
     }
     out.sort(key=lambda x: -(x["ttft_ns"] or 0))
+    _devices_busy([r for r in out[:limit] if id(r) in window], window, devices)
     return {
         "count": len(out),
         "summary": summary,
         "ttft_breakdown": _ttft_breakdown_summary(out),
         "requests": out[:limit],
     }
+
+
+def _devices_busy(
+    rows: list[dict[str, Any]], window: dict[int, tuple[int, int]], devices: dict[str, _Coverage]
+) -> None:
+    """Set each row's ``ttft_devices_ns``: every device's busy time inside the row's TTFT
+    window (devices not busy left out), one vectorised query per device for all the rows.
+    Only the rows listed get it: the devices times the requests would grow as the square of
+    the cluster."""
+    if not rows:
+        return
+    a = np.asarray([window[id(r)][0] for r in rows], dtype=np.int64)
+    b = np.asarray([window[id(r)][1] for r in rows], dtype=np.int64)
+    names = sorted(devices)
+    busy = np.stack([devices[d].within_many(a, b) for d in names]) if names else None
+    for k, row in enumerate(rows):
+        if busy is None:
+            row["ttft_devices_ns"] = {}
+            continue
+        col = busy[:, k]
+        row["ttft_devices_ns"] = {names[i]: int(col[i]) for i in np.flatnonzero(col > 0).tolist()}
 
 
 def _ttft_parts(
@@ -361,16 +420,121 @@ def engine_step_from_attributes(
     )
 
 
+#: the attributes an engine step is read from (:func:`engine_step_from_attributes`)
+_STEP_KEYS = frozenset(
+    {
+        ACCEL_ENGINE_STEP_REQUEST_IDS,
+        ACCEL_ENGINE_STEP_PREFILL_TOKENS,
+        ACCEL_ENGINE_STEP_DECODE_TOKENS,
+        ACCEL_ENGINE_STEP_INDEX,
+        ACCEL_ENGINE_STEP_DEVICE_TIME_NS,
+        ACCEL_ENGINE_STEP_CHIPS,
+        ACCEL_HOST_ID,
+    }
+)
+
+
+class _LeanSpan(msgspec.Struct, gc=False):
+    """A span as the engine-step reader needs it: the attributes left undecoded until the
+    span turns out to be a step (most spans of a trace file are not)."""
+
+    name: Any = None
+    startTimeUnixNano: Any = 0
+    endTimeUnixNano: Any = 0
+    attributes: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _LeanScopeSpans(msgspec.Struct, gc=False):
+    spans: list[_LeanSpan] = []
+
+
+class _LeanResourceSpans(msgspec.Struct, gc=False):
+    resource: msgspec.Raw = msgspec.Raw(b"null")
+    scopeSpans: list[_LeanScopeSpans] = []
+
+
+class _LeanRequest(msgspec.Struct, gc=False):
+    resourceSpans: list[_LeanResourceSpans] = []
+
+
+_LEAN = msgspec.json.Decoder(_LeanRequest)
+
+
+def _step_attrs(items: Any) -> dict[str, Any]:
+    """The engine-step attributes among an OTLP attribute list (as ``otlp_attrs`` reads them)."""
+    from otel_ext.analysis.loaders.spans import otlp_attrs
+
+    if isinstance(items, list):
+        items = [kv for kv in items if isinstance(kv, dict) and kv.get("key") in _STEP_KEYS]
+    return otlp_attrs(items)
+
+
+def _steps_of_line(line: bytes, where: str) -> list[EngineStep]:
+    """The step spans of one export request (one line): decoded into lean structs (only the
+    step spans' attributes are parsed); a line those do not fit is read the generic way."""
+    try:
+        doc = _LEAN.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _steps_of_line_generic(line, where)
+    out: list[EngineStep] = []
+    for rs in doc.resourceSpans:
+        res: dict[str, Any] | None = None
+        for ss in rs.scopeSpans:
+            for sp in ss.spans:
+                if sp.name != SPAN_ACCEL_ENGINE_STEP:
+                    continue
+                if res is None:
+                    res = _step_attrs((msgspec.json.decode(rs.resource) or {}).get("attributes"))
+                attrs = {**res, **_step_attrs(msgspec.json.decode(sp.attributes))}
+                out.append(
+                    engine_step_from_attributes(
+                        attrs,
+                        start_ns=int(sp.startTimeUnixNano),
+                        end_ns=int(sp.endTimeUnixNano),
+                        where=where,
+                    )
+                )
+    return out
+
+
+def _steps_of_line_generic(line: bytes, where: str) -> list[EngineStep]:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return []  # not an OTLP-JSON line: the loaders report it, not us
+    if not isinstance(doc, dict):
+        return []
+    out: list[EngineStep] = []
+    for rs in doc.get("resourceSpans") or []:
+        res = _step_attrs((rs.get("resource") or {}).get("attributes"))
+        for ss in rs.get("scopeSpans") or []:
+            for sp in ss.get("spans") or []:
+                if sp.get("name") != SPAN_ACCEL_ENGINE_STEP:
+                    continue
+                attrs = {**res, **_step_attrs(sp.get("attributes"))}
+                out.append(
+                    engine_step_from_attributes(
+                        attrs,
+                        start_ns=int(sp.get("startTimeUnixNano", 0)),
+                        end_ns=int(sp.get("endTimeUnixNano", 0)),
+                        where=where,
+                    )
+                )
+    return out
+
+
 def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
     """The ``accel.engine.step`` spans of OTLP-JSON trace files (one export request a line,
     as our file exporters and the Collector's file exporter write them); other files and
     lines are passed over.
 
+    Each line holding a step span is decoded into lean structs (``msgspec``: the other spans'
+    attributes are skipped, not parsed), falling back to the generic JSON reading for a line
+    those do not fit; both give the same steps.
+
     Raises:
         InputError: a step span's lists are malformed (file and line named).
     """
-    from otel_ext.analysis.loaders.spans import otlp_attrs
-
     needle = SPAN_ACCEL_ENGINE_STEP.encode()
     out: list[EngineStep] = []
     for path in paths:
@@ -380,29 +544,8 @@ def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
         opener: Any = gzip.open if p.suffix == ".gz" else open
         with opener(p, "rb") as fh:
             for lineno, line in enumerate(fh, 1):
-                if needle not in line:
-                    continue
-                try:
-                    doc = json.loads(line)
-                except ValueError:
-                    continue  # not an OTLP-JSON line: the loaders report it, not us
-                if not isinstance(doc, dict):
-                    continue
-                for rs in doc.get("resourceSpans") or []:
-                    res = otlp_attrs((rs.get("resource") or {}).get("attributes"))
-                    for ss in rs.get("scopeSpans") or []:
-                        for sp in ss.get("spans") or []:
-                            if sp.get("name") != SPAN_ACCEL_ENGINE_STEP:
-                                continue
-                            attrs = {**res, **otlp_attrs(sp.get("attributes"))}
-                            out.append(
-                                engine_step_from_attributes(
-                                    attrs,
-                                    start_ns=int(sp.get("startTimeUnixNano", 0)),
-                                    end_ns=int(sp.get("endTimeUnixNano", 0)),
-                                    where=f"{p}:{lineno}",
-                                )
-                            )
+                if needle in line:
+                    out.extend(_steps_of_line(line, f"{p}:{lineno}"))
     out.sort(key=lambda s: (s.host, s.start_ns, s.step))
     return out
 
