@@ -6,28 +6,34 @@ one dispatcher op of the ``c10d`` library (``c10d::allreduce_``, ``c10d::_allgat
 it taken before ``instrument()``, coalesced and ``batch_isend_irecv`` calls, FSDP2), the
 C++ callers (DDP's reducer, the ``_c10d_functional`` ops behind functional collectives,
 DTensor redistributions and tensor-parallel layers, and the code ``torch.compile`` emits for
-them). The instrumentor takes each op's original kernel with ``torch.library.get_kernel``
-and registers a recording kernel in its place for the ``CPU`` and ``CUDA`` dispatch keys (the
-documented use of ``get_kernel``); ``uninstrument()`` deletes the registration, which
-restores the original. Patching the Python functions instead misses every C++ caller and
-every early reference; ``ProcessGroup._register_on_completion_hook`` is NCCL-only.
+them). The instrumentor registers a recording kernel for each op at the ``AutogradCPU`` and
+``AutogradCUDA`` dispatch keys, which continues the dispatch below autograd; pass-through
+kernels at the same keys of the ``_c10d_functional`` ops let their nested process-group
+calls reach it. ``uninstrument()`` deletes the registrations, which restores the originals.
 
-**Workload thread.** The recording kernel takes two host timestamps around the original
-kernel, asks the injected :class:`~otel_ext.instrumentation.torch.CollectiveTimer` (if any)
-for device events, and hands ``(op, arguments, result, times, context)`` to a bounded
-queue (:class:`~otel_ext.instrumentation.deferred.BoundedHandoff`); nothing else. When the
-queue is full the record is dropped and counted (:attr:`TorchDistributedInstrumentor.dropped`);
-its sequence number is still taken (in order), so ids stay aligned across ranks.
+**Workload thread.** By default the recording kernels are native (``_c10d_hook.cpp``,
+compiled once and cached by :mod:`._c10d_native`): the C++ kernel reads the group, payload
+bytes, dtype and device from the arguments, redispatches, takes the per-group sequence number
+in issue order, reads the current OpenTelemetry context (one short GIL section) and writes one
+record into a preallocated bounded ring; a full ring drops the record and counts it
+(:attr:`TorchDistributedInstrumentor.dropped`), its sequence number already taken, so ids
+stay aligned across ranks. A C++ poller thread watches ``Work::isCompleted()`` without the
+GIL; a Python *drain* thread takes completed records in batches and makes the spans and
+metrics. Without a compiler (or with a ``collective_timer``, whose ``begin``/``end`` are
+Python calls on the workload thread, or ``native=False``) the same kernels are Python
+functions (``torch.library``, ``OpOverload.redispatch``): two host timestamps, the timer's
+token and one put into a bounded queue
+(:class:`~otel_ext.instrumentation.deferred.BoundedHandoff`), with a *tracker* thread that
+sequences records in issue order and a Python poller.
 
-**Background.** A *tracker* thread gives each record its group, sequence number and ids
-(in issue order) and hands it to the completion watch: on a blocking backend (gloo) a
-*poller* thread looks at ``Work.is_completed()`` every 0.5 ms and brackets the host time of
-completion (``accel.clock.uncertainty_ns`` is half the bracket; no Python callback is ever
-attached to a backend's future, see :meth:`_State._poll`); on devices a
-:class:`CollectiveTimer` times (CUDA), the device interval it resolves, with
-``accel.clock.domain`` and ``accel.clock.uncertainty_ns``. A *materialiser* thread then
-makes the span (explicit start and end, the context current at the call as parent), its
-algbw/busbw and the metrics, all from the same duration: the device's when timed.
+**Completion and timing.** On a blocking backend (gloo) completion is observed by polling
+``Work.is_completed()`` every 0.5 ms and bracketed (the end is the middle of the bracket,
+``accel.clock.uncertainty_ns`` half of it; no Python callback is ever attached to a backend's
+future, see :meth:`_State._poll`); on devices a :class:`CollectiveTimer` times (CUDA) the
+device interval it resolves, with ``accel.clock.domain`` and ``accel.clock.uncertainty_ns``.
+A *materialiser* (or the drain) then makes the span (explicit start and end, the context
+current at the call as parent), its algbw/busbw and the metrics, all from the same duration:
+the device's when timed.
 
 Attributes: op, group name (``default_pg`` for the default group, else the group's name,
 identical on every member), group size, rank in group, per-group sequence number, id
@@ -47,6 +53,7 @@ logged once and counted.
 from __future__ import annotations
 
 import collections
+import contextvars
 import threading
 import time
 import warnings
@@ -77,7 +84,7 @@ from otel_ext.instrumentation.collectives import (
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
-from semantic_conventions.attributes import (
+from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
     ACCEL_CLOCK_RAW_END_TICKS,
     ACCEL_CLOCK_RAW_START_TICKS,
@@ -100,14 +107,14 @@ from semantic_conventions.attributes import (
     ACCEL_DEVICE_ID,
     ERROR_TYPE,
 )
-from semantic_conventions.metrics import (
+from otel_ext.semconv.metrics import (
     METRIC_ACCEL_COLLECTIVE_BUS_IO,
     METRIC_ACCEL_COLLECTIVE_DURATION,
     METRIC_ACCEL_COLLECTIVE_IO,
     METRIC_ACCEL_COLLECTIVE_TIME,
     METRIC_SPECS,
 )
-from semantic_conventions.spans import SPAN_ACCEL_COLLECTIVE
+from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE
 
 __all__ = ["DEFAULT_GROUP_NAME", "HOOKED_OPS", "TorchDistributedInstrumentor"]
 
@@ -165,6 +172,32 @@ HOOKED_OPS = tuple(_OPS)
 #: backend's enqueue; gloo's worker frees a finished work's tensors under the lock enqueue
 #: takes, and that needs the GIL: a deadlock, seen in the benchmark.)
 _DISPATCH_KEYS = ("AutogradCPU", "AutogradCUDA")
+
+
+_ROLES = {"": 0, "t": 1, "list": 2, "lists": 3}
+_DRAIN_WAIT_S = 0.05
+_DRAIN_BATCH = 4096
+
+
+class _NativeFailure(NamedTuple):
+    """A failure the native kernel saw: the Python class name it surfaces as, and its text."""
+
+    type: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _otel_context_var() -> Any:
+    """The ``ContextVar`` holding OpenTelemetry's current context, or ``None``.
+
+    The native kernel reads it directly (``PyContextVar_Get``); with another runtime context
+    implementation (``OTEL_PYTHON_CONTEXT``) it has none and spans get no parent.
+    """
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None)
+    return var if isinstance(var, contextvars.ContextVar) else None
 
 
 def _functional_ops() -> list[str]:
@@ -294,7 +327,7 @@ class _Entry:
     def __init__(self) -> None:
         self.end = 0
         self.enqueue_only = False
-        self.error: BaseException | str | None = None
+        self.error: BaseException | _NativeFailure | str | None = None
         self.uncertainty: float | None = None
         self.handle: Any = None
         self.work: Any = None
@@ -324,6 +357,13 @@ class _State:
         self.groups: dict[str, tuple[str, int, int]] = {}
         self.identity: dict[str, dict[str, Any]] = {}
         self.libraries: list[Any] = []
+        self.capacity = capacity
+        self.native: Any = None  # the native Hook when the C++ kernels are installed
+        self.native_install: Any = None
+        self.native_specs: list[_Op] = []
+        self.drainer: threading.Thread | None = None
+        self.drain_lock = threading.Lock()
+        self.python_hook_installs = 0
         self.issued = 0
         self.gaps: collections.deque[tuple[int, _Op, Any, Any]] = collections.deque(maxlen=capacity)
         self.gaps_lost = 0
@@ -403,7 +443,25 @@ class _State:
 
         return recording_kernel
 
-    def install(self) -> None:
+    def install(self, *, native: str = "auto") -> None:
+        """Register the recording kernels: the native ones when they load, else Python ones.
+
+        The native kernels (``_c10d_hook.cpp``) are used when no ``collective_timer`` is in
+        effect and the module loads (see :mod:`._c10d_native`; ``native="off"`` or
+        ``OTEL_EXT_TORCH_NATIVE_HOOK=off`` forces the Python ones); a timer's ``begin``/``end``
+        are Python calls on the workload thread, which only the Python kernels make.
+        """
+        if native != "off" and self.timer is None and self._install_native():
+            return
+        if native != "off" and self.timer is None:
+            from otel_ext.instrumentation.torch import _c10d_native
+
+            log_once(
+                "torch.distributed.native",
+                "native collective hook unavailable (%s); using the Python hook",
+                _c10d_native.STATUS.get("reason", ""),
+            )
+        self.python_hook_installs += 1
         lib = torch.library.Library("c10d", "IMPL")
         self.libraries.append(lib)
         for name, spec in _OPS.items():
@@ -430,7 +488,109 @@ class _State:
                     warnings.simplefilter("ignore")
                     functional.impl(name, _pass_through(op), key, with_keyset=True)
 
+    def _install_native(self) -> bool:
+        from otel_ext.instrumentation.torch import _c10d_native
+
+        module = _c10d_native.load()
+        if module is None:
+            return False
+        specs = []
+        names = []
+        for name, spec in _OPS.items():
+            if getattr(getattr(torch.ops.c10d, name, None), "default", None) is None:
+                continue
+            names.append(name)
+            specs.append(
+                (
+                    spec.pg,
+                    -1 if spec.payload is None else spec.payload,
+                    _ROLES[spec.role],
+                    -1 if spec.async_at is None else spec.async_at,
+                    -1 if spec.peer_at is None else spec.peer_at,
+                    spec.send,
+                    spec.op in ("send", "recv"),
+                )
+            )
+            self.native_specs.append(spec)
+        try:
+            hook = module.Hook(specs, self.capacity, _otel_context_var())
+            self.native_install = module.Installation(
+                hook, names, _functional_ops(), list(_DISPATCH_KEYS)
+            )
+        except Exception as exc:
+            log_once("torch.distributed.native", "%s: %s", type(exc).__name__, exc)
+            self.native_specs.clear()
+            return False
+        self.native = hook
+        self.drainer = threading.Thread(
+            target=self._drain_loop, name="otel-ext-collective-drain", daemon=True
+        )
+        self.drainer.start()
+        return True
+
+    # -- native drain (background) ---------------------------------------------------------
+    def _drain_loop(self) -> None:
+        hook = self.native
+        while not self.closed and hook is not None:
+            try:
+                self._drain_once(_DRAIN_WAIT_S)
+            except Exception as exc:
+                log_once("torch.distributed.drain", "%s: %s", type(exc).__name__, exc)
+
+    def _drain_once(self, wait_s: float) -> int:
+        hook = self.native
+        if hook is None:
+            return 0
+        with self.drain_lock:
+            batch = hook.drain(_DRAIN_BATCH, wait_s)
+            for record in batch:
+                try:
+                    self._emit(self._native_entry(record), None)
+                except Exception as exc:
+                    log_once("torch.distributed.native.emit", "%s: %s", type(exc).__name__, exc)
+        return len(batch)
+
+    def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
+        (
+            idx, raw, gsize, grank, seq, src, dst, peer, nbytes, dtype, device,
+            async_op, t0, t1, end, uncertainty, enqueue_only, err_type, err_msg, ctx,
+        ) = record  # fmt: skip
+        spec = self.native_specs[idx]
+        gname = DEFAULT_GROUP_NAME if raw == self.default_name else raw
+        attrs: dict[str, Any] = {
+            ACCEL_COLLECTIVE_OP: spec.op,
+            ACCEL_COLLECTIVE_GROUP: gname,
+            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
+            ACCEL_COLLECTIVE_RANK: grank,
+            ACCEL_COLLECTIVE_BYTES: nbytes,
+        }
+        if seq >= 0:
+            attrs[ACCEL_COLLECTIVE_SEQ] = seq
+            attrs[ACCEL_COLLECTIVE_ID] = (
+                p2p_id(gname, src, dst, seq) if src is not None else collective_id(gname, seq)
+            )
+        if dtype is not None:
+            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
+        if peer is not None:
+            attrs[ACCEL_COLLECTIVE_PEER] = peer
+        if async_op is not None:
+            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        attrs.update(self._identity_by_name(device or "cpu"))
+        e = _Entry()
+        e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, spec.op
+        e.group, e.size, e.nbytes, e.seq = gname, gsize, nbytes, seq
+        e.device = attrs.get(ACCEL_DEVICE_ID)
+        e.end, e.uncertainty, e.enqueue_only = end, uncertainty, enqueue_only
+        if err_type is not None:
+            e.error = _NativeFailure(err_type, err_msg or "")
+        return e
+
     def uninstall(self) -> None:
+        if self.native_install is not None:
+            self.native_install.uninstall()
+            self.native_install = None
         for lib in self.libraries:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -475,6 +635,9 @@ class _State:
 
     def identity_for(self, tensor: Any) -> dict[str, Any]:
         raw = str(tensor.device) if isinstance(tensor, torch.Tensor) else "cpu"
+        return self._identity_by_name(raw)
+
+    def _identity_by_name(self, raw: str) -> dict[str, Any]:
         attrs = self.identity.get(raw)
         if attrs is None:
             device = self.device or local_device(raw)
@@ -674,9 +837,12 @@ class _State:
             attrs[ACCEL_COLLECTIVE_ALGBW] = algbw
             attrs[ACCEL_COLLECTIVE_BUSBW] = busbw
             if e.error is not None:
-                attrs[ERROR_TYPE] = (
-                    type(e.error).__qualname__ if isinstance(e.error, BaseException) else "Error"
-                )
+                if isinstance(e.error, _NativeFailure):
+                    attrs[ERROR_TYPE] = e.error.type
+                elif isinstance(e.error, BaseException):
+                    attrs[ERROR_TYPE] = type(e.error).__qualname__
+                else:
+                    attrs[ERROR_TYPE] = "Error"
             links = (
                 self.link_provider(e.op, e.group, e.seq)
                 if self.link_provider is not None and e.seq >= 0
@@ -705,6 +871,8 @@ class _State:
             return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
         ok = self.tracker.flush(left())
+        if self.native is not None:
+            ok = self._flush_native(left) and ok
         began = time.time_ns()
         self.give_up = (began, began + _FLUSH_GRACE_NS)
         self.poll_wake.set()
@@ -718,9 +886,28 @@ class _State:
             self._apply_gaps(self.issued + 1)
         return ok and not self.device_pending
 
+    def _flush_native(self, left: Callable[[], float | None]) -> bool:
+        hook = self.native
+        assert hook is not None
+        began = time.time_ns()
+        hook.flush_window(began, began + _FLUSH_GRACE_NS)
+        while True:
+            if self._drain_once(0.0) == 0:
+                if hook.in_flight() <= 0:
+                    return True
+                remaining = left()
+                if remaining is not None and remaining <= 0:
+                    return False
+                time.sleep(0.001)
+
     def close(self, timeout: float | None = 30.0) -> None:
         self.flush(timeout)
         self.closed = True
+        if self.native is not None:
+            if self.drainer is not None:
+                self.drainer.join(timeout)
+            with self.drain_lock:
+                self.native.shutdown()
         self.poll_wake.set()
         self.tracker.close(timeout)
         self.materialiser.close(timeout)
@@ -736,7 +923,8 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``chip{LOCAL_RANK}`` as the resource names it, else the tensor's device); ``collective_timer``
     (a :class:`~otel_ext.instrumentation.torch.CollectiveTimer`; by default
     :class:`~otel_ext.instrumentation.torch.CudaCollectiveTimer` when CUDA is available, else
-    none: host timing); ``capacity`` (records waiting at most; default 65536).
+    none: host timing); ``capacity`` (records waiting at most; default 65536); ``native``
+    (``False``: the Python kernels even when the native ones load; see the module doc).
     Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
     the first collective so they agree. :meth:`flush` waits until every op issued so far has
     completed and its span has been made; ``uninstrument()`` flushes first.
@@ -767,7 +955,8 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             timer=timer,
             capacity=int(kwargs.get("capacity", 1 << 16)),
         )
-        state.install()
+        native = kwargs.get("native")
+        state.install(native="off" if native is False else "auto")
         self._state = state
 
     def _uninstrument(self, **kwargs: Any) -> None:
@@ -785,9 +974,20 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def dropped(self) -> int:
         """Records dropped because the queue was full (their sequence numbers are kept)."""
         state = self._state
-        return 0 if state is None else state.tracker.dropped + state.materialiser.dropped
+        if state is None:
+            return 0
+        native = 0 if state.native is None else state.native.dropped() + state.native.invalid()
+        return state.tracker.dropped + state.materialiser.dropped + native
+
+    @property
+    def native(self) -> bool:
+        """Whether the native (C++) recording kernels are installed (else the Python ones)."""
+        return self._state is not None and self._state.native is not None
 
     @property
     def sequences(self) -> SequenceCounter | None:
-        """The per-group sequence counters (``None`` when uninstrumented)."""
+        """The Python hook's per-group sequence counters (``None`` when uninstrumented).
+
+        With the native kernels the counters live in C++ and this one stays empty.
+        """
         return None if self._state is None else self._state.seqs

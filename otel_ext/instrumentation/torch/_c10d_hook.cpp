@@ -1,0 +1,662 @@
+// Native recording kernels for the c10d dispatcher ops (otel-ext, issue 16).
+//
+// What it is for: the workload-thread part of TorchDistributedInstrumentor in C++. A boxed
+// kernel registered at the autograd dispatch keys of every hooked c10d op (the keys the
+// pure-Python hook uses) reads what a span needs from the arguments (group name, size and
+// rank, payload bytes, dtype, device, async flag, peer), continues the dispatch below autograd
+// (`redispatchBoxed`, as the Python hook's `OpOverload.redispatch`), takes the per-group
+// sequence number in issue order, takes the OpenTelemetry context current on the calling
+// thread (a short GIL section: one `PyContextVar_Get`), and writes one record into a
+// preallocated bounded ring (lock-free, multi-producer). A full ring drops the record and
+// counts it; its sequence number was already taken, so ids stay aligned across ranks.
+//
+// Background, without the GIL: a poller thread moves records from the ring to a watch list
+// and looks at `Work::isCompleted()` every 0.5 ms (the end is the middle of the bracket
+// between the last look that said no and the first that said yes, as the Python hook does).
+// Completed records wait in a done queue; Python drains it (`Hook.drain`) on its own
+// background thread and makes the spans and metrics there.
+//
+// Threading contract: `record` may run on any thread (the workload's, the autograd engine's,
+// DDP's); it never blocks on anything but the GIL for the context read and never throws
+// anything but the original kernel's exception. `drain`, `flush_window`, `shutdown` are called
+// from Python with the GIL held.
+//
+// No code copied from other projects; written against the public headers of torch 2.13.
+
+#include <Python.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int64_t kNone = INT64_MIN;
+constexpr int64_t kPollNs = 500000;  // 0.5 ms, as the Python poller
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// How to read one op's arguments (indices into its schema's arguments); from Python's _OPS.
+struct Spec {
+  int pg;
+  int payload;   // -1: none
+  int role;      // 0 none, 1 tensor, 2 tensor list, 3 list of tensor lists
+  int async_at;  // -1: not a collective with async_op
+  int peer_at;   // -1: none
+  bool send;
+  bool p2p;      // send/recv (recv from any source has p2p && peer_at < 0)
+};
+
+struct Failure {
+  std::string type;
+  std::string message;
+};
+
+struct Record {
+  int32_t op = -1;
+  int64_t n = 0;
+  int64_t t0 = 0, t1 = 0, end = 0;
+  double uncertainty = -1.0;
+  bool enqueue_only = false;
+  std::string group;
+  int64_t gsize = 0, grank = 0;
+  int64_t seq = -1, src = kNone, dst = kNone, peer = kNone;
+  int64_t nbytes = 0;
+  int8_t dtype = -1;  // c10::ScalarType, -1 none
+  int8_t device_type = -1;
+  int8_t device_index = -1;
+  int8_t async_op = -1;  // -1 not applicable
+  std::unique_ptr<Failure> failure;
+  c10::intrusive_ptr<c10d::Work> work;
+  PyObject* ctx = nullptr;  // strong reference (taken and released with the GIL)
+};
+
+const char* dtype_name(int8_t t) {
+  switch (static_cast<c10::ScalarType>(t)) {
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::ComplexHalf: return "complex32";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Float8_e5m2: return "float8_e5m2";
+    case c10::ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
+    case c10::ScalarType::Float8_e5m2fnuz: return "float8_e5m2fnuz";
+    case c10::ScalarType::Float8_e4m3fnuz: return "float8_e4m3fnuz";
+    case c10::ScalarType::UInt16: return "uint16";
+    case c10::ScalarType::UInt32: return "uint32";
+    case c10::ScalarType::UInt64: return "uint64";
+    default: return nullptr;
+  }
+}
+
+// The Python class a C++ exception from a c10d kernel surfaces as (torch's own mapping).
+std::unique_ptr<Failure> classify(std::exception_ptr ep) {
+  auto f = std::make_unique<Failure>();
+  try {
+    std::rethrow_exception(ep);
+  } catch (const c10::DistBackendError& e) {
+    f->type = "DistBackendError", f->message = e.what_without_backtrace();
+  } catch (const c10::DistStoreError& e) {
+    f->type = "DistStoreError", f->message = e.what_without_backtrace();
+  } catch (const c10::DistNetworkError& e) {
+    f->type = "DistNetworkError", f->message = e.what_without_backtrace();
+  } catch (const c10::DistError& e) {
+    f->type = "DistError", f->message = e.what_without_backtrace();
+  } catch (const c10::NotImplementedError& e) {
+    f->type = "NotImplementedError", f->message = e.what_without_backtrace();
+  } catch (const c10::ValueError& e) {
+    f->type = "ValueError", f->message = e.what_without_backtrace();
+  } catch (const c10::TypeError& e) {
+    f->type = "TypeError", f->message = e.what_without_backtrace();
+  } catch (const c10::IndexError& e) {
+    f->type = "IndexError", f->message = e.what_without_backtrace();
+  } catch (const c10::Error& e) {
+    f->type = "RuntimeError", f->message = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    f->type = "RuntimeError", f->message = e.what();
+  } catch (...) {
+    f->type = "Error", f->message = "unknown C++ exception";
+  }
+  return f;
+}
+
+// Bounded multi-producer ring (Vyukov's sequence-per-cell scheme); one consumer (the poller).
+class Ring {
+ public:
+  explicit Ring(size_t capacity) {
+    size_t cap = 2;
+    while (cap < capacity) cap <<= 1;
+    mask_ = cap - 1;
+    cells_ = std::make_unique<Cell[]>(cap);
+    for (size_t i = 0; i < cap; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
+  }
+
+  bool push(Record&& r) {
+    size_t pos = head_.load(std::memory_order_relaxed);
+    Cell* cell;
+    for (;;) {
+      cell = &cells_[pos & mask_];
+      size_t s = cell->seq.load(std::memory_order_acquire);
+      intptr_t diff = static_cast<intptr_t>(s) - static_cast<intptr_t>(pos);
+      if (diff == 0) {
+        if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+      } else if (diff < 0) {
+        return false;  // full
+      } else {
+        pos = head_.load(std::memory_order_relaxed);
+      }
+    }
+    cell->rec = std::move(r);
+    cell->seq.store(pos + 1, std::memory_order_release);
+    return true;
+  }
+
+  bool pop(Record& out) {
+    Cell& cell = cells_[tail_ & mask_];
+    if (cell.seq.load(std::memory_order_acquire) != tail_ + 1) return false;
+    out = std::move(cell.rec);
+    cell.rec = Record();
+    cell.seq.store(tail_ + mask_ + 1, std::memory_order_release);
+    ++tail_;
+    return true;
+  }
+
+ private:
+  struct Cell {
+    std::atomic<size_t> seq{0};
+    Record rec;
+  };
+  std::unique_ptr<Cell[]> cells_;
+  size_t mask_ = 0;
+  alignas(64) std::atomic<size_t> head_{0};
+  alignas(64) size_t tail_ = 0;
+};
+
+class Hook : public std::enable_shared_from_this<Hook> {
+ public:
+  Hook(std::vector<Spec> specs, size_t capacity, py::object ctxvar)
+      : specs_(std::move(specs)), capacity_(capacity), ring_(capacity) {
+    ctxvar_ = ctxvar.is_none() ? nullptr : ctxvar.release().ptr();
+    poller_ = std::thread([this] { poll_loop(); });
+  }
+
+  ~Hook() { stop_poller(); }
+
+  // -- workload thread ----------------------------------------------------------------------
+  void record(int idx, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+              torch::jit::Stack* stack) {
+    if (closed_.load(std::memory_order_relaxed)) {
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+      return;
+    }
+    Record r;
+    r.op = idx;
+    r.t0 = now_ns();
+    bool ok = capture_arguments(specs_[idx], op, *stack, r);
+    try {
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    } catch (...) {
+      r.t1 = r.end = now_ns();
+      if (ok) {
+        r.failure = classify(std::current_exception());
+        finish_record(specs_[idx], std::move(r));
+      }
+      throw;
+    }
+    r.t1 = r.end = now_ns();
+    if (!ok) return;
+    try {
+      const size_t nret = op.schema().returns().size();
+      for (size_t i = stack->size() - std::min(nret, stack->size()); i < stack->size(); ++i) {
+        const c10::IValue& v = (*stack)[i];
+        if (v.isObject() && v.type() == work_type()) {
+          r.work = v.toCustomClass<c10d::Work>();
+          break;
+        }
+      }
+    } catch (...) {
+      invalid_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    finish_record(specs_[idx], std::move(r));
+  }
+
+  // -- Python side (GIL held) ---------------------------------------------------------------
+  py::list drain(size_t max_records, double timeout_s) {
+    std::vector<Record> batch;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lk(done_mu_);
+      if (done_.empty() && timeout_s > 0) {
+        const size_t enough = std::max<size_t>(capacity_ / 4, 1);
+        done_cv_.wait_for(lk, std::chrono::duration<double>(timeout_s),
+                          [this, enough] { return done_.size() >= enough || stopping_.load(); });
+      }
+      while (!done_.empty() && batch.size() < max_records) {
+        batch.push_back(std::move(done_.front()));
+        done_.pop_front();
+      }
+    }
+    py::list out;
+    for (Record& r : batch) {
+      py::object ctx = r.ctx ? py::reinterpret_steal<py::object>(r.ctx) : py::none();
+      r.ctx = nullptr;
+      const char* dt = r.dtype >= 0 ? dtype_name(r.dtype) : nullptr;
+      py::object dtype = dt ? py::object(py::str(dt)) : py::none();
+      if (r.dtype >= 0 && !dt)
+        dtype = py::str(c10::toString(static_cast<c10::ScalarType>(r.dtype)));
+      py::object device = py::none();
+      if (r.device_type >= 0)
+        device = py::str(c10::Device(static_cast<c10::DeviceType>(r.device_type),
+                                     static_cast<c10::DeviceIndex>(r.device_index))
+                             .str());
+      auto opt = [](int64_t v) { return v == kNone ? py::object(py::none()) : py::int_(v); };
+      py::object error_type = r.failure ? py::object(py::str(r.failure->type)) : py::none();
+      py::object error_msg = r.failure ? py::object(py::str(r.failure->message)) : py::none();
+      out.append(py::make_tuple(
+          r.op, r.group, r.gsize, r.grank, r.seq, opt(r.src), opt(r.dst), opt(r.peer), r.nbytes,
+          dtype, device, r.async_op < 0 ? py::object(py::none()) : py::bool_(r.async_op != 0),
+          r.t0, r.t1, r.end,
+          r.uncertainty < 0 ? py::object(py::none()) : py::float_(r.uncertainty),
+          r.enqueue_only, error_type, error_msg, ctx));
+    }
+    delivered_.fetch_add(batch.size(), std::memory_order_relaxed);
+    return out;
+  }
+
+  // flush(): works issued before `before` and still open at `after` are given up on.
+  void flush_window(int64_t before, int64_t after) {
+    give_up_before_.store(before);
+    give_up_after_.store(after);
+  }
+
+  int64_t in_flight() const {
+    return static_cast<int64_t>(pushed_.load()) - static_cast<int64_t>(delivered_.load());
+  }
+  int64_t dropped() const { return static_cast<int64_t>(dropped_.load()); }
+  int64_t invalid() const { return static_cast<int64_t>(invalid_.load()); }
+  int64_t issued() const { return static_cast<int64_t>(issued_.load()); }
+
+  // Stop recording, stop the poller, release every context reference (GIL held).
+  void shutdown() {
+    closed_.store(true);
+    {
+      py::gil_scoped_release nogil;
+      stop_poller();
+    }
+    std::vector<Record> rest;
+    Record r;
+    while (ring_.pop(r)) rest.push_back(std::move(r));
+    for (auto& w : watching_) rest.push_back(std::move(w));
+    watching_.clear();
+    {
+      std::lock_guard<std::mutex> lk(done_mu_);
+      for (auto& d : done_) rest.push_back(std::move(d));
+      done_.clear();
+    }
+    for (auto& x : rest) Py_XDECREF(x.ctx), x.ctx = nullptr;
+    Py_XDECREF(ctxvar_);
+    ctxvar_ = nullptr;
+  }
+
+ private:
+  static const c10::TypePtr& work_type() {
+    static const c10::TypePtr t = c10::getCustomClassType<c10::intrusive_ptr<c10d::Work>>();
+    return t;
+  }
+
+  static void add_tensor(const at::Tensor& t, Record& r, bool& first) {
+    if (!t.defined()) return;
+    r.nbytes += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+    if (first) {
+      first = false;
+      r.dtype = static_cast<int8_t>(t.scalar_type());
+      r.device_type = static_cast<int8_t>(t.device().type());
+      r.device_index = static_cast<int8_t>(t.device().index());
+    }
+  }
+
+  static void identity_of(const c10::IValue& v, Record& r) {
+    const c10::IValue* x = &v;
+    c10::IValue inner;
+    for (int depth = 0; depth < 2 && x->isList(); ++depth) {
+      auto l = x->toListRef();
+      if (l.empty()) return;
+      inner = l[0];
+      x = &inner;
+    }
+    if (x->isTensor() && x->toTensor().defined()) {
+      r.device_type = static_cast<int8_t>(x->toTensor().device().type());
+      r.device_index = static_cast<int8_t>(x->toTensor().device().index());
+    }
+  }
+
+  bool capture_arguments(const Spec& s, const c10::OperatorHandle& op,
+                         const torch::jit::Stack& stack, Record& r) noexcept {
+    try {
+      const size_t nargs = op.schema().arguments().size();
+      if (stack.size() < nargs || s.pg >= static_cast<int>(nargs)) throw std::out_of_range("args");
+      const c10::IValue* a = stack.data() + (stack.size() - nargs);
+      auto pg = a[s.pg].toCustomClass<c10d::ProcessGroup>();
+      r.group = pg->getGroupName();
+      r.gsize = pg->getSize();
+      r.grank = pg->getRank();
+      bool first = true;
+      if (s.payload >= 0 && s.payload < static_cast<int>(nargs)) {
+        const c10::IValue& p = a[s.payload];
+        if (s.role == 1 && p.isTensor()) {
+          add_tensor(p.toTensor(), r, first);
+        } else if (s.role == 2 && p.isTensorList()) {
+          for (const at::Tensor& t : p.toTensorList().vec()) add_tensor(t, r, first);
+        } else if (s.role == 3 && p.isList()) {
+          for (const c10::IValue& inner : p.toListRef())
+            if (inner.isTensorList())
+              for (const at::Tensor& t : inner.toTensorList().vec()) add_tensor(t, r, first);
+        }
+      }
+      if (first && nargs > 0) identity_of(a[0], r);
+      if (s.async_at >= 0)
+        r.async_op = s.async_at < static_cast<int>(nargs) ? (a[s.async_at].toBool() ? 1 : 0) : 1;
+      if (s.peer_at >= 0 && s.peer_at < static_cast<int>(nargs)) r.peer = a[s.peer_at].toInt();
+      return true;
+    } catch (...) {
+      invalid_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+
+  int64_t next_seq(const std::string& group, int64_t src, int64_t dst) {
+    std::lock_guard<std::mutex> lk(seq_mu_);
+    return seqs_[std::make_tuple(group, src, dst)]++;
+  }
+
+  void finish_record(const Spec& s, Record&& r) noexcept {
+    try {
+      if (s.p2p) {
+        if (s.peer_at >= 0 && r.peer != kNone) {
+          r.src = s.send ? r.grank : r.peer;
+          r.dst = s.send ? r.peer : r.grank;
+          r.seq = next_seq(r.group, r.src, r.dst);
+        }  // else: receive from any source, sequenced at completion
+      } else {
+        r.seq = next_seq(r.group, kNone, kNone);
+      }
+      r.n = static_cast<int64_t>(issued_.fetch_add(1, std::memory_order_relaxed)) + 1;
+      push(std::move(r));
+    } catch (...) {
+      invalid_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  void push(Record&& r) {
+    PyObject* var = ctxvar_;
+    if (var != nullptr && Py_IsInitialized() && !_Py_IsFinalizing() &&
+        PyGILState_GetThisThreadState() != nullptr) {
+      // A thread with a Python thread state: read its current OpenTelemetry context. The push
+      // happens under the GIL too, so a full ring can release the reference at once.
+      PyGILState_STATE g = PyGILState_Ensure();
+      if (!closed_.load()) {
+        PyObject* ctx = nullptr;
+        if (PyContextVar_Get(var, nullptr, &ctx) < 0) {
+          PyErr_Clear();
+          ctx = nullptr;
+        }
+        r.ctx = ctx;
+        if (ring_.push(std::move(r))) {
+          pushed_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          Py_XDECREF(ctx);
+          dropped_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      PyGILState_Release(g);
+      return;
+    }
+    // A thread without Python state (a C++ engine thread): no context, no GIL needed.
+    if (ring_.push(std::move(r)))
+      pushed_.fetch_add(1, std::memory_order_relaxed);
+    else
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // -- poller thread (no GIL) ---------------------------------------------------------------
+  void stop_poller() {
+    if (stopping_.exchange(true)) {
+      if (poller_.joinable() && poller_.get_id() != std::this_thread::get_id()) poller_.join();
+      return;
+    }
+    done_cv_.notify_all();
+    if (poller_.joinable() && poller_.get_id() != std::this_thread::get_id()) poller_.join();
+  }
+
+  // The drain is woken only when the done queue passes a quarter of the capacity; otherwise
+  // it takes what is there when its own wait times out (batches, few GIL handoffs).
+  void complete(Record&& r) {
+    std::lock_guard<std::mutex> lk(done_mu_);
+    done_.push_back(std::move(r));
+    if (done_.size() == std::max<size_t>(capacity_ / 4, 1)) done_cv_.notify_one();
+  }
+
+  size_t done_size() {
+    std::lock_guard<std::mutex> lk(done_mu_);
+    return done_.size();
+  }
+
+  void poll_loop() {
+    while (!stopping_.load()) {
+      Record r;
+      size_t held = watching_.size() + done_size();
+      while (held < capacity_ && ring_.pop(r)) {
+        if (!r.work || r.failure) {
+          complete(std::move(r));
+        } else {
+          watching_.push_back(std::move(r));
+        }
+        ++held;
+        r = Record();
+      }
+      if (watching_.empty()) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(kPollNs));
+        continue;
+      }
+      look();
+      if (!watching_.empty()) std::this_thread::sleep_for(std::chrono::nanoseconds(kPollNs));
+    }
+  }
+
+  // One look at every watched work: completed ones go to the done queue.
+  void look() {
+    {
+      const int64_t now = now_ns();
+      const int64_t before = give_up_before_.load(), after = give_up_after_.load();
+      const int64_t give_up = std::max(now >= after ? before : 0, now - int64_t(300) * 1000000000);
+      std::vector<Record> keep;
+      keep.reserve(watching_.size());
+      for (Record& e : watching_) {
+        const int64_t asked = now_ns();  // a "no" holds from here on
+        bool done;
+        try {
+          done = e.work->isCompleted();
+        } catch (...) {
+          done = true;
+        }
+        if (done) {
+          const int64_t seen = now_ns(), last = e.end;  // completed in [last, seen]
+          e.end = (last + seen) / 2;
+          e.uncertainty = static_cast<double>(seen - last) / 2.0;
+          try {
+            std::exception_ptr ep = e.work->exception();
+            if (ep) e.failure = classify(ep);
+          } catch (...) {
+          }
+          if (!e.failure && e.seq < 0) sequence_any_source(e);
+        } else if (e.t0 < give_up) {
+          e.end = e.t1;
+          e.enqueue_only = true;
+        } else {
+          e.end = asked;  // the last look that found it not complete
+          keep.push_back(std::move(e));
+          continue;
+        }
+        e.work.reset();
+        complete(std::move(e));
+      }
+      watching_.swap(keep);
+    }
+  }
+
+  void sequence_any_source(Record& e) {
+    try {
+      const int64_t src = e.work->sourceRank();
+      e.src = src, e.dst = e.grank, e.peer = src;
+      e.seq = next_seq(e.group, src, e.grank);
+    } catch (...) {
+    }
+  }
+
+  std::vector<Spec> specs_;
+  size_t capacity_;
+  Ring ring_;
+  PyObject* ctxvar_ = nullptr;
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> issued_{0}, pushed_{0}, delivered_{0}, dropped_{0}, invalid_{0};
+  std::atomic<int64_t> give_up_before_{0}, give_up_after_{0};
+  std::mutex seq_mu_;
+  std::map<std::tuple<std::string, int64_t, int64_t>, int64_t> seqs_;
+  std::vector<Record> watching_;  // poller thread only (and shutdown, after it stopped)
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::deque<Record> done_;
+  std::thread poller_;
+};
+
+class RecordingKernel final : public c10::OperatorKernel {
+ public:
+  RecordingKernel(std::shared_ptr<Hook> hook, int idx) : hook_(std::move(hook)), idx_(idx) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+    hook_->record(idx_, op, ks, stack);
+  }
+
+ private:
+  std::shared_ptr<Hook> hook_;
+  int idx_;
+};
+
+// Lets the nested process-group call of a functional collective reach the recording kernels:
+// the autograd fallback would run the functional kernel with autograd excluded.
+class PassThroughKernel final : public c10::OperatorKernel {
+ public:
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+    op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  }
+};
+
+class SilentWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+c10::DispatchKey key_of(const std::string& name) { return c10::parseDispatchKey(name); }
+
+// The registrations: destroying it (uninstall) restores the original kernels.
+class Installation {
+ public:
+  Installation(std::shared_ptr<Hook> hook, const std::vector<std::string>& ops,
+               const std::vector<std::string>& functional, const std::vector<std::string>& keys)
+      : hook_(std::move(hook)) {
+    SilentWarnings silent;  // "Overriding a previously registered kernel" (autograd fallback)
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    auto c10d = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", std::nullopt,
+                                                 __FILE__, __LINE__);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      for (const auto& k : keys) {
+        c10d->impl(ops[i].c_str(),
+                   torch::dispatch(key_of(k), torch::CppFunction::makeFromBoxedFunctor(
+                                                  std::make_unique<RecordingKernel>(
+                                                      hook_, static_cast<int>(i)))));
+      }
+    }
+    libs_.push_back(std::move(c10d));
+    if (!functional.empty()) {
+      auto fn = std::make_unique<torch::Library>(torch::Library::IMPL, "_c10d_functional",
+                                                 std::nullopt, __FILE__, __LINE__);
+      for (const auto& name : functional)
+        for (const auto& k : keys)
+          fn->impl(name.c_str(),
+                   torch::dispatch(key_of(k), torch::CppFunction::makeFromBoxedFunctor(
+                                                  std::make_unique<PassThroughKernel>())));
+      libs_.push_back(std::move(fn));
+    }
+  }
+
+  void uninstall() {
+    SilentWarnings silent;
+    c10::WarningUtils::WarningHandlerGuard guard(&silent);
+    libs_.clear();
+  }
+
+ private:
+  std::shared_ptr<Hook> hook_;
+  std::vector<std::unique_ptr<torch::Library>> libs_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
+  m.doc() = "otel-ext native recording kernels for the c10d dispatcher ops (see _c10d_native.py)";
+  py::class_<Hook, std::shared_ptr<Hook>>(m, "Hook")
+      .def(py::init([](const std::vector<std::tuple<int, int, int, int, int, bool, bool>>& specs,
+                       size_t capacity, py::object ctxvar) {
+             std::vector<Spec> s;
+             for (const auto& t : specs)
+               s.push_back(Spec{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t),
+                                std::get<4>(t), std::get<5>(t), std::get<6>(t)});
+             return std::make_shared<Hook>(std::move(s), capacity, std::move(ctxvar));
+           }),
+           py::arg("specs"), py::arg("capacity"), py::arg("context_var"))
+      .def("drain", &Hook::drain, py::arg("max_records"), py::arg("timeout_s"))
+      .def("flush_window", &Hook::flush_window)
+      .def("in_flight", &Hook::in_flight)
+      .def("dropped", &Hook::dropped)
+      .def("invalid", &Hook::invalid)
+      .def("issued", &Hook::issued)
+      .def("shutdown", &Hook::shutdown);
+  py::class_<Installation>(m, "Installation")
+      .def(py::init<std::shared_ptr<Hook>, const std::vector<std::string>&,
+                    const std::vector<std::string>&, const std::vector<std::string>&>())
+      .def("uninstall", &Installation::uninstall);
+}
