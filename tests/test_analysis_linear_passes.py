@@ -22,6 +22,7 @@ from otel_ext._arrays import median
 from otel_ext.analysis import collectives, counters, requests
 from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.loaders import MetricPoints, load_paths
+from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_value
 from otel_ext.analysis.requests import _Coverage, engine_steps_from_otlp, request_latency
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category
 from otel_ext.sim import SimConfig, parse_fault, run_simulation
@@ -164,7 +165,9 @@ def test_engine_steps_lean_decoding_equals_the_generic_reading(
         + b"\n"
     )
     new = engine_steps_from_otlp([traces, odd])
+    # the reference: every line read by json, every attribute by the loaders' otlp_attrs
     monkeypatch.setattr(requests, "_steps_of_line", requests._steps_of_line_generic)
+    monkeypatch.setattr(requests, "_step_attrs", otlp_attrs)
     old = engine_steps_from_otlp([traces, odd])
     assert new == old
     assert len(new) > len(engine_steps_from_otlp([traces])) > 100
@@ -184,3 +187,141 @@ def test_link_peers_equal_a_mask_per_link(sim_run: tuple[Path, Any]) -> None:
         ref = {int(dev[j]) for j in np.flatnonzero(np.isin(inst, inst[m & (inst >= 0)]))} - {c}
         assert s["peers"] == len(ref)
         assert s["transfers"] == int(m.sum())
+
+
+_VALUES = st.one_of(
+    st.text(max_size=4),
+    st.integers(-(2**64), 2**64),
+    st.integers(-(2**64), 2**64).map(str),
+    st.sampled_from(["-0", "1_0", " 3", "", "+4", None, True, 1.5]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    elems=st.lists(
+        st.one_of(
+            st.dictionaries(
+                st.sampled_from(["stringValue", "intValue", "boolValue"]), _VALUES, max_size=2
+            ),
+            st.sampled_from([None, 3, "x", []]),
+        ),
+        max_size=6,
+    ),
+    extra=st.booleans(),
+)
+def test_plain_arrays_read_as_the_loaders_read_them(elems: list[Any], extra: bool) -> None:
+    value: dict[str, Any] = {"arrayValue": {"values": elems}}
+    if extra:
+        value["stringValue"] = "first key wins"
+    got = requests._plain_array(value)
+    if got is not None:
+        assert got == otlp_value(value)
+    attrs = [{"key": "accel.engine.step.request_ids", "value": value}, {"key": ["x"]}]
+    assert requests._step_attrs(attrs) == {
+        k: v for k, v in otlp_attrs(attrs).items() if k in requests._STEP_KEYS
+    }
+
+
+def _reference_calls(table: Any, input_bytes: dict[tuple[str, int], int], limit: int) -> Any:
+    """The former :func:`collective_calls`: one Python pass per call, a dict per call."""
+    from otel_ext.analysis.classify import comm_kernel_op
+
+    rows = np.flatnonzero(table["category"] == Category.KERNEL_COMM)
+    if not len(rows):
+        return {"count": 0, "by_op": [], "calls": []}
+    names, sources, ops_s = (table.strings[k] for k in ("name", "source", "coll_op"))
+    ext, rank = table["external_id"][rows], table["rank"][rows].astype(np.int64)
+    src = table["source"][rows].astype(np.int64)
+    key_ext = np.where(ext < 0, -1 - rows, ext)
+    order = np.lexsort((table["start_ns"][rows], key_ext, rank, src))
+    k_src, k_rank, k_ext = src[order], rank[order], key_ext[order]
+    new = np.r_[True, (k_src[1:] != k_src[:-1]) | (k_rank[1:] != k_rank[:-1])]
+    new |= np.r_[True, k_ext[1:] != k_ext[:-1]]
+    starts = np.flatnonzero(new)
+    calls = []
+    for a, b in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
+        members = rows[order[a:b]]
+        first = int(members[0])
+        oc, nc = int(table["coll_op"][first]), int(table["name"][first])
+        op = (
+            collectives.normalize_op(ops_s[oc])
+            if ops_s[oc]
+            else (comm_kernel_op(names[nc]) or "unknown")
+        )
+        meta = table["coll_bytes"][members]
+        nbytes, how = -1, "unknown"
+        if (meta >= 0).any():
+            nbytes, how = int(meta.max()), "metadata"
+        elif int(table["external_id"][first]) >= 0:
+            got = input_bytes.get(
+                (sources[int(table["source"][first])], int(table["external_id"][first]))
+            )
+            if got is not None and got >= 0:
+                nbytes, how = int(got), "input_shapes"
+        dur = table["end_ns"][members] - table["start_ns"][members]
+        calls.append(
+            {"rank": int(table["rank"][first]), "source": sources[int(table["source"][first])],
+             "op": op, "name": names[nc], "start_ns": int(table["start_ns"][members].min()),
+             "end_ns": int(table["end_ns"][members].max()), "kernels": len(members),
+             "busy_ns": int(dur.sum()), "bytes": nbytes, "bytes_from": how}
+        )  # fmt: skip
+    by_op: dict[str, dict[str, Any]] = {}
+    for c in calls:
+        g = by_op.setdefault(c["op"], {"op": c["op"], "calls": 0, "kernels": 0, "total_ns": 0,
+                                       "bytes_total": 0, "bytes_known": 0})  # fmt: skip
+        g["calls"] += 1
+        g["kernels"] += c["kernels"]
+        g["total_ns"] += c["busy_ns"]
+        if c["bytes"] >= 0:
+            g["bytes_total"] += c["bytes"]
+            g["bytes_known"] += 1
+    calls.sort(key=lambda c: (-c["busy_ns"], c["start_ns"]))
+    return {
+        "count": len(calls),
+        "by_op": sorted(by_op.values(), key=lambda g: g["op"]),
+        "calls": calls[:limit],
+    }
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    kernels=st.lists(
+        st.tuples(
+            st.integers(0, 50),  # start
+            st.integers(0, 9),  # duration
+            st.integers(0, 2),  # rank
+            st.integers(-1, 3),  # external id
+            st.sampled_from(["", "allreduce", "all_gather", "broadcast"]),
+            st.sampled_from(
+                ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclKernel_SendRecv", "mystery"]
+            ),
+            st.sampled_from([-1, -1, 0, 64, 4096]),
+            st.sampled_from(["a.json", "b.json"]),
+        ),
+        max_size=30,
+    ),
+    limit=st.integers(1, 40),
+)
+def test_collective_calls_equal_a_pass_per_call(kernels: list[tuple[Any, ...]], limit: int) -> None:
+    from otel_ext.analysis.comm_calls import collective_calls
+    from otel_ext.analysis.table import EventTable
+
+    table = EventTable.from_rows(
+        dict(start_ns=s, end_ns=s + d, category=Category.KERNEL_COMM, rank=r, external_id=e,
+             coll_op=op, name=n, coll_bytes=b, source=src)
+        for s, d, r, e, op, n, b, src in kernels
+    )  # fmt: skip
+    sizes = {("a.json", 1): 512, ("b.json", 2): -1, ("a.json", 3): 0}
+    assert collective_calls(table, input_bytes=sizes, limit=limit) == _reference_calls(
+        table, sizes, limit
+    )
+
+
+def test_collective_calls_on_the_simulated_run(sim_run: tuple[Path, Any]) -> None:
+    from otel_ext.analysis.comm_calls import collective_calls
+
+    table = sim_run[1].table
+    got = collective_calls(table, input_bytes={})
+    assert got["count"] > 100
+    assert got == _reference_calls(table, {}, 200)

@@ -143,63 +143,70 @@ def collective_calls(
     new |= np.r_[True, k_ext[1:] != k_ext[:-1]]
     starts = np.flatnonzero(new)
     ends = np.r_[starts[1:], len(order)]
-    op_cache: dict[tuple[int, int], str] = {}
-    calls: list[dict[str, Any]] = []
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        members = rows[order[a:b]]
-        first = int(members[0])
-        oc, nc = int(table["coll_op"][first]), int(table["name"][first])
-        op = op_cache.get((oc, nc))
-        if op is None:
-            op = normalize_op(ops_s[oc]) if ops_s[oc] else comm_kernel_op(names[nc]) or "unknown"
-            op_cache[(oc, nc)] = op
-        meta = table["coll_bytes"][members]
-        nbytes, how = -1, "unknown"
-        if (meta >= 0).any():
-            nbytes, how = int(meta.max()), "metadata"
-        elif input_bytes is not None and int(table["external_id"][first]) >= 0:
-            got = input_bytes.get(
-                (sources[int(table["source"][first])], int(table["external_id"][first]))
-            )
+    # per call, at once: its members are rows[order[a:b]], its first member the earliest
+    members = rows[order]
+    first = members[starts]
+    t0 = table["start_ns"][members]
+    t1 = table["end_ns"][members]
+    c_start = np.minimum.reduceat(t0, starts)
+    c_end = np.maximum.reduceat(t1, starts)
+    c_busy = np.add.reduceat((t1 - t0).astype(np.int64), starts)
+    c_kernels = ends - starts
+    meta_max = np.maximum.reduceat(table["coll_bytes"][members].astype(np.int64), starts)
+    c_bytes = np.where(meta_max >= 0, meta_max, -1)
+    c_how = np.where(meta_max >= 0, 1, 0)  # 0 unknown, 1 metadata, 2 input shapes
+    first_ext = table["external_id"][first]
+    first_src = table["source"][first]
+    if input_bytes:
+        for k in np.flatnonzero((meta_max < 0) & (first_ext >= 0)).tolist():
+            got = input_bytes.get((sources[int(first_src[k])], int(first_ext[k])))
             if got is not None and got >= 0:
-                nbytes, how = int(got), "input_shapes"
-        dur = table["end_ns"][members] - table["start_ns"][members]
-        calls.append(
-            {
-                "rank": int(table["rank"][first]),
-                "source": sources[int(table["source"][first])],
-                "op": op,
-                "name": names[nc],
-                "start_ns": int(table["start_ns"][members].min()),
-                "end_ns": int(table["end_ns"][members].max()),
-                "kernels": int(members.shape[0]),
-                "busy_ns": int(dur.sum()),
-                "bytes": nbytes,
-                "bytes_from": how,
-            }
+                c_bytes[k], c_how[k] = int(got), 2
+    # the operation of each distinct (coll_op, name) of the first members, named once
+    pair = table["coll_op"][first].astype(np.int64) * (len(names) + 1) + table["name"][first]
+    uniq, c_op = np.unique(pair, return_inverse=True)
+    op_names = []
+    for u in uniq.tolist():
+        oc, nc = divmod(int(u), len(names) + 1)
+        op_names.append(
+            normalize_op(ops_s[oc]) if ops_s[oc] else comm_kernel_op(names[nc]) or "unknown"
         )
+    c_op = c_op.reshape(-1)
     by_op: dict[str, dict[str, Any]] = {}
-    for c in calls:
+    known = c_bytes >= 0
+    for j, op in enumerate(op_names):
+        sel = c_op == j
         g = by_op.setdefault(
-            c["op"],
-            {
-                "op": c["op"],
-                "calls": 0,
-                "kernels": 0,
-                "total_ns": 0,
-                "bytes_total": 0,
-                "bytes_known": 0,
-            },
-        )
-        g["calls"] += 1
-        g["kernels"] += c["kernels"]
-        g["total_ns"] += c["busy_ns"]
-        if c["bytes"] >= 0:
-            g["bytes_total"] += c["bytes"]
-            g["bytes_known"] += 1
-    calls.sort(key=lambda c: (-c["busy_ns"], c["start_ns"]))
+            op,
+            {"op": op, "calls": 0, "kernels": 0, "total_ns": 0, "bytes_total": 0,
+             "bytes_known": 0},
+        )  # fmt: skip
+        g["calls"] += int(sel.sum())
+        g["kernels"] += int(c_kernels[sel].sum())
+        g["total_ns"] += int(c_busy[sel].sum())
+        g["bytes_total"] += int(c_bytes[sel & known].sum())
+        g["bytes_known"] += int((sel & known).sum())
+    # longest first, then earliest (a stable sort, as the list's was); only those listed built
+    top = np.lexsort((c_start, -c_busy))[:limit]
+    how_names = ("unknown", "metadata", "input_shapes")
+    ranks_col, name_col = table["rank"], table["name"]
+    calls = [
+        {
+            "rank": int(ranks_col[first[k]]),
+            "source": sources[int(first_src[k])],
+            "op": op_names[int(c_op[k])],
+            "name": names[int(name_col[first[k]])],
+            "start_ns": int(c_start[k]),
+            "end_ns": int(c_end[k]),
+            "kernels": int(c_kernels[k]),
+            "busy_ns": int(c_busy[k]),
+            "bytes": int(c_bytes[k]),
+            "bytes_from": how_names[int(c_how[k])],
+        }
+        for k in top.tolist()
+    ]
     return {
-        "count": len(calls),
+        "count": len(starts),
         "by_op": sorted(by_op.values(), key=lambda g: g["op"]),
-        "calls": calls[:limit],
+        "calls": calls,
     }

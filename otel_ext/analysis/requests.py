@@ -461,12 +461,60 @@ _LEAN = msgspec.json.Decoder(_LeanRequest)
 
 
 def _step_attrs(items: Any) -> dict[str, Any]:
-    """The engine-step attributes among an OTLP attribute list (as ``otlp_attrs`` reads them)."""
-    from otel_ext.analysis.loaders.spans import otlp_attrs
+    """The engine-step attributes among an OTLP attribute list, each value as
+    ``otlp_value`` reads it (the loaders' reading; lists of plain strings or integers through
+    :func:`_plain_array`)."""
+    from otel_ext.analysis.loaders.spans import otlp_value
 
+    out: dict[str, Any] = {}
     if isinstance(items, list):
-        items = [kv for kv in items if isinstance(kv, dict) and kv.get("key") in _STEP_KEYS]
-    return otlp_attrs(items)
+        for kv in items:
+            if isinstance(kv, dict):
+                key = kv.get("key")
+                if isinstance(key, str) and key in _STEP_KEYS:
+                    v = kv.get("value")
+                    got = _plain_array(v)
+                    out[key] = otlp_value(v) if got is None else got
+    return out
+
+
+_INT64 = (-(2**63), 2**63)
+
+
+def _plain_array(v: Any) -> list[Any] | None:
+    """``otlp_value(v)`` for an ``arrayValue`` whose elements all hold one ``stringValue`` or
+    all one ``intValue`` (the request ids and token counts of a step: hundreds of elements),
+    without a call per element; None for any other value (read the general way).
+
+    >>> _plain_array({"arrayValue": {"values": [{"intValue": "8"}, {"intValue": 0}]}})
+    [8, 0]
+    >>> _plain_array({"arrayValue": {"values": [{"stringValue": "a"}, {"stringValue": 3}]}})
+    ['a', None]
+    >>> _plain_array({"arrayValue": {"values": [{"intValue": "1"}, {"stringValue": "a"}]}}) is None
+    True
+    """
+    if type(v) is not dict or len(v) != 1:
+        return None
+    arr = v.get("arrayValue")
+    if type(arr) is not dict:
+        return None
+    vals = arr.get("values", [])
+    if type(vals) is not list or not vals:
+        return None
+    if not all(type(x) is dict and len(x) == 1 for x in vals):
+        return None
+    key = next(iter(vals[0]))
+    if key not in ("stringValue", "intValue") or not all(key in x for x in vals):
+        return None
+    raw = [x[key] for x in vals]
+    if key == "stringValue":
+        return [r if type(r) is str else None for r in raw]
+    ints = [
+        int(r) if type(r) is int or (type(r) is str and r.lstrip("-").isdigit()) else None
+        for r in raw
+    ]
+    lo, hi = _INT64
+    return [i if i is None or lo <= i < hi else None for i in ints]
 
 
 def _steps_of_line(line: bytes, where: str) -> list[EngineStep]:
