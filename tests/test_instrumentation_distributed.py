@@ -9,6 +9,10 @@ spans end when the work completes (the instrumentor hooks the ``c10d`` dispatche
 spans). Each rank also has its own meter provider with an
 ``InMemoryMetricReader``: the ``accel.collective.*`` counters and duration histogram must
 add up to what the spans say, with exemplars pointing at the collective spans.
+
+The job runs twice: with the native (C++) recording kernels, the default, and with the
+pure-Python hook (``native=False``, the fallback without a compiler); every check holds for
+both.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from conftest import require  # noqa: E402
 
 from otel_ext.instrumentation.collectives import bus_factor  # noqa: E402
 
@@ -173,7 +178,7 @@ def _metrics_json(reader: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, port: int, out_dir: str, native: bool) -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -195,12 +200,18 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     dist.barrier()
     inst = TorchDistributedInstrumentor()
     inst.instrument(
-        tracer_provider=provider, meter_provider=meters, host_id=f"host{rank}", device="cpu"
+        tracer_provider=provider,
+        meter_provider=meters,
+        host_id=f"host{rank}",
+        device="cpu",
+        native=native,
     )
+    uses_native = inst.native
     traced = _run_all(rank, exporter)
     dist.barrier()
     traced["flushed"] = inst.flush(60)
     traced["dropped"] = inst.dropped
+    traced["native"] = uses_native
     inst.uninstrument()
     traced["restored"] = (
         dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
@@ -215,18 +226,28 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     meters.shutdown()
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module", params=["native", "python"])
+def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    native = request.param == "native"
+    if native:
+        from otel_ext.instrumentation.torch import _c10d_native
+
+        require(
+            _c10d_native.load() is not None,
+            f"native collective hook ({_c10d_native.STATUS['reason']})",
+        )
     out = tmp_path_factory.mktemp("gloo")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    mp.spawn(_worker, args=(_free_port(), str(out), native), nprocs=WORLD, join=True)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    assert [r["results"]["native"] for r in ranks] == [native] * WORLD
+    return ranks
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_results_unchanged_by_instrumentation(job: Any) -> None:
     for r in range(WORLD):
-        skip = ("irecv_released_ns", "restored", "flushed", "dropped")
+        skip = ("irecv_released_ns", "restored", "flushed", "dropped", "native")
         t_res = {k: v for k, v in job[r]["results"].items() if k not in skip}
         p_res = {k: v for k, v in job[r]["plain"].items() if k not in skip}
         assert t_res == p_res
