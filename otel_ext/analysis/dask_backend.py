@@ -290,7 +290,7 @@ def connect(address: str) -> Iterator[DaskCluster]:
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=":0",  # a free port: never clashes with a running cluster
-                silence_logs=logging.ERROR,
+                silence_logs=logging.CRITICAL,  # errors reach the client as one line
             )
             client = distributed.Client(cluster)
         elif where.kind == "file":

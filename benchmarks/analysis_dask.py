@@ -1,0 +1,197 @@
+"""Benchmark: ``otel-ext analyze`` in process against ``--scheduler local:N`` on the same sets.
+
+    python benchmarks/analysis_dask.py [--sets dlrm,corpus,sim] [--sim 4x8] [--requests 300]
+                                       [--workers 2] [--repeat 1] [--dir DIR]
+
+Sets: ``dlrm`` (the real 8-rank DLRM job, ``../shared/traces/pytorch-profiler/
+param_dlrm_v100_8rank``), ``corpus`` (every real profiler trace under
+``../shared/traces/pytorch-profiler``, with ``--keep-going``: 40 MB of gzip, many separate
+captures) and ``sim`` (``otel-ext simulate --hosts H --chips C --requests R --no-timeline``,
+written to ``--dir`` and reused).
+
+Printed per set:
+
+* ``same``: the JSON report through Dask equals the in-process one, text for text (True/False);
+* wall seconds in process (``analyze(paths)``: the local process pool as the CLI uses it), on
+  Dask with a cluster already running (``warm``: ``scheduler=ADDRESS``) and with
+  ``local:N`` started and stopped around the analysis (``cold``, what the CLI's ``local:N``
+  costs), each the median of ``--repeat``, and the ratios against in process;
+* bytes to the client: the pickled per-file results the workers send (each file's decoded
+  table, metric points and skipped records: what Dask serialises, before any compression,
+  which is off without ``lz4``), against the input on disk and inflated;
+* worker memory: each worker's peak RSS growth over its RSS after importing the loaders
+  (``ru_maxrss``, a fresh ``LocalCluster`` per set), the largest, per GB of the set's largest
+  inflated file (one worker decodes one file at a time, holding finished tables until the
+  client fetches them) and per GB of the whole inflated set.
+
+On a machine with as many cores as workers the Dask run cannot be faster than the local pool
+(the same cores, plus the transfers and the scheduler): the overhead is what this measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TRACES = ROOT.parent / "shared" / "traces" / "pytorch-profiler"
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _worker_reset_peak() -> int:
+    """Run on a worker: import what the loading imports, reset the peak RSS to the current
+    (``/proc/self/clear_refs``), and answer the current RSS (KiB)."""
+    import otel_ext.analysis.loaders
+    import otel_ext.analysis.requests  # noqa: F401
+
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_kb("VmRSS")
+
+
+def _worker_peak() -> int:
+    """Run on a worker: its peak RSS (KiB) since the last reset."""
+    return _status_kb("VmHWM")
+
+
+def _inflated(path: Path) -> int:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            n = 0
+            while chunk := f.read(1 << 20):
+                n += len(chunk)
+            return n
+    return path.stat().st_size
+
+
+def _client_bytes(files: list[Path], keep_going: bool) -> int:
+    from otel_ext.analysis.loaders import load_file
+    from otel_ext.errors import InputError
+
+    total = 0
+    for f in files:
+        try:
+            total += len(pickle.dumps(load_file(f, keep_going=keep_going), protocol=5))
+        except InputError:
+            continue
+    return total
+
+
+def _timed(fn: Any, repeat: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def _sim(folder: Path, size: str, requests: int) -> Path:
+    hosts, chips = (int(x) for x in size.lower().split("x"))
+    out = folder / f"sim-{hosts}x{chips}-{requests}"
+    if not (out / "truth.json").is_file():
+        cmd = [sys.executable, "-m", "otel_ext.cli", "simulate", "--hosts", str(hosts),
+               "--chips", str(chips), "--requests", str(requests), "--no-timeline", "--quiet",
+               "--out", str(out)]  # fmt: skip
+        subprocess.run(cmd, check=True)
+    return out
+
+
+def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
+    import distributed
+
+    from otel_ext.analysis.engine import analyze, to_json
+
+    t_local, doc_local = _timed(lambda: analyze(paths, keep_going=keep_going, scheduler=""), repeat)
+    local_text = to_json(doc_local)
+    files = [Path(i["path"]) for i in doc_local["inputs"] if i["status"] == "loaded"]
+    disk = sum(f.stat().st_size for f in files)
+    inflated = [_inflated(f) for f in files]
+
+    cluster = distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.CRITICAL,
+    )
+    try:
+        with distributed.Client(cluster) as client:
+            base = client.run(_worker_reset_peak)
+            t_warm, doc_warm = _timed(
+                lambda: analyze(paths, keep_going=keep_going, scheduler=cluster.scheduler_address),
+                repeat,
+            )
+            peak = client.run(_worker_peak)
+    finally:
+        cluster.close()
+    t_cold, doc_cold = _timed(
+        lambda: analyze(paths, keep_going=keep_going, scheduler=f"local:{workers}"), repeat
+    )
+    same = to_json(doc_warm) == local_text and to_json(doc_cold) == local_text
+    sent = _client_bytes(files, keep_going)
+    growth_mb = max(peak[w] - base[w] for w in peak) / 1024
+    largest_gb = max(inflated) / 1e9
+    print(
+        f"{name}: {len(files)} files, {disk / 1e6:.1f} MB on disk, {sum(inflated) / 1e6:.1f} MB "
+        f"inflated (largest file {max(inflated) / 1e6:.1f} MB), "
+        f"{doc_local['run']['events']} events, {doc_local['run']['metric_points']} metric points"
+    )
+    print(f"  same report: {same}")
+    print(
+        f"  in process {t_local:.2f} s; Dask local:{workers} warm {t_warm:.2f} s "
+        f"(x{t_warm / t_local:.2f}), cold {t_cold:.2f} s (x{t_cold / t_local:.2f})"
+    )
+    print(
+        f"  to the client: {sent / 1e6:.1f} MB ({sent / disk:.2f}x on disk, "
+        f"{sent / sum(inflated):.2f}x inflated)"
+    )
+    print(
+        f"  worker peak RSS growth: {growth_mb:.0f} MB (largest of {workers}); "
+        f"{growth_mb / largest_gb / 1000:.2f} GB per GB of the largest file, "
+        f"{growth_mb / (sum(inflated) / 1e9) / 1000:.2f} GB per GB of the set"
+    )
+    sys.stdout.flush()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sets", default="dlrm,corpus,sim")
+    ap.add_argument("--sim", default="4x8", help="simulated HOSTSxCHIPS")
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "otel-ext-bench")
+    args = ap.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    for name in args.sets.split(","):
+        if name == "dlrm":
+            paths, keep_going = [TRACES / "param_dlrm_v100_8rank"], False
+        elif name == "corpus":
+            paths, keep_going = [TRACES], True
+        elif name == "sim":
+            paths, keep_going = [_sim(args.dir, args.sim, args.requests)], False
+            name = f"sim {args.sim} ({args.requests} requests)"
+        else:
+            raise SystemExit(f"unknown set {name!r}")
+        run_set(name, paths, workers=args.workers, repeat=args.repeat, keep_going=keep_going)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
