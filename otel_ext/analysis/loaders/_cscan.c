@@ -220,12 +220,25 @@ static int hex4(const unsigned char *s, unsigned *out) {
 
 static int cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
+/* Non-zero when one of the 8 bytes of x is a quote, a backslash, below 0x20 or above 0x7F. */
+static inline uint64_t special8(uint64_t x) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    return (((q - ones) & ~q) | ((b - ones) & ~b) | (x - ones * 0x20) | x) & high;
+}
+
 /* A string starting at the opening quote: checked (escapes, UTF-8, control characters). */
 static int scan_string(Parser *P, Str *out) {
     const unsigned char *p = P->p + 1, *end = P->end;
     out->s = p;
     out->esc = 0;
     for (;;) {
+        while (end - p >= 8) { /* eight plain bytes at a time */
+            uint64_t x;
+            memcpy(&x, p, 8);
+            if (special8(x)) break;
+            p += 8;
+        }
         while (p < end && plain[*p]) p++;
         if (p >= end) return 0;
         unsigned char c = *p;
@@ -851,6 +864,16 @@ typedef struct {
     const unsigned char *keys[MAX_OTLP_KEYS];
     size_t key_lens[MAX_OTLP_KEYS];
     int n_keys;
+    /* dense mode (scan_otlp_lines): one slot per span and asked-for key, the last value
+     * written wins; a resource's slots fill the span's absent ones at the end of the line */
+    int dense;
+    Vec d_type, d_val; /* spans x keys: T_* or T_ABSENT; the value's 8 bytes */
+    Vec r_type, r_val; /* this line's resources x keys */
+    Vec line_of;       /* int64 per span: its line number */
+    int64_t res_base;  /* the first resource of this line */
+    int64_t lineno;
+    int16_t ktab[256];
+    uint64_t khash[MAX_OTLP_KEYS];
 } OOut;
 
 static void oout_free(OOut *o) {
@@ -859,7 +882,7 @@ static void oout_free(OOut *o) {
     dict_free(&o->strs);
     Vec *vs[] = {&o->name_code, &o->start, &o->end, &o->span_id, &o->parent, &o->trace_code,
                  &o->span_res, &o->a_row, &o->a_key, &o->a_type, &o->a_i64, &o->a_f64,
-                 &o->a_str};
+                 &o->a_str, &o->d_type, &o->d_val, &o->r_type, &o->r_val, &o->line_of};
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
 }
 
@@ -910,14 +933,46 @@ static int ns_value(Parser *P, const Val *v, int64_t *out) {
     return 1;
 }
 
+#define KTAB 256 /* open addressing over the asked-for keys' hashes */
+
+static uint64_t key_hash(const unsigned char *s, size_t n);
+
+static void want_init(OOut *o) {
+    for (int j = 0; j < KTAB; j++) o->ktab[j] = -1;
+    for (int i = 0; i < o->n_keys; i++) {
+        uint64_t h = key_hash(o->keys[i], o->key_lens[i]);
+        o->khash[i] = h;
+        size_t j = (size_t)h & (KTAB - 1);
+        while (o->ktab[j] >= 0) j = (j + 1) & (KTAB - 1);
+        o->ktab[j] = (int16_t)i;
+    }
+}
+
+/* A cheap hash of a member name: its length and its first and last 8 bytes. */
+static uint64_t key_hash(const unsigned char *s, size_t n) {
+    uint64_t a = 0, b = 0;
+    if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+    } else if (n) {
+        memcpy(&a, s, n);
+    }
+    uint64_t h = (a * 0x9E3779B97F4A7C15ULL) ^ (b * 0xC2B2AE3D27D4EB4FULL) ^ (uint64_t)n;
+    return h ^ (h >> 29);
+}
+
 static int want_key(OOut *o, const Str *k) {
     if (k->esc) return -2;
-    for (int i = 0; i < o->n_keys; i++)
-        if (o->key_lens[i] == k->n && memcmp(o->keys[i], k->s, k->n) == 0) return i;
+    uint64_t h = key_hash(k->s, k->n);
+    for (size_t j = (size_t)h & (KTAB - 1); o->ktab[j] >= 0; j = (j + 1) & (KTAB - 1)) {
+        int i = o->ktab[j];
+        if (o->khash[i] == h && o->key_lens[i] == k->n && memcmp(o->keys[i], k->s, k->n) == 0)
+            return i;
+    }
     return -1;
 }
 
-enum { T_STR = 0, T_INT = 1, T_DBL = 2, T_BOOL = 3, T_NONE = 5 };
+enum { T_STR = 0, T_INT = 1, T_DBL = 2, T_BOOL = 3, T_NONE = 5, T_ABSENT = 255 };
 
 typedef struct {
     OOut *o;
@@ -998,10 +1053,18 @@ static int on_anyvalue(Parser *P, void *vctx, const Str *k) {
 typedef struct {
     OOut *o;
     int64_t row;
-    int seen_key, seen_value, want;
+    int seen_key, seen_value, want, parsed;
     const unsigned char *value_at; /* the value's position, read once the key is known */
-    Parser at;
+    int value_depth;
+    AVCtx a; /* the value, once read */
 } KVCtx;
+
+static void av_init(AVCtx *a, OOut *o, int want) {
+    memset(a, 0, sizeof *a);
+    a->o = o;
+    a->want = want;
+    a->type = T_NONE;
+}
 
 static int on_kv(Parser *P, void *vctx, const Str *k) {
     KVCtx *c = (KVCtx *)vctx;
@@ -1016,11 +1079,16 @@ static int on_kv(Parser *P, void *vctx, const Str *k) {
     }
     if (key_is(k, "value", 5)) {
         if (c->seen_value++) return 0;
-        c->at = *P; /* read after the object: the key may come later */
         c->value_at = P->p;
+        c->value_depth = P->depth;
         if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
         if (P->p >= P->end || *P->p != '{') return 0;
-        return skip_value(P);
+        if (c->seen_key && c->want >= 0) { /* the usual order: read it now */
+            av_init(&c->a, c->o, c->want);
+            c->parsed = 1;
+            return scan_object(P, on_anyvalue, &c->a) && c->a.n_members <= 1;
+        }
+        return skip_value(P); /* read after the object, once the key is known */
     }
     return skip_value(P);
 }
@@ -1044,20 +1112,42 @@ static int scan_attributes(Parser *P, OOut *o, int64_t row) {
         c.want = -1;
         if (!scan_object(P, on_kv, &c)) return 0;
         if (c.want >= 0) {
-            AVCtx a;
-            memset(&a, 0, sizeof a);
-            a.o = o;
-            a.want = c.want;
-            a.type = T_NONE;
-            if (c.seen_value && *c.value_at == '{') {
-                Parser Q = c.at;
-                Q.p = c.value_at;
-                if (!scan_object(&Q, on_anyvalue, &a)) return 0;
-                if (a.n_members > 1) return 0;
+            if (!c.parsed) {
+                av_init(&c.a, o, c.want);
+                if (c.seen_value && *c.value_at == '{') {
+                    const unsigned char *after = P->p;
+                    int depth = P->depth;
+                    P->p = c.value_at;
+                    P->depth = c.value_depth;
+                    int ok = scan_object(P, on_anyvalue, &c.a);
+                    P->p = after;
+                    P->depth = depth;
+                    if (!ok || c.a.n_members > 1) return 0;
+                }
             }
+            AVCtx a = c.a;
             int32_t key = c.want;
             uint8_t type = (uint8_t)a.type;
-            if (!push_i64(&o->a_row, row) || !push_i32(&o->a_key, key) ||
+            if (o->dense) {
+                int64_t v = a.i64;
+                if (type == T_DBL) memcpy(&v, &a.f64, 8);
+                else if (type == T_STR) v = a.str;
+                else if (type == T_NONE) v = 0;
+                size_t slot;
+                uint8_t *types;
+                int64_t *vals;
+                if (row >= 0) {
+                    slot = (size_t)row * (size_t)o->n_keys + (size_t)key;
+                    types = (uint8_t *)o->d_type.data;
+                    vals = (int64_t *)o->d_val.data;
+                } else {
+                    slot = (size_t)(-row - 1 - o->res_base) * (size_t)o->n_keys + (size_t)key;
+                    types = (uint8_t *)o->r_type.data;
+                    vals = (int64_t *)o->r_val.data;
+                }
+                types[slot] = type;
+                vals[slot] = v;
+            } else if (!push_i64(&o->a_row, row) || !push_i32(&o->a_key, key) ||
                 !push_u8(&o->a_type, type) || !push_i64(&o->a_i64, a.i64) ||
                 !vec_push(&o->a_f64, &a.f64, sizeof a.f64) || !push_i32(&o->a_str, a.str))
                 return 0;
@@ -1112,6 +1202,20 @@ static int object_elem(Parser *P, void *ctx) {
     return skip_value(P);
 }
 
+/* Room for slot row `row` (all absent) of a dense table of n_keys columns. */
+static int dense_row(Vec *types, Vec *vals, int64_t row, int n_keys) {
+    size_t k = (size_t)n_keys, need = ((size_t)row + 1) * k;
+    if (need > types->len) {
+        if (!vec_reserve(types, need - types->len) || !vec_reserve(vals, (need - vals->len / 8) * 8))
+            return 0;
+        types->len = need;
+        vals->len = need * 8;
+    }
+    memset(types->data + (size_t)row * k, T_ABSENT, k);
+    memset(vals->data + (size_t)row * k * 8, 0, k * 8);
+    return 1;
+}
+
 typedef struct {
     OOut *o;
     int64_t res;
@@ -1129,12 +1233,20 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
                                     "startTimeUnixNano", "endTimeUnixNano", "attributes",
                                     "kind", "events", "links", "status", "traceState", "flags"};
     static const size_t FL[] = {7, 6, 12, 4, 17, 15, 10, 4, 6, 5, 6, 10, 5};
+    /* candidates by length, then one comparison */
     int f = -1;
-    for (int i = 0; i < 13; i++)
-        if (k->n == FL[i] && memcmp(k->s, F[i], FL[i]) == 0) {
-            f = i;
-            break;
-        }
+    switch (k->n) {
+        case 4: f = k->s[0] == 'n' ? 3 : 7; break;
+        case 5: f = k->s[0] == 'l' ? 9 : 12; break;
+        case 6: f = k->s[0] == 's' ? (k->s[1] == 'p' ? 1 : 10) : 8; break;
+        case 7: f = 0; break;
+        case 10: f = k->s[0] == 'a' ? 6 : 11; break;
+        case 12: f = 2; break;
+        case 15: f = 5; break;
+        case 17: f = 4; break;
+        default: break;
+    }
+    if (f >= 0 && memcmp(k->s, F[f], FL[f]) != 0) f = -1;
     if (f < 0) return skip_value(P);
     if (c->seen & (1u << f)) return 0;
     c->seen |= 1u << f;
@@ -1193,6 +1305,7 @@ static int span_elem(Parser *P, void *vctx) {
     c.o = o;
     c.trace = -1;
     size_t attrs_before = o->a_row.len;
+    if (o->dense && !dense_row(&o->d_type, &o->d_val, o->spans, o->n_keys)) return 0;
     if (!scan_object(P, on_span, &c)) return 0;
     (void)attrs_before;
     /* name, start and end present; the rest defaults as the typed records do */
@@ -1204,7 +1317,8 @@ static int span_elem(Parser *P, void *vctx) {
     if (!push_i32(&o->name_code, c.name) || !push_i64(&o->start, c.start) ||
         !push_i64(&o->end, c.end) || !vec_push(&o->span_id, &c.sid, 8) ||
         !vec_push(&o->parent, &c.pid, 8) || !push_i32(&o->trace_code, c.trace) ||
-        !push_i64(&o->span_res, ((int64_t *)vctx)[1]))
+        !push_i64(&o->span_res, ((int64_t *)vctx)[1]) ||
+        (o->dense && !push_i64(&o->line_of, o->lineno)))
         return 0;
     o->spans++;
     return 1;
@@ -1289,6 +1403,8 @@ static int resource_spans_elem(Parser *P, void *vctx) {
     memset(&c, 0, sizeof c);
     c.o = o;
     c.res = o->resources;
+    if (o->dense && !dense_row(&o->r_type, &o->r_val, o->resources - o->res_base, o->n_keys))
+        return 0;
     if (!scan_object(P, on_resource_spans, &c)) return 0;
     o->resources++;
     return 1;
@@ -1336,6 +1452,7 @@ static PyObject *scan_otlp(PyObject *self, PyObject *args) {
         o.keys[i] = (const unsigned char *)PyBytes_AS_STRING(kb);
         o.key_lens[i] = (size_t)PyBytes_GET_SIZE(kb);
     }
+    want_init(&o);
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
     Parser P;
@@ -1381,9 +1498,183 @@ static PyObject *scan_otlp(PyObject *self, PyObject *args) {
 }
 
 
+/* The saved lengths of an OOut's tables: a line that fails is taken out again. */
+typedef struct {
+    size_t lens[11];
+    int64_t spans, resources;
+} OMark;
+
+static Vec *omark_vecs(OOut *o, Vec **vs) {
+    vs[0] = &o->name_code; vs[1] = &o->start; vs[2] = &o->end; vs[3] = &o->span_id;
+    vs[4] = &o->parent; vs[5] = &o->trace_code; vs[6] = &o->span_res; vs[7] = &o->d_type;
+    vs[8] = &o->d_val; vs[9] = &o->line_of; vs[10] = &o->r_type;
+    return vs[0];
+}
+
+static void omark_save(OOut *o, OMark *m) {
+    Vec *vs[11];
+    omark_vecs(o, vs);
+    for (int i = 0; i < 11; i++) m->lens[i] = vs[i]->len;
+    m->spans = o->spans;
+    m->resources = o->resources;
+}
+
+static void omark_restore(OOut *o, const OMark *m) {
+    Vec *vs[11];
+    omark_vecs(o, vs);
+    for (int i = 0; i < 11; i++) vs[i]->len = m->lens[i];
+    o->spans = m->spans;
+    o->resources = m->resources;
+}
+
+/* A span's absent slots take its resource's values (the span's own win). */
+static void merge_resources(OOut *o, int64_t first_span) {
+    size_t k = (size_t)o->n_keys;
+    const int64_t *res = (const int64_t *)o->span_res.data;
+    uint8_t *t = (uint8_t *)o->d_type.data;
+    int64_t *v = (int64_t *)o->d_val.data;
+    const uint8_t *rt = (const uint8_t *)o->r_type.data;
+    const int64_t *rv = (const int64_t *)o->r_val.data;
+    for (int64_t s = first_span; s < o->spans; s++) {
+        size_t r = (size_t)(res[s] - o->res_base) * k;
+        size_t row = (size_t)s * k;
+        for (size_t j = 0; j < k; j++)
+            if (t[row + j] == T_ABSENT && rt[r + j] != T_ABSENT) {
+                t[row + j] = rt[r + j];
+                v[row + j] = rv[r + j];
+            }
+    }
+}
+
+static int blank(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+PyDoc_STRVAR(scan_otlp_lines_doc,
+"scan_otlp_lines(buf, keys, first_line, max_line, /)\n--\n\n"
+"Columns of the spans of every line (one OTLP-JSON traces request each) of buf, the first\n"
+"numbered first_line; blank lines are skipped. A line the extractor is not sure to read as\n"
+"the msgspec path does is left to that path: its (number, start, stop) is listed. Reading\n"
+"stops at a line longer than max_line bytes.\n\n"
+"Returns (spans, names, name_codes, start_ns, end_ns, span_id, parent_span_id, traces,\n"
+"trace_codes, line_of, slot_type, slot_value, strings, fallback, long_line, last_line): names,\n"
+"traces "
+"and strings are lists of distinct strings, each with '' at code 0; slot_type and\n"
+"slot_value are spans x len(keys) (uint8: 0 string, 1 integer, 2 number, 3 boolean,\n"
+"5 no value, 255 absent; int64: the integer, the string's code, the double's bits);\n"
+"fallback holds int64 triples; long_line is the number of the line too long, or 0; last_line\n"
+"the number of the last line read.");
+
+static PyObject *scan_otlp_lines(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *obj, *keys;
+    long long first_line, max_line;
+    if (!PyArg_ParseTuple(args, "OO!LL:scan_otlp_lines", &obj, &PyTuple_Type, &keys,
+                          &first_line, &max_line))
+        return NULL;
+    Py_ssize_t nk = PyTuple_GET_SIZE(keys);
+    if (nk > MAX_OTLP_KEYS || nk < 1) {
+        PyErr_SetString(PyExc_ValueError, "scan_otlp_lines: between 1 and 64 keys");
+        return NULL;
+    }
+    OOut o;
+    memset(&o, 0, sizeof o);
+    o.n_keys = (int)nk;
+    o.dense = 1;
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        PyObject *kb = PyTuple_GET_ITEM(keys, i);
+        if (!PyBytes_Check(kb)) {
+            PyErr_SetString(PyExc_TypeError, "scan_otlp_lines: keys must be bytes");
+            return NULL;
+        }
+        o.keys[i] = (const unsigned char *)PyBytes_AS_STRING(kb);
+        o.key_lens[i] = (size_t)PyBytes_GET_SIZE(kb);
+    }
+    want_init(&o);
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Vec fallback = {0};
+    long long long_line = 0;
+    int64_t lineno = (int64_t)first_line - 1;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    ok = dict_code(&o.names, (const unsigned char *)"", 0) == 0 &&
+         dict_code(&o.traces, (const unsigned char *)"", 0) == 0 &&
+         dict_code(&o.strs, (const unsigned char *)"", 0) == 0;
+    const unsigned char *base = (const unsigned char *)view.buf, *end = base + view.len;
+    const unsigned char *p = base;
+    while (ok && p < end) {
+        const unsigned char *nl = (const unsigned char *)memchr(p, '\n', (size_t)(end - p));
+        const unsigned char *le = nl ? nl : end;
+        lineno++;
+        if ((long long)(le - p) > max_line) {
+            long_line = lineno;
+            break;
+        }
+        const unsigned char *q = p;
+        while (q < le && blank(*q)) q++;
+        if (q < le) {
+            OMark m;
+            omark_save(&o, &m);
+            o.r_type.len = 0;
+            o.r_val.len = 0;
+            o.res_base = o.resources;
+            o.lineno = lineno;
+            Parser P;
+            memset(&P, 0, sizeof P);
+            P.base = p;
+            P.p = q;
+            P.end = le;
+            GenCtx c;
+            memset(&c, 0, sizeof c);
+            c.o = &o;
+            int line_ok = scan_object(&P, on_request, &c);
+            if (line_ok) {
+                skip_ws(&P);
+                line_ok = P.p == P.end;
+            }
+            vec_free(&P.scratch);
+            if (line_ok) {
+                merge_resources(&o, m.spans);
+            } else {
+                omark_restore(&o, &m);
+                if (!push_i64(&fallback, lineno) || !push_i64(&fallback, p - base) ||
+                    !push_i64(&fallback, le - base))
+                    ok = 0;
+            }
+        }
+        p = nl ? nl + 1 : end;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *res = NULL;
+    if (!ok) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *names = dict_list(&o.names);
+        PyObject *traces = names ? dict_list(&o.traces) : NULL;
+        PyObject *strs = traces ? dict_list(&o.strs) : NULL;
+        if (strs) {
+            res = Py_BuildValue(
+                "(LNNNNNNNNNNNNNLL)", (long long)o.spans, names, as_bytes(&o.name_code),
+                as_bytes(&o.start), as_bytes(&o.end), as_bytes(&o.span_id), as_bytes(&o.parent),
+                traces, as_bytes(&o.trace_code), as_bytes(&o.line_of), as_bytes(&o.d_type),
+                as_bytes(&o.d_val), strs, as_bytes(&fallback), long_line, (long long)lineno);
+        } else {
+            Py_XDECREF(names);
+            Py_XDECREF(traces);
+        }
+    }
+    vec_free(&fallback);
+    oout_free(&o);
+    return res;
+}
+
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"scan_otlp", scan_otlp, METH_VARARGS, scan_otlp_doc},
+    {"scan_otlp_lines", scan_otlp_lines, METH_VARARGS, scan_otlp_lines_doc},
     {NULL, NULL, 0, NULL},
 };
 

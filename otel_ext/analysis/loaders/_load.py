@@ -319,21 +319,51 @@ def _load_otlp(
     p: Path, fmt: str, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
 ) -> FileResult:
     """An OTLP-JSON file, streamed a line (one export request) at a time."""
-    from otel_ext.analysis.loaders.spans import iter_lines, load_otlp_traces_lines
+    from otel_ext.analysis.loaders.spans import iter_lines, load_otlp_traces_pieces
     from otel_ext.config import MAX_RECORD_BYTES, resolve
 
     ps = str(p)
-    lines = iter_lines(itertools.chain([head], pieces), max_line=resolve(MAX_RECORD_BYTES))
+    max_line = resolve(MAX_RECORD_BYTES)
+    all_pieces = itertools.chain([head], pieces)
     try:
         if fmt == "otlp-traces":
-            return FileResult(ps, fmt, table=load_otlp_traces_lines(lines, ctx=ctx),
-                              skipped=ctx.skipped)  # fmt: skip
+            source: Iterable[bytes] | bytes = all_pieces
+            if not _is_gzip(p) and p.stat().st_size <= _OTLP_WHOLE_MAX:
+                # a plain file is read whole (its lines cut as views), a larger one streamed
+                pieces_close = getattr(pieces, "close", None)
+                if pieces_close is not None:
+                    pieces_close()
+                source = _plain_bytes(p)
+            table = load_otlp_traces_pieces(source, ctx=ctx, max_line=max_line)
+            return FileResult(ps, fmt, table=table, skipped=ctx.skipped)
+        lines = iter_lines(all_pieces, max_line=max_line)
         return FileResult(ps, fmt, metrics=load_otlp_metrics_lines(lines, ctx=ctx),
                           skipped=ctx.skipped)  # fmt: skip
     except InputError as e:
         if e.path is None:  # a line over the size limit
             raise InputError(e.message, path=ps, record=e.record) from None
         raise
+
+
+#: plain OTLP-JSON traces files up to this size are read whole rather than streamed
+_OTLP_WHOLE_MAX = 512 << 20
+
+
+def _is_gzip(p: Path) -> bool:
+    try:
+        with p.open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path=str(p), record="file") from e
+
+
+def _plain_bytes(p: Path) -> bytes:
+    """A plain file's bytes (without a UTF-8 BOM)."""
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", path=str(p), record="file") from e
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
 
 
 def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:

@@ -1,15 +1,15 @@
 """OpenTelemetry spans (OTLP-JSON files, Jaeger JSON exports) to event-table rows.
 
 Both formats carry the same spans; only the envelope differs. ``accel.*`` attributes (names
-from :mod:`semantic_conventions.attributes`) map to table columns: rank, host, device, the
+from :mod:`otel_ext.semconv.attributes`) map to table columns: rank, host, device, the
 collective's op/group/seq/bytes/group size, the kernel's stream and correlation id, clock
 domain and raw device ticks, FLOP and byte estimates. The span name (from
-:mod:`semantic_conventions.spans`) gives the category.
+:mod:`otel_ext.semconv.spans`) gives the category.
 
 OTLP-JSON (``traces.jsonl``, our file exporter and the Collector's): one
 ``ExportTraceServiceRequest`` per line, ids in hex (the OTLP/JSON encoding) or base64 (the
 protobuf JSON mapping), times as decimal strings of nanoseconds. Each line is decoded by the
-project's one OTLP-JSON decoder (:mod:`exporters._otlp_decode`) into typed records, and the
+project's one OTLP-JSON decoder (:mod:`otel_ext.exporters._otlp_decode`) into typed records, and the
 columns of all its spans are pulled out whole (``map``/``attrgetter`` and numpy, no Python
 code per span): :class:`OtlpSpanColumns`. A line the typed decoder rejects is re-read one span
 at a time, so a bad span costs that span (named), not the line.
@@ -29,18 +29,10 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exporters._otlp_decode import (
-    RequestError,
-    Span,
-    any_value,
-    careful_items,
-    decode_traces,
-    id_to_hex,
-)
 from otel_ext.analysis.classify import classify_kernel
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, ns_or_none
 from otel_ext.analysis.table import (
@@ -50,12 +42,24 @@ from otel_ext.analysis.table import (
     EventTable,
     constant_column,
 )
+from otel_ext.exporters._otlp_decode import (
+    RequestError,
+    Span,
+    any_value,
+    careful_items,
+    decode_traces,
+    id_to_hex,
+)
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.loaders._otlp_fast import ScannedChunk
 
 __all__ = [
     "OtlpSpanColumns",
     "SpanRows",
     "iter_lines",
     "load_otlp_traces_lines",
+    "load_otlp_traces_pieces",
     "otlp_value",
 ]
 
@@ -63,7 +67,7 @@ try:  # optional compiled extractor (setup.py builds it where a C compiler is fo
     from otel_ext.analysis.loaders import _cscan  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised only where it was not built
     _cscan = None
-if _cscan is not None and not hasattr(_cscan, "scan_otlp"):  # pragma: no cover - stale build
+if _cscan is not None and not hasattr(_cscan, "scan_otlp_lines"):  # pragma: no cover - stale build
     _cscan = None
 
 _NUMERIC = [
@@ -81,8 +85,8 @@ _LIM = 2**62
 @cache
 def _names() -> dict[str, Any]:
     """Attribute and span names from the generated registry (imported on first use)."""
-    from semantic_conventions import attributes as A
-    from semantic_conventions import spans as S
+    from otel_ext.semconv import attributes as A
+    from otel_ext.semconv import spans as S
 
     kind = {
         "compute": Category.KERNEL_COMPUTE,
@@ -246,7 +250,7 @@ class SpanRows:
 
 
 def otlp_attrs(items: Any) -> dict[str, Any]:
-    """An OTLP attribute list (typed :class:`~exporters._otlp_decode.KeyValue` records or
+    """An OTLP attribute list (typed :class:`~otel_ext.exporters._otlp_decode.KeyValue` records or
     generic ``[{"key", "value"}]``) as a dict."""
     out: dict[str, Any] = {}
     if isinstance(items, list):
@@ -390,92 +394,6 @@ class _Attr:
         return arr.tolist()  # type: ignore[no-any-return]
 
 
-class _ScannedAttr:
-    """One attribute over a group's rows as the compiled extractor gave it: typed arrays
-    (``types``: 0 string, 1 integer, 2 number, 3 boolean, 5 no value), read as :class:`_Attr`
-    reads its values (the same methods, the same results)."""
-
-    def __init__(self, n: int, rows: np.ndarray, types: np.ndarray, i64: np.ndarray,
-                 f64: np.ndarray, scodes: np.ndarray, strings: list[str]) -> None:  # fmt: skip
-        self.n = n
-        self.rows = rows
-        self.types = types
-        self.i64 = i64
-        self.f64 = f64
-        self.scodes = scodes
-        self.strings = strings
-
-    def _values(self) -> list[Any]:
-        """Each occurrence's Python value (``any_value``'s), built by type in bulk."""
-        t = self.types
-        out = np.full(len(t), None, dtype=object)
-        m = t == 0
-        if m.any():
-            out[m] = list(map(self.strings.__getitem__, self.scodes[m].tolist()))
-        m = t == 1
-        if m.any():
-            out[m] = self.i64[m].tolist()
-        m = t == 2
-        if m.any():
-            out[m] = self.f64[m].tolist()
-        m = t == 3
-        if m.any():
-            out[m] = (self.i64[m] != 0).tolist()
-        return out.tolist()  # type: ignore[no-any-return]
-
-    def present(self) -> np.ndarray:
-        m = np.zeros(self.n, bool)
-        m[self.rows] = True
-        return m
-
-    def py(self) -> list[Any]:
-        out = np.full(self.n, None, dtype=object)
-        out[self.rows] = self._values()
-        return out.tolist()  # type: ignore[no-any-return]
-
-    def ints(self) -> np.ndarray:
-        out = np.full(self.n, -1, np.int64)
-        if not len(self.rows):
-            return out
-        if (self.types == 1).all():
-            arr = self.i64.copy()
-            arr[(arr <= -_LIM) | (arr >= _LIM)] = -1
-        else:
-            arr = np.fromiter(map(_int_attr, self._values()), np.int64, count=len(self.rows))
-        out[self.rows] = arr
-        return out
-
-    def floats(self) -> np.ndarray:
-        out = np.full(self.n, -1.0, np.float64)
-        if not len(self.rows):
-            return out
-        t = self.types
-        if ((t == 1) | (t == 2)).all():
-            arr = np.where(t == 2, self.f64, self.i64.astype(np.float64))
-        else:
-            arr = np.fromiter(map(_num, self._values()), np.float64, count=len(self.rows))
-        out[self.rows] = arr
-        return out
-
-    def strs(self) -> list[str]:
-        out = np.full(self.n, "", dtype=object)
-        if len(self.rows):
-            if (self.types == 0).all():
-                out[self.rows] = list(map(self.strings.__getitem__, self.scodes.tolist()))
-            else:
-                out[self.rows] = list(map(_s, self._values()))
-        return out.tolist()  # type: ignore[no-any-return]
-
-    def strict(self) -> list[str | None]:
-        out = np.full(self.n, None, dtype=object)
-        if len(self.rows):
-            vals = np.full(len(self.rows), None, dtype=object)  # a later non-string wins too
-            m = self.types == 0
-            vals[m] = list(map(self.strings.__getitem__, self.scodes[m].tolist()))
-            out[self.rows] = vals
-        return out.tolist()  # type: ignore[no-any-return]
-
-
 class OtlpSpanColumns:
     """The columns of every OTLP span of a file, built a request (line) at a time."""
 
@@ -541,77 +459,98 @@ class OtlpSpanColumns:
                 return
         self._columns(names, start, end, ids, parents, trace_hex, self._attributes(spans, res))
 
-    def add_scanned(self, lineno: int, res: tuple[Any, ...], first: int) -> None:
-        """The spans of one line as the compiled extractor read them (``_cscan.scan_otlp``)."""
-        (n, names_l, name_codes, start_b, end_b, sid_b, pid_b, traces_l, trace_codes, res_b,
-         _n_res, a_row, a_key, a_type, a_i64, a_f64, a_str, strings) = res  # fmt: skip
-        if n == 0:
-            return
-        names = list(map(names_l.__getitem__, np.frombuffer(name_codes, np.int32).tolist()))
-        start = np.frombuffer(start_b, np.int64)
-        end = np.frombuffer(end_b, np.int64)
-        keep = np.ones(n, bool)
-        not_events = _names()["not_events"]
-        if not_events.intersection(names_l):
-            keep &= np.fromiter(map(not_events.__contains__, names), bool, count=n) == 0
-        neg = keep & (end < start)
-        for k in np.flatnonzero(neg).tolist():
-            self.ctx.bad(f"line {lineno} span {first + k}",
-                         f"negative duration ({int(end[k])} < {int(start[k])})")  # fmt: skip
+    def add_chunk(self, c: ScannedChunk, buf: Any, n_span: int) -> int:
+        """The spans of a chunk of lines as ``_cscan.scan_otlp_lines`` read them, the lines it
+        left to the typed decoder read in their places; returns the spans read so far."""
+        nm = _names()
+        keep = np.ones(c.n, bool)
+        not_events = nm["not_events"]
+        if not_events.intersection(c.names):
+            ne = np.fromiter(map(not_events.__contains__, c.names), bool, count=len(c.names))
+            keep &= ~ne[c.name_codes]
+        neg = keep & (c.end < c.start)
         keep &= ~neg
-        ids = np.frombuffer(sid_b, np.uint64)
-        parents = np.frombuffer(pid_b, np.uint64)
-        trace_hex = list(map(traces_l.__getitem__, np.frombuffer(trace_codes, np.int32).tolist()))
-        span_res = np.frombuffer(res_b, np.int64)
-        rows = np.frombuffer(a_row, np.int64)
-        keys = np.frombuffer(a_key, np.int32)
-        types = np.frombuffer(a_type, np.uint8)
-        i64 = np.frombuffer(a_i64, np.int64)
-        f64 = np.frombuffer(a_f64, np.float64)
-        scodes = np.frombuffer(a_str, np.int32)
-        # resource attributes hold for every span of their resource: replicated before the
-        # span's own (a later occurrence wins, as a span attribute overrides its resource's)
-        is_res = rows < 0
-        if is_res.any():
-            r_idx = np.flatnonzero(is_res)
-            r_of = -rows[r_idx] - 1
-            order = np.argsort(span_res, kind="stable")
-            sorted_res = span_res[order]
-            lo = np.searchsorted(sorted_res, r_of)
-            hi = np.searchsorted(sorted_res, r_of, side="right")
-            counts = hi - lo
-            occ = np.repeat(r_idx, counts)
-            span_rows = order[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
-                              if len(lo) else np.zeros(0, np.int64)]  # fmt: skip
-            s_idx = np.flatnonzero(~is_res)
-            sel = np.concatenate([occ, s_idx])
-            rows = np.concatenate([span_rows, rows[s_idx]])
-            keys, types, i64, f64, scodes = keys[sel], types[sel], i64[sel], f64[sel], scodes[sel]
-        if not keep.all():
-            sel_rows = np.flatnonzero(keep)
-            remap = np.full(n, -1, np.int64)
-            remap[sel_rows] = np.arange(len(sel_rows))
-            names = [names[k] for k in sel_rows.tolist()]
-            trace_hex = [trace_hex[k] for k in sel_rows.tolist()]
-            start, end, ids, parents = (
-                start[sel_rows],
-                end[sel_rows],
-                ids[sel_rows],
-                parents[sel_rows],
-            )
-            new_rows = remap[rows]
-            ok = new_rows >= 0
-            rows, keys, types = new_rows[ok], keys[ok], types[ok]
-            i64, f64, scodes = i64[ok], f64[ok], scodes[ok]
-            n = len(sel_rows)
-            if n == 0:
+        kept = np.flatnonzero(keep) if not keep.all() else None
+        part = self._chunk_columns(c if kept is None else c.select(kept)) if keep.any() else None
+
+        def emit(a: int, b: int, first: int) -> None:
+            for k in np.flatnonzero(neg[a:b]).tolist():
+                self.ctx.bad(f"line {int(c.line_of[a + k])} span {first + k}",
+                             f"negative duration ({int(c.end[a + k])} < {int(c.start[a + k])})")  # fmt: skip
+            if part is None:
                 return
+            ka, kb = (a, b) if kept is None else np.searchsorted(kept, [a, b]).tolist()
+            if kb > ka:
+                self.parts.append({k: v[ka:kb] for k, v in part.items()})
+
+        prev = 0
+        for lineno, a, b in c.fallback.tolist():
+            i = int(np.searchsorted(c.line_of, lineno))
+            emit(prev, i, n_span)
+            n_span += i - prev
+            prev = i
+            n_span = decode_line(self, lineno, bytes(buf[a:b]), n_span)
+        emit(prev, c.n, n_span)
+        return n_span + c.n - prev
+
+    def _chunk_columns(self, c: ScannedChunk) -> dict[str, np.ndarray]:
+        from otel_ext.analysis.loaders._otlp_fast import (
+            Slots,
+            categories,
+            display_and_device,
+            encode,
+        )
+
+        nm = _names()
+        A = nm["A"]
         wanted = _wanted()
-        attrs: dict[str, Any] = {}
-        for key, c in wanted.items():
-            m = keys == c
-            attrs[key] = _ScannedAttr(n, rows[m], types[m], i64[m], f64[m], scodes[m], strings)
-        self._columns(names, start, end, ids, parents, trace_hex, attrs)
+
+        def slot(key: str) -> Slots:
+            return Slots(c, wanted[key])
+
+        kspan = nm["kernel_span"]
+        cat = categories(c, slot(A.ACCEL_KERNEL_KIND), slot(A.ACCEL_KERNEL_NAME), _category, kspan)
+        disp, device = display_and_device(c, cat, slot, A, kspan)
+        link = cat == Category.LINK_TRANSFER
+
+        def ints(key: str) -> np.ndarray:
+            return slot(key).ints(_int_attr)
+
+        rank = ints(A.ACCEL_RANK)
+        rank[(rank < -1) | (rank >= 2**31)] = -1
+        gsize = np.clip(ints(A.ACCEL_COLLECTIVE_GROUP_SIZE), -1, 2**31 - 1)
+        cbytes = np.where(link, ints(A.ACCEL_LINK_BYTES), ints(A.ACCEL_COLLECTIVE_BYTES))
+        lf, kf = slot(A.ACCEL_LAYER_FLOPS), slot(A.ACCEL_KERNEL_FLOPS)
+        lb, kb = slot(A.ACCEL_LAYER_BYTES), slot(A.ACCEL_KERNEL_BYTES)
+        flops = np.where(lf.present(), lf.floats(_num), kf.floats(_num))
+        nbytes = np.where(lb.present(), lb.floats(_num), kb.floats(_num))
+        texts = {
+            "host": slot(A.ACCEL_HOST_ID).str_codes(),
+            "coll_op": slot(A.ACCEL_COLLECTIVE_OP).str_codes(),
+            "coll_group": slot(A.ACCEL_COLLECTIVE_GROUP).str_codes(),
+            "coll_id": slot(A.ACCEL_COLLECTIVE_ID).str_codes(),
+            "clock_domain": slot(A.ACCEL_CLOCK_DOMAIN).str_codes(),
+            "name": disp,
+            "device": device,
+        }
+        d = self.dicts
+        out = {
+            "start_ns": c.start, "end_ns": c.end, "category": cat,
+            "rank": rank.astype(np.int32),
+            "stream": ints(A.ACCEL_KERNEL_STREAM),
+            "coll_seq": ints(A.ACCEL_COLLECTIVE_SEQ),
+            "coll_bytes": cbytes,
+            "coll_group_size": gsize.astype(np.int32),
+            "correlation": ints(A.ACCEL_KERNEL_CORRELATION_ID),
+            "span_id": c.span_id, "parent_span_id": c.parent,
+            "raw_start_ticks": ints(A.ACCEL_CLOCK_RAW_START_TICKS),
+            "raw_end_ticks": ints(A.ACCEL_CLOCK_RAW_END_TICKS),
+            "flops": flops, "bytes_accessed": nbytes,
+            "trace_id": encode(d["trace_id"].lookup, c.traces, c.trace_codes),
+        }  # fmt: skip
+        for col, codes in texts.items():
+            out[col] = encode(d[col].lookup, c.texts, codes)
+        return out
 
     def _columns(
         self,
@@ -831,55 +770,106 @@ def _resource_attrs(resource: Any) -> dict[str, Any]:
 def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadContext) -> EventTable:
     """Spans of an OTLP-JSON traces file given as ``(line number, line bytes)``.
 
-    A line the typed decoder accepts has its spans' columns extracted whole; a rejected line
-    is re-read span by span (:func:`~exporters._otlp_decode.careful_items`) so that only the
-    bad spans (or containers) are reported, each named ``line N span K`` (or by its JSON path).
+    Each line is read by the compiled extractor where it is built and sure of the line
+    (:meth:`OtlpSpanColumns.add_chunk`), else by the typed decoder; a line that decoder
+    rejects is re-read span by span (:func:`~exporters._otlp_decode.careful_items`) so that
+    only the bad spans (or containers) are reported, each named ``line N span K`` (or by its
+    JSON path).
     """
     cols = OtlpSpanColumns(ctx)
     n_span = 0
-    for lineno, line, scanned in _scanned_ahead(lines):
-        if scanned is not None:
-            cols.add_scanned(lineno, scanned, n_span)
-            n_span += scanned[0]
-            continue
-        try:
-            req = decode_traces(line)
-        except RequestError as e:
-            n_span = _careful_line(cols, lineno, line, n_span, e)
-            continue
-        groups = []
-        for rs in req.resourceSpans:
-            res = _resource_attrs(rs.resource)
-            for ss in rs.scopeSpans or rs.instrumentationLibrarySpans:
-                groups.append((res, ss.spans, n_span))
-                n_span += len(ss.spans)
-        cols.add_groups(lineno, groups)
+    if _cscan is None:
+        for lineno, line in lines:
+            n_span = decode_line(cols, lineno, line, n_span)
+    else:
+        from otel_ext.analysis.loaders._otlp_fast import ScannedChunk
+
+        keys = tuple(k.encode() for k in _wanted())
+        for lineno, line in lines:
+            res = _cscan.scan_otlp_lines(line, keys, lineno, len(line))
+            n_span = cols.add_chunk(ScannedChunk(res, len(keys), 0), line, n_span)
     return cols.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
 
 
-def _scanned_ahead(
-    lines: Iterable[tuple[int, bytes]],
-) -> Iterator[tuple[int, bytes, tuple[Any, ...] | None]]:
-    """``(number, line, what the compiled extractor read or None)``, the next line scanned on
-    a second thread while the caller assembles this one's columns (the extractor releases
-    the GIL): at most two lines are held."""
+def load_otlp_traces_pieces(
+    pieces: Iterable[bytes] | bytes,
+    *,
+    ctx: LoadContext,
+    max_line: int,
+    threads: int | None = None,
+    chunk_bytes: int | None = None,
+) -> EventTable:
+    """Spans of an OTLP-JSON traces file given as byte pieces (any cut) or whole: the
+    compiled extractor reads chunks of whole lines on ``threads`` threads (default: the
+    cores, at most 4) in chunks of about ``chunk_bytes`` (default
+    :data:`~otel_ext.analysis.loaders._otlp_fast.CHUNK_BYTES`); without it, or for the lines
+    it leaves, the typed decoder does (:func:`load_otlp_traces_lines`). The same table
+    whatever the threads, chunks and pieces.
+
+    Raises:
+        InputError: a line longer than ``max_line`` bytes (``path`` unset), or a bad span
+            when ``ctx`` does not keep going.
+    """
+    whole = isinstance(pieces, bytes | bytearray)
     if _cscan is None:
-        for n, line in lines:
-            yield n, line, None
-        return
-    from concurrent.futures import ThreadPoolExecutor
+        parts = [pieces] if whole else pieces
+        return load_otlp_traces_lines(iter_lines(parts, max_line=max_line), ctx=ctx)  # type: ignore[arg-type]
+    from otel_ext.analysis.loaders._otlp_fast import (
+        CHUNK_BYTES,
+        LineTooLong,
+        ScannedChunk,
+        buffer_chunks,
+        line_chunks,
+        scan_chunks,
+    )
+    from otel_ext.errors import InputError
 
     keys = tuple(k.encode() for k in _wanted())
-    scan = _cscan.scan_otlp
-    with ThreadPoolExecutor(1, thread_name_prefix="otel-ext-scan") as pool:
-        prev: tuple[int, bytes, Any] | None = None
-        for n, line in lines:
-            fut = pool.submit(scan, line, keys)
-            if prev is not None:
-                yield prev[0], prev[1], prev[2].result()
-            prev = (n, line, fut)
-        if prev is not None:
-            yield prev[0], prev[1], prev[2].result()
+    scan_lines = _cscan.scan_otlp_lines
+
+    def scan(chunk: Any) -> tuple[Any, ...]:
+        return scan_lines(chunk, keys, 1, max_line)  # type: ignore[no-any-return]
+
+    def too_long(line: int) -> InputError:
+        return InputError(f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
+                          record=f"line {line}")  # fmt: skip
+
+    cols = OtlpSpanColumns(ctx)
+    n_span = 0
+    offset = 0  # lines before the chunk
+    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    chunks: Iterable[Any] = (
+        buffer_chunks(pieces, target=target)  # type: ignore[arg-type]
+        if whole
+        else line_chunks(pieces, max_line=max_line, target=target)  # type: ignore[arg-type]
+    )
+    try:
+        for chunk, res in scan_chunks(chunks, scan, threads=threads):
+            scanned = ScannedChunk(res, len(keys), offset)
+            n_span = cols.add_chunk(scanned, chunk, n_span)
+            if scanned.long_line:
+                raise too_long(scanned.long_line)
+            offset = scanned.last_line
+    except LineTooLong:
+        raise too_long(offset + 1) from None
+    return cols.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
+
+
+def decode_line(cols: OtlpSpanColumns, lineno: int, line: bytes, n_span: int) -> int:
+    """One line's spans through the typed decoder (span by span when it rejects the line);
+    returns the number of spans read so far in the file."""
+    try:
+        req = decode_traces(line)
+    except RequestError as e:
+        return _careful_line(cols, lineno, line, n_span, e)
+    groups = []
+    for rs in req.resourceSpans:
+        res = _resource_attrs(rs.resource)
+        for ss in rs.scopeSpans or rs.instrumentationLibrarySpans:
+            groups.append((res, ss.spans, n_span))
+            n_span += len(ss.spans)
+    cols.add_groups(lineno, groups)
+    return n_span
 
 
 def _careful_line(
