@@ -29,6 +29,7 @@
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
@@ -61,13 +62,14 @@ int64_t now_ns() {
 
 // How to read one op's arguments (indices into its schema's arguments); from Python's _OPS.
 struct Spec {
-  int pg;
+  int pg;        // -1: the group is named by a string argument (group_name_at)
   int payload;   // -1: none
   int role;      // 0 none, 1 tensor, 2 tensor list, 3 list of tensor lists
   int async_at;  // -1: not a collective with async_op
   int peer_at;   // -1: none
   bool send;
   bool p2p;      // send/recv (recv from any source has p2p && peer_at < 0)
+  int group_name_at;  // symm_mem ops: index of `str group_name`, else -1
 };
 
 struct Failure {
@@ -307,6 +309,8 @@ class Hook : public std::enable_shared_from_this<Hook> {
   int64_t dropped() const { return static_cast<int64_t>(dropped_.load()); }
   int64_t invalid() const { return static_cast<int64_t>(invalid_.load()); }
   int64_t issued() const { return static_cast<int64_t>(issued_.load()); }
+  // Tests: stop taking records from the ring (so a burst fills it deterministically).
+  void pause(bool paused) { paused_.store(paused); }
 
   // Stop recording, stop the poller, release every context reference (GIL held).
   void shutdown() {
@@ -366,9 +370,21 @@ class Hook : public std::enable_shared_from_this<Hook> {
                          const torch::jit::Stack& stack, Record& r) noexcept {
     try {
       const size_t nargs = op.schema().arguments().size();
-      if (stack.size() < nargs || s.pg >= static_cast<int>(nargs)) throw std::out_of_range("args");
+      if (stack.size() < nargs || s.pg >= static_cast<int>(nargs) ||
+          s.group_name_at >= static_cast<int>(nargs))
+        throw std::out_of_range("args");
       const c10::IValue* a = stack.data() + (stack.size() - nargs);
-      auto pg = a[s.pg].toCustomClass<c10d::ProcessGroup>();
+      c10::intrusive_ptr<c10d::ProcessGroup> pg;
+      if (s.pg >= 0) {
+        pg = a[s.pg].toCustomClass<c10d::ProcessGroup>();
+      } else {
+        // symm_mem ops: the group by name. A tensor subclass here (a fake tensor while
+        // torch.compile traces) issues no collective: not recorded, not counted.
+        if (s.payload >= 0 && a[s.payload].isTensor() &&
+            a[s.payload].toTensor().key_set().has(c10::DispatchKey::Python))
+          return false;
+        pg = c10d::resolve_process_group(a[s.group_name_at].toStringRef());
+      }
       r.group = pg->getGroupName();
       r.gsize = pg->getSize();
       r.grank = pg->getRank();
@@ -477,8 +493,10 @@ class Hook : public std::enable_shared_from_this<Hook> {
     while (!stopping_.load()) {
       Record r;
       size_t held = watching_.size() + done_size();
-      while (held < capacity_ && ring_.pop(r)) {
+      while (!paused_.load() && held < capacity_ && ring_.pop(r)) {
         if (!r.work || r.failure) {
+          // No Work (symm_mem ops run on the stream): the span covers the issuing call.
+          if (!r.work && !r.failure) r.enqueue_only = specs_[r.op].pg < 0;
           complete(std::move(r));
         } else {
           watching_.push_back(std::move(r));
@@ -551,6 +569,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
   PyObject* ctxvar_ = nullptr;
   std::atomic<bool> closed_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> paused_{false};
   std::atomic<uint64_t> issued_{0}, pushed_{0}, delivered_{0}, dropped_{0}, invalid_{0};
   std::atomic<int64_t> give_up_before_{0}, give_up_after_{0};
   std::mutex seq_mu_;
@@ -595,22 +614,30 @@ c10::DispatchKey key_of(const std::string& name) { return c10::parseDispatchKey(
 // The registrations: destroying it (uninstall) restores the original kernels.
 class Installation {
  public:
-  Installation(std::shared_ptr<Hook> hook, const std::vector<std::string>& ops,
-               const std::vector<std::string>& functional, const std::vector<std::string>& keys)
+  // ops[i] = (namespace, op name, dispatch keys): the recording kernel for the hook's spec i.
+  Installation(
+      std::shared_ptr<Hook> hook,
+      const std::vector<std::tuple<std::string, std::string, std::vector<std::string>>>& ops,
+      const std::vector<std::string>& functional, const std::vector<std::string>& keys)
       : hook_(std::move(hook)) {
     SilentWarnings silent;  // "Overriding a previously registered kernel" (autograd fallback)
     c10::WarningUtils::WarningHandlerGuard guard(&silent);
-    auto c10d = std::make_unique<torch::Library>(torch::Library::IMPL, "c10d", std::nullopt,
-                                                 __FILE__, __LINE__);
+    std::map<std::string, torch::Library*> by_ns;
     for (size_t i = 0; i < ops.size(); ++i) {
-      for (const auto& k : keys) {
-        c10d->impl(ops[i].c_str(),
-                   torch::dispatch(key_of(k), torch::CppFunction::makeFromBoxedFunctor(
-                                                  std::make_unique<RecordingKernel>(
-                                                      hook_, static_cast<int>(i)))));
+      const auto& [ns, name, op_keys] = ops[i];
+      torch::Library*& lib = by_ns[ns];
+      if (lib == nullptr) {
+        libs_.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, ns, std::nullopt,
+                                                         __FILE__, __LINE__));
+        lib = libs_.back().get();
+      }
+      for (const auto& k : op_keys) {
+        lib->impl(name.c_str(),
+                  torch::dispatch(key_of(k), torch::CppFunction::makeFromBoxedFunctor(
+                                                 std::make_unique<RecordingKernel>(
+                                                     hook_, static_cast<int>(i)))));
       }
     }
-    libs_.push_back(std::move(c10d));
     if (!functional.empty()) {
       auto fn = std::make_unique<torch::Library>(torch::Library::IMPL, "_c10d_functional",
                                                  std::nullopt, __FILE__, __LINE__);
@@ -639,12 +666,13 @@ class Installation {
 PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
   m.doc() = "otel-ext native recording kernels for the c10d dispatcher ops (see _c10d_native.py)";
   py::class_<Hook, std::shared_ptr<Hook>>(m, "Hook")
-      .def(py::init([](const std::vector<std::tuple<int, int, int, int, int, bool, bool>>& specs,
+      .def(py::init([](const std::vector<std::tuple<int, int, int, int, int, bool, bool, int>>& specs,
                        size_t capacity, py::object ctxvar) {
              std::vector<Spec> s;
              for (const auto& t : specs)
                s.push_back(Spec{std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t),
-                                std::get<4>(t), std::get<5>(t), std::get<6>(t)});
+                                std::get<4>(t), std::get<5>(t), std::get<6>(t),
+                                std::get<7>(t)});
              return std::make_shared<Hook>(std::move(s), capacity, std::move(ctxvar));
            }),
            py::arg("specs"), py::arg("capacity"), py::arg("context_var"))
@@ -654,9 +682,12 @@ PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
       .def("dropped", &Hook::dropped)
       .def("invalid", &Hook::invalid)
       .def("issued", &Hook::issued)
+      .def("pause", &Hook::pause)
       .def("shutdown", &Hook::shutdown);
   py::class_<Installation>(m, "Installation")
-      .def(py::init<std::shared_ptr<Hook>, const std::vector<std::string>&,
+      .def(py::init<std::shared_ptr<Hook>,
+                    const std::vector<std::tuple<std::string, std::string,
+                                                 std::vector<std::string>>>&,
                     const std::vector<std::string>&, const std::vector<std::string>&>())
       .def("uninstall", &Installation::uninstall);
 }

@@ -166,6 +166,35 @@ _OPS: dict[str, _Op] = {
 }
 #: The ``c10d`` dispatcher ops the instrumentor hooks.
 HOOKED_OPS = tuple(_OPS)
+
+
+class _SymmOp(NamedTuple):
+    """How to read one ``symm_mem`` op (symmetric memory; the group is named by a string)."""
+
+    op: str  # accel.collective.op
+    payload: int  # argument index of the payload tensor
+    group_name: int  # argument index of ``str group_name``
+
+
+#: The symmetric-memory collectives (``torch.distributed._symmetric_memory``; CUDA kernels),
+#: hooked by the native kernels where this torch has them. They return no ``Work``: the
+#: collective runs on the issuing stream, and its span covers the issuing call (timing
+#: ``enqueue``).
+_SYMM_MEM_OPS: dict[str, _SymmOp] = {
+    "one_shot_all_reduce": _SymmOp("all_reduce", 0, 2),
+    "one_shot_all_reduce_out": _SymmOp("all_reduce", 0, 2),
+    "one_shot_all_reduce_copy": _SymmOp("all_reduce", 1, 3),
+    "one_shot_all_reduce_copy_out": _SymmOp("all_reduce", 1, 3),
+    "two_shot_all_reduce_": _SymmOp("all_reduce", 0, 2),
+    "two_shot_all_reduce_out": _SymmOp("all_reduce", 0, 2),
+    "multimem_all_reduce_": _SymmOp("all_reduce", 0, 2),
+    "multimem_one_shot_all_reduce": _SymmOp("all_reduce", 0, 2),
+    "multimem_one_shot_all_reduce_out": _SymmOp("all_reduce", 0, 2),
+    "multimem_all_gather_out": _SymmOp("all_gather_into_tensor", 2, 1),
+    "reduce_scatter_out": _SymmOp("reduce_scatter_tensor", 0, 1),
+}
+#: Dispatch keys of the ``symm_mem`` recording kernels (their kernels are CUDA-only).
+_SYMM_MEM_KEYS: tuple[str, ...] = ("AutogradCUDA",)
 #: The recording kernels sit at the autograd keys, above the backends' kernels: from there
 #: ``redispatch`` continues with the GIL released. (A kernel at the ``CPU`` key would have to
 #: call the original with ``get_kernel(...).call_boxed``, which keeps the GIL across the
@@ -361,6 +390,7 @@ class _State:
         self.native: Any = None  # the native Hook when the C++ kernels are installed
         self.native_install: Any = None
         self.native_specs: list[_Op] = []
+        self.native_ops: list[str] = []  # "namespace::op" of each native recording kernel
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
         self.python_hook_installs = 0
@@ -495,11 +525,11 @@ class _State:
         if module is None:
             return False
         specs = []
-        names = []
+        names: list[tuple[str, str, list[str]]] = []
         for name, spec in _OPS.items():
             if getattr(getattr(torch.ops.c10d, name, None), "default", None) is None:
                 continue
-            names.append(name)
+            names.append(("c10d", name, list(_DISPATCH_KEYS)))
             specs.append(
                 (
                     spec.pg,
@@ -509,14 +539,22 @@ class _State:
                     -1 if spec.peer_at is None else spec.peer_at,
                     spec.send,
                     spec.op in ("send", "recv"),
+                    -1,
                 )
             )
             self.native_specs.append(spec)
+        for name, symm in _SYMM_MEM_OPS.items():
+            if getattr(getattr(torch.ops.symm_mem, name, None), "default", None) is None:
+                continue
+            names.append(("symm_mem", name, list(_SYMM_MEM_KEYS)))
+            specs.append((-1, symm.payload, _ROLES["t"], -1, -1, False, False, symm.group_name))
+            self.native_specs.append(_Op(symm.op, -1, symm.payload, "t", None, None))
         try:
             hook = module.Hook(specs, self.capacity, _otel_context_var())
             self.native_install = module.Installation(
                 hook, names, _functional_ops(), list(_DISPATCH_KEYS)
             )
+            self.native_ops = [f"{ns}::{name}" for ns, name, _ in names]
         except Exception as exc:
             log_once("torch.distributed.native", "%s: %s", type(exc).__name__, exc)
             self.native_specs.clear()
@@ -978,6 +1016,20 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             return 0
         native = 0 if state.native is None else state.native.dropped() + state.native.invalid()
         return state.tracker.dropped + state.materialiser.dropped + native
+
+    @property
+    def recording_ops(self) -> list[str]:
+        """The ops with a recording kernel now (``namespace::op``; empty when uninstrumented).
+
+        The native kernels add the ``symm_mem`` collectives this torch has; the Python hook
+        records the ``c10d`` ops only.
+        """
+        state = self._state
+        if state is None:
+            return []
+        if state.native is not None:
+            return list(state.native_ops)
+        return [f"c10d::{name}" for name in HOOKED_OPS if hasattr(torch.ops.c10d, name)]
 
     @property
     def native(self) -> bool:
