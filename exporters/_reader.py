@@ -5,8 +5,9 @@
 resource and scope folded in. Inputs may be plain or gzip, a single file, a rotated series
 or a folder. Trace and span ids come back as lowercase hex whether the file holds hex (the
 Collector, us) or base64 (the generic protobuf JSON mapping): the records and ids are decoded by the
-project's one OTLP-JSON decoder (:mod:`otel_ext.exporters._otlp_decode`), the one the analysis
-loaders use. Malformed input raises
+project's one OTLP-JSON decoder (:mod:`otel_ext.exporters.otlp_format`), the one the analysis
+loaders use, and the files through the project's one bounded gzip reader
+(:mod:`otel_ext._gzip`, gzip bombs refused). Malformed input raises
 :class:`~otel_ext.errors.InputError` naming the file, the line and the problem.
 
 Which files a path means:
@@ -35,7 +36,6 @@ import base64
 import json
 import os
 import re
-import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +43,7 @@ from typing import Any
 
 import msgspec
 
+from otel_ext._gzip import iter_file_bytes
 from otel_ext.errors import InputError
 from otel_ext.exporters._files import split_name
 from otel_ext.exporters._otlp_decode import (
@@ -238,38 +239,31 @@ def otlp_json_files(
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    gz = path.name.endswith(".gz") or path.name.endswith(".gz.partial") or ".gz." in path.name
+    """``(number, line)`` of every line, the file read through the project's bounded gzip
+    reader (:func:`otel_ext._gzip.iter_file_bytes`: members concatenated, gzip bombs
+    refused); a gzip stream without its end (a file still being written) ends quietly."""
+    number = 0
+    parts: list[bytes] = []
     try:
-        with open(path, "rb") as handle:
-            if not gz:
-                for number, line in enumerate(handle, start=1):
-                    yield number, line
-                return
-            # Streaming decompression tolerates a missing trailer (a partial gzip file).
-            decompressor = zlib.decompressobj(wbits=47)
-            pending = b""
-            number = 0
-            while True:
-                chunk = handle.read(1 << 20)
-                if not chunk:
-                    break
-                try:
-                    data = decompressor.decompress(chunk)
-                    while decompressor.unused_data:
-                        rest = decompressor.unused_data
-                        decompressor = zlib.decompressobj(wbits=47)
-                        data += decompressor.decompress(rest)
-                except zlib.error as exc:
-                    raise InputError(f"corrupt gzip data: {exc}", path=str(path)) from exc
-                pending += data
-                *complete, pending = pending.split(b"\n")
-                for line in complete:
-                    number += 1
-                    yield number, line
-            if pending.strip():
-                yield number + 1, pending
+        for piece in iter_file_bytes(path, truncated_ok=True):
+            start = 0
+            while (nl := piece.find(b"\n", start)) >= 0:
+                number += 1
+                if parts:
+                    parts.append(piece[start:nl])
+                    line = b"".join(parts)
+                    parts.clear()
+                else:
+                    line = piece[start:nl]
+                yield number, line
+                start = nl + 1
+            if start < len(piece):
+                parts.append(piece[start:])
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
+    rest = b"".join(parts)
+    if rest.strip():
+        yield number + 1, rest
 
 
 def _with_last(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes, bool]]:

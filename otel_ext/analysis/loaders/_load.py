@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from otel_ext._gzip import GZIP_MAGIC
+from otel_ext._gzip import iter_file_bytes as _iter_bytes
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.kineto import (
@@ -47,110 +48,14 @@ DERIVED_FORMATS = {
 #: ``progress(done, total, path)`` after each file
 ProgressCallback = Callable[[int, int, str], None]
 
-_inflate: Any
-try:  # ISA-L inflates gzip about twice as fast as zlib; the same interface
-    from isal import isal_zlib as _inflate
-except ImportError:  # pragma: no cover - where isal is not installed
-    _inflate = zlib
-_INFLATE_ERRORS: tuple[type[BaseException], ...] = (zlib.error, _inflate.error)
-
 _CANDIDATE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".html", ".htm", ".gz")
 _HEAD = 65536
 _OUR_GENERATOR = re.compile(r'"generator"\s*:\s*"otel-ext"')
 
 
-class _Limits:
-    """How far a gzip file may inflate (``OTEL_EXT_MAX_INFLATED_BYTES`` in all, and
-    ``OTEL_EXT_MAX_INFLATE_RATIO`` times its compressed size once 64 MiB are out)."""
-
-    RATIO_FROM = 64 << 20
-
-    def __init__(self) -> None:
-        from otel_ext.config import MAX_INFLATE_RATIO, MAX_INFLATED_BYTES, resolve
-
-        self.max_bytes = resolve(MAX_INFLATED_BYTES)
-        self.max_ratio = resolve(MAX_INFLATE_RATIO)
-
-    def check(self, path: Path, inflated: int, compressed: int) -> None:
-        if inflated > self.max_bytes:
-            raise InputError(
-                f"gzip data inflates to more than {self.max_bytes} bytes "
-                "(OTEL_EXT_MAX_INFLATED_BYTES); refused as a possible gzip bomb",
-                path=str(path),
-                record="file",
-            )
-        if inflated > self.RATIO_FROM and inflated > self.max_ratio * max(compressed, 1):
-            raise InputError(
-                f"gzip data inflates more than {self.max_ratio} times its compressed size "
-                f"({inflated} bytes from {compressed}; OTEL_EXT_MAX_INFLATE_RATIO); refused as "
-                "a possible gzip bomb",
-                path=str(path),
-                record="file",
-            )
-
-
 def _read_bytes(path: Path) -> bytes:
     """The whole (gunzipped) file, within the inflation limits."""
     return b"".join(_iter_bytes(path))
-
-
-def _iter_bytes(path: Path, size: int = 1 << 18) -> Iterator[bytes]:
-    """The file's bytes a piece (at most ``size`` bytes) at a time, gunzipped on the fly (gzip
-    members concatenated): a small gzip file that inflates tenfold is never whole in memory,
-    and one that inflates beyond the limits (:class:`_Limits`) is stopped as soon as it does.
-
-    Raises:
-        InputError: unreadable file, truncated or corrupt gzip data, a gzip bomb.
-    """
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", path=str(path), record="file") from e
-    with f:
-        first = f.read(size)
-        if first[:2] != b"\x1f\x8b":
-            while first:
-                yield first
-                first = f.read(size)
-            return
-        limits = _Limits()
-        compressed = len(first)
-        inflated = 0
-        d = _inflate.decompressobj(wbits=31)
-        data = first
-        pending = False  # the current member has begun and not ended
-        full = False  # the last piece was cut at ``size``: more may come without more input
-        try:
-            while True:
-                if not data and not full:
-                    data = f.read(size)
-                    compressed += len(data)
-                    if not data:
-                        break
-                pending = True
-                out = d.decompress(data, size)  # pieces of at most ``size`` bytes
-                full = len(out) == size
-                if out:
-                    inflated += len(out)
-                    limits.check(path, inflated, compressed)
-                    yield out
-                if d.eof:  # end of a member; another may follow
-                    data = d.unused_data
-                    d = _inflate.decompressobj(wbits=31)
-                    pending = False
-                    full = False
-                else:
-                    data = d.unconsumed_tail
-        except _INFLATE_ERRORS as e:
-            raise InputError(
-                f"truncated or corrupt gzip data ({e})", path=str(path), record="file"
-            ) from e
-        if pending:
-            raise InputError(
-                "truncated or corrupt gzip data (the compressed stream ends early)",
-                path=str(path),
-                record="file",
-            )
 
 
 def detect_format(path: str | Path, head: str, tail: str = "") -> str:
@@ -352,7 +257,7 @@ _OTLP_WHOLE_MAX = 512 << 20
 def _is_gzip(p: Path) -> bool:
     try:
         with p.open("rb") as f:
-            return f.read(2) == b"\x1f\x8b"
+            return f.read(2) == GZIP_MAGIC
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", path=str(p), record="file") from e
 

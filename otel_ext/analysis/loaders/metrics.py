@@ -22,7 +22,7 @@ import numpy as np
 
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
 from otel_ext.analysis.loaders.spans import otlp_attrs
-from otel_ext.exporters._otlp_decode import (
+from otel_ext.exporters.otlp_format import (
     DataPoint,
     LeanPoint,
     RequestError,

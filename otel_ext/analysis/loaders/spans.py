@@ -9,7 +9,7 @@ domain and raw device ticks, FLOP and byte estimates. The span name (from
 OTLP-JSON (``traces.jsonl``, our file exporter and the Collector's): one
 ``ExportTraceServiceRequest`` per line, ids in hex (the OTLP/JSON encoding) or base64 (the
 protobuf JSON mapping), times as decimal strings of nanoseconds. Each line is decoded by the
-project's one OTLP-JSON decoder (:mod:`otel_ext.exporters._otlp_decode`) into typed records, and the
+project's one OTLP-JSON decoder (:mod:`otel_ext.exporters.otlp_format`) into typed records, and the
 columns of all its spans are pulled out whole (``map``/``attrgetter`` and numpy, no Python
 code per span): :class:`OtlpSpanColumns`. A line the typed decoder rejects is re-read one span
 at a time, so a bad span costs that span (named), not the line.
@@ -42,7 +42,7 @@ from otel_ext.analysis.table import (
     EventTable,
     constant_column,
 )
-from otel_ext.exporters._otlp_decode import (
+from otel_ext.exporters.otlp_format import (
     RequestError,
     Span,
     any_value,
@@ -250,7 +250,7 @@ class SpanRows:
 
 
 def otlp_attrs(items: Any) -> dict[str, Any]:
-    """An OTLP attribute list (typed :class:`~otel_ext.exporters._otlp_decode.KeyValue` records or
+    """An OTLP attribute list (typed :class:`~otel_ext.exporters.otlp_format.KeyValue` records or
     generic ``[{"key", "value"}]``) as a dict."""
     out: dict[str, Any] = {}
     if isinstance(items, list):
@@ -772,7 +772,7 @@ def load_otlp_traces_lines(lines: Iterable[tuple[int, bytes]], *, ctx: LoadConte
 
     Each line is read by the compiled extractor where it is built and sure of the line
     (:meth:`OtlpSpanColumns.add_chunk`), else by the typed decoder; a line that decoder
-    rejects is re-read span by span (:func:`~exporters._otlp_decode.careful_items`) so that
+    rejects is re-read span by span (:func:`~otel_ext.exporters.otlp_format.careful_items`) so that
     only the bad spans (or containers) are reported, each named ``line N span K`` (or by its
     JSON path).
     """
