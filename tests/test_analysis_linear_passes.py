@@ -24,7 +24,7 @@ from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.loaders import MetricPoints, load_paths
 from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_value
 from otel_ext.analysis.requests import _Coverage, engine_steps_from_otlp, request_latency
-from otel_ext.analysis.table import DEVICE_CATEGORIES, Category
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.sim import SimConfig, parse_fault, run_simulation
 
 
@@ -305,7 +305,6 @@ def _reference_calls(table: Any, input_bytes: dict[tuple[str, int], int], limit:
 )
 def test_collective_calls_equal_a_pass_per_call(kernels: list[tuple[Any, ...]], limit: int) -> None:
     from otel_ext.analysis.comm_calls import collective_calls
-    from otel_ext.analysis.table import EventTable
 
     table = EventTable.from_rows(
         dict(start_ns=s, end_ns=s + d, category=Category.KERNEL_COMM, rank=r, external_id=e,
@@ -325,3 +324,133 @@ def test_collective_calls_on_the_simulated_run(sim_run: tuple[Path, Any]) -> Non
     got = collective_calls(table, input_bytes={})
     assert got["count"] > 100
     assert got == _reference_calls(table, {}, 200)
+
+
+def _reference_port_stats(
+    table: EventTable,
+    *,
+    nominal_bw: float | None = None,
+    efficiency: float = 0.8,
+    slow_ratio: float = 1.3,
+    slow_share: float = 0.6,
+    min_transfers: int = 3,
+) -> list[dict[str, Any]]:
+    """The former :func:`port_stats`: a membership test per host per transfer."""
+    rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
+    nic = [
+        r
+        for r in rows.tolist()
+        if collectives._link_kind(table.strings["device"][int(table["device"][r])]) == "nic"
+    ]
+    if not nic:
+        return []
+    idx = np.asarray(nic, dtype=np.int64)
+    d = (table["end_ns"][idx] - table["start_ns"][idx]).astype(np.float64)
+    b = table["coll_bytes"][idx].astype(np.float64)
+    ok = (d > 0) & (b > 0)
+    bw = np.where(ok, b / np.maximum(d, 1) * 1e9, np.nan)
+    ends = [collectives._endpoints(table, r) for r in nic]
+    named = [collectives._host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
+    hosts = sorted({h for e in ends for h in e})
+    touch = {h: np.asarray([h in e for e in ends]) & ok for h in hosts}
+    med = {h: float(median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
+    if nominal_bw:
+        reference, basis = efficiency * float(nominal_bw), "nominal"
+    else:
+        best = [v for v in med.values() if v]
+        if not best:
+            return []
+        reference, basis = max(best), "best port"
+    slow = ok & (bw < reference / slow_ratio)
+    fine = ok & ~slow
+    healthy = float(median(bw[fine])) if fine.sum() >= min_transfers else reference
+    extra = np.where(slow, d - b / healthy * 1e9, 0.0)
+    out: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        t = touch[h]
+        n, ns = int(t.sum()), int((t & slow).sum())
+        partners = sorted({x for e, s in zip(ends, (t & slow).tolist()) if s for x in e} - {h})
+        out[h] = {
+            "host": h,
+            "transfers": n,
+            "slow_transfers": ns,
+            "slow_share": round(ns / n, 6) if n else 0.0,
+            "median_bw": med[h],
+            "reference_bw": reference,
+            "reference": basis,
+            "slowness": round(reference / m_h, 6) if (m_h := med[h]) else None,
+            "healthy_bw": healthy,
+            "extra_ns": int(max(0.0, float(extra[t & slow].sum()))),
+            "partners": partners,
+            "implicated": bool(n >= min_transfers and ns / max(n, 1) >= slow_share),
+            "chosen": False,
+            "candidates": [h],
+            "ambiguous": False,
+        }
+    # greedy explanation of the slow transfers
+    left = slow.copy()
+    pool = [h for h in hosts if out[h]["implicated"]]
+    while pool:
+        cover = {h: int((touch[h] & left).sum()) for h in pool}
+        pool = [h for h in pool if cover[h] >= min_transfers]
+        if not pool:
+            break
+        pool.sort(key=lambda h: (-cover[h], -out[h]["slow_share"], h))
+        first = pool[0]
+        same = [
+            h
+            for h in pool
+            if np.array_equal(touch[h] & left, touch[first] & left)
+            and out[h]["slow_share"] == out[first]["slow_share"]
+        ]
+        if len(same) > 1:
+            # indistinguishable: name the port the transfers' link id names
+            names_cnt = {h: sum(1 for nm, s in zip(named, left.tolist()) if s and nm == h)
+                         for h in same}  # fmt: skip
+            first = max(same, key=lambda h: (names_cnt[h], -same.index(h)))
+        row = out[first]
+        row["chosen"] = True
+        row["candidates"] = sorted(same)
+        row["ambiguous"] = len(same) > 1
+        left &= ~touch[first]
+        pool = [h for h in pool if h not in same]
+    return [out[h] for h in hosts]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    transfers=st.lists(
+        st.tuples(
+            st.sampled_from(["h0", "h1", "h2", "h3"]),  # the port's host
+            st.sampled_from(["h0", "h1", "h2", "h3", ""]),  # the other end ("": unnamed)
+            st.integers(1, 200),  # duration (us)
+            st.sampled_from([0, 10**5, 10**6]),
+        ),
+        max_size=40,
+    ),
+    nominal=st.sampled_from([None, 2e10]),
+)
+def test_port_stats_equal_a_test_per_host(
+    transfers: list[tuple[str, str, int, int]], nominal: float | None
+) -> None:
+    rows = [
+        dict(start_ns=i * 10**6, end_ns=i * 10**6 + d * 1000, category=Category.LINK_TRANSFER,
+             device=f"{a}/nic0", name=f"{a}->{b}" if b else "xfer", coll_bytes=n)
+        for i, (a, b, d, n) in enumerate(transfers)
+    ]  # fmt: skip
+    rows.append(
+        dict(start_ns=0, end_ns=5, category=Category.LINK_TRANSFER, device="h0/chip0-chip1")
+    )
+    table = EventTable.from_rows(rows)
+    assert collectives.port_stats(table, nominal_bw=nominal, min_transfers=2) == (
+        _reference_port_stats(table, nominal_bw=nominal, min_transfers=2)
+    )
+
+
+def test_port_stats_on_a_slow_nic_run(tmp_path: Path) -> None:
+    cfg = SimConfig(hosts=3, chips=2, requests=20, seed=2, faults=(parse_fault("slow-nic@host1"),))
+    run_simulation(cfg, tmp_path, timeline=False)
+    table = load_paths([tmp_path / "traces.jsonl"], workers=1).table
+    got = collectives.port_stats(table)
+    assert got == _reference_port_stats(table)
+    assert [p["host"] for p in got if p["chosen"]] == ["host1"]

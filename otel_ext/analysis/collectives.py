@@ -962,22 +962,36 @@ def port_stats(
     [('h0', True), ('h1', False), ('h2', False)]
     """
     rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
-    nic = [
-        r
-        for r in rows.tolist()
-        if _link_kind(table.strings["device"][int(table["device"][r])]) == "nic"
-    ]
-    if not nic:
+    dev_names = table.strings["device"]
+    is_nic = np.asarray([_link_kind(x) == "nic" for x in dev_names], dtype=bool)
+    idx = rows[is_nic[table["device"][rows]]] if len(rows) else rows
+    if not len(idx):
         return []
-    idx = np.asarray(nic, dtype=np.int64)
+    nic = idx.tolist()
     d = (table["end_ns"][idx] - table["start_ns"][idx]).astype(np.float64)
     b = table["coll_bytes"][idx].astype(np.float64)
     ok = (d > 0) & (b > 0)
     bw = np.where(ok, b / np.maximum(d, 1) * 1e9, np.nan)
-    ends = [_endpoints(table, r) for r in nic]
-    named = [_host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
-    hosts = sorted({h for e in ends for h in e})
-    touch = {h: np.asarray([h in e for e in ends]) & ok for h in hosts}
+    # endpoints once per (name, link) pair, then each host's transfers from one grouping (a
+    # membership test per host per transfer would be quadratic in the hosts)
+    ends_of: dict[tuple[int, int], tuple[str, ...]] = {}
+    ends = []
+    for r, nm, dv in zip(nic, table["name"][idx].tolist(), table["device"][idx].tolist()):
+        e = ends_of.get((nm, dv))
+        if e is None:
+            e = ends_of[(nm, dv)] = _endpoints(table, r)
+        ends.append(e)
+    named = [_host_of(dev_names[dv]) for dv in table["device"][idx].tolist()]
+    hosts = sorted({h for e in ends_of.values() for h in e})
+    host_ix = {h: i for i, h in enumerate(hosts)}
+    pair_h = np.asarray([host_ix[h] for e in ends for h in e], dtype=np.int64)
+    pair_t = np.asarray([k for k, e in enumerate(ends) for _h in e], dtype=np.int64)
+    crossed = _positions_by_code(pair_h, pair_t)
+    touch = {}
+    for h in hosts:
+        t = np.zeros(len(nic), dtype=bool)
+        t[crossed[host_ix[h]]] = True
+        touch[h] = t & ok
     med = {h: float(median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
     if nominal_bw:
         reference, basis = efficiency * float(nominal_bw), "nominal"
@@ -994,7 +1008,7 @@ def port_stats(
     for h in hosts:
         t = touch[h]
         n, ns = int(t.sum()), int((t & slow).sum())
-        partners = sorted({x for e, s in zip(ends, (t & slow).tolist()) if s for x in e} - {h})
+        partners = sorted({x for i in np.flatnonzero(t & slow).tolist() for x in ends[i]} - {h})
         out[h] = {
             "host": h,
             "transfers": n,
