@@ -25,7 +25,7 @@ from conftest import require
 from otel_ext.analysis import dask_backend
 from otel_ext.analysis.engine import analyze, to_json
 from otel_ext.cli import main
-from otel_ext.errors import ConfigError, InputError
+from otel_ext.errors import ConfigError, InputError, OtelExtError
 
 try:
     import distributed
@@ -295,3 +295,33 @@ def test_unreachable_scheduler_is_one_line(
     )
     assert rc == 1
     assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in line
+
+
+def _exit_worker(paths: list[str]) -> list[str]:
+    """A per-file job that kills its worker process (as the kernel's OOM killer would)."""
+    os._exit(1)
+
+
+@needs_dask
+def test_a_worker_dying_is_one_error_naming_the_cluster() -> None:
+    _require_dask()
+    import logging
+
+    import dask
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",
+            silence_logs=logging.CRITICAL,
+        )
+    try:
+        with (
+            dask_backend.connect(str(cluster.scheduler_address)) as dc,
+            pytest.raises(OtelExtError, match=r"a Dask worker of tcp://.* died running"),
+        ):
+            dc.map_files(_exit_worker, ["rank0.json"])
+    finally:
+        cluster.close()
