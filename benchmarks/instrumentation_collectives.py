@@ -122,21 +122,22 @@ def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) 
                     exporter.clear()
     if rank == 0:
         print(
-            f"gloo all_reduce (sync), {world} rank(s), {iters} calls x {rounds} rounds "
-            "(median round); added = config - bare, same run"
+            f"gloo all_reduce (sync), {world} rank(s), {iters} calls x {rounds} rounds; "
+            "medians over rounds; added = median over rounds of (config - bare) in the same "
+            "round (paired, interleaved)"
         )
         head = f"{'payload':8s} {'config':20s} {'wall us':>9s} {'added':>8s} {'ratio':>6s}"
         print(f"{head} {'thread-CPU us':>14s} {'added':>8s}")
         for label in SIZES:
-            bw = statistics.median(r[0] for r in results[(label, "bare")])
-            bc = statistics.median(r[1] for r in results[(label, "bare")])
+            base = results[(label, "bare")]
             for name in configs:
-                w = statistics.median(r[0] for r in results[(label, name)])
-                c = statistics.median(r[1] for r in results[(label, name)])
-                print(
-                    f"{label:8s} {name:20s} {w:9.1f} {w - bw:8.1f} {w / bw:5.2f}x"
-                    f" {c:14.1f} {c - bc:8.1f}"
-                )
+                mine = results[(label, name)]
+                w = statistics.median(r[0] for r in mine)
+                c = statistics.median(r[1] for r in mine)
+                dw = statistics.median(m[0] - b[0] for m, b in zip(mine, base, strict=True))
+                dc = statistics.median(m[1] - b[1] for m, b in zip(mine, base, strict=True))
+                ratio = w / statistics.median(r[0] for r in base)
+                print(f"{label:8s} {name:20s} {w:9.1f} {dw:8.1f} {ratio:5.2f}x {c:14.1f} {dc:8.1f}")
         _hot_path_alone(provider, iters * rounds)
     dist.destroy_process_group()
     provider.shutdown()

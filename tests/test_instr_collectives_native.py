@@ -295,3 +295,24 @@ def test_cache_key_changes_with_source_torch_and_python() -> None:
     assert base != _c10d_native.cache_key("src2", torch_version="2.13.0", python="cpython-311")
     assert base != _c10d_native.cache_key("src", torch_version="2.14.0", python="cpython-311")
     assert base != _c10d_native.cache_key("src", torch_version="2.13.0", python="cpython-312")
+
+
+def test_native_cuda_record_becomes_device_timing() -> None:
+    """The Python half of the native CUDA path (the C++ half needs a GPU: gpu_check)."""
+    from otel_ext.instrumentation.torch._distributed import _native_device_timing
+
+    def record(device_ns: int, uncertainty: float | None) -> tuple[Any, ...]:
+        fields: list[Any] = [0] * 21
+        fields[10], fields[14], fields[15], fields[20] = "cuda:1", 10_000, uncertainty, device_ns
+        return tuple(fields)
+
+    timing = _native_device_timing(record(2_500, 250.0))
+    assert timing is not None
+    assert (timing.start_ns, timing.end_ns, timing.uncertainty_ns) == (7_500, 10_000, 250.0)
+    assert (timing.domain, timing.raw_start_ticks, timing.raw_end_ticks) == (
+        "cuda:1/nccl-work-events",
+        0,
+        2_500,
+    )
+    assert _native_device_timing(record(-1, 250.0)) is None  # not timed (gloo, CPU)
+    assert _native_device_timing(record(2_500, None)) is None  # never observed complete

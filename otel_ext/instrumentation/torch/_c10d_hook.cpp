@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -91,6 +92,7 @@ struct Record {
   int8_t device_type = -1;
   int8_t device_index = -1;
   int8_t async_op = -1;  // -1 not applicable
+  int64_t device_ns = -1;  // CUDA: the work's device duration (PyTorch's per-work events)
   std::unique_ptr<Failure> failure;
   c10::intrusive_ptr<c10d::Work> work;
   PyObject* ctx = nullptr;  // strong reference (taken and released with the GIL)
@@ -291,7 +293,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
           dtype, device, r.async_op < 0 ? py::object(py::none()) : py::bool_(r.async_op != 0),
           r.t0, r.t1, r.end,
           r.uncertainty < 0 ? py::object(py::none()) : py::float_(r.uncertainty),
-          r.enqueue_only, error_type, error_msg, ctx));
+          r.enqueue_only, error_type, error_msg, ctx, r.device_ns));
     }
     delivered_.fetch_add(batch.size(), std::memory_order_relaxed);
     return out;
@@ -402,6 +404,8 @@ class Hook : public std::enable_shared_from_this<Hook> {
         }
       }
       if (first && nargs > 0) identity_of(a[0], r);
+      if (r.device_type == static_cast<int8_t>(c10::DeviceType::CUDA) && s.pg >= 0)
+        enable_timing(pg);
       if (s.async_at >= 0)
         r.async_op = s.async_at < static_cast<int>(nargs) ? (a[s.async_at].toBool() ? 1 : 0) : 1;
       if (s.peer_at >= 0 && s.peer_at < static_cast<int>(nargs)) r.peer = a[s.peer_at].toInt();
@@ -409,6 +413,19 @@ class Hook : public std::enable_shared_from_this<Hook> {
     } catch (...) {
       invalid_.fetch_add(1, std::memory_order_relaxed);
       return false;
+    }
+  }
+
+  // CUDA: ask the group to time its works (ProcessGroupNCCL records CUDA events around each
+  // collective on its stream; Work::getDuration() reads them). Once per group; never throws.
+  void enable_timing(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+    {
+      std::lock_guard<std::mutex> lk(seq_mu_);
+      if (!timed_groups_.insert(pg.get()).second) return;
+    }
+    try {
+      pg->enableCollectivesTiming();
+    } catch (...) {  // a backend without timing: host timing
     }
   }
 
@@ -539,6 +556,13 @@ class Hook : public std::enable_shared_from_this<Hook> {
           } catch (...) {
           }
           if (!e.failure && e.seq < 0) sequence_any_source(e);
+          if (!e.failure && e.device_type == static_cast<int8_t>(c10::DeviceType::CUDA)) {
+            try {
+              const float ms = e.work->getDuration();
+              if (ms >= 0) e.device_ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+            } catch (...) {  // no per-work timing (not enabled, or another backend)
+            }
+          }
         } else if (e.t0 < give_up) {
           e.end = e.t1;
           e.enqueue_only = true;
@@ -574,6 +598,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
   std::atomic<int64_t> give_up_before_{0}, give_up_after_{0};
   std::mutex seq_mu_;
   std::map<std::tuple<std::string, int64_t, int64_t>, int64_t> seqs_;
+  std::set<const void*> timed_groups_;
   std::vector<Record> watching_;  // poller thread only (and shutdown, after it stopped)
   std::mutex done_mu_;
   std::condition_variable done_cv_;

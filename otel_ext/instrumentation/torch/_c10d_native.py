@@ -156,6 +156,8 @@ def load() -> ModuleType | None:
     global _module
     if _module is not None:
         return _module
+    if STATUS["state"] == "unavailable":
+        return None  # tried in this process already (a failed build is not retried)
     chosen = mode()
     if chosen == "off":
         STATUS.update(state="off", reason="OTEL_EXT_TORCH_NATIVE_HOOK=off")

@@ -218,6 +218,25 @@ class _NativeFailure(NamedTuple):
         return self.message
 
 
+def _native_device_timing(record: tuple[Any, ...]) -> DeviceTiming | None:
+    """A native record's device interval (CUDA per-work events), as ``CudaCollectiveTimer``.
+
+    The end is the middle of the completion bracket the C++ poller observed, the start the
+    end minus the device duration, ``accel.clock.uncertainty_ns`` half the bracket.
+    """
+    device_ns, end, uncertainty, device = record[20], record[14], record[15], record[10]
+    if device_ns is None or device_ns < 0 or uncertainty is None:
+        return None
+    return DeviceTiming(
+        start_ns=end - device_ns,
+        end_ns=end,
+        uncertainty_ns=uncertainty,
+        domain=f"{device}/nccl-work-events",
+        raw_start_ticks=0,
+        raw_end_ticks=device_ns,
+    )
+
+
 def _otel_context_var() -> Any:
     """The ``ContextVar`` holding OpenTelemetry's current context, or ``None``.
 
@@ -393,7 +412,6 @@ class _State:
         self.native_ops: list[str] = []  # "namespace::op" of each native recording kernel
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
-        self.python_hook_installs = 0
         self.issued = 0
         self.gaps: collections.deque[tuple[int, _Op, Any, Any]] = collections.deque(maxlen=capacity)
         self.gaps_lost = 0
@@ -473,25 +491,16 @@ class _State:
 
         return recording_kernel
 
-    def install(self, *, native: str = "auto") -> None:
-        """Register the recording kernels: the native ones when they load, else Python ones.
+    def install_native(self) -> bool:
+        """Register the native recording kernels if they load; whether they did.
 
-        The native kernels (``_c10d_hook.cpp``) are used when no ``collective_timer`` is in
-        effect and the module loads (see :mod:`._c10d_native`; ``native="off"`` or
-        ``OTEL_EXT_TORCH_NATIVE_HOOK=off`` forces the Python ones); a timer's ``begin``/``end``
-        are Python calls on the workload thread, which only the Python kernels make.
+        Used when no ``collective_timer`` was injected (a timer's ``begin``/``end`` are
+        Python calls on the workload thread, which only the Python kernels make).
         """
-        if native != "off" and self.timer is None and self._install_native():
-            return
-        if native != "off" and self.timer is None:
-            from otel_ext.instrumentation.torch import _c10d_native
+        return self.timer is None and self._install_native()
 
-            log_once(
-                "torch.distributed.native",
-                "native collective hook unavailable (%s); using the Python hook",
-                _c10d_native.STATUS.get("reason", ""),
-            )
-        self.python_hook_installs += 1
+    def install_python(self) -> None:
+        """Register the Python recording kernels (the fallback; see the module doc)."""
         lib = torch.library.Library("c10d", "IMPL")
         self.libraries.append(lib)
         for name, spec in _OPS.items():
@@ -583,7 +592,7 @@ class _State:
             batch = hook.drain(_DRAIN_BATCH, wait_s)
             for record in batch:
                 try:
-                    self._emit(self._native_entry(record), None)
+                    self._emit(self._native_entry(record), _native_device_timing(record))
                 except Exception as exc:
                     log_once("torch.distributed.native.emit", "%s: %s", type(exc).__name__, exc)
         return len(batch)
@@ -591,7 +600,7 @@ class _State:
     def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
         (
             idx, raw, gsize, grank, seq, src, dst, peer, nbytes, dtype, device,
-            async_op, t0, t1, end, uncertainty, enqueue_only, err_type, err_msg, ctx,
+            async_op, t0, t1, end, uncertainty, enqueue_only, err_type, err_msg, ctx, _,
         ) = record  # fmt: skip
         spec = self.native_specs[idx]
         gname = DEFAULT_GROUP_NAME if raw == self.default_name else raw
@@ -980,11 +989,32 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         timer = kwargs.get("collective_timer")
+        if timer is None and kwargs.get("native") is not False:
+            # No injected timer: the native kernels (they time CUDA works themselves, from
+            # PyTorch's per-work events).
+            state = self._make_state(kwargs, None)
+            if state.install_native():
+                self._state = state
+                return
+            state.close(1.0)
+            from otel_ext.instrumentation.torch import _c10d_native
+
+            log_once(
+                "torch.distributed.native",
+                "native collective hook unavailable (%s); using the Python hook",
+                _c10d_native.STATUS.get("reason", ""),
+            )
         if timer is None and torch.cuda.is_available():
             from otel_ext.instrumentation.torch._device_timing import CudaCollectiveTimer
 
             timer = CudaCollectiveTimer()
-        state = _State(
+        state = self._make_state(kwargs, timer)
+        state.install_python()
+        self._state = state
+
+    @staticmethod
+    def _make_state(kwargs: dict[str, Any], timer: CollectiveTimer | None) -> _State:
+        return _State(
             tracer_provider=kwargs.get("tracer_provider"),
             meter_provider=kwargs.get("meter_provider"),
             link_provider=kwargs.get("link_provider"),
@@ -993,9 +1023,6 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             timer=timer,
             capacity=int(kwargs.get("capacity", 1 << 16)),
         )
-        native = kwargs.get("native")
-        state.install(native="off" if native is False else "auto")
-        self._state = state
 
     def _uninstrument(self, **kwargs: Any) -> None:
         state, self._state = self._state, None
