@@ -218,6 +218,18 @@ def test_separate_scheduler_and_worker_processes(shared_traces: Path, tmp_path: 
         )
         assert by_file.returncode == 0, by_file.stderr.decode()
         assert by_file.stdout == here.stdout
+        # a worker that cannot import otel-ext joins: one line naming the cluster, status 1
+        block = tmp_path / "no_otel_ext.py"
+        block.write_text("import sys\nsys.modules['otel_ext'] = None\n")
+        procs.append(subprocess.Popen([*worker_cmd, "--preload", str(block)], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+        with distributed.Client(addr, timeout="60s") as client:
+            client.wait_for_workers(2, timeout=60)
+        broken = subprocess.run([*cmd, "--scheduler", addr], capture_output=True, timeout=120)
+        err = broken.stderr.decode()
+        assert broken.returncode == 1, err
+        assert f"a Dask worker of {addr} cannot import otel_ext" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     finally:
         for p in reversed(procs):
             p.terminate()

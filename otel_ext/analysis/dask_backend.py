@@ -189,6 +189,25 @@ class _JobExecutor(concurrent.futures.Executor):
         self._inner.shutdown(wait=wait)
 
 
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _missing_module(error: BaseException) -> str | None:
+    """The module a worker could not import, from its error (an ``ImportError``, or the
+    generic exception Dask raises when a job's function cannot be unpickled there)."""
+    if isinstance(error, ImportError) and error.name:
+        return error.name
+    m = _NO_MODULE.search(str(error))
+    return m.group(1) if m else None
+
+
+def _cannot_import(address: str, module: str) -> OtelExtError:
+    return OtelExtError(
+        f"a Dask worker of {address} cannot import {module}: install the same otel-ext on "
+        "every worker (pip install 'otel-ext[dask]')"
+    )
+
+
 def _worker_version() -> str:
     """Run on each worker: the otel-ext version it imports (and proof that it imports it)."""
     from otel_ext import __version__
@@ -255,16 +274,16 @@ class DaskCluster:
             yield
         except OtelExtError:
             raise
-        except ImportError as e:
-            raise OtelExtError(
-                f"a Dask worker of {self.address} cannot import {e.name or 'otel_ext'}: install "
-                "the same otel-ext on every worker"
-            ) from None
         except distributed.KilledWorker as e:
             raise OtelExtError(
                 f"a Dask worker of {self.address} died running {e.task} (out of memory? see "
                 "the memory each worker needs per GB of trace in docs/analysis.md)"
             ) from None
+        except Exception as e:
+            missing = _missing_module(e)
+            if missing is None:
+                raise
+            raise _cannot_import(self.address, missing) from None
 
 
 @contextmanager
@@ -317,11 +336,11 @@ def connect(address: str) -> Iterator[DaskCluster]:
             ) from None
         try:
             versions = client.run(_worker_version)
-        except ImportError as e:
-            raise OtelExtError(
-                f"a Dask worker of {client.scheduler.address} cannot import "
-                f"{e.name or 'otel_ext'}: install the same otel-ext on every worker"
-            ) from None
+        except Exception as e:
+            missing = _missing_module(e)
+            if missing is None:
+                raise
+            raise _cannot_import(str(client.scheduler.address), missing) from None
         other = {w: v for w, v in versions.items() if v != __version__}
         if other:
             worker, version = next(iter(sorted(other.items())))
