@@ -19,10 +19,11 @@ Printed per set:
 * bytes to the client: the pickled per-file results the workers send (each file's decoded
   table, metric points and skipped records: what Dask serialises, before any compression,
   which is off without ``lz4``), against the input on disk and inflated;
-* worker memory: each worker's peak RSS growth over its RSS after importing the loaders
-  (``ru_maxrss``, a fresh ``LocalCluster`` per set), the largest, per GB of the set's largest
-  inflated file (one worker decodes one file at a time, holding finished tables until the
-  client fetches them) and per GB of the whole inflated set.
+* worker memory: each worker's peak RSS growth over its RSS once the loaders are imported
+  (``VmHWM`` after a reset through ``/proc/self/clear_refs``; a fresh ``LocalCluster`` per
+  set), the larger of the workers, per GB of the set's largest inflated file (a worker
+  decodes one file per thread at a time; the client fetches each finished table at once) and
+  per GB of the whole inflated set.
 
 On a machine with as many cores as workers the Dask run cannot be faster than the local pool
 (the same cores, plus the transfers and the scheduler): the overhead is what this measures.
