@@ -356,3 +356,321 @@ def test_the_line_chunks_hold_whole_lines() -> None:
             chunks = list(line_chunks(pieces, max_line=100, target=target))
             assert b"".join(chunks) == data
             assert all(c.endswith(b"\n") for c in chunks[:-1])
+
+
+# ------------------------------------------------------------------ metric points
+
+
+def _metric_messages(
+    series: list[tuple[str, str, dict[str, Any], list[float]]], resource: dict[str, Any]
+) -> tuple[Any, Any]:
+    """(the SDK's MetricsData, its protobuf request) for ``series`` of (name, instrument,
+    attributes, values)."""
+    from opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder import (
+        encode_metrics,
+    )
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(resource=Resource.create(resource), metric_readers=[reader])
+    meter = provider.get_meter("m")
+    instruments: dict[tuple[str, str], Any] = {}
+    for name, kind, attrs, values in series:
+        inst = instruments.get((name, kind))
+        if inst is None:
+            make = {
+                "counter": meter.create_counter,
+                "gauge": meter.create_gauge,
+                "histogram": meter.create_histogram,
+                "updown": meter.create_up_down_counter,
+            }
+            inst = instruments[(name, kind)] = make[kind](f"{name}.{kind}")  # fmt: skip
+        for v in values:
+            if kind == "gauge":
+                inst.set(v, attrs)
+            elif kind == "histogram":
+                inst.record(abs(v), attrs)
+            else:
+                inst.add(abs(v) if kind == "counter" else v, attrs)
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    return data, encode_metrics(data)
+
+
+def _expected_points(req: Any, path: str) -> Any:
+    """The points read from the protobuf request (the reference, point by point)."""
+    from otel_ext.analysis.loaders.metrics import MetricPoints
+
+    rows = []
+    keys = (A.ACCEL_DEVICE_ID, A.ACCEL_HOST_ID, A.ACCEL_LINK_ID)
+    for rm in req.resource_metrics:
+        res = {kv.key: _pb_value(kv.value) for kv in rm.resource.attributes}
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                kind = "exponentialHistogram" if kind == "exponential_histogram" else kind
+                for p in getattr(m, m.WhichOneof("data")).data_points:
+                    attrs = {**res, **{kv.key: _pb_value(kv.value) for kv in p.attributes}}
+                    if kind in ("gauge", "sum"):
+                        value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                        count = -1
+                    else:
+                        value, count = (p.sum if p.HasField("sum") else float("nan")), p.count
+                    rows.append(dict(
+                        name=m.name, kind=kind, time_ns=p.time_unix_nano,
+                        start_time_ns=p.start_time_unix_nano, value=value, count=count,
+                        device=attrs.get(keys[0]), host=attrs.get(keys[1]),
+                        link=attrs.get(keys[2]), source=path,
+                        attrs=json.dumps(attrs, sort_keys=True, default=str),
+                    ))  # fmt: skip
+    return MetricPoints.from_rows(rows)
+
+
+def _same_points(a: Any, b: Any) -> None:
+    assert len(a) == len(b)
+    for c in ("time_ns", "start_time_ns", "count"):
+        assert np.array_equal(getattr(a, c), getattr(b, c)), c
+    assert np.array_equal(a.values, b.values, equal_nan=True)
+    for c in ("name", "kind", "device", "host", "link", "attrs"):
+        assert [a.string(c, i) for i in range(len(a))] == [b.string(c, i) for i in range(len(b))]
+        assert sorted(a.strings[c]) == sorted(b.strings[c]), c
+
+
+def _metric_load(data: bytes, *, cut: int, chunk: int, threads: int, whole: bool) -> Any:
+    from otel_ext.analysis.loaders.metrics import load_otlp_metrics_pieces
+
+    ctx = LoadContext("f", keep_going=True)
+    src: Any = data if whole else [data[i : i + cut] for i in range(0, len(data), cut)]
+    m = load_otlp_metrics_pieces(src, ctx=ctx, max_line=1 << 30, threads=threads,
+                                 chunk_bytes=chunk)  # fmt: skip
+    return m, [(s.record, s.reason) for s in ctx.skipped]
+
+
+def _metric_without_extension(data: bytes) -> Any:
+    saved = spans_mod._cscan
+    spans_mod._cscan = None
+    try:
+        return _metric_load(data, cut=len(data) + 1, chunk=1 << 20, threads=1, whole=False)
+    finally:
+        spans_mod._cscan = saved
+
+
+_SERIES = st.lists(
+    st.tuples(
+        st.sampled_from(["accel.power", "accel.bytes", "x"]),
+        st.sampled_from(["counter", "gauge", "histogram", "updown"]),
+        st.dictionaries(
+            st.sampled_from([A.ACCEL_DEVICE_ID, A.ACCEL_HOST_ID, A.ACCEL_LINK_ID, "k"]),
+            st.one_of(st.text(max_size=4), st.integers(-3, 3), st.booleans(), st.floats(-9, 9)),
+            max_size=3,
+        ),
+        st.lists(st.one_of(st.integers(-(2**40), 2**40), st.floats(-1e9, 1e9)), min_size=1,
+                 max_size=3),
+    ),
+    min_size=1,
+    max_size=8,
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    series=_SERIES,
+    resource=st.dictionaries(
+        st.sampled_from([A.ACCEL_HOST_ID, A.ACCEL_DEVICE_ID, "r"]),
+        st.one_of(st.text(max_size=4), st.integers(0, 9)),
+        max_size=2,
+    ),
+    copies=st.integers(1, 3),
+    cut=st.integers(1, 3000),
+    chunk=st.integers(1, 3000),
+    threads=st.integers(1, 3),
+)
+def test_metric_points_equal_the_protobuf_request(
+    series: list[Any], resource: dict[str, Any], copies: int, cut: int, chunk: int,
+    threads: int,
+) -> None:  # fmt: skip
+    from otel_ext.exporters._otlp_json import encode_metrics_json
+
+    sdk_data, req = _metric_messages(series, resource)
+    ours = encode_metrics_json(sdk_data).rstrip(b"\n")
+    pb = json.dumps(MessageToDict(req)).encode()
+    data = b"\n".join([ours, pb] * copies) + b"\n"
+    one = _expected_points(req, "f")
+    from otel_ext.analysis.loaders.metrics import MetricPoints
+
+    expected = MetricPoints.concat([one] * (2 * copies))
+    for whole in (True, False):
+        got, skipped = _metric_load(data, cut=cut, chunk=chunk, threads=threads, whole=whole)
+        _same_points(got, expected)
+        assert skipped == []
+    ref, ref_skipped = _metric_without_extension(data)
+    _same_points(ref, expected)
+    assert ref_skipped == []
+
+
+_POINT_FIELDS = ["timeUnixNano", "startTimeUnixNano", "asDouble", "asInt", "count", "sum",
+                 "attributes"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    series=_SERIES,
+    where=st.sampled_from(["point", "metric", "body", "resource", "scope"]),
+    field=st.sampled_from([*_POINT_FIELDS, "name", "gauge", "sum", "histogram", "attributes"]),
+    odd=st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64),
+                  st.floats(allow_nan=False), st.text(max_size=5),
+                  st.sampled_from(["12", "-3", "1e3", "", "4611686018427387904"])),
+        lambda inner: st.lists(inner, max_size=2)
+        | st.dictionaries(st.sampled_from(["key", "value", "stringValue", "a"]), inner,
+                          max_size=2),
+        max_leaves=4,
+    ),
+)  # fmt: skip
+def test_metric_extractor_equals_the_typed_path(
+    series: list[Any], where: str, field: str, odd: Any
+) -> None:
+    """A member set to an odd value anywhere: the points and the records named are those of
+    the typed path (the extractor reads the line exactly so, or hands it back)."""
+    _, req = _metric_messages(series, {A.ACCEL_HOST_ID: "h0"})
+    d = MessageToDict(req)
+    rm = d["resourceMetrics"][0]
+    metric = rm["scopeMetrics"][0]["metrics"][0]
+    body_key = next(k for k in ("gauge", "sum", "histogram") if k in metric)
+    if where == "point":
+        metric[body_key]["dataPoints"][0][field] = odd
+    elif where == "metric":
+        metric[field] = odd
+    elif where == "body":
+        metric[body_key][field if field != "name" else "dataPoints"] = odd
+    elif where == "resource":
+        rm["resource"] = odd if field == "name" else {"attributes": odd}
+    else:
+        rm["scopeMetrics"][0]["scope"] = odd
+    line = json.dumps(d).encode() + b"\n" + json.dumps(MessageToDict(req)).encode()
+    a, a_skipped = _metric_load(line, cut=len(line), chunk=1 << 20, threads=1, whole=True)
+    b, b_skipped = _metric_without_extension(line)
+    _same_points(a, b)
+    assert a_skipped == b_skipped
+
+
+def test_metric_extractor_equals_typed_path_on_byte_mutations() -> None:
+    import random
+
+    require(spans_mod._cscan is not None, "the compiled extractor (pip install -e .)")
+    _, req = _metric_messages(
+        [("accel.power", "gauge", {A.ACCEL_DEVICE_ID: "h0/c\u00e91"}, [3.5]),
+         ("accel.bytes", "counter", {A.ACCEL_LINK_ID: "l0"}, [7]),
+         ("x", "histogram", {"k": True}, [1.5, 2.5])],
+        {A.ACCEL_HOST_ID: "h0"},
+    )  # fmt: skip
+    line = json.dumps(MessageToDict(req), separators=(",", ":")).encode()
+    rnd = random.Random(5)
+    compared = 0
+    for _ in range(1500):
+        m = bytearray(line)
+        for _ in range(rnd.randint(1, 2)):
+            m[rnd.randrange(len(m))] = rnd.choice(b'0123456789" \\{}[],:-.eEn\xc3\xa9')
+        res = spans_mod._cscan.scan_otlp_metrics_lines(bytes(m), 1, 1 << 30)
+        if res[14]:  # handed back: the typed path reads it, nothing to compare
+            continue
+        a, a_skip = _metric_load(bytes(m), cut=len(m), chunk=1 << 20, threads=1, whole=True)
+        b, b_skip = _metric_without_extension(bytes(m))
+        _same_points(a, b)
+        assert a_skip == b_skip
+        compared += 1
+    assert compared > 100
+
+
+def test_bad_metric_points_named_alike(tmp_path: Path) -> None:
+    good = json.dumps(
+        {
+            "resourceMetrics": [
+                {
+                    "scopeMetrics": [
+                        {
+                            "metrics": [
+                                {
+                                    "name": "g",
+                                    "gauge": {
+                                        "dataPoints": [{"timeUnixNano": "5", "asDouble": 1.5}]
+                                    },
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    bad_attrs = json.dumps(
+        {
+            "resourceMetrics": [
+                {
+                    "scopeMetrics": [
+                        {
+                            "metrics": [
+                                {
+                                    "name": "g",
+                                    "gauge": {
+                                        "dataPoints": [
+                                            {"timeUnixNano": "6", "asDouble": 2.5},
+                                            {
+                                                "timeUnixNano": "7",
+                                                "asDouble": 3.5,
+                                                "attributes": [{"key": 3}],
+                                            },
+                                        ]
+                                    },
+                                }
+                            ]
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+    no_time = good.replace('"timeUnixNano": "5", ', "")  # fmt: skip
+    data = "\n".join([good, bad_attrs, no_time, good]).encode() + b"\n"
+    ref, ref_skipped = _metric_without_extension(data)
+    assert [r for r, _ in ref_skipped] == ["line 2 metric g point 1", "line 3 metric g point 0"]
+    for chunk in (1, 1 << 20):
+        for threads in (1, 2):
+            got, skipped = _metric_load(data, cut=13, chunk=chunk, threads=threads, whole=False)
+            assert skipped == ref_skipped
+            _same_points(got, ref)
+    f = tmp_path / "metrics.jsonl"
+    f.write_bytes(data)
+    with pytest.raises(InputError) as info:
+        load_file(f)
+    assert info.value.path == str(f) and info.value.record == "line 2 metric g point 1"
+    assert len(load_file(f, keep_going=True).metrics) == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "point", "value", "count"),
+    [
+        ("sum", {"asInt": 7}, 7.0, -1),
+        ("sum", {"asInt": "-7"}, -7.0, -1),
+        ("sum", {"asInt": "123456789012345678"}, 123456789012345678.0, -1),
+        ("gauge", {"asDouble": 2}, 2.0, -1),
+        ("gauge", {"asDouble": -2.5e-3, "asInt": "9"}, -2.5e-3, -1),
+        ("gauge", {"asDouble": None, "asInt": 4}, 4.0, -1),
+        ("histogram", {"count": 3, "sum": 4.5}, 4.5, 3),
+        ("histogram", {"count": "3"}, float("nan"), 3),
+        ("summary", {"sum": 1}, 1.0, 0),
+    ],
+)
+def test_metric_value_forms(body: str, point: dict[str, Any], value: float, count: int) -> None:
+    require(spans_mod._cscan is not None, "the compiled extractor (pip install -e .)")
+    p = {"timeUnixNano": 5, "startTimeUnixNano": None, **point}
+    line = json.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [
+        {"name": "m", body: {"dataPoints": [p]}}]}]}]}).encode()  # fmt: skip
+    assert spans_mod._cscan.scan_otlp_metrics_lines(line, 1, 1 << 30)[0] == 1  # compiled path
+    got, skipped = _metric_load(line, cut=len(line), chunk=1 << 20, threads=1, whole=True)
+    ref, _ = _metric_without_extension(line)
+    _same_points(got, ref)
+    assert skipped == [] and np.array_equal(got.values, [value], equal_nan=True)
+    assert got.count.tolist() == [count] and got.time_ns.tolist() == [5]
+    assert got.start_time_ns.tolist() == [0]

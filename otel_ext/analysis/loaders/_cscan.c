@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1671,10 +1672,476 @@ static PyObject *scan_otlp_lines(PyObject *self, PyObject *args) {
 }
 
 
+/* ------------------------------------------------------------------ OTLP-JSON metric points */
+
+/*
+ * scan_otlp_metrics_lines(buf, first_line, max_line) reads every line (one
+ * ExportMetricsServiceRequest each) and returns per data point its metric name, kind, times,
+ * value, count, the raw text of its attributes and its resource; a line it is not sure to
+ * read exactly as the typed lean decoder (exporters._otlp_decode.LeanMetricsRequest) and the
+ * loader's checks do is handed back: a member of a type that decoder rejects, a time, value,
+ * count or sum the loader would report or that is not plain, a metric without a name or with
+ * other than one data body, escaped or duplicate member names among those read.
+ */
+
+enum { MK_GAUGE = 0, MK_SUM, MK_HIST, MK_EXPHIST, MK_SUMMARY };
+
+typedef struct {
+    Dict names, texts;
+    Vec name_code, kind, time, start, value, count, attr, res, line, pidx;
+    Vec res_attr; /* per resource: the code of its attributes' text */
+    int64_t points, resources, lineno;
+} MOut;
+
+static void mout_free(MOut *o) {
+    dict_free(&o->names);
+    dict_free(&o->texts);
+    Vec *vs[] = {&o->name_code, &o->kind, &o->time, &o->start, &o->value, &o->count,
+                 &o->attr, &o->res, &o->line, &o->pidx, &o->res_attr};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+}
+
+/* A JSON number's double, as Python's float() of it; 0 when not finite or too long. */
+static int num_double(const Val *v, double *out) {
+    if (v->kind != K_NUM) return 0;
+    if (v->num.is_int && !v->num.big) {
+        *out = (double)v->num.value;
+        return 1;
+    }
+    size_t n = (size_t)(v->stop - v->start);
+    char tmp[64];
+    if (n >= sizeof tmp) return 0;
+    memcpy(tmp, v->start, n);
+    tmp[n] = 0;
+    char *endp;
+    double d = strtod(tmp, &endp);
+    if (endp != tmp + n || d > 1.7976931348623157e308 || d < -1.7976931348623157e308) return 0;
+    *out = d;
+    return 1;
+}
+
+/* A plain decimal integer string (optional '-', at most 18 digits) as a double. */
+static int str_int_double(const Val *v, double *out) {
+    if (v->kind != K_STR || v->str.esc || v->str.n == 0 || v->str.n > 19) return 0;
+    size_t i = v->str.s[0] == '-';
+    if (i >= v->str.n || v->str.n - i > 18) return 0;
+    int64_t x = 0;
+    for (; i < v->str.n; i++) {
+        if (!is_digit(v->str.s[i])) return 0;
+        x = x * 10 + (v->str.s[i] - '0');
+    }
+    *out = (double)(v->str.s[0] == '-' ? -x : x);
+    return 1;
+}
+
+typedef struct {
+    MOut *o;
+    int kind;
+    int32_t name, pidx;
+    int64_t res;
+    unsigned seen;
+    Val t, st, dbl, in, cnt, sm;
+    const unsigned char *attr_s, *attr_e;
+} PointCtx;
+
+static int on_point(Parser *P, void *vctx, const Str *k) {
+    PointCtx *c = (PointCtx *)vctx;
+    if (k->esc) return 0;
+    static const char *const F[] = {"timeUnixNano", "startTimeUnixNano", "asDouble", "asInt",
+                                    "count", "sum", "attributes"};
+    static const size_t FL[] = {12, 17, 8, 5, 5, 3, 10};
+    int f = -1;
+    for (int i = 0; i < 7; i++)
+        if (k->n == FL[i] && memcmp(k->s, F[i], FL[i]) == 0) {
+            f = i;
+            break;
+        }
+    if (f < 0) return skip_value(P);
+    if (c->seen & (1u << f)) return 0;
+    c->seen |= 1u << f;
+    if (f == 6) {
+        c->attr_s = P->p;
+        if (!skip_value(P)) return 0;
+        c->attr_e = P->p;
+        return 1;
+    }
+    Val *v = f == 0 ? &c->t : f == 1 ? &c->st : f == 2 ? &c->dbl : f == 3 ? &c->in
+           : f == 4 ? &c->cnt : &c->sm;
+    if (!scan_value(P, v)) return 0;
+    /* the lean decoder's types: int|str|None (times, asInt, count), float|str|None */
+    int is_float_field = f == 2 || f == 5;
+    if (v->kind == K_NULL || v->kind == K_STR) return 1;
+    if (v->kind != K_NUM) return 0;
+    if (!is_float_field && (!v->num.is_int || v->num.big)) return 0;
+    return 1;
+}
+
+static int point_elem(Parser *P, void *vctx) {
+    PointCtx c = *(PointCtx *)vctx;
+    MOut *o = c.o;
+    c.seen = 0;
+    c.attr_s = c.attr_e = NULL;
+    c.t.kind = c.st.kind = c.dbl.kind = c.in.kind = c.cnt.kind = c.sm.kind = K_NULL;
+    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!scan_object(P, on_point, &c)) return 0;
+    ((PointCtx *)vctx)->pidx++;
+    int64_t t, st = 0, count = -1;
+    double value;
+    if (c.t.kind == K_NULL || !ns_value(P, &c.t, &t)) return 0;
+    if (c.st.kind != K_NULL && !ns_value(P, &c.st, &st)) return 0;
+    if (c.kind >= MK_HIST) {
+        if (c.cnt.kind == K_NULL) {
+            count = 0;
+        } else if (c.cnt.kind == K_NUM) {
+            if (c.cnt.num.value < 0 || c.cnt.num.value >= LIM62) return 0;
+            count = c.cnt.num.value;
+        } else {
+            if (c.cnt.str.esc || c.cnt.str.n == 0 || c.cnt.str.n > 19) return 0;
+            uint64_t x = 0;
+            for (size_t i = 0; i < c.cnt.str.n; i++) {
+                if (!is_digit(c.cnt.str.s[i])) return 0;
+                x = x * 10 + (uint64_t)(c.cnt.str.s[i] - '0');
+            }
+            if (x >= (uint64_t)LIM62) return 0;
+            count = (int64_t)x;
+        }
+        if (c.sm.kind == K_NULL) value = NAN;
+        else if (!num_double(&c.sm, &value)) return 0;
+    } else if (c.dbl.kind != K_NULL) {
+        if (!num_double(&c.dbl, &value)) return 0;
+    } else if (c.in.kind == K_NUM) {
+        value = (double)c.in.num.value;
+    } else if (!str_int_double(&c.in, &value)) {
+        return 0;
+    }
+    int32_t attr = c.attr_s ? dict_code(&o->texts, c.attr_s, (size_t)(c.attr_e - c.attr_s))
+                            : dict_code(&o->texts, (const unsigned char *)"[]", 2);
+    uint8_t kind = (uint8_t)c.kind;
+    if (attr < 0 || !push_i32(&o->name_code, c.name) || !push_u8(&o->kind, kind) ||
+        !push_i64(&o->time, t) || !push_i64(&o->start, st) ||
+        !vec_push(&o->value, &value, 8) || !push_i64(&o->count, count) ||
+        !push_i32(&o->attr, attr) || !push_i64(&o->res, c.res) ||
+        !push_i64(&o->line, o->lineno) || !push_i32(&o->pidx, c.pidx - 1))
+        return 0;
+    o->points++;
+    return 1;
+}
+
+static int on_body(Parser *P, void *vctx, const Str *k) {
+    PointCtx *c = (PointCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "dataPoints", 10)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        c->pidx = 0;
+        return scan_array(P, point_elem, c);
+    }
+    return skip_value(P);
+}
+
+typedef struct {
+    MOut *o;
+    int64_t res;
+    unsigned seen;
+    int bodies;
+    int32_t name;
+    const unsigned char *body_at[5];
+    int body_depth[5];
+} MetricCtx;
+
+static int on_metric(Parser *P, void *vctx, const Str *k) {
+    MetricCtx *c = (MetricCtx *)vctx;
+    if (k->esc) return 0;
+    static const char *const B[] = {"gauge", "sum", "histogram", "exponentialHistogram",
+                                    "summary"};
+    static const size_t BL[] = {5, 3, 9, 20, 7};
+    if (key_is(k, "name", 4)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        Val v;
+        if (!scan_value(P, &v) || v.kind != K_STR) return 0;
+        const unsigned char *t;
+        size_t n;
+        if (!string_text(P, &v.str, &t, &n) || n == 0) return 0;
+        c->name = dict_code(&c->o->names, t, n);
+        return c->name >= 0;
+    }
+    for (int b = 0; b < 5; b++)
+        if (k->n == BL[b] && memcmp(k->s, B[b], BL[b]) == 0) {
+            if (c->seen & (2u << b)) return 0;
+            c->seen |= 2u << b;
+            if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+            if (P->p >= P->end || *P->p != '{') return 0;
+            c->bodies++;
+            c->body_at[b] = P->p; /* read once the name is known */
+            c->body_depth[b] = P->depth;
+            return skip_value(P);
+        }
+    return skip_value(P);
+}
+
+static int metric_elem(Parser *P, void *vctx) {
+    MetricCtx c = *(MetricCtx *)vctx;
+    c.seen = 0;
+    c.bodies = 0;
+    c.name = -1;
+    memset(c.body_at, 0, sizeof c.body_at);
+    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!scan_object(P, on_metric, &c)) return 0;
+    if (c.name < 0 || c.bodies != 1) return 0; /* the loader reports these: its path */
+    for (int b = 0; b < 5; b++) {
+        if (!c.body_at[b]) continue;
+        Parser Q = *P;
+        Q.p = c.body_at[b];
+        Q.depth = c.body_depth[b];
+        PointCtx pc;
+        memset(&pc, 0, sizeof pc);
+        pc.o = c.o;
+        pc.kind = b;
+        pc.name = c.name;
+        pc.res = c.res;
+        int ok = scan_object(&Q, on_body, &pc);
+        P->scratch = Q.scratch;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int on_scope_metrics(Parser *P, void *vctx, const Str *k) {
+    MetricCtx *c = (MetricCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "metrics", 7)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        return scan_array(P, metric_elem, c);
+    }
+    return skip_value(P);
+}
+
+static int scope_metrics_elem(Parser *P, void *vctx) {
+    MetricCtx c = *(MetricCtx *)vctx;
+    c.seen = 0;
+    if (P->p >= P->end || *P->p != '{') return 0;
+    return scan_object(P, on_scope_metrics, &c);
+}
+
+/* A KeyValue as the typed decoder demands: "key" a string, "value" an object or null. */
+static int on_typed_kv(Parser *P, void *vctx, const Str *k) {
+    unsigned *seen = (unsigned *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "key", 3)) {
+        if (*seen & 1u) return 0;
+        *seen |= 1u;
+        Val v;
+        return scan_value(P, &v) && v.kind == K_STR;
+    }
+    if (key_is(k, "value", 5)) {
+        if (*seen & 2u) return 0;
+        *seen |= 2u;
+        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        return P->p < P->end && *P->p == '{' && skip_value(P);
+    }
+    return skip_value(P);
+}
+
+static int typed_kv_elem(Parser *P, void *vctx) {
+    (void)vctx;
+    unsigned seen = 0;
+    if (P->p >= P->end || *P->p != '{') return 0;
+    return scan_object(P, on_typed_kv, &seen);
+}
+
+typedef struct {
+    MOut *o;
+    unsigned seen;
+    int32_t attr;
+} MResCtx;
+
+static int on_mresource(Parser *P, void *vctx, const Str *k) {
+    MResCtx *c = (MResCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "attributes", 10)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        const unsigned char *s0 = P->p;
+        if (!scan_array(P, typed_kv_elem, NULL)) return 0;
+        c->attr = dict_code(&c->o->texts, s0, (size_t)(P->p - s0));
+        return c->attr >= 0;
+    }
+    return skip_value(P);
+}
+
+typedef struct {
+    MOut *o;
+    int64_t res;
+    unsigned seen;
+    int32_t res_attr;
+} RMCtx;
+
+static int on_resource_metrics(Parser *P, void *vctx, const Str *k) {
+    RMCtx *c = (RMCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, "scopeMetrics", 12)) {
+        if (c->seen & 1u) return 0;
+        c->seen |= 1u;
+        MetricCtx m;
+        memset(&m, 0, sizeof m);
+        m.o = c->o;
+        m.res = c->res;
+        return scan_array(P, scope_metrics_elem, &m);
+    }
+    if (key_is(k, "resource", 8)) {
+        if (c->seen & 2u) return 0;
+        c->seen |= 2u;
+        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        MResCtx r;
+        memset(&r, 0, sizeof r);
+        r.o = c->o;
+        r.attr = c->res_attr;
+        if (P->p >= P->end || *P->p != '{' || !scan_object(P, on_mresource, &r)) return 0;
+        c->res_attr = r.attr;
+        return 1;
+    }
+    return skip_value(P);
+}
+
+static int resource_metrics_elem(Parser *P, void *vctx) {
+    MOut *o = (MOut *)vctx;
+    RMCtx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.res = o->resources;
+    c.res_attr = dict_code(&o->texts, (const unsigned char *)"[]", 2);
+    if (c.res_attr < 0 || P->p >= P->end || *P->p != '{') return 0;
+    if (!scan_object(P, on_resource_metrics, &c)) return 0;
+    if (!push_i32(&o->res_attr, c.res_attr)) return 0;
+    o->resources++;
+    return 1;
+}
+
+static int on_metrics_request(Parser *P, void *vctx, const Str *k) {
+    unsigned *seen = (unsigned *)((void **)vctx)[1];
+    if (k->esc) return 0;
+    if (key_is(k, "resourceMetrics", 15)) {
+        if (*seen & 1u) return 0;
+        *seen |= 1u;
+        return scan_array(P, resource_metrics_elem, ((void **)vctx)[0]);
+    }
+    return skip_value(P);
+}
+
+PyDoc_STRVAR(scan_otlp_metrics_lines_doc,
+"scan_otlp_metrics_lines(buf, first_line, max_line, /)\n--\n\n"
+"The data points of every line (one OTLP-JSON metrics request each) of buf, the first\n"
+"numbered first_line; blank lines skipped; a line the extractor is not sure of is listed.\n\n"
+"Returns (points, names, name_codes, kinds, time_ns, start_ns, values, counts, attr_codes,\n"
+"resource_of, line_of, point_index, texts, resource_attr_codes, fallback, long_line,\n"
+"last_line): kinds uint8 (0 gauge, 1 sum, 2 histogram, 3 exponentialHistogram, 4 summary);\n"
+"texts: the distinct raw JSON texts of attribute lists (bytes), resource_attr_codes one\n"
+"per resource; fallback int64 (line, start, stop) triples.");
+
+static PyObject *scan_otlp_metrics_lines(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *obj;
+    long long first_line, max_line;
+    if (!PyArg_ParseTuple(args, "OLL:scan_otlp_metrics_lines", &obj, &first_line, &max_line))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    MOut o;
+    memset(&o, 0, sizeof o);
+    Vec fallback = {0};
+    long long long_line = 0;
+    int64_t lineno = (int64_t)first_line - 1;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    ok = dict_code(&o.names, (const unsigned char *)"", 0) == 0;
+    const unsigned char *base = (const unsigned char *)view.buf, *end = base + view.len;
+    const unsigned char *p = base;
+    while (ok && p < end) {
+        const unsigned char *nl = (const unsigned char *)memchr(p, '\n', (size_t)(end - p));
+        const unsigned char *le = nl ? nl : end;
+        lineno++;
+        if ((long long)(le - p) > max_line) {
+            long_line = lineno;
+            break;
+        }
+        const unsigned char *q = p;
+        while (q < le && blank(*q)) q++;
+        if (q < le) {
+            Vec *vs[] = {&o.name_code, &o.kind, &o.time, &o.start, &o.value, &o.count,
+                         &o.attr, &o.res, &o.line, &o.pidx, &o.res_attr};
+            size_t lens[11];
+            for (int i = 0; i < 11; i++) lens[i] = vs[i]->len;
+            int64_t points = o.points, resources = o.resources;
+            o.lineno = lineno;
+            Parser P;
+            memset(&P, 0, sizeof P);
+            P.base = p;
+            P.p = q;
+            P.end = le;
+            unsigned seen = 0;
+            void *pass[2] = {&o, &seen};
+            int line_ok = scan_object(&P, on_metrics_request, pass);
+            if (line_ok) {
+                skip_ws(&P);
+                line_ok = P.p == P.end;
+            }
+            vec_free(&P.scratch);
+            if (!line_ok) {
+                for (int i = 0; i < 11; i++) vs[i]->len = lens[i];
+                o.points = points;
+                o.resources = resources;
+                if (!push_i64(&fallback, lineno) || !push_i64(&fallback, p - base) ||
+                    !push_i64(&fallback, le - base))
+                    ok = 0;
+            }
+        }
+        p = nl ? nl + 1 : end;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *res = NULL;
+    if (!ok) {
+        PyErr_NoMemory();
+    } else {
+        PyObject *names = dict_list(&o.names);
+        PyObject *texts = names ? PyList_New((Py_ssize_t)o.texts.count) : NULL;
+        if (texts) {
+            for (size_t i = 0; i < o.texts.count; i++) {
+                const size_t *ent = (const size_t *)o.texts.entries.data + 2 * i;
+                PyObject *b = PyBytes_FromStringAndSize(o.texts.arena.data + ent[0],
+                                                        (Py_ssize_t)ent[1]);
+                if (!b) {
+                    Py_CLEAR(texts);
+                    break;
+                }
+                PyList_SET_ITEM(texts, (Py_ssize_t)i, b);
+            }
+        }
+        if (texts) {
+            res = Py_BuildValue(
+                "(LNNNNNNNNNNNNNNLL)", (long long)o.points, names, as_bytes(&o.name_code),
+                as_bytes(&o.kind), as_bytes(&o.time), as_bytes(&o.start), as_bytes(&o.value),
+                as_bytes(&o.count), as_bytes(&o.attr), as_bytes(&o.res), as_bytes(&o.line),
+                as_bytes(&o.pidx), texts, as_bytes(&o.res_attr), as_bytes(&fallback),
+                long_line, (long long)lineno);
+        } else {
+            Py_XDECREF(names);
+        }
+    }
+    vec_free(&fallback);
+    mout_free(&o);
+    return res;
+}
+
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
     {"scan_otlp", scan_otlp, METH_VARARGS, scan_otlp_doc},
     {"scan_otlp_lines", scan_otlp_lines, METH_VARARGS, scan_otlp_lines_doc},
+    {"scan_otlp_metrics_lines", scan_otlp_metrics_lines, METH_VARARGS,
+     scan_otlp_metrics_lines_doc},
     {NULL, NULL, 0, NULL},
 };
 

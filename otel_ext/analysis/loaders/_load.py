@@ -19,7 +19,7 @@ from otel_ext.analysis.loaders.kineto import (
     looks_like_kineto,
     table_from_fast,
 )
-from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_lines
+from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_pieces
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
 
@@ -224,26 +224,24 @@ def _load_otlp(
     p: Path, fmt: str, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
 ) -> FileResult:
     """An OTLP-JSON file, streamed a line (one export request) at a time."""
-    from otel_ext.analysis.loaders.spans import iter_lines, load_otlp_traces_pieces
+    from otel_ext.analysis.loaders.spans import load_otlp_traces_pieces
     from otel_ext.config import MAX_RECORD_BYTES, resolve
 
     ps = str(p)
     max_line = resolve(MAX_RECORD_BYTES)
-    all_pieces = itertools.chain([head], pieces)
+    source: Iterable[bytes] | bytes = itertools.chain([head], pieces)
     try:
+        if not _is_gzip(p) and p.stat().st_size <= _OTLP_WHOLE_MAX:
+            # a plain file is read whole (its lines cut as views), a larger one streamed
+            pieces_close = getattr(pieces, "close", None)
+            if pieces_close is not None:
+                pieces_close()
+            source = _plain_bytes(p)
         if fmt == "otlp-traces":
-            source: Iterable[bytes] | bytes = all_pieces
-            if not _is_gzip(p) and p.stat().st_size <= _OTLP_WHOLE_MAX:
-                # a plain file is read whole (its lines cut as views), a larger one streamed
-                pieces_close = getattr(pieces, "close", None)
-                if pieces_close is not None:
-                    pieces_close()
-                source = _plain_bytes(p)
             table = load_otlp_traces_pieces(source, ctx=ctx, max_line=max_line)
             return FileResult(ps, fmt, table=table, skipped=ctx.skipped)
-        lines = iter_lines(all_pieces, max_line=max_line)
-        return FileResult(ps, fmt, metrics=load_otlp_metrics_lines(lines, ctx=ctx),
-                          skipped=ctx.skipped)  # fmt: skip
+        points = load_otlp_metrics_pieces(source, ctx=ctx, max_line=max_line)
+        return FileResult(ps, fmt, metrics=points, skipped=ctx.skipped)
     except InputError as e:
         if e.path is None:  # a line over the size limit
             raise InputError(e.message, path=ps, record=e.record) from None

@@ -31,7 +31,7 @@ from otel_ext.exporters.otlp_format import (
     raw_attributes,
 )
 
-__all__ = ["MetricPoints", "load_otlp_metrics_lines"]
+__all__ = ["MetricPoints", "load_otlp_metrics_lines", "load_otlp_metrics_pieces"]
 
 _STR_COLS = ("name", "kind", "device", "host", "link", "attrs", "source")
 
@@ -209,19 +209,7 @@ class _Rows:
                 ctx.bad(record, "value missing or not a number")
                 return
         if isinstance(p, LeanPoint):
-            text_b = bytes(p.attributes)
-            rk = self.res_keys.get(id(res))
-            if rk is None:  # resources alike across lines share their cache entries
-                rk = self.res_keys[id(res)] = json.dumps(res, sort_keys=True, default=str)
-            got = self.attr_cache.get((rk, text_b))
-            if got is None:
-                try:
-                    kvs = raw_attributes(text_b)
-                except RequestError as e:
-                    got = f"attributes: {e}"
-                else:
-                    got = self._describe(res, kvs)
-                self.attr_cache[(rk, text_b)] = got
+            got = self.described(res, bytes(p.attributes))
             if isinstance(got, str):
                 ctx.bad(record, got)
                 return
@@ -233,6 +221,23 @@ class _Rows:
                  device=dev, host=host, link=link, attrs=text, source=ctx.path)
         )  # fmt: skip
 
+    def described(self, res: dict[str, Any], text_b: bytes) -> tuple[Any, Any, Any, str] | str:
+        """(device, host, link, attrs JSON) of a point's raw attributes text under ``res``,
+        or the problem: once per distinct (resource, text)."""
+        rk = self.res_keys.get(id(res))
+        if rk is None:  # resources alike across lines share their cache entries
+            rk = self.res_keys[id(res)] = json.dumps(res, sort_keys=True, default=str)
+        got = self.attr_cache.get((rk, text_b))
+        if got is None:
+            try:
+                kvs = raw_attributes(text_b)
+            except RequestError as e:
+                got = f"attributes: {e}"
+            else:
+                got = self._describe(res, kvs)
+            self.attr_cache[(rk, text_b)] = got
+        return got
+
     def _describe(self, res: dict[str, Any], kvs: Any) -> tuple[Any, Any, Any, str]:
         attrs = dict(res)
         attrs.update(otlp_attrs(kvs))
@@ -243,7 +248,8 @@ class _Rows:
 def load_otlp_metrics_lines(
     lines: Iterable[tuple[int, bytes]], *, ctx: LoadContext
 ) -> MetricPoints:
-    """Points of an OTLP-JSON metrics file given as ``(line number, line bytes)``.
+    """Points of an OTLP-JSON metrics file given as ``(line number, line bytes)``, through
+    the typed decoder (:func:`load_otlp_metrics_pieces` is the fast entry).
 
     Each line is decoded by the project's OTLP-JSON decoder; a line it rejects (a member of
     the wrong type, too deep) is re-read one metric at a time, so that a bad metric costs its
@@ -252,31 +258,218 @@ def load_otlp_metrics_lines(
     out = _Rows(ctx)
     resources: list[dict[str, Any]] = []  # kept alive: the cache keys on their ids
     for lineno, line in lines:
-        try:
-            req = decode_metrics_lean(line)
-        except RequestError:
-            try:
-                items = list(careful_items(line, "resourceMetrics"))
-            except RequestError as e:
-                ctx.bad(f"line {lineno}", str(e))
-                continue
-            cache: dict[int, dict[str, Any]] = {}
-            for where, resource, metric, err in items:
-                if err is not None:
-                    ctx.bad(f"line {lineno} {where}".rstrip(), str(err))
-                    continue
-                res = cache.get(id(resource))
-                if res is None:
-                    res = cache[id(resource)] = (
-                        otlp_attrs(resource.attributes) if resource is not None else {}
-                    )
-                    resources.append(res)
-                out.metric(lineno, res, metric)
-            continue
-        for rm in req.resourceMetrics:
-            res = otlp_attrs(rm.resource.attributes) if rm.resource is not None else {}
-            resources.append(res)
-            for sm in rm.scopeMetrics:
-                for metric in sm.metrics:
-                    out.metric(lineno, res, metric)
+        _typed_line(out, lineno, line, resources)
     return MetricPoints.from_rows(out.rows)
+
+
+def _typed_line(out: _Rows, lineno: int, line: bytes, resources: list[dict[str, Any]]) -> None:
+    """One line's points through the typed decoder, appended to ``out.rows``."""
+    ctx = out.ctx
+    try:
+        req = decode_metrics_lean(line)
+    except RequestError:
+        try:
+            items = list(careful_items(line, "resourceMetrics"))
+        except RequestError as e:
+            ctx.bad(f"line {lineno}", str(e))
+            return
+        cache: dict[int, dict[str, Any]] = {}
+        for where, resource, metric, err in items:
+            if err is not None:
+                ctx.bad(f"line {lineno} {where}".rstrip(), str(err))
+                continue
+            res = cache.get(id(resource))
+            if res is None:
+                res = cache[id(resource)] = (
+                    otlp_attrs(resource.attributes) if resource is not None else {}
+                )
+                resources.append(res)
+            out.metric(lineno, res, metric)
+        return
+    for rm in req.resourceMetrics:
+        res = otlp_attrs(rm.resource.attributes) if rm.resource is not None else {}
+        resources.append(res)
+        for sm in rm.scopeMetrics:
+            for metric in sm.metrics:
+                out.metric(lineno, res, metric)
+
+
+def load_otlp_metrics_pieces(
+    pieces: Iterable[bytes] | bytes,
+    *,
+    ctx: LoadContext,
+    max_line: int,
+    threads: int | None = None,
+    chunk_bytes: int | None = None,
+) -> MetricPoints:
+    """Points of an OTLP-JSON metrics file given as byte pieces (any cut) or whole.
+
+    The compiled extractor (``_cscan.scan_otlp_metrics_lines``) reads chunks of whole lines
+    on ``threads`` threads (as for spans: :mod:`otel_ext.analysis.loaders._otlp_fast`),
+    giving each point's name, kind, times, value, count and the raw text of its attributes;
+    device, host, link and the attributes' JSON are worked out once per distinct (resource,
+    attributes text). The lines it is not sure of, and those whose attributes the typed
+    decoder rejects, are read by the typed path (:func:`load_otlp_metrics_lines`) in their
+    places: the same points, the same records named.
+
+    Raises:
+        InputError: a line longer than ``max_line`` bytes (``path`` unset), or a bad point
+            when ``ctx`` does not keep going.
+    """
+    from otel_ext.analysis.loaders.spans import _cscan, iter_lines
+
+    whole = isinstance(pieces, bytes | bytearray)
+    if _cscan is None:
+        given = [pieces] if whole else pieces
+        return load_otlp_metrics_lines(iter_lines(given, max_line=max_line), ctx=ctx)  # type: ignore[arg-type]
+    from otel_ext.analysis.loaders._otlp_fast import (
+        CHUNK_BYTES,
+        LineTooLong,
+        buffer_chunks,
+        line_chunks,
+        scan_chunks,
+    )
+    from otel_ext.errors import InputError
+
+    scan_lines = _cscan.scan_otlp_metrics_lines
+
+    def scan(chunk: Any) -> tuple[Any, ...]:
+        return scan_lines(chunk, 1, max_line)  # type: ignore[no-any-return]
+
+    def too_long(line: int) -> InputError:
+        return InputError(f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
+                          record=f"line {line}")  # fmt: skip
+
+    out = _Rows(ctx)
+    resources: list[dict[str, Any]] = []
+    parts: list[MetricPoints] = []
+    offset = 0
+    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    chunks: Iterable[Any] = (
+        buffer_chunks(pieces, target=target)  # type: ignore[arg-type]
+        if whole
+        else line_chunks(pieces, max_line=max_line, target=target)  # type: ignore[arg-type]
+    )
+    try:
+        for chunk, res in scan_chunks(chunks, scan, threads=threads):
+            long_line = _add_chunk(out, parts, resources, chunk, res, offset)
+            if long_line:
+                raise too_long(long_line)
+            offset += res[16]
+    except LineTooLong:
+        raise too_long(offset + 1) from None
+    if not parts:
+        return MetricPoints.from_rows([])
+    return parts[0] if len(parts) == 1 else MetricPoints.concat(parts)
+
+
+def _add_chunk(
+    out: _Rows,
+    parts: list[MetricPoints],
+    resources: list[dict[str, Any]],
+    buf: Any,
+    res: tuple[Any, ...],
+    offset: int,
+) -> int:
+    """A chunk's points (the compiled extractor's, the typed path's for the lines it left)
+    appended to ``parts`` in file order; returns the number of a line too long, or 0."""
+    (n, names, name_codes, kinds, time_b, start_b, values_b, counts_b, attr_b, res_b, line_b,
+     _pidx, texts, res_attr_b, fallback_b, long_line, _last) = res  # fmt: skip
+    ctx = out.ctx
+    line_of = np.frombuffer(line_b, np.int64) + offset
+    typed_lines = {int(r[0]) + offset: (int(r[1]), int(r[2]))
+                   for r in np.frombuffer(fallback_b, np.int64).reshape(-1, 3).tolist()}  # fmt: skip
+    keep = np.ones(n, bool)
+    if n:
+        attr = np.frombuffer(attr_b, np.int32).astype(np.int64)
+        res_of = np.frombuffer(res_b, np.int64)
+        res_attr = np.frombuffer(res_attr_b, np.int32)
+        width = len(texts)
+        u, inv = np.unique(res_of * width + attr, return_inverse=True)
+        inv = inv.reshape(-1)
+        res_dicts: dict[int, dict[str, Any] | None] = {}
+        described: list[tuple[Any, Any, Any, str] | None] = []
+        for r, a in zip((u // width).tolist(), (u % width).tolist()):
+            if r not in res_dicts:
+                try:
+                    rd: dict[str, Any] | None = otlp_attrs(raw_attributes(texts[res_attr[r]]))
+                except RequestError:
+                    rd = None
+                res_dicts[r] = rd
+                if rd is not None:
+                    resources.append(rd)  # kept alive: the cache keys on its id
+            rd = res_dicts[r]
+            got = out.described(rd, texts[a]) if rd is not None else "resource"
+            described.append(None if isinstance(got, str) else got)
+        bad = np.fromiter((d is None for d in described), bool, count=len(described))
+        if bad.any():  # the typed path reads those lines and names their bad points
+            bad_rows = bad[inv]
+            for line in np.unique(line_of[bad_rows]).tolist():
+                typed_lines[line] = _line_span(buf, line - offset)
+            keep = ~np.isin(line_of, list(typed_lines))
+    fast = None
+    if n and keep.any():
+        cols: dict[str, list[str]] = {}
+        luts: dict[str, np.ndarray] = {}
+        for j, col in enumerate(("device", "host", "link", "attrs")):
+            lookup: dict[str, int] = {"": 0}
+            codes = []
+            for d in described:
+                v = "" if d is None else d[j]
+                codes.append(lookup.setdefault(str(v or ""), len(lookup)))
+            cols[col] = list(lookup)
+            luts[col] = np.asarray(codes, np.int32)
+        name_of = np.frombuffer(name_codes, np.int32)
+        used = np.zeros(len(names), bool)
+        used[0] = True
+        used[name_of] = True
+        name_idx = np.flatnonzero(used)
+        name_lut = np.zeros(len(names), np.int32)
+        name_lut[name_idx] = np.arange(len(name_idx))
+        kind_of = np.frombuffer(kinds, np.uint8)
+        present = np.flatnonzero(np.bincount(kind_of, minlength=len(_KINDS)))
+        kind_lut = np.zeros(len(_KINDS), np.int32)
+        kind_lut[present] = np.arange(1, len(present) + 1)
+        kind_strings = ["", *(_KINDS[k] for k in present.tolist())]
+        fast = MetricPoints(
+            np.frombuffer(time_b, np.int64).copy(),
+            np.frombuffer(start_b, np.int64).copy(),
+            np.frombuffer(values_b, np.float64).copy(),
+            np.frombuffer(counts_b, np.int64).copy(),
+            {
+                "name": name_lut[name_of],
+                "kind": kind_lut[kind_of],
+                **{c: luts[c][inv] for c in cols},
+                "source": np.ones(n, np.int32),
+            },
+            {
+                "name": [names[i] for i in name_idx.tolist()],
+                "kind": kind_strings,
+                **cols,
+                "source": ["", ctx.path],
+            },
+        )
+    prev = 0
+    for line in sorted(typed_lines):
+        i = int(np.searchsorted(line_of, line))
+        if fast is not None and i > prev:
+            parts.append(fast.select(np.arange(prev, i)))
+        prev = int(np.searchsorted(line_of, line, side="right"))
+        a, b = typed_lines[line]
+        _typed_line(out, line, bytes(buf[a:b]), resources)
+        if out.rows:
+            parts.append(MetricPoints.from_rows(out.rows))
+            out.rows = []
+    if fast is not None and n > prev:
+        parts.append(fast if prev == 0 else fast.select(np.arange(prev, n)))
+    return int(long_line) + offset if long_line else 0
+
+
+def _line_span(buf: Any, number: int) -> tuple[int, int]:
+    """(start, stop) of line ``number`` (1 is the first) of a chunk."""
+    data = bytes(buf)
+    start = 0
+    for _ in range(number - 1):
+        start = data.index(b"\n", start) + 1
+    stop = data.find(b"\n", start)
+    return start, len(data) if stop < 0 else stop
