@@ -221,25 +221,12 @@ static int hex4(const unsigned char *s, unsigned *out) {
 
 static int cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-/* Non-zero when one of the 8 bytes of x is a quote, a backslash, below 0x20 or above 0x7F. */
-static inline uint64_t special8(uint64_t x) {
-    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
-    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
-    return (((q - ones) & ~q) | ((b - ones) & ~b) | (x - ones * 0x20) | x) & high;
-}
-
 /* A string starting at the opening quote: checked (escapes, UTF-8, control characters). */
 static int scan_string(Parser *P, Str *out) {
     const unsigned char *p = P->p + 1, *end = P->end;
     out->s = p;
     out->esc = 0;
     for (;;) {
-        while (end - p >= 8) { /* eight plain bytes at a time */
-            uint64_t x;
-            memcpy(&x, p, 8);
-            if (special8(x)) break;
-            p += 8;
-        }
         while (p < end && plain[*p]) p++;
         if (p >= end) return 0;
         unsigned char c = *p;
