@@ -39,6 +39,8 @@ CHUNK_BYTES = 2 << 20
 
 _STR, _INT, _DBL, _BOOL, _NONE, _ABSENT = 0, 1, 2, 3, 5, 255
 _LIM = 2**62
+#: per set of types read in bulk: which type codes are read one by one
+_ODD: dict[tuple[int, ...], np.ndarray] = {}
 
 
 class LineTooLong(Exception):
@@ -160,6 +162,7 @@ class ScannedChunk:
         self.line_of = np.frombuffer(line_of, np.int64) + line_offset
         self.types = np.frombuffer(stype, np.uint8).reshape(self.n, n_keys)
         self.vals = np.frombuffer(sval, np.int64).reshape(self.n, n_keys)
+        self._by_key: tuple[np.ndarray, np.ndarray] | None = None
         self.fallback = np.frombuffer(fallback, np.int64).reshape(-1, 3) + np.array(
             [line_offset, 0, 0]
         )
@@ -175,10 +178,19 @@ class ScannedChunk:
         out = object.__new__(ScannedChunk)
         out.__dict__.update(self.__dict__)
         for name in ("name_codes", "start", "end", "span_id", "parent", "trace_codes",
-                     "line_of", "types", "vals"):  # fmt: skip
+                     "line_of"):  # fmt: skip
             setattr(out, name, getattr(self, name)[rows])
+        out.types = self.types[rows]
+        out.vals = self.vals[rows]
+        out._by_key = None
         out.n = len(rows)
         return out
+
+    def by_key(self) -> tuple[np.ndarray, np.ndarray]:
+        """The slot types and values as keys x spans (each key's column contiguous)."""
+        if self._by_key is None:
+            self._by_key = (self.types.T.copy(), self.vals.T.copy())
+        return self._by_key
 
     def code_of(self, text: str) -> int:
         """The text-space code of a string made here (a number shown as text, a link name)."""
@@ -195,8 +207,7 @@ class Slots:
 
     def __init__(self, chunk: ScannedChunk, key: int) -> None:
         self.c = chunk
-        self.t = chunk.types[:, key]
-        self.v = chunk.vals[:, key]
+        self.t, self.v = (c[key] for c in chunk.by_key())
 
     def value(self, k: int) -> Any:
         """Row ``k``'s Python value (None where absent or without a value)."""
@@ -213,11 +224,11 @@ class Slots:
 
     def _odd(self, ok: tuple[int, ...]) -> np.ndarray:
         """Rows whose type is none of ``ok`` and that hold a value (read one by one)."""
-        t = self.t
-        m = (t != _ABSENT) & (t != _NONE)
-        for x in ok:
-            m &= t != x
-        return np.flatnonzero(m)
+        table = _ODD.get(ok)
+        if table is None:
+            table = _ODD[ok] = np.ones(256, bool)
+            table[[_ABSENT, _NONE, *ok]] = False
+        return np.flatnonzero(table[self.t])
 
     def present(self) -> np.ndarray:
         return self.t != _ABSENT  # type: ignore[no-any-return]
