@@ -454,3 +454,55 @@ def test_port_stats_on_a_slow_nic_run(tmp_path: Path) -> None:
     got = collectives.port_stats(table)
     assert got == _reference_port_stats(table)
     assert [p["host"] for p in got if p["chosen"]] == ["host1"]
+
+
+def _reference_per_name(table: Any, category: Any, groups: dict[int, int] | None) -> Any:
+    """The former per-name imbalance rows: a mask over the rows per peer group."""
+    from otel_ext._arrays import distinct
+    from otel_ext.analysis import imbalance
+
+    rows = np.flatnonzero((table["category"] == category) & (table["rank"] >= 0))
+    if len(rows) == 0:
+        return []
+    ranks = table["rank"][rows].astype(np.int64)
+    gcode = imbalance._group_codes(ranks, groups)
+    out: list[dict[str, Any]] = []
+    for g in distinct(gcode):
+        m = gcode == g
+        out.extend(imbalance._per_name_in(table, rows[m], ranks[m], int(g) if g >= -1 else -1))
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    spans=st.lists(
+        st.tuples(
+            st.integers(0, 7),  # rank
+            st.sampled_from(["ProfilerStep#1", "ProfilerStep#2", "layer0", "layer1"]),
+            st.integers(1, 1000),  # duration
+        ),
+        max_size=40,
+    ),
+    grouping=st.sampled_from(
+        [None, {}, {r: r // 4 for r in range(8)}, {r: r % 3 for r in range(6)}]
+    ),
+)
+def test_imbalance_groups_equal_a_mask_per_group(
+    spans: list[tuple[int, str, int]], grouping: dict[int, int] | None
+) -> None:
+    from otel_ext.analysis import imbalance
+
+    table = EventTable.from_rows(
+        dict(start_ns=k * 2000, end_ns=k * 2000 + d, rank=r, name=n,
+             category=Category.STEP if n.startswith("Profiler") else Category.LAYER)
+        for k, (r, n, d) in enumerate(spans)
+    )  # fmt: skip
+    for cat, key in ((Category.STEP, "steps"), (Category.LAYER, "layers")):
+        tests: dict[str, Any] = {}
+        got = imbalance._per_name(table, cat, limit=10**6, groups=grouping, tests=tests, key=key)
+        ref = _reference_per_name(table, cat, grouping)
+        has_rows = bool(((table["category"] == cat) & (table["rank"] >= 0)).any())
+        assert (key in tests) == has_rows
+        assert tests.get(key) == (imbalance.persistence_test(ref) if has_rows else None)
+        ref.sort(key=lambda x: -x["imbalance"])
+        assert got == ref

@@ -115,9 +115,13 @@ def _per_name(
     ranks = table["rank"][rows].astype(np.int64)
     gcode = _group_codes(ranks, groups)
     out: list[dict[str, Any]] = []
-    for g in distinct(gcode):
-        m = gcode == g
-        out.extend(_per_name_in(table, rows[m], ranks[m], int(g) if g >= -1 else -1))
+    # each group's rows from one stable sort (a mask per group would be quadratic in them)
+    order = np.argsort(gcode, kind="stable")
+    sorted_g = gcode[order]
+    bounds = np.flatnonzero(np.r_[True, sorted_g[1:] != sorted_g[:-1]])
+    for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(order)].tolist()):
+        g, pos = sorted_g[b], order[b:e]
+        out.extend(_per_name_in(table, rows[pos], ranks[pos], int(g) if g >= -1 else -1))
     tests[key] = persistence_test(out)  # over every row, before the listing is cut
     out.sort(key=lambda x: -x["imbalance"])
     return out[:limit]
