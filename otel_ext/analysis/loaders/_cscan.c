@@ -227,6 +227,7 @@ static int scan_string(Parser *P, Str *out) {
     out->s = p;
     out->esc = 0;
     for (;;) {
+        while (end - p >= 4 && (plain[p[0]] & plain[p[1]] & plain[p[2]] & plain[p[3]])) p += 4;
         while (p < end && plain[*p]) p++;
         if (p >= end) return 0;
         unsigned char c = *p;
@@ -862,6 +863,14 @@ typedef struct {
     int64_t lineno;
     int16_t ktab[256];
     uint64_t khash[MAX_OTLP_KEYS];
+    /* the last raw text seen of a trace id and of each key's string value, and its code:
+     * runs of equal values (a resource's host, a trace's spans) skip the dictionary */
+    const unsigned char *last_trace_s;
+    size_t last_trace_n;
+    int32_t last_trace_code;
+    const unsigned char *last_str_s[MAX_OTLP_KEYS];
+    size_t last_str_n[MAX_OTLP_KEYS];
+    int32_t last_str_code[MAX_OTLP_KEYS];
 } OOut;
 
 static void oout_free(OOut *o) {
@@ -981,8 +990,20 @@ static int on_anyvalue(Parser *P, void *vctx, const Str *k) {
         if (!scan_value(P, &v) || v.kind != K_STR) return 0;
         const unsigned char *t;
         size_t n;
-        if (!string_text(P, &v.str, &t, &n)) return 0;
-        c->str = dict_code(&c->o->strs, t, n);
+        OOut *o = c->o;
+        int w = c->want;
+        if (!v.str.esc && o->last_str_s[w] && o->last_str_n[w] == v.str.n &&
+            memcmp(o->last_str_s[w], v.str.s, v.str.n) == 0) {
+            c->str = o->last_str_code[w];
+        } else {
+            if (!string_text(P, &v.str, &t, &n)) return 0;
+            c->str = dict_code(&o->strs, t, n);
+            if (c->str >= 0 && !v.str.esc) {
+                o->last_str_s[w] = v.str.s;
+                o->last_str_n[w] = v.str.n;
+                o->last_str_code[w] = c->str;
+            }
+        }
         if (c->str < 0) return 0;
         c->type = T_STR;
     } else if (key_is(k, "intValue", 8)) {
@@ -1243,6 +1264,11 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
         case 0: {
             if (!scan_value(P, &v) || v.kind != K_STR || v.str.esc) return 0;
             if (v.str.n != 0 && v.str.n != 32) return 0;
+            if (o->last_trace_s && o->last_trace_n == v.str.n &&
+                memcmp(o->last_trace_s, v.str.s, v.str.n) == 0) {
+                c->trace = o->last_trace_code;
+                return 1;
+            }
             unsigned char low[32];
             for (size_t i = 0; i < v.str.n; i++) {
                 int h = hexval(v.str.s[i]);
@@ -1250,6 +1276,10 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
                 low[i] = (unsigned char)"0123456789abcdef"[h];
             }
             c->trace = dict_code(&o->traces, low, v.str.n);
+            if (c->trace < 0) return 0;
+            o->last_trace_s = v.str.s;
+            o->last_trace_n = v.str.n;
+            o->last_trace_code = c->trace;
             return c->trace >= 0;
         }
         case 1:
