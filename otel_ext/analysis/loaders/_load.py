@@ -223,7 +223,8 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
 def _load_otlp(
     p: Path, fmt: str, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
 ) -> FileResult:
-    """An OTLP-JSON file, streamed a line (one export request) at a time."""
+    """An OTLP-JSON file: read whole when plain (up to :data:`_OTLP_WHOLE_MAX`), else streamed,
+    and decoded in chunks of whole lines (one export request each)."""
     from otel_ext.analysis.loaders.spans import load_otlp_traces_pieces
     from otel_ext.config import MAX_RECORD_BYTES, resolve
 

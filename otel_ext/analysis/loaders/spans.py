@@ -8,11 +8,14 @@ domain and raw device ticks, FLOP and byte estimates. The span name (from
 
 OTLP-JSON (``traces.jsonl``, our file exporter and the Collector's): one
 ``ExportTraceServiceRequest`` per line, ids in hex (the OTLP/JSON encoding) or base64 (the
-protobuf JSON mapping), times as decimal strings of nanoseconds. Each line is decoded by the
-project's one OTLP-JSON decoder (:mod:`otel_ext.exporters.otlp_format`) into typed records, and the
-columns of all its spans are pulled out whole (``map``/``attrgetter`` and numpy, no Python
-code per span): :class:`OtlpSpanColumns`. A line the typed decoder rejects is re-read one span
-at a time, so a bad span costs that span (named), not the line.
+protobuf JSON mapping), times as decimal strings of nanoseconds. The compiled extractor
+reads chunks of whole lines, on threads (:func:`load_otlp_traces_pieces`,
+:mod:`otel_ext.analysis.loaders._otlp_fast`); the lines it is not sure of (and every line
+where it is not built) are decoded by the project's one OTLP-JSON decoder
+(:mod:`otel_ext.exporters.otlp_format`) into typed records whose columns are pulled out whole
+(``map``/``attrgetter`` and numpy). Either way there is no Python code per span:
+:class:`OtlpSpanColumns`. A line the typed decoder rejects is re-read one span at a time, so
+a bad span costs that span (named), not the line.
 Jaeger exports (:mod:`otel_ext.analysis.loaders.jaeger`) are read span by span through
 :class:`SpanRows`, the reference the OTLP columns are tested against.
 
