@@ -8,8 +8,9 @@ configurations measured in the same run, interleaved round by round (median of t
 * ``kernel only``: a pass-through Python kernel registered the way the Python hook is
   (``torch.library`` ``impl`` on ``c10d::allreduce_`` at ``AutogradCPU``, continuing with
   ``redispatch``), recording nothing: the floor of any Python-level hook below the wrappers;
-* ``traced``: ``TorchDistributedInstrumentor`` (native kernels) with a tracer provider and a
-  no-op meter;
+* ``no-op providers``: ``TorchDistributedInstrumentor`` (native kernels) with a no-op tracer
+  and meter: the hook, the C++ poller and the drain, without the SDK's span and metric work;
+* ``traced``: the same with an SDK tracer provider (batch processor) and a no-op meter;
 * ``traced+metrics``: the same with an SDK ``MeterProvider`` (in-memory reader): the issue's
   figure (target: at most 3 us added per call on the workload thread);
 * ``python hook+metrics``: ``traced+metrics`` with ``native=False`` (the fallback without a
@@ -73,6 +74,7 @@ def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) 
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import NoOpTracerProvider
 
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
 
@@ -87,6 +89,7 @@ def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) 
     configs: dict[str, tuple[object, bool]] = {
         "bare": (None, True),
         "kernel only": ("passthrough", True),
+        "no-op providers": ("noop", True),
         "traced": (NoOpMeterProvider(), True),
         "traced+metrics": (meters, True),
         "python hook+metrics": (meters, False),
@@ -111,7 +114,13 @@ def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) 
                     results.setdefault((label, name), []).append(_per_call(call, iters))
                     lib._destroy()
                     continue
-                if meter is not None:
+                if meter == "noop":
+                    inst.instrument(
+                        tracer_provider=NoOpTracerProvider(),
+                        meter_provider=NoOpMeterProvider(),
+                        native=native,
+                    )
+                elif meter is not None:
                     inst.instrument(tracer_provider=provider, meter_provider=meter, native=native)
                     if native and not inst.native:
                         raise SystemExit("native hook unavailable: " + str(_native_status()))
