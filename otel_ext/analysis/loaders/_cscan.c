@@ -1102,6 +1102,43 @@ static int on_kv(Parser *P, void *vctx, const Str *k) {
     return skip_value(P);
 }
 
+/* A KeyValue written compactly, {"key":"K","value":{...}} (what our exporter and the
+ * Collector write), read without the general member loop: the same checks on the same text
+ * (the key and every value member scanned as the general path scans them). 1 when read,
+ * 0 -- P unchanged -- for the general path to read it (any other form, or an error). */
+static int kv_fast(Parser *P, KVCtx *c) {
+    const unsigned char *start = P->p;
+    int depth = P->depth;
+    if (P->end - P->p < 8 || memcmp(P->p, "{\"key\":\"", 8) != 0 || depth + 1 > MAX_DEPTH)
+        return 0;
+    P->p += 7;
+    Str k;
+    int want;
+    if (!scan_string(P, &k) || k.esc) goto general;
+    if (P->end - P->p < 10 || memcmp(P->p, ",\"value\":{", 10) != 0) goto general;
+    P->p += 9;
+    P->depth = depth + 1;
+    want = want_key(c->o, &k);
+    if (want < 0) {
+        if (!skip_value(P)) goto general;
+    } else {
+        av_init(&c->a, c->o, want);
+        if (!scan_object(P, on_anyvalue, &c->a) || c->a.n_members > 1) goto general;
+        c->parsed = 1;
+    }
+    if (P->p >= P->end || *P->p != '}') goto general;
+    P->p++;
+    P->depth = depth;
+    c->want = want;
+    c->seen_key = c->seen_value = 1;
+    return 1;
+general:
+    P->p = start;
+    P->depth = depth;
+    c->parsed = 0;
+    return 0;
+}
+
 static int scan_attributes(Parser *P, OOut *o, int64_t row) {
     if (P->p < P->end && *P->p == 'n') return 0; /* null where a list belongs */
     if (P->p >= P->end || *P->p != '[') return 0;
@@ -1119,7 +1156,7 @@ static int scan_attributes(Parser *P, OOut *o, int64_t row) {
         c.o = o;
         c.row = row;
         c.want = -1;
-        if (!scan_object(P, on_kv, &c)) return 0;
+        if (!kv_fast(P, &c) && !scan_object(P, on_kv, &c)) return 0;
         if (c.want >= 0) {
             if (!c.parsed) {
                 av_init(&c.a, o, c.want);
