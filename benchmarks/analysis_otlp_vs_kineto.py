@@ -4,8 +4,8 @@ streaming set; counter correlation grouped once against a scan per series; gzip 
     python benchmarks/analysis_otlp_vs_kineto.py [--repeat 3] [--copies 24] [--skip-memory]
 
 * **events/s**: ``load_file`` on the OTLP-JSON traces and metrics of ``otel-ext simulate
-  --hosts 2 --chips 8 --requests 50`` (spans on one thread and on the default threads, metric
-  points) and on real profiler traces (``a100_train``, ``v100_train``; events), all plain
+  --hosts 2 --chips 8 --requests 50`` (spans on one thread and on one per core, metric
+  points on one) and on real profiler traces (``a100_train``, ``v100_train``; events), all plain
   files (neither pays gunzip), timed in turn each round, best of ``--repeat`` rounds in this
   process. Prints each OTLP rate over the Kineto one (target >= 0.5) and per MB/s.
 * **memory**: one fresh process loads a folder of ``--copies`` copies of the simulated
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import shutil
 import subprocess
 import sys
@@ -49,26 +50,32 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
 def events_per_second(work: Path, repeat: int) -> None:
     """OTLP spans and metric points against Kineto events, ``load_file`` in this process,
     the inputs timed in turn within each round (a busy machine slows all alike), best of
-    ``repeat`` rounds. OTLP spans twice: on one thread and on the default threads (the
-    extractor decodes chunks of one file in parallel; Kineto here is one thread)."""
+    ``repeat`` rounds. OTLP spans twice: on one thread and on one thread per core (the
+    extractor decodes chunks of one file in parallel; Kineto here is one thread); metric
+    points on one thread."""
     from otel_ext.analysis.loaders import _otlp_fast, load_file
 
-    default_threads = _otlp_fast._threads()
+    cores = _otlp_fast._cores()
+    print(f"cores {cores}, load average {os.getloadavg()[0]:.1f}: the loader's default now "
+          f"{_otlp_fast._threads()} thread(s) per file")  # fmt: skip
 
-    def one_thread(p: Path) -> Any:
-        saved = _otlp_fast._threads
-        _otlp_fast._threads = lambda: 1  # type: ignore[assignment]
-        try:
-            return load_file(p)
-        finally:
-            _otlp_fast._threads = saved
+    def on_threads(n: int) -> Any:
+        def run(p: Path) -> Any:
+            saved = _otlp_fast._threads
+            _otlp_fast._threads = lambda: n  # type: ignore[assignment]
+            try:
+                return load_file(p)
+            finally:
+                _otlp_fast._threads = saved
+
+        return run
 
     otlp = work / "sim" / "traces.jsonl"
     metrics = work / "sim" / "metrics.jsonl"
     cases: list[tuple[str, str, Path, Any]] = [
-        ("otlp spans, 1 thread", otlp.name, otlp, one_thread),
-        (f"otlp spans, {default_threads} threads", otlp.name, otlp, load_file),
-        ("otlp metric points", metrics.name, metrics, load_file),
+        ("otlp spans, 1 thread", otlp.name, otlp, on_threads(1)),
+        (f"otlp spans, {cores} threads", otlp.name, otlp, on_threads(cores)),
+        ("otlp metric points", metrics.name, metrics, on_threads(1)),
     ]
     for rel in KINETO:
         src = TRACES / rel

@@ -99,12 +99,24 @@ def buffer_chunks(data: bytes, *, target: int = CHUNK_BYTES) -> Iterator[memoryv
         pos = stop
 
 
-def _threads() -> int:
+def _cores() -> int:
     try:
-        n = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 4))
+        return os.cpu_count() or 1
+
+
+def _threads() -> int:
+    """Threads for the chunks of one file: the cores that are idle (this process's own
+    included, from the one-minute load average), at least 1 and at most 4. On a busy
+    machine a second thread only adds hand-offs (measured: ``benchmarks/
+    analysis_otlp_vs_kineto.py``)."""
+    cores = _cores()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - no load average
+        load = 0.0
+    return max(1, min(4, cores, int(cores - load + 1)))
 
 
 def scan_chunks(
