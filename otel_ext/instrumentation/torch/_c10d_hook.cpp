@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <set>
@@ -53,7 +54,7 @@ namespace py = pybind11;
 namespace {
 
 constexpr int64_t kNone = INT64_MIN;
-constexpr int64_t kPollNs = 500000;  // 0.5 ms, as the Python poller
+constexpr int64_t kPollNs = 500000;  // 0.5 ms, as the Python poller (default)
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -211,6 +212,11 @@ class Hook : public std::enable_shared_from_this<Hook> {
  public:
   Hook(std::vector<Spec> specs, size_t capacity, py::object ctxvar)
       : specs_(std::move(specs)), capacity_(capacity), ring_(capacity) {
+    // OTEL_EXT_COLLECTIVE_POLL_US: the poller's period (benchmarks; default 500).
+    if (const char* v = std::getenv("OTEL_EXT_COLLECTIVE_POLL_US")) {
+      const long us = std::strtol(v, nullptr, 10);
+      if (us > 0 && us <= 1000000) poll_ns_ = static_cast<int64_t>(us) * 1000;
+    }
     ctxvar_ = ctxvar.is_none() ? nullptr : ctxvar.release().ptr();
     poller_ = std::thread([this] { poll_loop(); });
   }
@@ -522,11 +528,11 @@ class Hook : public std::enable_shared_from_this<Hook> {
         r = Record();
       }
       if (watching_.empty()) {
-        std::this_thread::sleep_for(std::chrono::nanoseconds(kPollNs));
+        std::this_thread::sleep_for(std::chrono::nanoseconds(poll_ns_));
         continue;
       }
       look();
-      if (!watching_.empty()) std::this_thread::sleep_for(std::chrono::nanoseconds(kPollNs));
+      if (!watching_.empty()) std::this_thread::sleep_for(std::chrono::nanoseconds(poll_ns_));
     }
   }
 
@@ -589,6 +595,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
 
   std::vector<Spec> specs_;
   size_t capacity_;
+  int64_t poll_ns_ = kPollNs;
   Ring ring_;
   PyObject* ctxvar_ = nullptr;
   std::atomic<bool> closed_{false};
