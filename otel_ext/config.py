@@ -254,3 +254,28 @@ DASK_SCHEDULER = _declare(
         "Where `otel-ext analyze` reads the files when `--scheduler` is not given: `local:N` (a local Dask cluster of N worker processes), `tcp://HOST:PORT` of a Dask scheduler, or a scheduler file; empty: in process.",
     )
 )
+
+TORCH_NATIVE_HOOK = _declare(
+    EnvVar(
+        "OTEL_EXT_TORCH_NATIVE_HOOK",
+        str,
+        "auto",
+        "Native (C++) collective recording kernels: `auto` (built once when needed, then loaded), `cached` (loaded only when already built), `off` (the Python hook).",
+    )
+)
+NATIVE_CACHE = _declare(
+    EnvVar(
+        "OTEL_EXT_NATIVE_CACHE",
+        str,
+        "",
+        "Folder where the native collective hook is compiled and cached (default: `~/.cache/otel-ext/native`).",
+    )
+)
+COLLECTIVE_POLL_US = _declare(
+    EnvVar(
+        "OTEL_EXT_COLLECTIVE_POLL_US",
+        int,
+        500,
+        "Microseconds between two looks of the native collective hook's poller at open works (the width of a host-timed collective span's completion bracket).",
+    )
+)

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from otel_ext import config
+
 __all__ = ["STATUS", "build", "cache_key", "load", "mode"]
 
 _LOG = logging.getLogger(__name__)
@@ -49,11 +51,13 @@ _module: ModuleType | None = None
 
 def mode() -> str:
     """``OTEL_EXT_TORCH_NATIVE_HOOK`` (``auto``, ``cached`` or ``off``; unset or bad: auto)."""
-    raw = os.environ.get("OTEL_EXT_TORCH_NATIVE_HOOK", "").strip().lower()
-    if raw and raw not in _MODES:
-        _LOG.warning("OTEL_EXT_TORCH_NATIVE_HOOK=%r is not one of %s; using auto", raw, _MODES)
+    raw = config.resolve(config.TORCH_NATIVE_HOOK).strip().lower()
+    if raw not in _MODES:
+        _LOG.warning(
+            "%s=%r is not one of %s; using auto", config.TORCH_NATIVE_HOOK.name, raw, _MODES
+        )
         return "auto"
-    return raw or "auto"
+    return raw
 
 
 def cache_key(source: str, *, torch_version: str, python: str) -> str:
@@ -63,7 +67,7 @@ def cache_key(source: str, *, torch_version: str, python: str) -> str:
 
 
 def _cache_dir() -> Path:
-    raw = os.environ.get("OTEL_EXT_NATIVE_CACHE", "").strip()
+    raw = config.resolve(config.NATIVE_CACHE)
     return Path(raw) if raw else Path.home() / ".cache" / "otel-ext" / "native"
 
 
@@ -160,7 +164,7 @@ def load() -> ModuleType | None:
         return None  # tried in this process already (a failed build is not retried)
     chosen = mode()
     if chosen == "off":
-        STATUS.update(state="off", reason="OTEL_EXT_TORCH_NATIVE_HOOK=off")
+        STATUS.update(state="off", reason=f"{config.TORCH_NATIVE_HOOK.name}=off")
         return None
     try:
         path, name = _target()

@@ -6,8 +6,11 @@ one dispatcher op of the ``c10d`` library (``c10d::allreduce_``, ``c10d::_allgat
 it taken before ``instrument()``, coalesced and ``batch_isend_irecv`` calls, FSDP2), the
 C++ callers (DDP's reducer, the ``_c10d_functional`` ops behind functional collectives,
 DTensor redistributions and tensor-parallel layers, and the code ``torch.compile`` emits for
-them). The instrumentor registers a recording kernel for each op at the ``AutogradCPU`` and
-``AutogradCUDA`` dispatch keys, which continues the dispatch below autograd; pass-through
+them). The native kernels also hook the symmetric-memory collectives (``symm_mem::*``
+all-reduce, all-gather and reduce-scatter ops, CUDA-only; group named by a string, no
+``Work``: timing ``enqueue``). The instrumentor registers a recording kernel for each op at
+the ``AutogradCPU`` and ``AutogradCUDA`` dispatch keys, which continues the dispatch below
+autograd; pass-through
 kernels at the same keys of the ``_c10d_functional`` ops let their nested process-group
 calls reach it. ``uninstrument()`` deletes the registrations, which restores the originals.
 
