@@ -2,7 +2,8 @@
 
 Real gloo jobs (torch.multiprocessing, spawn): a full ring drops records and counts them while
 sequence numbers, and so ids, stay aligned across ranks; spans keep the caller's context as
-parent, on the workload thread and on another Python thread; symmetric-memory all-reduce has
+parent, on the workload thread and on another Python thread, and a forked child's copy of the
+hook records nothing and never waits; symmetric-memory all-reduce has
 a recording kernel, and a call through it (Meta-dispatched: its real kernels are CUDA-only)
 records a span. In fresh interpreters: without a C++ compiler, or with
 ``OTEL_EXT_TORCH_NATIVE_HOOK=off``, the instrumentor uses the Python hook, says why, and still
@@ -122,6 +123,17 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     result["dropped_after"] = inst.dropped
     inst.uninstrument()
     result["recording_after"] = inst.recording_ops
+    # 3. A forked child: its copy of the hook has no poller; it records nothing, never waits.
+    inst.instrument(tracer_provider=provider, meter_provider=NoOpMeterProvider())
+    pid = os.fork()
+    if pid == 0:
+        child = inst._state
+        ok = child is not None and child.native.forked() and inst.flush(5) is False
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    result["fork_child_exit"] = os.waitstatus_to_exitcode(status)
+    result["parent_forked"] = inst._state.native.forked()  # type: ignore[union-attr]
+    inst.uninstrument()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
     provider.shutdown()
@@ -171,6 +183,7 @@ def test_spans_keep_the_callers_context_on_every_thread(job: Any) -> None:
         assert by_op["broadcast"]["parent"] == res["thread_span"]
         assert by_op["barrier"]["parent"] is None
         assert res["dropped_after"] == 0
+        assert res["fork_child_exit"] == 0 and res["parent_forked"] is False
 
 
 @pytest.mark.integration

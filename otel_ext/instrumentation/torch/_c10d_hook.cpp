@@ -34,6 +34,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/library.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -54,6 +56,12 @@ namespace py = pybind11;
 namespace {
 
 constexpr int64_t kNone = INT64_MIN;
+
+// Counts forks (in the child): a hook made before the fork lost its poller thread, and a lock
+// may have been held by another thread at that moment, so its kernels only redispatch there;
+// a hook made in the child (instrument() again) records.
+std::atomic<uint64_t> g_fork_generation{0};
+void mark_forked() { g_fork_generation.fetch_add(1); }
 constexpr int64_t kPollNs = 500000;  // 0.5 ms, as the Python poller (default)
 
 int64_t now_ns() {
@@ -226,7 +234,8 @@ class Hook : public std::enable_shared_from_this<Hook> {
   // -- workload thread ----------------------------------------------------------------------
   void record(int idx, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
               torch::jit::Stack* stack) {
-    if (closed_.load(std::memory_order_relaxed)) {
+    if (closed_.load(std::memory_order_relaxed) ||
+        g_fork_generation.load(std::memory_order_relaxed) != generation_) {
       op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
       return;
     }
@@ -315,6 +324,8 @@ class Hook : public std::enable_shared_from_this<Hook> {
     return static_cast<int64_t>(pushed_.load()) - static_cast<int64_t>(delivered_.load());
   }
   int64_t dropped() const { return static_cast<int64_t>(dropped_.load()); }
+  // Whether this process was forked after the hook was made (then it records nothing).
+  bool forked() const { return g_fork_generation.load() != generation_; }
   int64_t invalid() const { return static_cast<int64_t>(invalid_.load()); }
   int64_t issued() const { return static_cast<int64_t>(issued_.load()); }
   // Tests: stop taking records from the ring (so a burst fills it deterministically).
@@ -491,6 +502,13 @@ class Hook : public std::enable_shared_from_this<Hook> {
 
   // -- poller thread (no GIL) ---------------------------------------------------------------
   void stop_poller() {
+    if (forked()) {
+      // The poller thread does not exist in this (forked) process: never join it, and keep
+      // the std::thread object from terminating the process when destroyed.
+      stopping_.store(true);
+      if (poller_.joinable()) new std::thread(std::move(poller_));
+      return;
+    }
     if (stopping_.exchange(true)) {
       if (poller_.joinable() && poller_.get_id() != std::this_thread::get_id()) poller_.join();
       return;
@@ -601,6 +619,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
   std::atomic<bool> closed_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> paused_{false};
+  const uint64_t generation_ = g_fork_generation.load();
   std::atomic<uint64_t> issued_{0}, pushed_{0}, delivered_{0}, dropped_{0}, invalid_{0};
   std::atomic<int64_t> give_up_before_{0}, give_up_after_{0};
   std::mutex seq_mu_;
@@ -697,6 +716,7 @@ class Installation {
 
 PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
   m.doc() = "otel-ext native recording kernels for the c10d dispatcher ops (see _c10d_native.py)";
+  pthread_atfork(nullptr, nullptr, &mark_forked);
   py::class_<Hook, std::shared_ptr<Hook>>(m, "Hook")
       .def(py::init([](const std::vector<std::tuple<int, int, int, int, int, bool, bool, int>>& specs,
                        size_t capacity, py::object ctxvar) {
@@ -715,6 +735,7 @@ PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
       .def("invalid", &Hook::invalid)
       .def("issued", &Hook::issued)
       .def("pause", &Hook::pause)
+      .def("forked", &Hook::forked)
       .def("shutdown", &Hook::shutdown);
   py::class_<Installation>(m, "Installation")
       .def(py::init<std::shared_ptr<Hook>,

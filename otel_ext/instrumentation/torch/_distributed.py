@@ -939,6 +939,8 @@ class _State:
     def _flush_native(self, left: Callable[[], float | None]) -> bool:
         hook = self.native
         assert hook is not None
+        if hook.forked():  # a forked child: no poller here, and nothing recorded
+            return False
         began = time.time_ns()
         hook.flush_window(began, began + _FLUSH_GRACE_NS)
         while True:
@@ -954,7 +956,7 @@ class _State:
         self.flush(timeout)
         self.closed = True
         if self.native is not None:
-            if self.drainer is not None:
+            if self.drainer is not None and self.drainer.is_alive():
                 self.drainer.join(timeout)
             with self.drain_lock:
                 self.native.shutdown()
