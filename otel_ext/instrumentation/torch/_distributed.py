@@ -1042,7 +1042,11 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     @property
     def dropped(self) -> int:
-        """Records dropped because the queue was full (their sequence numbers are kept)."""
+        """Records dropped because the queue (ring) was full; their sequence numbers are kept.
+
+        With the native kernels this also counts calls whose arguments could not be read
+        (none expected; such a call is not sequenced).
+        """
         state = self._state
         if state is None:
             return 0
