@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_ext._arrays import median
-from otel_ext.analysis import collectives, counters, requests
+from otel_ext.analysis import collectives, counters, requests, serving
 from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.loaders import MetricPoints, load_paths
 from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_value
@@ -506,3 +506,107 @@ def test_imbalance_groups_equal_a_mask_per_group(
         assert tests.get(key) == (imbalance.persistence_test(ref) if has_rows else None)
         ref.sort(key=lambda x: -x["imbalance"])
         assert got == ref
+
+
+def _reference_join(table: EventTable, engine: EventTable) -> dict[str, Any]:
+    """The former :func:`join_serving`: a mask over the whole table per request."""
+    cat = engine["category"]
+    req = np.flatnonzero(cat == Category.REQUEST)
+    names = engine.strings["name"]
+    t_trace = table.strings["trace_id"]
+    code_of = {s: i for i, s in enumerate(t_trace) if s}
+    start, end = table["start_ns"], table["end_ns"]
+    tcat = table["category"]
+    is_dev = np.isin(tcat, [int(c) for c in DEVICE_CATEGORIES])
+    is_coll = (tcat == Category.COLLECTIVE) | (tcat == Category.KERNEL_COMM)
+    hosts = table.strings["host"]
+    host_code = {h: i for i, h in enumerate(hosts) if h}
+    out = []
+    for r in req.tolist():
+        tid = engine.strings["trace_id"][int(engine["trace_id"][r])]
+        host = engine.strings["host"][int(engine["host"][r])]
+        a, b = int(engine["start_ns"][r]), int(engine["end_ns"][r])
+        code = code_of.get(tid)
+        mine = (table["trace_id"] == code) if code is not None else np.zeros(len(table), bool)
+        how: str | None = "trace" if mine.any() else None
+        if how is None:
+            mine = (start < b) & (end > a) & (is_dev | is_coll)
+            if host and host in host_code:
+                mine &= table["host"] == host_code[host]
+            elif host:
+                mine &= False
+            how = "time" if mine.any() else None
+        busy: dict[str, int] = {}
+        dev_rows = np.flatnonzero(mine & is_dev)
+        for d in np.unique(table["device"][dev_rows]).tolist():
+            rows = dev_rows[table["device"][dev_rows] == d]
+            s_, e_ = np.clip(start[rows], a, b), np.clip(end[rows], a, b)
+            busy[table.strings["device"][int(d)] or "?"] = serving.union_length(s_, e_)
+        crow = np.flatnonzero(mine & is_coll)
+
+        out.append(
+            {
+                "request": names[int(engine["name"][r])],
+                "engine": engine.strings["source"][int(engine["source"][r])],
+                "trace_id": tid,
+                "host": host,
+                "joined_by": how,
+                "otel_ext_rows": int(mine.sum()),
+                "device_busy_ns": dict(sorted(busy.items())),
+                "collective_ns": serving.union_length(
+                    np.clip(start[crow], a, b), np.clip(end[crow], a, b)
+                ),
+            }
+        )
+    return {
+        "requests": len(out),
+        "joined_by_trace": sum(1 for x in out if x["joined_by"] == "trace"),
+        "joined_by_time": sum(1 for x in out if x["joined_by"] == "time"),
+        "rows": out,
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 100),  # start
+            st.integers(0, 30),  # duration
+            st.sampled_from(["t1", "t2", "t3", ""]),
+            st.sampled_from(["h0", "h1", ""]),
+            st.sampled_from(["h0/chip0", "h0/chip1", "h1/chip0", ""]),
+            st.sampled_from(
+                [
+                    Category.KERNEL_COMPUTE,
+                    Category.KERNEL_COMM,
+                    Category.LAYER,
+                    Category.COLLECTIVE,
+                    Category.RUNTIME,
+                ]
+            ),
+        ),
+        max_size=30,
+    ),
+    reqs=st.lists(
+        st.tuples(
+            st.integers(0, 100),
+            st.integers(1, 60),
+            st.sampled_from(["t1", "t4", ""]),
+            st.sampled_from(["h0", "h1", "", "h9"]),
+        ),
+        max_size=8,
+    ),
+)
+def test_serving_join_equals_a_mask_per_request(
+    rows: list[tuple[Any, ...]], reqs: list[tuple[Any, ...]]
+) -> None:
+    table = EventTable.from_rows(
+        dict(start_ns=s, end_ns=s + d, trace_id=t, host=h, device=dv, category=c, rank=0)
+        for s, d, t, h, dv, c in rows
+    )
+    engine = EventTable.from_rows(
+        dict(start_ns=s, end_ns=s + d, trace_id=t, host=h, category=Category.REQUEST,
+             name=f"req{k}", source="vllm")
+        for k, (s, d, t, h) in enumerate(reqs)
+    )  # fmt: skip
+    assert serving.join_serving(table, engine) == _reference_join(table, engine)

@@ -298,28 +298,38 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
     is_coll = (tcat == Category.COLLECTIVE) | (tcat == Category.KERNEL_COMM)
     hosts = table.strings["host"]
     host_code = {h: i for i, h in enumerate(hosts) if h}
+    # the rows of each trace from one stable sort (a mask per request would be quadratic)
+    t_codes = table["trace_id"]
+    order = np.argsort(t_codes, kind="stable")
+    sorted_t = t_codes[order]
     out = []
     for r in req.tolist():
         tid = serving.strings["trace_id"][int(serving["trace_id"][r])]
         host = serving.strings["host"][int(serving["host"][r])]
         a, b = int(serving["start_ns"][r]), int(serving["end_ns"][r])
         code = code_of.get(tid)
-        mine = (table["trace_id"] == code) if code is not None else np.zeros(len(table), bool)
-        how: str | None = "trace" if mine.any() else None
+        # the request's rows, ascending: its trace's, else the device and collective rows on
+        # its host inside its span
+        idx = np.zeros(0, dtype=np.int64)
+        if code is not None:
+            lo, hi = np.searchsorted(sorted_t, [code, code + 1])
+            idx = order[lo:hi]
+        how: str | None = "trace" if len(idx) else None
         if how is None:
             mine = (start < b) & (end > a) & (is_dev | is_coll)
             if host and host in host_code:
                 mine &= table["host"] == host_code[host]
             elif host:
                 mine &= False
-            how = "time" if mine.any() else None
+            idx = np.flatnonzero(mine)
+            how = "time" if len(idx) else None
         busy: dict[str, int] = {}
-        dev_rows = np.flatnonzero(mine & is_dev)
+        dev_rows = idx[is_dev[idx]]
         for d in np.unique(table["device"][dev_rows]).tolist():
             rows = dev_rows[table["device"][dev_rows] == d]
             s_, e_ = np.clip(start[rows], a, b), np.clip(end[rows], a, b)
             busy[table.strings["device"][int(d)] or "?"] = union_length(s_, e_)
-        crow = np.flatnonzero(mine & is_coll)
+        crow = idx[is_coll[idx]]
 
         out.append(
             {
@@ -328,7 +338,7 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
                 "trace_id": tid,
                 "host": host,
                 "joined_by": how,
-                "otel_ext_rows": int(mine.sum()),
+                "otel_ext_rows": len(idx),
                 "device_busy_ns": dict(sorted(busy.items())),
                 "collective_ns": union_length(np.clip(start[crow], a, b), np.clip(end[crow], a, b)),
             }
