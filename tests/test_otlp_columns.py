@@ -674,3 +674,19 @@ def test_metric_value_forms(body: str, point: dict[str, Any], value: float, coun
     assert skipped == [] and np.array_equal(got.values, [value], equal_nan=True)
     assert got.count.tolist() == [count] and got.time_ns.tolist() == [5]
     assert got.start_time_ns.tolist() == [0]
+
+
+def test_a_kernel_name_given_as_bytes_reads_as_the_reference_reads_it() -> None:
+    """Found by the property test: bytes where a kernel's name belongs (their base64 text is
+    the name, as on the span-by-span path) on every path."""
+    specs: list[tuple[str, dict[str, Any], str | None]] = [(S.SPAN_ACCEL_LAYER, {}, None)] * 9
+    specs.append((S.SPAN_ACCEL_KERNEL, {}, "bytes"))
+    made = _messages(specs, {}, 1)
+    assert _KEYS[10] == A.ACCEL_KERNEL_NAME  # where _messages puts the tenth span's value
+    data = _line(made[0][0], "hex") + b"\n"
+    expected = _expected([made[0][0]], "f")
+    assert "AP9pZA==" in expected.decoded("name").tolist()
+    got, _ = _pieces_load(data, cut=1, chunk=1, threads=1, whole=True)
+    _same(got, expected)
+    ref, _ = _without_extension(data)
+    _same(ref, expected)

@@ -375,7 +375,10 @@ class _Attr:
             raw = list(map(attrgetter("stringValue"), self.values))
         except AttributeError:
             raw = list(map(any_value, self.values))
-        raw = [v if type(v) is str else None for v in raw]
+        # a value given otherwise (bytes: their base64 text) reads as the reference reads it
+        raw = [
+            v if type(v) is str else _str_or_none(any_value(x)) for v, x in zip(raw, self.values)
+        ]
         arr = np.array(out, dtype=object)
         arr[self.rows] = raw
         return arr.tolist()  # type: ignore[no-any-return]
@@ -686,6 +689,10 @@ class OtlpSpanColumns:
                 columns[name] = constant_column(0, np.int32, n)
                 strings[name] = [""]
         return EventTable(columns, strings, dict(meta)).compact()
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if type(v) is str else None
 
 
 def _rename(display: list[str], mask: np.ndarray, att: _Attr) -> None:
