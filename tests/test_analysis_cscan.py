@@ -347,8 +347,10 @@ _OTLP_KEYS = (b"accel.rank", b"accel.kernel.name", b"accel.host.id")
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
 def test_scan_otlp_never_crashes_on_arbitrary_bytes(data: bytes) -> None:
-    res = CSCAN.scan_otlp(data, _OTLP_KEYS)
-    assert res is None or (isinstance(res, tuple) and len(res) == 18)
+    res = CSCAN.scan_otlp_lines(data, _OTLP_KEYS, 1, 1 << 30)
+    assert isinstance(res, tuple) and len(res) == 16
+    res = CSCAN.scan_otlp_metrics_lines(data, 1, 1 << 30)
+    assert isinstance(res, tuple) and len(res) == 17
 
 
 @needs_cscan
@@ -365,18 +367,22 @@ def test_scan_otlp_never_crashes_on_mutated_requests(tmp_path: Path) -> None:
         for ss in rs["scopeSpans"]:
             ss["spans"] = ss["spans"][:3]
     line = json.dumps(req).encode()
-    assert CSCAN.scan_otlp(line, _OTLP_KEYS) is not None
+    k = len(_OTLP_KEYS)
+    assert CSCAN.scan_otlp_lines(line, _OTLP_KEYS, 1, 1 << 30)[13] == b""  # read, not handed back
     read = 0
     rnd = random.Random(3)
     for _ in range(2000):
         m = bytearray(line)
         for _ in range(rnd.randint(1, 4)):
             m[rnd.randrange(len(m))] = rnd.choice(b'{}[]",:\\0123456789abcdefx \xff\x00')
-        res = CSCAN.scan_otlp(bytes(m), _OTLP_KEYS)
-        if res is not None:
+        res = CSCAN.scan_otlp_lines(bytes(m), _OTLP_KEYS, 1, 1 << 30)
+        if res[13] == b"":  # the line was read, not handed back
             read += 1
             n = res[0]
             assert len(res[2]) == 4 * n and len(res[3]) == 8 * n and len(res[5]) == 8 * n
-            rows = len(res[11]) // 8
-            assert len(res[12]) == 4 * rows and len(res[13]) == rows and len(res[16]) == 4 * rows
+            assert len(res[9]) == 8 * n and len(res[10]) == k * n and len(res[11]) == 8 * k * n
+            types = np.frombuffer(res[10], np.uint8)
+            vals = np.frombuffer(res[11], np.int64)
+            strs = vals[types == 0]  # string slots hold codes of the strings returned
+            assert ((strs >= 0) & (strs < len(res[12]))).all()
     assert read > 0  # some mutations (inside strings, say) are still valid requests

@@ -1,5 +1,6 @@
 /*
- * otel_ext.analysis.loaders._cscan: a compiled column extractor for Kineto trace events.
+ * otel_ext.analysis.loaders._cscan: compiled column extractors for Kineto trace events and
+ * OTLP-JSON spans and metric points (see the OTLP sections below).
  *
  * scan(buf, start, stop, final, limit_ns) reads the events of a piece of a Kineto document's
  * "traceEvents" array straight from its JSON bytes and returns the columns the fast loader
@@ -833,11 +834,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 /* ------------------------------------------------------------------ OTLP-JSON spans */
 
 /*
- * scan_otlp(line, keys) reads one OTLP-JSON ExportTraceServiceRequest (one line of a traces
- * file) and returns the columns _otlp_columns needs, or None -- "take the msgspec path" --
- * on anything it is not sure to read exactly as that path does: any member of a type the
- * typed decoder (exporters._otlp_decode) would reject, ids that are not plain hex (base64
- * ids take the msgspec path), times that are not integers below 2**62, a missing or
+ * scan_otlp_lines(buf, keys, first_line, max_line) reads every line of a chunk of an OTLP-JSON
+ * traces file (one ExportTraceServiceRequest each) and returns the columns
+ * otel_ext.analysis.loaders._otlp_fast needs, handing back -- "take the typed path" -- each
+ * line it is not sure to read exactly as that path does: any member of a type the typed
+ * decoder (otel_ext.exporters.otlp_format) would reject, ids that are not plain hex (base64
+ * ids take the typed path), times that are not integers below 2**62, a missing or
  * non-string span name, an AnyValue of a wanted key that is not one plain string, integer,
  * number or boolean, escaped or duplicate member names among those read, nesting deeper
  * than 64, text after the request. Attributes are returned only for the keys asked for.
@@ -848,14 +850,12 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 typedef struct {
     Dict names, traces, strs;
     Vec name_code, start, end, span_id, parent, trace_code, span_res;
-    Vec a_row, a_key, a_type, a_i64, a_f64, a_str; /* a_row < 0: resource -(row + 1) */
     int64_t spans, resources;
     const unsigned char *keys[MAX_OTLP_KEYS];
     size_t key_lens[MAX_OTLP_KEYS];
     int n_keys;
-    /* dense mode (scan_otlp_lines): one slot per span and asked-for key, the last value
+    /* one slot per span and asked-for key, the last value
      * written wins; a resource's slots fill the span's absent ones at the end of the line */
-    int dense;
     Vec d_type, d_val; /* spans x keys: T_* or T_ABSENT; the value's 8 bytes */
     Vec r_type, r_val; /* this line's resources x keys */
     Vec line_of;       /* int64 per span: its line number */
@@ -878,8 +878,7 @@ static void oout_free(OOut *o) {
     dict_free(&o->traces);
     dict_free(&o->strs);
     Vec *vs[] = {&o->name_code, &o->start, &o->end, &o->span_id, &o->parent, &o->trace_code,
-                 &o->span_res, &o->a_row, &o->a_key, &o->a_type, &o->a_i64, &o->a_f64,
-                 &o->a_str, &o->d_type, &o->d_val, &o->r_type, &o->r_val, &o->line_of};
+                 &o->span_res, &o->d_type, &o->d_val, &o->r_type, &o->r_val, &o->line_of};
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
 }
 
@@ -1174,7 +1173,7 @@ static int scan_attributes(Parser *P, OOut *o, int64_t row) {
             AVCtx a = c.a;
             int32_t key = c.want;
             uint8_t type = (uint8_t)a.type;
-            if (o->dense) {
+            {
                 int64_t v = a.i64;
                 if (type == T_DBL) memcpy(&v, &a.f64, 8);
                 else if (type == T_STR) v = a.str;
@@ -1193,10 +1192,7 @@ static int scan_attributes(Parser *P, OOut *o, int64_t row) {
                 }
                 types[slot] = type;
                 vals[slot] = v;
-            } else if (!push_i64(&o->a_row, row) || !push_i32(&o->a_key, key) ||
-                !push_u8(&o->a_type, type) || !push_i64(&o->a_i64, a.i64) ||
-                !vec_push(&o->a_f64, &a.f64, sizeof a.f64) || !push_i32(&o->a_str, a.str))
-                return 0;
+            }
         }
         skip_ws(P);
         if (P->p >= P->end) return 0;
@@ -1359,10 +1355,8 @@ static int span_elem(Parser *P, void *vctx) {
     memset(&c, 0, sizeof c);
     c.o = o;
     c.trace = -1;
-    size_t attrs_before = o->a_row.len;
-    if (o->dense && !dense_row(&o->d_type, &o->d_val, o->spans, o->n_keys)) return 0;
+    if (!dense_row(&o->d_type, &o->d_val, o->spans, o->n_keys)) return 0;
     if (!scan_object(P, on_span, &c)) return 0;
-    (void)attrs_before;
     /* name, start and end present; the rest defaults as the typed records do */
     if (!(c.seen & (1u << 3)) || !(c.seen & (1u << 4)) || !(c.seen & (1u << 5))) return 0;
     if (c.trace < 0) {
@@ -1373,7 +1367,7 @@ static int span_elem(Parser *P, void *vctx) {
         !push_i64(&o->end, c.end) || !vec_push(&o->span_id, &c.sid, 8) ||
         !vec_push(&o->parent, &c.pid, 8) || !push_i32(&o->trace_code, c.trace) ||
         !push_i64(&o->span_res, ((int64_t *)vctx)[1]) ||
-        (o->dense && !push_i64(&o->line_of, o->lineno)))
+        !push_i64(&o->line_of, o->lineno))
         return 0;
     o->spans++;
     return 1;
@@ -1458,7 +1452,7 @@ static int resource_spans_elem(Parser *P, void *vctx) {
     memset(&c, 0, sizeof c);
     c.o = o;
     c.res = o->resources;
-    if (o->dense && !dense_row(&o->r_type, &o->r_val, o->resources - o->res_base, o->n_keys))
+    if (!dense_row(&o->r_type, &o->r_val, o->resources - o->res_base, o->n_keys))
         return 0;
     if (!scan_object(P, on_resource_spans, &c)) return 0;
     o->resources++;
@@ -1475,83 +1469,6 @@ static int on_request(Parser *P, void *vctx, const Str *k) {
     }
     return skip_value(P);
 }
-
-PyDoc_STRVAR(scan_otlp_doc,
-"scan_otlp(line, keys, /)\n--\n\n"
-"Columns of the spans of one OTLP-JSON traces request, or None when the msgspec path must\n"
-"run. keys: a tuple of the attribute keys (bytes) to return.\n\n"
-"Returns (spans, names, name_codes, start_ns, end_ns, span_id, parent_span_id, traces,\n"
-"trace_codes, span_resource, resources, attr_row, attr_key, attr_type, attr_i64, attr_f64,\n"
-"attr_str, strings): lists of distinct strings and bytes of native int32/int64/uint64/\n"
-"uint8/float64 values; attr_row < 0 is resource -(row + 1); attr_type 0 string, 1 integer,\n"
-"2 number, 3 boolean, 5 no value.");
-
-static PyObject *scan_otlp(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *obj, *keys;
-    if (!PyArg_ParseTuple(args, "OO!:scan_otlp", &obj, &PyTuple_Type, &keys)) return NULL;
-    Py_ssize_t nk = PyTuple_GET_SIZE(keys);
-    if (nk > MAX_OTLP_KEYS) {
-        PyErr_SetString(PyExc_ValueError, "scan_otlp: too many keys");
-        return NULL;
-    }
-    OOut o;
-    memset(&o, 0, sizeof o);
-    o.n_keys = (int)nk;
-    for (Py_ssize_t i = 0; i < nk; i++) {
-        PyObject *kb = PyTuple_GET_ITEM(keys, i);
-        if (!PyBytes_Check(kb)) {
-            PyErr_SetString(PyExc_TypeError, "scan_otlp: keys must be bytes");
-            return NULL;
-        }
-        o.keys[i] = (const unsigned char *)PyBytes_AS_STRING(kb);
-        o.key_lens[i] = (size_t)PyBytes_GET_SIZE(kb);
-    }
-    want_init(&o);
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Parser P;
-    memset(&P, 0, sizeof P);
-    P.base = (const unsigned char *)view.buf;
-    P.p = P.base;
-    P.end = P.base + view.len;
-    int ok;
-    Py_BEGIN_ALLOW_THREADS
-    skip_ws(&P);
-    GenCtx c;
-    memset(&c, 0, sizeof c);
-    c.o = &o;
-    ok = scan_object(&P, on_request, &c);
-    if (ok) {
-        skip_ws(&P);
-        ok = P.p == P.end;
-    }
-    Py_END_ALLOW_THREADS
-    vec_free(&P.scratch);
-    PyBuffer_Release(&view);
-    if (!ok) {
-        oout_free(&o);
-        Py_RETURN_NONE;
-    }
-    PyObject *names = dict_list(&o.names);
-    PyObject *traces = names ? dict_list(&o.traces) : NULL;
-    PyObject *strs = traces ? dict_list(&o.strs) : NULL;
-    PyObject *res = NULL;
-    if (strs) {
-        res = Py_BuildValue(
-            "(LNNNNNNNNNLNNNNNNN)", (long long)o.spans, names, as_bytes(&o.name_code),
-            as_bytes(&o.start), as_bytes(&o.end), as_bytes(&o.span_id), as_bytes(&o.parent),
-            traces, as_bytes(&o.trace_code), as_bytes(&o.span_res), (long long)o.resources,
-            as_bytes(&o.a_row), as_bytes(&o.a_key), as_bytes(&o.a_type), as_bytes(&o.a_i64),
-            as_bytes(&o.a_f64), as_bytes(&o.a_str), strs);
-    } else {
-        Py_XDECREF(names);
-        Py_XDECREF(traces);
-    }
-    oout_free(&o);
-    return res;
-}
-
 
 /* The saved lengths of an OOut's tables: a line that fails is taken out again. */
 typedef struct {
@@ -1635,7 +1552,6 @@ static PyObject *scan_otlp_lines(PyObject *self, PyObject *args) {
     OOut o;
     memset(&o, 0, sizeof o);
     o.n_keys = (int)nk;
-    o.dense = 1;
     for (Py_ssize_t i = 0; i < nk; i++) {
         PyObject *kb = PyTuple_GET_ITEM(keys, i);
         if (!PyBytes_Check(kb)) {
@@ -2192,7 +2108,6 @@ static PyObject *scan_otlp_metrics_lines(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
-    {"scan_otlp", scan_otlp, METH_VARARGS, scan_otlp_doc},
     {"scan_otlp_lines", scan_otlp_lines, METH_VARARGS, scan_otlp_lines_doc},
     {"scan_otlp_metrics_lines", scan_otlp_metrics_lines, METH_VARARGS,
      scan_otlp_metrics_lines_doc},
@@ -2201,7 +2116,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "otel_ext.analysis.loaders._cscan",
-    "Compiled column extractors for Kineto trace events (scan) and OTLP-JSON spans (scan_otlp).",
+    "Compiled column extractors for Kineto trace events (scan) and OTLP-JSON spans and metric\n"
+    "points (scan_otlp_lines, scan_otlp_metrics_lines).",
     -1, methods,
     NULL, NULL, NULL, NULL,
 };
