@@ -8,10 +8,13 @@ STAMP := $(VENV)/.installed
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py otel_ext/analysis/loaders/_cscan.c
+$(STAMP): pyproject.toml setup.py otel_ext/analysis/loaders/_cscan.c otel_ext/instrumentation/torch/_c10d_hook.cpp
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,nvml,dask]'
+	# the collectives' native recording kernels, compiled once against the installed torch
+	# (docs/instrumentation.md); without a compiler the instrumentor uses its Python hook
+	$(PY) -m otel_ext.instrumentation.torch._c10d_native
 	@touch $(STAMP)
 
 demo: venv

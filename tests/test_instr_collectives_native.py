@@ -329,3 +329,51 @@ def test_native_cuda_record_becomes_device_timing() -> None:
     )
     assert _native_device_timing(record(-1, 250.0)) is None  # not timed (gloo, CPU)
     assert _native_device_timing(record(2_500, None)) is None  # never observed complete
+
+
+_EXIT_SCRIPT = textwrap.dedent(
+    """
+    import socket, sys
+    import torch, torch.distributed as dist
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from otel_ext.exporters import OtlpJsonFileSpanExporter
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    provider = TracerProvider()  # its own exit hook shuts it down (registered first, runs last)
+    provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileSpanExporter(sys.argv[1])))
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(tracer_provider=provider, meter_provider=NoOpMeterProvider())
+    print("native", inst.native, flush=True)
+    dist.all_reduce(torch.ones(3))
+    # no flush, no uninstrument, no shutdown: the process just ends
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_process_that_just_exits_keeps_its_spans_and_exits_cleanly(tmp_path: Path) -> None:
+    """The poller and the drain thread stop before the interpreter finalises (an exit hook):
+    no abort at exit (a daemon thread torn down inside the native drain once did), and the
+    collective still in flight becomes a span that the SDK exports on its way out."""
+    from otel_ext.exporters import read_spans
+
+    out = tmp_path / "traces.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "terminate called" not in proc.stderr
+    require("native True" in proc.stdout, f"native hook not loaded: {_c10d_native.STATUS}")
+    spans = [s for s in read_spans(out) if s.name == "accel.collective"]
+    assert [s.attributes["accel.collective.op"] for s in spans] == ["all_reduce"]

@@ -229,7 +229,13 @@ class Hook : public std::enable_shared_from_this<Hook> {
     poller_ = std::thread([this] { poll_loop(); });
   }
 
-  ~Hook() { stop_poller(); }
+  // Never lets a joinable std::thread be destroyed (that calls std::terminate and would abort
+  // the workload at exit): a poller that could not be joined (the hook destroyed on the
+  // poller thread itself, or during static destruction at exit) is detached.
+  ~Hook() {
+    stop_poller();
+    if (poller_.joinable()) poller_.detach();
+  }
 
   // -- workload thread ----------------------------------------------------------------------
   void record(int idx, const c10::OperatorHandle& op, c10::DispatchKeySet ks,

@@ -55,6 +55,7 @@ logged once and counted.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextvars
 import threading
@@ -208,6 +209,8 @@ _DISPATCH_KEYS = ("AutogradCPU", "AutogradCUDA")
 
 _ROLES = {"": 0, "t": 1, "list": 2, "lists": 3}
 _DRAIN_WAIT_S = 0.05
+#: how long the exit hook waits for collectives in flight to become spans
+_EXIT_FLUSH_S = 2.0
 _DRAIN_BATCH = 4096
 
 
@@ -576,7 +579,20 @@ class _State:
             target=self._drain_loop, name="otel-ext-collective-drain", daemon=True
         )
         self.drainer.start()
+        # Before the interpreter finalises: the records still in flight become spans (while
+        # the SDK, whose own exit hook runs after this one, can still export them), and the
+        # drain thread stops. A daemon thread still inside the native drain at finalisation
+        # is torn down by the interpreter in the middle of C++ code, which aborts the process.
+        atexit.register(self.close_at_exit)
         return True
+
+    def close_at_exit(self) -> None:
+        """:meth:`close` with a short bound, once (the interpreter is exiting)."""
+        if not self.closed:
+            try:
+                self.close(timeout=_EXIT_FLUSH_S)
+            except Exception as exc:  # telemetry never fails the workload's exit
+                log_once("torch.distributed.exit", "%s: %s", type(exc).__name__, exc)
 
     # -- native drain (background) ---------------------------------------------------------
     def _drain_loop(self) -> None:
@@ -953,6 +969,7 @@ class _State:
                 time.sleep(0.001)
 
     def close(self, timeout: float | None = 30.0) -> None:
+        atexit.unregister(self.close_at_exit)
         self.flush(timeout)
         self.closed = True
         if self.native is not None:
