@@ -111,6 +111,14 @@ def build(*, quiet: bool = True) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another rank may be building the same module
         if path.exists():
             return path
+        if quiet:  # in a workload's instrument(): say why this call takes a while, once
+            _LOG.warning(
+                "compiling the native collective hook once for this torch build into %s "
+                "(about 30 s; later processes load it at once). Prebuild it with `python -m "
+                "otel_ext.instrumentation.torch._c10d_native`, or skip native recording with "
+                "OTEL_EXT_TORCH_NATIVE_HOOK=cached",
+                path.parent,
+            )
         libs = cpp_extension.library_paths()
         cmd = [
             cxx,
