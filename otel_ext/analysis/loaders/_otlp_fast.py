@@ -30,7 +30,9 @@ __all__ = [
     "LineTooLong",
     "ScannedChunk",
     "buffer_chunks",
+    "chunks_of",
     "line_chunks",
+    "line_too_long",
     "scan_chunks",
 ]
 
@@ -97,6 +99,26 @@ def buffer_chunks(data: bytes, *, target: int = CHUNK_BYTES) -> Iterator[memoryv
         stop = n if nl < 0 else nl + 1
         yield view[pos:stop]
         pos = stop
+
+
+def chunks_of(
+    pieces: Iterable[bytes] | bytes, *, max_line: int, chunk_bytes: int | None = None
+) -> Iterable[Any]:
+    """The chunks of whole lines the extractor reads: views of a whole buffer, or runs of
+    byte pieces (:func:`line_chunks`, which raises :class:`LineTooLong`)."""
+    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    if isinstance(pieces, bytes | bytearray):
+        return buffer_chunks(pieces, target=target)
+    return line_chunks(pieces, max_line=max_line, target=target)
+
+
+def line_too_long(max_line: int, line: int) -> Exception:
+    """The error for line ``line`` longer than ``max_line`` bytes (the file set by the caller)."""
+    from otel_ext.errors import InputError
+
+    return InputError(
+        f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)", record=f"line {line}"
+    )
 
 
 def _cores() -> int:

@@ -323,41 +323,30 @@ def load_otlp_metrics_pieces(
         given = [pieces] if whole else pieces
         return load_otlp_metrics_lines(iter_lines(given, max_line=max_line), ctx=ctx)  # type: ignore[arg-type]
     from otel_ext.analysis.loaders._otlp_fast import (
-        CHUNK_BYTES,
         LineTooLong,
-        buffer_chunks,
-        line_chunks,
+        chunks_of,
+        line_too_long,
         scan_chunks,
     )
-    from otel_ext.errors import InputError
 
     scan_lines = _cscan.scan_otlp_metrics_lines
 
     def scan(chunk: Any) -> tuple[Any, ...]:
         return scan_lines(chunk, 1, max_line)  # type: ignore[no-any-return]
 
-    def too_long(line: int) -> InputError:
-        return InputError(f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
-                          record=f"line {line}")  # fmt: skip
-
     out = _Rows(ctx)
     resources: list[dict[str, Any]] = []
     parts: list[MetricPoints] = []
     offset = 0
-    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    chunks: Iterable[Any] = (
-        buffer_chunks(pieces, target=target)  # type: ignore[arg-type]
-        if whole
-        else line_chunks(pieces, max_line=max_line, target=target)  # type: ignore[arg-type]
-    )
+    chunks = chunks_of(pieces, max_line=max_line, chunk_bytes=chunk_bytes)
     try:
         for chunk, res in scan_chunks(chunks, scan, threads=threads):
             long_line = _add_chunk(out, parts, resources, chunk, res, offset)
             if long_line:
-                raise too_long(long_line)
+                raise line_too_long(max_line, long_line)
             offset += res[16]
     except LineTooLong:
-        raise too_long(offset + 1) from None
+        raise line_too_long(max_line, offset + 1) from None
     if not parts:
         return MetricPoints.from_rows([])
     return parts[0] if len(parts) == 1 else MetricPoints.concat(parts)

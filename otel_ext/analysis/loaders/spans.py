@@ -825,14 +825,12 @@ def load_otlp_traces_pieces(
         parts = [pieces] if whole else pieces
         return load_otlp_traces_lines(iter_lines(parts, max_line=max_line), ctx=ctx)  # type: ignore[arg-type]
     from otel_ext.analysis.loaders._otlp_fast import (
-        CHUNK_BYTES,
         LineTooLong,
         ScannedChunk,
-        buffer_chunks,
-        line_chunks,
+        chunks_of,
+        line_too_long,
         scan_chunks,
     )
-    from otel_ext.errors import InputError
 
     keys = tuple(k.encode() for k in _wanted())
     scan_lines = _cscan.scan_otlp_lines
@@ -840,28 +838,19 @@ def load_otlp_traces_pieces(
     def scan(chunk: Any) -> tuple[Any, ...]:
         return scan_lines(chunk, keys, 1, max_line)  # type: ignore[no-any-return]
 
-    def too_long(line: int) -> InputError:
-        return InputError(f"a line longer than {max_line} bytes (OTEL_EXT_MAX_RECORD_BYTES)",
-                          record=f"line {line}")  # fmt: skip
-
     cols = OtlpSpanColumns(ctx)
     n_span = 0
     offset = 0  # lines before the chunk
-    target = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    chunks: Iterable[Any] = (
-        buffer_chunks(pieces, target=target)  # type: ignore[arg-type]
-        if whole
-        else line_chunks(pieces, max_line=max_line, target=target)  # type: ignore[arg-type]
-    )
+    chunks = chunks_of(pieces, max_line=max_line, chunk_bytes=chunk_bytes)
     try:
         for chunk, res in scan_chunks(chunks, scan, threads=threads):
             scanned = ScannedChunk(res, len(keys), offset)
             n_span = cols.add_chunk(scanned, chunk, n_span)
             if scanned.long_line:
-                raise too_long(scanned.long_line)
+                raise line_too_long(max_line, scanned.long_line)
             offset = scanned.last_line
     except LineTooLong:
-        raise too_long(offset + 1) from None
+        raise line_too_long(max_line, offset + 1) from None
     return cols.build({"format": "otlp-traces", "path": ctx.path, "rank": -1})
 
 
