@@ -185,7 +185,12 @@ def separate_captures(
     return EventTable(cols, table.strings, meta), captures
 
 
-def hosts_from_file_names(table: EventTable, captures: list[dict[str, Any]]) -> dict[int, str]:
+def hosts_from_file_names(
+    table: EventTable,
+    captures: list[dict[str, Any]],
+    *,
+    named_ranks: set[int] | None = None,
+) -> dict[int, str]:
     """Rank -> host for profiler captures whose rows name no host but whose file name is
     ``tensorboard_trace_handler``'s default, ``HOSTNAME_PID.MS.pt.trace.json``: ranks of one
     host share its clock.
@@ -196,7 +201,9 @@ def hosts_from_file_names(table: EventTable, captures: list[dict[str, Any]]) -> 
     {0: 'vm'}
     """
     named: dict[int, str] = {}
-    if len(table) and (table["host"] != 0).any():
+    if named_ranks is not None:  # the ranks whose rows name a host, counted per rank
+        known = named_ranks
+    elif len(table) and (table["host"] != 0).any():
         known = set(distinct(table["rank"][table["host"] != 0]).tolist())
     else:
         known = set()

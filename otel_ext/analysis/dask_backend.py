@@ -48,11 +48,14 @@ from otel_ext.errors import ConfigError, OtelExtError
 
 if TYPE_CHECKING:
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
+    from otel_ext.analysis.per_rank import RankTables
+    from otel_ext.analysis.table import EventTable
 
 __all__ = [
     "INSTALL_HINT",
     "DaskCluster",
     "DaskUnavailableError",
+    "PerRankPhase",
     "SchedulerAddress",
     "connect",
     "parse_scheduler",
@@ -189,6 +192,100 @@ class _JobExecutor(concurrent.futures.Executor):
         self._inner.shutdown(wait=wait)
 
 
+def _summary_or_raised(kept: Any) -> Any:
+    """Run on a worker: the client's view of a kept file (or the job's error, passed on)."""
+    from otel_ext.analysis.per_rank_jobs import summary_of
+
+    return kept if isinstance(kept, _Raised) else summary_of(kept)
+
+
+def _pickled_size(value: Any) -> int:
+    import pickle
+
+    return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class _KeepingExecutor(concurrent.futures.Executor):
+    """Loader jobs whose results stay on the workers: each job's answer there is the file's
+    :class:`~otel_ext.analysis.per_rank_jobs.KeptFile` (its steps selected); the client's
+    future answers its :class:`~otel_ext.analysis.per_rank_jobs.FileSummary`, and
+    :attr:`kept` holds, in the order of submission, the cluster's future of each kept file."""
+
+    def __init__(self, client: Any, steps: str, *, measure: bool) -> None:
+        self._client = client
+        self._steps = steps
+        self._measure = measure
+        self.kept: list[Any] = []
+        self.summaries: list[Future[Any]] = []
+        self.received_bytes = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        from otel_ext.analysis.per_rank_jobs import load_and_keep
+
+        if kwargs or len(args) != 1:
+            raise TypeError("a loader job takes one argument")
+        kept = self._client.submit(
+            _answer_or_error, load_and_keep, fn, args[0], self._steps, pure=False
+        )
+        summary = self._client.submit(_summary_or_raised, kept, pure=False)
+        local: Future[T] = Future()
+
+        def settle(done: Any) -> None:
+            if local.done():  # cancelled here first
+                return
+            if done.cancelled():
+                local.cancel()
+                local.set_running_or_notify_cancel()
+                return
+            exc = done.exception()
+            if exc is not None:
+                local.set_exception(exc)
+                return
+            answer = done.result()
+            if isinstance(answer, _Raised):
+                local.set_exception(answer.error)
+                return
+            if self._measure:
+                self.received_bytes += _pickled_size(answer)
+            local.set_result(answer)
+
+        def forward_cancel(f: Future[Any]) -> None:
+            if f.cancelled():
+                summary.cancel()
+                kept.cancel()
+
+        local.add_done_callback(forward_cancel)
+        summary.add_done_callback(settle)
+        self.kept.append(kept)
+        self.summaries.append(local)
+        return local
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        return None
+
+
+@dataclass
+class PerRankPhase:
+    """What the workers' per-rank phase gives the client.
+
+    Attributes:
+        load: the files' records, skipped records and metric points (its ``table`` is the
+            files' sketches, not their events).
+        captures: :func:`~otel_ext.analysis.captures.separate_captures`' records.
+        steps: the step selection's record.
+        ranks: the per-rank results (:class:`~otel_ext.analysis.per_rank.RankTables`).
+        reduced: the rows the cross-rank passes read, every file's, joined in file order.
+        received_bytes: what travelled to the client, pickled (0 unless measured).
+    """
+
+    load: LoadResult
+    captures: list[dict[str, Any]]
+    steps: dict[str, Any]
+    ranks: RankTables
+    reduced: EventTable
+    received_bytes: int = 0
+
+
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
 
@@ -226,6 +323,10 @@ class DaskCluster:
         self.client = client
         self.executor = _JobExecutor(client)
         self.address = str(client.scheduler.address)
+        #: measure what travels to the client (pickled bytes) in :meth:`per_rank_phase`
+        self.measure = False
+        #: what travelled in the last :meth:`per_rank_phase` (when measured)
+        self.received_bytes = 0
 
     @property
     def slots(self) -> int:
@@ -256,6 +357,97 @@ class DaskCluster:
                 workers=self.slots,
                 executor=self.executor,
             )
+
+    def per_rank_phase(
+        self,
+        paths: Sequence[str | Path],
+        *,
+        keep_going: bool = False,
+        progress: ProgressCallback | None = None,
+        steps: str,
+        one_run: bool,
+    ) -> PerRankPhase:
+        """Load the files on the workers and keep them there, decide ranks and steps here,
+        run the per-rank passes there (:mod:`otel_ext.analysis.per_rank_jobs`); only
+        summaries and the per-rank tables travel here.
+
+        Raises:
+            InputError: the first bad file or record, unless ``keep_going`` (as in process).
+            OtelExtError: a bad ``steps``; a worker died, or cannot import otel-ext.
+        """
+        from otel_ext.analysis import per_rank_jobs as jobs
+        from otel_ext.analysis.loaders import load_paths
+        from otel_ext.analysis.per_rank import merge_rank_tables, per_rank_tables
+        from otel_ext.analysis.steps import merge_step_records, parse_steps
+        from otel_ext.analysis.table import EventTable
+
+        executor = _KeepingExecutor(self.client, steps, measure=self.measure)
+        try:
+            with self._worker_errors():
+                load = load_paths(
+                    paths, keep_going=keep_going, progress=progress, workers=1, executor=executor
+                )
+            parse_steps(steps)
+            summaries: list[Any] = []
+            for f in executor.summaries:
+                ok = f.done() and not f.cancelled() and f.exception() is None
+                summaries.append(f.result() if ok else None)
+            with_table = [
+                i for i, s in enumerate(summaries) if s is not None and s.table is not None
+            ]
+            formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
+            decision = jobs.decide_ranks(
+                [s.table if s is not None else None for s in summaries],
+                formats=formats,
+                one_run=one_run,
+            )
+            record = merge_step_records(
+                steps, [summaries[i].steps for i in with_table if summaries[i].steps is not None]
+            )
+            offsets: dict[int, int] = {}
+            at = 0
+            for i in with_table:
+                offsets[i] = at
+                at += summaries[i].rows
+            groups = jobs.partitions(decision, with_table)
+            with self._worker_errors():
+                futures = [
+                    self.client.submit(
+                        _answer_or_error,
+                        jobs.partition_pass,
+                        [executor.kept[i] for i in g],
+                        [decision.renumber.get(i, {}) for i in g],
+                        [offsets[i] for i in g],
+                        pure=False,
+                    )
+                    for g in groups
+                ]
+                parts = []
+                for f in futures:
+                    answer = f.result()
+                    if isinstance(answer, _Raised):
+                        raise answer.error
+                    parts.append(answer)
+        finally:
+            for k in executor.kept:  # the workers let the kept files go
+                k.release()
+        received = executor.received_bytes
+        if self.measure:
+            received += sum(_pickled_size(p) for p in parts)
+        self.received_bytes = received
+        by_file = {i: t for g, p in zip(groups, parts) for i, t in zip(g, p.reduced)}
+        files = [by_file[i] for i in sorted(by_file)]
+        joined = EventTable.concat(files) if files else EventTable.empty()
+        meta = dict(joined.meta)
+        if decision.rank_runs:
+            meta["rank_runs"] = decision.rank_runs
+        reduced = EventTable(dict(joined.columns), joined.strings, meta)
+        codes = {s: i for i, s in enumerate(reduced.strings["source"])}
+        if parts:
+            ranks = merge_rank_tables(parts, source_code=codes)
+        else:
+            ranks = per_rank_tables(EventTable.empty())
+        return PerRankPhase(load, decision.captures, record, ranks, reduced, received)
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:
         """``fn(paths)`` computed one path per job on the workers: for functions whose answer

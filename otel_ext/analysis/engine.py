@@ -47,6 +47,7 @@ from otel_ext.analysis.collectives import (
 from otel_ext.analysis.critical_path import critical_path
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
+from otel_ext.analysis.per_rank import merge_name_counts, name_counts, per_rank_tables
 from otel_ext.analysis.requests import (
     engine_steps_from_otlp,
     request_accounting,
@@ -56,7 +57,7 @@ from otel_ext.analysis.requests import (
 from otel_ext.analysis.roofline import roofline
 from otel_ext.analysis.runs import runs_summary
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
-from otel_ext.analysis.stragglers import find_stragglers, rank_devices
+from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_counts
 from otel_ext.analysis.table import Category, EventTable
 
 if TYPE_CHECKING:
@@ -145,8 +146,13 @@ def _peer_groups(match: CollectiveMatch) -> dict[int, int]:
     return {r: find(r) for r in parent}
 
 
-def _rank_names(table: EventTable) -> dict[int, tuple[str, str]]:
-    names = rank_devices(table)
+def _rank_names(
+    counts: dict[int, dict[str, dict[str, int]]], table: EventTable
+) -> dict[int, tuple[str, str]]:
+    """Rank -> (host, device) from the rows' names counted per rank (``counts``), the
+    device made unique where ranks of separate traces share one name."""
+    ranks = [int(r) for r in distinct(table["rank"][table["rank"] >= 0]).tolist()]
+    names = rank_devices_from_counts(counts, ranks, table.strings)
     seen: dict[str, int] = {}
     for _, dev in names.values():
         seen[dev] = seen.get(dev, 0) + 1
@@ -310,7 +316,7 @@ def analyze(
     same_clock: bool = False,
     clock_of: dict[int, str] | None = None,
     one_run: bool = False,
-    scheduler: str | None = None,
+    scheduler: str | DaskCluster | None = None,
 ) -> dict[str, Any]:
     """Analyse telemetry into the stable JSON document.
 
@@ -333,7 +339,8 @@ def analyze(
             :mod:`otel_ext.analysis.captures`).
         scheduler: read the files on a Dask cluster (:mod:`otel_ext.analysis.dask_backend`):
             ``local:N``, ``tcp://HOST:PORT`` or a scheduler file (default:
-            ``OTEL_EXT_DASK_SCHEDULER``; empty: in process). The document is the same.
+            ``OTEL_EXT_DASK_SCHEDULER``; empty: in process), or a connected
+            :class:`~otel_ext.analysis.dask_backend.DaskCluster`. The document is the same.
 
     Returns:
         The analysis document (plain JSON types).
@@ -357,6 +364,8 @@ def analyze(
         clock_of=clock_of,
         one_run=one_run,
     )
+    if scheduler is not None and not isinstance(scheduler, str):
+        return _analyze(source, cluster=scheduler, **options)
     address = resolve(DASK_SCHEDULER, scheduler).strip()
     if address and _is_paths(source):
         from otel_ext.analysis import dask_backend
@@ -382,35 +391,56 @@ def _analyze(
     clock_of: dict[int, str] | None,
     one_run: bool,
 ) -> dict[str, Any]:
-    """:func:`analyze` with the cluster (or None) that reads the files."""
-    from otel_ext.analysis import breakdown, overlap
+    """:func:`analyze` with the cluster (or None) that reads the files.
 
-    load = _load(source, keep_going=keep_going, progress=progress, workers=workers, cluster=cluster)
-    formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
-    table, captures = separate_captures(load.table, formats=formats, one_run=one_run)
-    table, step_record = select_steps(table, steps)
+    Two phases (``docs/analysis.md``, "Per-rank and cross-rank passes"): the per-rank passes
+    (:mod:`otel_ext.analysis.per_rank`) over every rank's rows, leaving the compact rows the
+    cross-rank passes read; then those passes over the compact rows. In process both run
+    here; with a cluster the first runs on the workers, where the files are loaded and kept.
+    """
+    if cluster is not None and _is_paths(source):
+        paths = [source] if isinstance(source, (str, Path)) else list(source)
+        phase = cluster.per_rank_phase(
+            paths, keep_going=keep_going, progress=progress, steps=steps, one_run=one_run
+        )
+        load, captures, step_record, per = phase.load, phase.captures, phase.steps, phase.ranks
+        table = phase.reduced
+    else:
+        load = _load(
+            source, keep_going=keep_going, progress=progress, workers=workers, cluster=cluster
+        )
+        formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
+        whole, captures = separate_captures(load.table, formats=formats, one_run=one_run)
+        whole, step_record = select_steps(whole, steps)
+        per = per_rank_tables(whole)
+        table = per.reduced[0]
+        del whole
+    n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
+    counts = per.names
+    if len(table) > n_reduced:  # the serving engines' request rows, named like the others
+        counts = merge_name_counts(
+            [counts, name_counts(table.select(np.arange(n_reduced, len(table))))]
+        )
+    n_events = per.events + len(table) - n_reduced
     trace_rank = {c["rank"]: c["trace_rank"] for c in captures}
     if same_clock:
         clock_of = {int(r): "shared" for r in distinct(table["rank"]) if r >= 0}
     elif clock_of is None:
         # profiler files named HOSTNAME_PID.*: ranks of one host share its clock
-        clock_of = hosts_from_file_names(table, captures) or None
+        named = {r for r, c in counts.items() if c.get("host")}
+        clock_of = hosts_from_file_names(table, captures, named_ranks=named) or None
     metrics = getattr(load, "metrics", None)
-    temporal = _rows(breakdown.temporal_breakdown(table))
-    idle = _rows(breakdown.idle_breakdown(table))
-    ovl = _rows(overlap.comm_comp_overlap(table))
-    kernels = breakdown.kernel_breakdown(table)
-    kernel_doc: dict[str, Any] = kernels.as_dict()
-    try:
-        kernel_doc["launch"] = _rows(breakdown.launch_stats(table))
-    except (AttributeError, TypeError):  # pragma: no cover - older part A
-        pass
+    temporal = _rows(per.temporal)
+    idle = _rows(per.idle)
+    ovl = _rows(per.overlap)
+    kernel_doc: dict[str, Any] = per.kernels.breakdown().as_dict()
+    kernel_doc["launch"] = _rows(per.launch)
 
     match = match_collectives(table)
     alignment = align_ranks(table, match, clock_of=clock_of)
     aligned, amatch = alignment.table, alignment.match
-    names = _rank_names(aligned)
+    names = _rank_names(counts, aligned)
     strag = find_stragglers(aligned, amatch, windows=windows, devices=names)
     n_steps = None
     step_rows = aligned["category"] == Category.STEP
@@ -529,7 +559,7 @@ def _analyze(
             "start_ns": run_start,
             "end_ns": run_end,
             "duration_ns": run_ns,
-            "events": len(table),
+            "events": n_events,
             "metric_points": len(metrics) if metrics is not None else 0,
             "device_model": model,
             "steps": step_record,

@@ -36,7 +36,7 @@ from otel_ext.analysis.breakdown import device_mask, launch_rows
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import OtelExtError
 
-__all__ = ["DEFAULT_STEPS", "parse_steps", "select_steps"]
+__all__ = ["DEFAULT_STEPS", "merge_step_records", "parse_steps", "select_steps"]
 
 #: the default selection: what HTA 0.5.0 keeps by default
 DEFAULT_STEPS = "complete"
@@ -68,13 +68,17 @@ def parse_steps(spec: str) -> tuple[str, int | None, int | None]:
     return "range", first, last
 
 
-def select_steps(table: EventTable, spec: str = DEFAULT_STEPS) -> tuple[EventTable, dict[str, Any]]:
+def select_steps(
+    table: EventTable, spec: str = DEFAULT_STEPS, *, none_ok: bool = False
+) -> tuple[EventTable, dict[str, Any]]:
     """The rows of the selected steps, per file, and a record of the selection.
 
     Args:
         table: the loaded events (every file).
         spec: ``all``, ``complete`` (drop each file's last step, as HTA does) or ``N`` /
             ``N-M`` (the profiler's step numbers, inclusive).
+        none_ok: a range no file's steps meet is no error (for one file of several: the
+            selection is per file, and :func:`merge_step_records` says it of them all).
 
     Returns:
         ``(table, record)``: the kept rows in their order, and ``{"selection", "files",
@@ -139,10 +143,35 @@ def select_steps(table: EventTable, spec: str = DEFAULT_STEPS) -> tuple[EventTab
             # stays when it ran within the steps
             kept[~ok] = host_keep[d[~ok]]
         keep[d] = kept
-    if kind == "range" and not kept_steps:
+    if kind == "range" and not kept_steps and not none_ok:
         raise OtelExtError(f"--steps {spec}: no file has profiler steps {first}-{last_n}")
     record["kept_steps"] = sorted(kept_steps)
     record["dropped_rows"] = int(len(table) - int(keep.sum()))
     if keep.all():
         return table, record
     return table.select(keep), record
+
+
+def merge_step_records(spec: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record :func:`select_steps` gives for several files together, from each file's
+    (the selection is per file).
+
+    Raises:
+        OtelExtError: a range that no file's steps meet.
+
+    >>> merge_step_records("complete", [
+    ...     {"selection": "complete", "files": 1, "kept_steps": [1, 2], "dropped_rows": 4},
+    ...     {"selection": "complete", "files": 1, "kept_steps": [2, 3], "dropped_rows": 1}])
+    {'selection': 'complete', 'files': 2, 'kept_steps': [1, 2, 3], 'dropped_rows': 5}
+    """
+    kind, first, last_n = parse_steps(spec)
+    kept = sorted({int(k) for r in records for k in r["kept_steps"]})
+    out: dict[str, Any] = {
+        "selection": spec,
+        "files": sum(int(r["files"]) for r in records),
+        "kept_steps": kept,
+        "dropped_rows": sum(int(r["dropped_rows"]) for r in records),
+    }
+    if kind == "range" and not kept and any(r["files"] for r in records):
+        raise OtelExtError(f"--steps {spec}: no file has profiler steps {first}-{last_n}")
+    return out

@@ -48,6 +48,7 @@ __all__ = [
     "compute_ratios",
     "find_stragglers",
     "rank_devices",
+    "rank_devices_from_counts",
 ]
 
 
@@ -85,6 +86,36 @@ def rank_devices(table: EventTable) -> dict[int, tuple[str, str]]:
     for i, r in enumerate(ranks.tolist()):
         d = table.strings["device"][int(dev_code[i])] if dev_code[i] > 0 else ""
         h = table.strings["host"][int(host_code[i])] if host_code[i] > 0 else ""
+        if not h and "/" in d:
+            h = d.split("/", 1)[0]
+        out[int(r)] = (h, d)
+    return out
+
+
+def rank_devices_from_counts(
+    counts: dict[int, dict[str, dict[str, int]]],
+    ranks: list[int],
+    strings: dict[str, list[str]],
+) -> dict[int, tuple[str, str]]:
+    """:func:`rank_devices` from per-rank counts of the rows naming each device and host
+    (:func:`otel_ext.analysis.per_rank.name_counts`): the most frequent, ties to the name
+    first in ``strings`` (the table's dictionaries), as :func:`rank_devices` has them.
+
+    >>> rank_devices_from_counts({0: {"device": {"b": 2, "a": 2}}}, [0, 1],
+    ...                          {"device": ["", "a", "b"], "host": [""]})
+    {0: ('', 'a'), 1: ('', '')}
+    """
+    code = {col: {s: i for i, s in enumerate(strings[col])} for col in ("device", "host")}
+
+    def mode(r: int, col: str) -> str:
+        by = counts.get(r, {}).get(col)
+        if not by:
+            return ""
+        return min(by.items(), key=lambda kv: (-kv[1], code[col][kv[0]]))[0]
+
+    out: dict[int, tuple[str, str]] = {}
+    for r in ranks:
+        d, h = mode(r, "device"), mode(r, "host")
         if not h and "/" in d:
             h = d.split("/", 1)[0]
         out[int(r)] = (h, d)

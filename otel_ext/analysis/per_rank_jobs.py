@@ -1,0 +1,216 @@
+"""The per-rank phase as jobs over files, for a cluster whose workers keep what they load.
+
+Three steps (``docs/analysis.md``, "Dask"), the first and last on the workers:
+
+1. :func:`load_and_keep` (one job per file): load the file, select its profiler steps (a
+   per-file decision, :func:`~otel_ext.analysis.steps.select_steps`), keep the result in the
+   worker's memory; :func:`summary_of` gives the client only a :class:`FileSummary`: the
+   file's record, its skipped records, its metric points, its step record and a *sketch* of
+   its table (per rank the row that starts first and the one that ends last, with the file's
+   string dictionaries), which is all :func:`~otel_ext.analysis.captures.separate_captures`
+   reads.
+2. On the client, :func:`decide_ranks` runs ``separate_captures`` on the joined sketches: the
+   rank each (file, trace rank) gets, the runs; :func:`partitions` groups the files whose
+   ranks meet (a rank's rows must be in one partition) in file order.
+3. :func:`partition_pass` (one job per partition, on the kept results): renumber the ranks,
+   join the partition's files and run :func:`~otel_ext.analysis.per_rank.per_rank_tables`;
+   only its :class:`~otel_ext.analysis.per_rank.RankTables` travel to the client.
+
+The functions are plain (no Dask here): :mod:`otel_ext.analysis.dask_backend` submits them.
+
+>>> from otel_ext.analysis.table import Category as C, EventTable
+>>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 5, rank=0, source="a",
+...     category=C.CPU_OP) for s in (0, 10, 20)])
+>>> sk = sketch(t)
+>>> len(sk), sk["start_ns"].tolist(), sk["end_ns"].tolist()
+(2, [0, 20], [5, 25])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from otel_ext.analysis._intervals import group_slices
+from otel_ext.analysis.captures import separate_captures
+from otel_ext.analysis.loaders import FileResult
+from otel_ext.analysis.per_rank import RankTables, per_rank_tables
+from otel_ext.analysis.steps import parse_steps, select_steps
+from otel_ext.analysis.table import EventTable
+from otel_ext.errors import OtelExtError
+
+__all__ = [
+    "FileSummary",
+    "KeptFile",
+    "RankDecision",
+    "decide_ranks",
+    "load_and_keep",
+    "partition_pass",
+    "partitions",
+    "sketch",
+    "summary_of",
+]
+
+
+def sketch(table: EventTable) -> EventTable:
+    """Per rank, the row that starts first and the row that ends last (string dictionaries
+    kept whole): what :func:`~otel_ext.analysis.captures.separate_captures` reads of a table.
+    """
+    if len(table) == 0:
+        return table
+    order, _, slices = group_slices(table["rank"].astype(np.int64))
+    start, end = table["start_ns"], table["end_ns"]
+    rows = []
+    for sl in slices:
+        r = order[sl]
+        rows.append(r[int(np.argmin(start[r]))])
+        rows.append(r[int(np.argmax(end[r]))])
+    return table.select(np.asarray(sorted(set(rows)), dtype=np.int64))
+
+
+@dataclass
+class KeptFile:
+    """What a worker keeps of one file: its load result (the table with the selected steps),
+    the file's record as loaded, its step record and the sketch of its table as loaded."""
+
+    result: FileResult
+    info: dict[str, Any]
+    steps: dict[str, Any] | None
+    sketch: EventTable | None
+
+
+class FileSummary(FileResult):
+    """The client's view of a kept file: its record (as :meth:`FileResult.info` gives it),
+    skipped records and metric points; ``table`` is the file's sketch (:func:`sketch`)."""
+
+    def __init__(self, kept: KeptFile) -> None:
+        r = kept.result
+        super().__init__(r.path, r.format, kept.sketch, r.metrics, list(r.skipped), r.note)
+        self._info = dict(kept.info)
+        self.steps = kept.steps
+        self.rows = 0 if r.table is None else len(r.table)
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._info)
+
+
+def load_and_keep(load: Any, args: Any, steps: str) -> KeptFile:
+    """Run on a worker: ``load(args)`` (a loader job answering a :class:`FileResult`), its
+    table's steps selected (``steps``, see :mod:`otel_ext.analysis.steps`)."""
+    result = load(args)
+    if not isinstance(result, FileResult):
+        raise TypeError(f"a loader job answered {type(result).__name__}, not a file's result")
+    info = result.info()  # of the file as loaded (its events before the selection)
+    if result.table is None:
+        return KeptFile(result, info, None, None)
+    before = sketch(result.table)
+    try:
+        parse_steps(steps)
+    except OtelExtError:  # said by the client once every file is loaded, as in process
+        return KeptFile(result, info, None, before)
+    table, record = select_steps(result.table, steps, none_ok=True)
+    kept = FileResult(result.path, result.format, table, result.metrics, result.skipped)
+    kept.note = result.note
+    return KeptFile(kept, info, record, before)
+
+
+def summary_of(kept: KeptFile) -> FileSummary:
+    """Run on a worker: the :class:`FileSummary` of a kept file."""
+    return FileSummary(kept)
+
+
+@dataclass
+class RankDecision:
+    """The client's decision on ranks: per file (by index), trace rank -> rank; the runs."""
+
+    captures: list[dict[str, Any]]
+    renumber: dict[int, dict[int, int]]
+    rank_runs: dict[int, int]
+    ranks_of: dict[int, set[int]] = field(default_factory=dict)
+
+
+def decide_ranks(
+    sketches: list[EventTable | None], *, formats: dict[str, str], one_run: bool
+) -> RankDecision:
+    """:func:`~otel_ext.analysis.captures.separate_captures` on the files' sketches (in
+    file order; None for a file without a table)."""
+    have = [(i, t) for i, t in enumerate(sketches) if t is not None]
+    joined = EventTable.concat([t for _, t in have])
+    table, captures = separate_captures(joined, formats=formats, one_run=one_run)
+    renumber: dict[int, dict[int, int]] = {}
+    ranks_of: dict[int, set[int]] = {}
+    at = 0
+    for i, t in have:
+        n = len(t)
+        old = joined["rank"][at : at + n].tolist()
+        new = table["rank"][at : at + n].tolist()
+        renumber[i] = {int(o): int(w) for o, w in zip(old, new) if o != w}
+        ranks_of[i] = {int(w) for w in new if w >= 0}
+        at += n
+    return RankDecision(captures, renumber, dict(table.meta.get("rank_runs", {})), ranks_of)
+
+
+def partitions(decision: RankDecision, files: list[int]) -> list[list[int]]:
+    """The files (indices, ascending) in groups whose ranks are disjoint from every other
+    group's: the files that share a rank, transitively, are one group.
+
+    >>> d = RankDecision([], {}, {}, {0: {0}, 1: {1}, 2: {0, 2}, 3: set()})
+    >>> partitions(d, [0, 1, 2, 3])
+    [[0, 2], [1], [3]]
+    """
+    parent = {f: f for f in files}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[int, int] = {}
+    for f in files:
+        for r in decision.ranks_of.get(f, set()):
+            if r in owner:
+                a, b = find(owner[r]), find(f)
+                parent[max(a, b)] = min(a, b)
+            else:
+                owner[r] = f
+    groups: dict[int, list[int]] = {}
+    for f in files:
+        groups.setdefault(find(f), []).append(f)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
+    if not renumber or len(table) == 0:
+        return table
+    rank = table["rank"]
+    new = rank.copy()
+    for old, to in renumber.items():
+        new[rank == old] = to
+    cols = dict(table.columns)
+    cols["rank"] = new.astype(rank.dtype)
+    return EventTable(cols, table.strings, dict(table.meta))
+
+
+def partition_pass(
+    kept: list[KeptFile], renumber: list[dict[int, int]], offsets: list[int]
+) -> RankTables:
+    """Run on a worker: the per-rank passes over a partition's kept files.
+
+    Args:
+        kept: the partition's files, in file order.
+        renumber: for each, trace rank -> rank (:class:`RankDecision`).
+        offsets: for each, the position of its first row in the whole set.
+    """
+    tables = [
+        _renumbered(k.result.table, re)
+        for k, re in zip(kept, renumber)
+        if k.result.table is not None  # only files with tables are partitioned
+    ]
+    table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
+    positions = np.concatenate(
+        [np.arange(o, o + len(t), dtype=np.int64) for o, t in zip(offsets, tables)]
+    )
+    return per_rank_tables(table, parts=tables, positions=positions)
