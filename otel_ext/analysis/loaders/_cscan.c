@@ -523,8 +523,60 @@ static int scan_object(Parser *P, MemberFn on_member, void *ctx) {
     }
 }
 
+/* The array at P->p, each element through fn (an object reader); 0 on anything else. */
+typedef int (*ElemFn)(Parser *P, void *ctx);
+
+static int scan_array(Parser *P, ElemFn fn, void *ctx) {
+    if (P->p >= P->end || *P->p != '[') return 0;
+    if (++P->depth > MAX_DEPTH) return 0;
+    P->p++;
+    skip_ws(P);
+    if (P->p < P->end && *P->p == ']') {
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+    for (;;) {
+        if (!fn(P, ctx)) return 0;
+        skip_ws(P);
+        if (P->p >= P->end) return 0;
+        if (*P->p == ',') {
+            P->p++;
+            skip_ws(P);
+            continue;
+        }
+        if (*P->p != ']') return 0;
+        P->p++;
+        P->depth--;
+        return 1;
+    }
+}
+
 static int key_is(const Str *k, const char *name, size_t n) {
     return k->n == n && memcmp(k->s, name, n) == 0;
+}
+
+/* 1 when the next byte is c. */
+static int at(const Parser *P, unsigned char c) { return P->p < P->end && *P->p == c; }
+
+/* 1 the first time a member (its bit) is met, which is recorded; 0 for a duplicate. */
+static int first_time(unsigned *seen, unsigned bit) {
+    if (*seen & bit) return 0;
+    *seen |= bit;
+    return 1;
+}
+
+/* The value of n decimal digits when all are digits and it is at most max (no overflow). */
+static int digits_at_most(const unsigned char *s, size_t n, uint64_t max, uint64_t *out) {
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(s[i])) return 0;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (x > (max - d) / 10) return 0;
+        x = x * 10 + d;
+    }
+    *out = x;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ args */
@@ -831,6 +883,128 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return res;
 }
 
+/* ------------------------------------------------------------------ OTLP-JSON lines */
+
+/*
+ * Both OTLP scanners walk a chunk of newline-separated lines, one request object each, with
+ * one loop (scan_lines): blank lines are skipped; a line longer than max_line stops the
+ * reading (its number is reported); a line the scanner's line reader is not sure of is
+ * listed as (number, start, stop) for the typed path, the tables taken back to where they
+ * stood before it; the GIL is released while the lines are read.
+ */
+
+/* A request: its one list member that is read ("resourceSpans", "resourceMetrics") and the
+ * reader of each of its elements, given the scanner's tables. */
+typedef struct {
+    const char *member;
+    size_t member_len;
+    ElemFn elem;
+} Request;
+
+typedef struct {
+    const Request *request;
+    void *out;
+    unsigned seen;
+} RequestCtx;
+
+static int on_request(Parser *P, void *vctx, const Str *k) {
+    RequestCtx *c = (RequestCtx *)vctx;
+    if (k->esc) return 0;
+    if (key_is(k, c->request->member, c->request->member_len)) {
+        if (!first_time(&c->seen, 1u)) return 0;
+        return scan_array(P, c->request->elem, c->out);
+    }
+    return skip_value(P);
+}
+
+/* A request object that fills the rest of the line (blanks after it allowed) into out. */
+static int whole_request(Parser *P, const Request *request, void *out) {
+    RequestCtx c = {request, out, 0};
+    if (!scan_object(P, on_request, &c)) return 0;
+    skip_ws(P);
+    return P->p == P->end;
+}
+
+/* The lengths of a scanner's tables and its counts of rows and resources before a line. */
+#define MAX_TABLES 12
+
+typedef struct {
+    size_t lens[MAX_TABLES];
+    int64_t rows, resources;
+} Mark;
+
+static void mark_save(Mark *m, Vec *const *vs, int n, int64_t rows, int64_t resources) {
+    for (int i = 0; i < n; i++) m->lens[i] = vs[i]->len;
+    m->rows = rows;
+    m->resources = resources;
+}
+
+static void mark_restore(const Mark *m, Vec *const *vs, int n) {
+    for (int i = 0; i < n; i++) vs[i]->len = m->lens[i];
+}
+
+/* Reads the request of line lineno (P over it from its first non-blank byte) into out's
+ * tables: 1 when read, 0 -- the tables as they were before the line -- for the typed path.
+ * It runs without the GIL. */
+typedef int (*LineFn)(Parser *P, void *out, int64_t lineno);
+
+/* What the walk over the lines gives besides the tables. */
+typedef struct {
+    Vec fallback;        /* int64 (number, start, stop) of each line left to the typed path */
+    long long long_line; /* the number of the line longer than max_line, or 0 */
+    int64_t last_line;   /* the number of the last line read */
+} Lines;
+
+static int blank(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+/* Every line of obj's buffer, the first numbered first_line, through read_line (the GIL
+ * released); 0, with the exception set, when obj is not a buffer or memory runs out. Inline
+ * with a constant read_line at each call, so that the compiler may specialise it. */
+static inline int scan_lines(PyObject *obj, long long first_line, long long max_line,
+                             LineFn read_line, void *out, Lines *L) {
+    memset(L, 0, sizeof *L);
+    L->last_line = (int64_t)first_line - 1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return 0;
+    int64_t lineno = L->last_line;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *base = (const unsigned char *)view.buf, *end = base + view.len;
+    const unsigned char *p = base;
+    while (ok && p < end) {
+        const unsigned char *nl = (const unsigned char *)memchr(p, '\n', (size_t)(end - p));
+        const unsigned char *le = nl ? nl : end;
+        lineno++;
+        if ((long long)(le - p) > max_line) {
+            L->long_line = lineno;
+            break;
+        }
+        const unsigned char *q = p;
+        while (q < le && blank(*q)) q++;
+        if (q < le) {
+            Parser P;
+            memset(&P, 0, sizeof P);
+            P.base = p;
+            P.p = q;
+            P.end = le;
+            int line_ok = read_line(&P, out, lineno);
+            vec_free(&P.scratch);
+            if (!line_ok &&
+                (!push_i64(&L->fallback, lineno) || !push_i64(&L->fallback, p - base) ||
+                 !push_i64(&L->fallback, le - base)))
+                ok = 0;
+        }
+        p = nl ? nl + 1 : end;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    L->last_line = lineno;
+    if (!ok) PyErr_NoMemory();
+    return ok;
+}
+
 /* ------------------------------------------------------------------ OTLP-JSON spans */
 
 /*
@@ -873,13 +1047,22 @@ typedef struct {
     int32_t last_str_code[MAX_OTLP_KEYS];
 } OOut;
 
+/* An OOut's tables that grow with the lines (a line that fails is taken out again). */
+static int oout_tables(OOut *o, Vec **vs) {
+    Vec *t[] = {&o->name_code, &o->start,      &o->end,    &o->span_id,
+                &o->parent,    &o->trace_code, &o->span_res, &o->d_type,
+                &o->d_val,     &o->line_of,    &o->r_type};
+    memcpy(vs, t, sizeof t);
+    return (int)(sizeof t / sizeof t[0]);
+}
+
 static void oout_free(OOut *o) {
     dict_free(&o->names);
     dict_free(&o->traces);
     dict_free(&o->strs);
-    Vec *vs[] = {&o->name_code, &o->start, &o->end, &o->span_id, &o->parent, &o->trace_code,
-                 &o->span_res, &o->d_type, &o->d_val, &o->r_type, &o->r_val, &o->line_of};
-    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+    Vec *vs[MAX_TABLES];
+    for (int i = 0, n = oout_tables(o, vs); i < n; i++) vec_free(vs[i]);
+    vec_free(&o->r_val);
 }
 
 static int hexval(unsigned char c) {
@@ -916,15 +1099,10 @@ static int ns_value(Parser *P, const Val *v, int64_t *out) {
         *out = v->num.value;
         return 1;
     }
-    if (v->kind != K_STR || v->str.esc || v->str.n == 0 || v->str.n > 20) return 0;
-    uint64_t x = 0;
-    for (size_t i = 0; i < v->str.n; i++) {
-        unsigned char c = v->str.s[i];
-        if (!is_digit(c)) return 0;
-        if (x > (uint64_t)LIM62) return 0;
-        x = x * 10 + (uint64_t)(c - '0');
-    }
-    if (x >= (uint64_t)LIM62) return 0;
+    uint64_t x;
+    if (v->kind != K_STR || v->str.esc || v->str.n == 0 || v->str.n > 20 ||
+        !digits_at_most(v->str.s, v->str.n, (uint64_t)LIM62 - 1, &x))
+        return 0;
     *out = (int64_t)x;
     return 1;
 }
@@ -1011,16 +1189,11 @@ static int on_anyvalue(Parser *P, void *vctx, const Str *k) {
             if (!v.num.is_int || v.num.big) return 0;
             c->i64 = v.num.value;
         } else if (v.kind == K_STR && !v.str.esc && v.str.n > 0 && v.str.n <= 19) {
-            size_t i = 0;
-            int neg = v.str.s[0] == '-';
-            if (neg) i = 1;
-            if (i >= v.str.n) return 0;
-            uint64_t x = 0;
-            for (; i < v.str.n; i++) {
-                if (!is_digit(v.str.s[i])) return 0;
-                x = x * 10 + (uint64_t)(v.str.s[i] - '0');
-            }
-            if (x > (uint64_t)INT64_MAX) return 0;
+            size_t neg = v.str.s[0] == '-';
+            uint64_t x;
+            if (neg >= v.str.n ||
+                !digits_at_most(v.str.s + neg, v.str.n - neg, (uint64_t)INT64_MAX, &x))
+                return 0;
             c->i64 = neg ? -(int64_t)x : (int64_t)x;
         } else {
             return 0;
@@ -1089,8 +1262,8 @@ static int on_kv(Parser *P, void *vctx, const Str *k) {
         if (c->seen_value++) return 0;
         c->value_at = P->p;
         c->value_depth = P->depth;
-        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
-        if (P->p >= P->end || *P->p != '{') return 0;
+        if (at(P, 'n')) return match_lit(P, "null", 4);
+        if (!at(P, '{')) return 0;
         if (c->seen_key && c->want >= 0) { /* the usual order: read it now */
             av_init(&c->a, c->o, c->want);
             c->parsed = 1;
@@ -1125,7 +1298,7 @@ static int kv_fast(Parser *P, KVCtx *c) {
         if (!scan_object(P, on_anyvalue, &c->a) || c->a.n_members > 1) goto general;
         c->parsed = 1;
     }
-    if (P->p >= P->end || *P->p != '}') goto general;
+    if (!at(P, '}')) goto general;
     P->p++;
     P->depth = depth;
     c->want = want;
@@ -1138,109 +1311,69 @@ general:
     return 0;
 }
 
-static int scan_attributes(Parser *P, OOut *o, int64_t row) {
-    if (P->p < P->end && *P->p == 'n') return 0; /* null where a list belongs */
-    if (P->p >= P->end || *P->p != '[') return 0;
-    if (++P->depth > MAX_DEPTH) return 0;
-    P->p++;
-    skip_ws(P);
-    if (P->p < P->end && *P->p == ']') {
-        P->p++;
-        P->depth--;
-        return 1;
-    }
-    for (;;) {
-        KVCtx c;
-        memset(&c, 0, sizeof c);
-        c.o = o;
-        c.row = row;
-        c.want = -1;
-        if (!kv_fast(P, &c) && !scan_object(P, on_kv, &c)) return 0;
-        if (c.want >= 0) {
-            if (!c.parsed) {
-                av_init(&c.a, o, c.want);
-                if (c.seen_value && *c.value_at == '{') {
-                    const unsigned char *after = P->p;
-                    int depth = P->depth;
-                    P->p = c.value_at;
-                    P->depth = c.value_depth;
-                    int ok = scan_object(P, on_anyvalue, &c.a);
-                    P->p = after;
-                    P->depth = depth;
-                    if (!ok || c.a.n_members > 1) return 0;
-                }
-            }
-            AVCtx a = c.a;
-            int32_t key = c.want;
-            uint8_t type = (uint8_t)a.type;
-            {
-                int64_t v = a.i64;
-                if (type == T_DBL) memcpy(&v, &a.f64, 8);
-                else if (type == T_STR) v = a.str;
-                else if (type == T_NONE) v = 0;
-                size_t slot;
-                uint8_t *types;
-                int64_t *vals;
-                if (row >= 0) {
-                    slot = (size_t)row * (size_t)o->n_keys + (size_t)key;
-                    types = (uint8_t *)o->d_type.data;
-                    vals = (int64_t *)o->d_val.data;
-                } else {
-                    slot = (size_t)(-row - 1 - o->res_base) * (size_t)o->n_keys + (size_t)key;
-                    types = (uint8_t *)o->r_type.data;
-                    vals = (int64_t *)o->r_val.data;
-                }
-                types[slot] = type;
-                vals[slot] = v;
-            }
+typedef struct {
+    OOut *o;
+    int64_t row; /* span row, or -(resource + 1) */
+} AttrCtx;
+
+/* One KeyValue of an attributes list: a wanted key's value into its slot of the row. */
+static int kv_elem(Parser *P, void *vctx) {
+    OOut *o = ((AttrCtx *)vctx)->o;
+    int64_t row = ((AttrCtx *)vctx)->row;
+    KVCtx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.row = row;
+    c.want = -1;
+    if (!kv_fast(P, &c) && !scan_object(P, on_kv, &c)) return 0;
+    if (c.want < 0) return 1;
+    if (!c.parsed) {
+        av_init(&c.a, o, c.want);
+        if (c.seen_value && *c.value_at == '{') {
+            const unsigned char *after = P->p;
+            int depth = P->depth;
+            P->p = c.value_at;
+            P->depth = c.value_depth;
+            int ok = scan_object(P, on_anyvalue, &c.a);
+            P->p = after;
+            P->depth = depth;
+            if (!ok || c.a.n_members > 1) return 0;
         }
-        skip_ws(P);
-        if (P->p >= P->end) return 0;
-        if (*P->p == ',') {
-            P->p++;
-            skip_ws(P);
-            continue;
-        }
-        if (*P->p != ']') return 0;
-        P->p++;
-        P->depth--;
-        return 1;
     }
+    AVCtx a = c.a;
+    int32_t key = c.want;
+    uint8_t type = (uint8_t)a.type;
+    int64_t v = a.i64;
+    if (type == T_DBL) memcpy(&v, &a.f64, 8);
+    else if (type == T_STR) v = a.str;
+    else if (type == T_NONE) v = 0;
+    size_t slot;
+    uint8_t *types;
+    int64_t *vals;
+    if (row >= 0) {
+        slot = (size_t)row * (size_t)o->n_keys + (size_t)key;
+        types = (uint8_t *)o->d_type.data;
+        vals = (int64_t *)o->d_val.data;
+    } else {
+        slot = (size_t)(-row - 1 - o->res_base) * (size_t)o->n_keys + (size_t)key;
+        types = (uint8_t *)o->r_type.data;
+        vals = (int64_t *)o->r_val.data;
+    }
+    types[slot] = type;
+    vals[slot] = v;
+    return 1;
 }
 
-/* The array at P->p, each element through fn (an object reader); 0 on anything else. */
-typedef int (*ElemFn)(Parser *P, void *ctx);
-
-static int scan_array(Parser *P, ElemFn fn, void *ctx) {
-    if (P->p >= P->end || *P->p != '[') return 0;
-    if (++P->depth > MAX_DEPTH) return 0;
-    P->p++;
-    skip_ws(P);
-    if (P->p < P->end && *P->p == ']') {
-        P->p++;
-        P->depth--;
-        return 1;
-    }
-    for (;;) {
-        if (!fn(P, ctx)) return 0;
-        skip_ws(P);
-        if (P->p >= P->end) return 0;
-        if (*P->p == ',') {
-            P->p++;
-            skip_ws(P);
-            continue;
-        }
-        if (*P->p != ']') return 0;
-        P->p++;
-        P->depth--;
-        return 1;
-    }
+/* An attributes list (null where a list belongs: the typed path) into row's slots. */
+static int scan_attributes(Parser *P, OOut *o, int64_t row) {
+    AttrCtx c = {o, row};
+    return scan_array(P, kv_elem, &c);
 }
 
 /* An array of objects whose members are not read (events, links): the types msgspec checks. */
 static int object_elem(Parser *P, void *ctx) {
     (void)ctx;
-    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!at(P, '{')) return 0;
     return skip_value(P);
 }
 
@@ -1290,8 +1423,7 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
     }
     if (f >= 0 && memcmp(k->s, F[f], FL[f]) != 0) f = -1;
     if (f < 0) return skip_value(P);
-    if (c->seen & (1u << f)) return 0;
-    c->seen |= 1u << f;
+    if (!first_time(&c->seen, 1u << f)) return 0;
     Val v;
     switch (f) {
         case 0: {
@@ -1340,7 +1472,7 @@ static int on_span(Parser *P, void *vctx, const Str *k) {
         case 9:
             return scan_array(P, object_elem, NULL);
         case 10:
-            return P->p < P->end && *P->p == '{' && skip_value(P);
+            return at(P, '{') && skip_value(P);
         case 11:
             return scan_value(P, &v) && v.kind == K_STR;
         default: /* flags: int | None */
@@ -1394,15 +1526,13 @@ static int on_scope_spans(Parser *P, void *vctx, const Str *k) {
     GenCtx *c = (GenCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "spans", 5)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         int64_t pass[2] = {(int64_t)(intptr_t)c->o, c->res};
         return scan_array(P, span_elem, pass);
     }
     if (key_is(k, "scope", 5)) {
-        if (c->seen & 2u) return 0;
-        c->seen |= 2u;
-        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        if (!first_time(&c->seen, 2u)) return 0;
+        if (at(P, 'n')) return match_lit(P, "null", 4);
         GenCtx s = *c;
         return scan_object(P, on_scope, &s);
     }
@@ -1419,8 +1549,7 @@ static int on_resource(Parser *P, void *vctx, const Str *k) {
     GenCtx *c = (GenCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "attributes", 10)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         return scan_attributes(P, c->o, -(c->res + 1));
     }
     return skip_value(P);
@@ -1431,14 +1560,12 @@ static int on_resource_spans(Parser *P, void *vctx, const Str *k) {
     if (k->esc) return 0;
     if (key_is(k, "instrumentationLibrarySpans", 27)) return 0; /* old name: msgspec path */
     if (key_is(k, "scopeSpans", 10)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         return scan_array(P, scope_spans_elem, c);
     }
     if (key_is(k, "resource", 8)) {
-        if (c->seen & 2u) return 0;
-        c->seen |= 2u;
-        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        if (!first_time(&c->seen, 2u)) return 0;
+        if (at(P, 'n')) return match_lit(P, "null", 4);
         GenCtx r = *c;
         r.seen = 0;
         return scan_object(P, on_resource, &r);
@@ -1457,46 +1584,6 @@ static int resource_spans_elem(Parser *P, void *vctx) {
     if (!scan_object(P, on_resource_spans, &c)) return 0;
     o->resources++;
     return 1;
-}
-
-static int on_request(Parser *P, void *vctx, const Str *k) {
-    GenCtx *c = (GenCtx *)vctx;
-    if (k->esc) return 0;
-    if (key_is(k, "resourceSpans", 13)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
-        return scan_array(P, resource_spans_elem, c->o);
-    }
-    return skip_value(P);
-}
-
-/* The saved lengths of an OOut's tables: a line that fails is taken out again. */
-typedef struct {
-    size_t lens[11];
-    int64_t spans, resources;
-} OMark;
-
-static Vec *omark_vecs(OOut *o, Vec **vs) {
-    vs[0] = &o->name_code; vs[1] = &o->start; vs[2] = &o->end; vs[3] = &o->span_id;
-    vs[4] = &o->parent; vs[5] = &o->trace_code; vs[6] = &o->span_res; vs[7] = &o->d_type;
-    vs[8] = &o->d_val; vs[9] = &o->line_of; vs[10] = &o->r_type;
-    return vs[0];
-}
-
-static void omark_save(OOut *o, OMark *m) {
-    Vec *vs[11];
-    omark_vecs(o, vs);
-    for (int i = 0; i < 11; i++) m->lens[i] = vs[i]->len;
-    m->spans = o->spans;
-    m->resources = o->resources;
-}
-
-static void omark_restore(OOut *o, const OMark *m) {
-    Vec *vs[11];
-    omark_vecs(o, vs);
-    for (int i = 0; i < 11; i++) vs[i]->len = m->lens[i];
-    o->spans = m->spans;
-    o->resources = m->resources;
 }
 
 /* A span's absent slots take its resource's values (the span's own win). */
@@ -1518,8 +1605,26 @@ static void merge_resources(OOut *o, int64_t first_span) {
     }
 }
 
-static int blank(unsigned char c) {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+static const Request SPANS_REQUEST = {"resourceSpans", 13, resource_spans_elem};
+
+static int span_line(Parser *P, void *out, int64_t lineno) {
+    OOut *o = (OOut *)out;
+    Vec *vs[MAX_TABLES];
+    int n = oout_tables(o, vs);
+    Mark m;
+    mark_save(&m, vs, n, o->spans, o->resources);
+    o->r_type.len = 0;
+    o->r_val.len = 0;
+    o->res_base = o->resources;
+    o->lineno = lineno;
+    if (whole_request(P, &SPANS_REQUEST, o)) {
+        merge_resources(o, m.rows);
+        return 1;
+    }
+    mark_restore(&m, vs, n);
+    o->spans = m.rows;
+    o->resources = m.resources;
+    return 0;
 }
 
 PyDoc_STRVAR(scan_otlp_lines_doc,
@@ -1562,66 +1667,15 @@ static PyObject *scan_otlp_lines(PyObject *self, PyObject *args) {
         o.key_lens[i] = (size_t)PyBytes_GET_SIZE(kb);
     }
     want_init(&o);
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Vec fallback = {0};
-    long long long_line = 0;
-    int64_t lineno = (int64_t)first_line - 1;
-    int ok = 1;
-    Py_BEGIN_ALLOW_THREADS
-    ok = dict_code(&o.names, (const unsigned char *)"", 0) == 0 &&
-         dict_code(&o.traces, (const unsigned char *)"", 0) == 0 &&
-         dict_code(&o.strs, (const unsigned char *)"", 0) == 0;
-    const unsigned char *base = (const unsigned char *)view.buf, *end = base + view.len;
-    const unsigned char *p = base;
-    while (ok && p < end) {
-        const unsigned char *nl = (const unsigned char *)memchr(p, '\n', (size_t)(end - p));
-        const unsigned char *le = nl ? nl : end;
-        lineno++;
-        if ((long long)(le - p) > max_line) {
-            long_line = lineno;
-            break;
-        }
-        const unsigned char *q = p;
-        while (q < le && blank(*q)) q++;
-        if (q < le) {
-            OMark m;
-            omark_save(&o, &m);
-            o.r_type.len = 0;
-            o.r_val.len = 0;
-            o.res_base = o.resources;
-            o.lineno = lineno;
-            Parser P;
-            memset(&P, 0, sizeof P);
-            P.base = p;
-            P.p = q;
-            P.end = le;
-            GenCtx c;
-            memset(&c, 0, sizeof c);
-            c.o = &o;
-            int line_ok = scan_object(&P, on_request, &c);
-            if (line_ok) {
-                skip_ws(&P);
-                line_ok = P.p == P.end;
-            }
-            vec_free(&P.scratch);
-            if (line_ok) {
-                merge_resources(&o, m.spans);
-            } else {
-                omark_restore(&o, &m);
-                if (!push_i64(&fallback, lineno) || !push_i64(&fallback, p - base) ||
-                    !push_i64(&fallback, le - base))
-                    ok = 0;
-            }
-        }
-        p = nl ? nl + 1 : end;
+    Lines L;
+    if (dict_code(&o.names, (const unsigned char *)"", 0) != 0 ||
+        dict_code(&o.traces, (const unsigned char *)"", 0) != 0 ||
+        dict_code(&o.strs, (const unsigned char *)"", 0) != 0) {
+        oout_free(&o);
+        return PyErr_NoMemory();
     }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
     PyObject *res = NULL;
-    if (!ok) {
-        PyErr_NoMemory();
-    } else {
+    if (scan_lines(obj, first_line, max_line, span_line, &o, &L)) {
         PyObject *names = dict_list(&o.names);
         PyObject *traces = names ? dict_list(&o.traces) : NULL;
         PyObject *strs = traces ? dict_list(&o.strs) : NULL;
@@ -1630,13 +1684,14 @@ static PyObject *scan_otlp_lines(PyObject *self, PyObject *args) {
                 "(LNNNNNNNNNNNNNLL)", (long long)o.spans, names, as_bytes(&o.name_code),
                 as_bytes(&o.start), as_bytes(&o.end), as_bytes(&o.span_id), as_bytes(&o.parent),
                 traces, as_bytes(&o.trace_code), as_bytes(&o.line_of), as_bytes(&o.d_type),
-                as_bytes(&o.d_val), strs, as_bytes(&fallback), long_line, (long long)lineno);
+                as_bytes(&o.d_val), strs, as_bytes(&L.fallback), L.long_line,
+                (long long)L.last_line);
         } else {
             Py_XDECREF(names);
             Py_XDECREF(traces);
         }
     }
-    vec_free(&fallback);
+    vec_free(&L.fallback);
     oout_free(&o);
     return res;
 }
@@ -1663,12 +1718,19 @@ typedef struct {
     int64_t points, resources, lineno;
 } MOut;
 
+/* An MOut's tables that grow with the lines (a line that fails is taken out again). */
+static int mout_tables(MOut *o, Vec **vs) {
+    Vec *t[] = {&o->name_code, &o->kind, &o->time, &o->start, &o->value,   &o->count,
+                &o->attr,      &o->res,  &o->line, &o->pidx,  &o->res_attr};
+    memcpy(vs, t, sizeof t);
+    return (int)(sizeof t / sizeof t[0]);
+}
+
 static void mout_free(MOut *o) {
     dict_free(&o->names);
     dict_free(&o->texts);
-    Vec *vs[] = {&o->name_code, &o->kind, &o->time, &o->start, &o->value, &o->count,
-                 &o->attr, &o->res, &o->line, &o->pidx, &o->res_attr};
-    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) vec_free(vs[i]);
+    Vec *vs[MAX_TABLES];
+    for (int i = 0, n = mout_tables(o, vs); i < n; i++) vec_free(vs[i]);
 }
 
 /* A JSON number's double, as Python's float() of it; 0 when not finite or too long. */
@@ -1693,14 +1755,12 @@ static int num_double(const Val *v, double *out) {
 /* A plain decimal integer string (optional '-', at most 18 digits) as a double. */
 static int str_int_double(const Val *v, double *out) {
     if (v->kind != K_STR || v->str.esc || v->str.n == 0 || v->str.n > 19) return 0;
-    size_t i = v->str.s[0] == '-';
-    if (i >= v->str.n || v->str.n - i > 18) return 0;
-    int64_t x = 0;
-    for (; i < v->str.n; i++) {
-        if (!is_digit(v->str.s[i])) return 0;
-        x = x * 10 + (v->str.s[i] - '0');
-    }
-    *out = (double)(v->str.s[0] == '-' ? -x : x);
+    size_t neg = v->str.s[0] == '-';
+    uint64_t x;
+    if (neg >= v->str.n || v->str.n - neg > 18 ||
+        !digits_at_most(v->str.s + neg, v->str.n - neg, (uint64_t)INT64_MAX, &x))
+        return 0;
+    *out = (double)(neg ? -(int64_t)x : (int64_t)x);
     return 1;
 }
 
@@ -1727,8 +1787,7 @@ static int on_point(Parser *P, void *vctx, const Str *k) {
             break;
         }
     if (f < 0) return skip_value(P);
-    if (c->seen & (1u << f)) return 0;
-    c->seen |= 1u << f;
+    if (!first_time(&c->seen, 1u << f)) return 0;
     if (f == 6) {
         c->attr_s = P->p;
         if (!skip_value(P)) return 0;
@@ -1752,7 +1811,7 @@ static int point_elem(Parser *P, void *vctx) {
     c.seen = 0;
     c.attr_s = c.attr_e = NULL;
     c.t.kind = c.st.kind = c.dbl.kind = c.in.kind = c.cnt.kind = c.sm.kind = K_NULL;
-    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!at(P, '{')) return 0;
     if (!scan_object(P, on_point, &c)) return 0;
     ((PointCtx *)vctx)->pidx++;
     int64_t t, st = 0, count = -1;
@@ -1766,13 +1825,10 @@ static int point_elem(Parser *P, void *vctx) {
             if (c.cnt.num.value < 0 || c.cnt.num.value >= LIM62) return 0;
             count = c.cnt.num.value;
         } else {
-            if (c.cnt.str.esc || c.cnt.str.n == 0 || c.cnt.str.n > 19) return 0;
-            uint64_t x = 0;
-            for (size_t i = 0; i < c.cnt.str.n; i++) {
-                if (!is_digit(c.cnt.str.s[i])) return 0;
-                x = x * 10 + (uint64_t)(c.cnt.str.s[i] - '0');
-            }
-            if (x >= (uint64_t)LIM62) return 0;
+            uint64_t x;
+            if (c.cnt.str.esc || c.cnt.str.n == 0 || c.cnt.str.n > 19 ||
+                !digits_at_most(c.cnt.str.s, c.cnt.str.n, (uint64_t)LIM62 - 1, &x))
+                return 0;
             count = (int64_t)x;
         }
         if (c.sm.kind == K_NULL) value = NAN;
@@ -1801,8 +1857,7 @@ static int on_body(Parser *P, void *vctx, const Str *k) {
     PointCtx *c = (PointCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "dataPoints", 10)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         c->pidx = 0;
         return scan_array(P, point_elem, c);
     }
@@ -1826,8 +1881,7 @@ static int on_metric(Parser *P, void *vctx, const Str *k) {
                                     "summary"};
     static const size_t BL[] = {5, 3, 9, 20, 7};
     if (key_is(k, "name", 4)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         Val v;
         if (!scan_value(P, &v) || v.kind != K_STR) return 0;
         const unsigned char *t;
@@ -1838,10 +1892,9 @@ static int on_metric(Parser *P, void *vctx, const Str *k) {
     }
     for (int b = 0; b < 5; b++)
         if (k->n == BL[b] && memcmp(k->s, B[b], BL[b]) == 0) {
-            if (c->seen & (2u << b)) return 0;
-            c->seen |= 2u << b;
-            if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
-            if (P->p >= P->end || *P->p != '{') return 0;
+            if (!first_time(&c->seen, 2u << b)) return 0;
+            if (at(P, 'n')) return match_lit(P, "null", 4);
+            if (!at(P, '{')) return 0;
             c->bodies++;
             c->body_at[b] = P->p; /* read once the name is known */
             c->body_depth[b] = P->depth;
@@ -1856,7 +1909,7 @@ static int metric_elem(Parser *P, void *vctx) {
     c.bodies = 0;
     c.name = -1;
     memset(c.body_at, 0, sizeof c.body_at);
-    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!at(P, '{')) return 0;
     if (!scan_object(P, on_metric, &c)) return 0;
     if (c.name < 0 || c.bodies != 1) return 0; /* the loader reports these: its path */
     for (int b = 0; b < 5; b++) {
@@ -1881,8 +1934,7 @@ static int on_scope_metrics(Parser *P, void *vctx, const Str *k) {
     MetricCtx *c = (MetricCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "metrics", 7)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         return scan_array(P, metric_elem, c);
     }
     return skip_value(P);
@@ -1891,7 +1943,7 @@ static int on_scope_metrics(Parser *P, void *vctx, const Str *k) {
 static int scope_metrics_elem(Parser *P, void *vctx) {
     MetricCtx c = *(MetricCtx *)vctx;
     c.seen = 0;
-    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!at(P, '{')) return 0;
     return scan_object(P, on_scope_metrics, &c);
 }
 
@@ -1900,16 +1952,14 @@ static int on_typed_kv(Parser *P, void *vctx, const Str *k) {
     unsigned *seen = (unsigned *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "key", 3)) {
-        if (*seen & 1u) return 0;
-        *seen |= 1u;
+        if (!first_time(seen, 1u)) return 0;
         Val v;
         return scan_value(P, &v) && v.kind == K_STR;
     }
     if (key_is(k, "value", 5)) {
-        if (*seen & 2u) return 0;
-        *seen |= 2u;
-        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
-        return P->p < P->end && *P->p == '{' && skip_value(P);
+        if (!first_time(seen, 2u)) return 0;
+        if (at(P, 'n')) return match_lit(P, "null", 4);
+        return at(P, '{') && skip_value(P);
     }
     return skip_value(P);
 }
@@ -1917,7 +1967,7 @@ static int on_typed_kv(Parser *P, void *vctx, const Str *k) {
 static int typed_kv_elem(Parser *P, void *vctx) {
     (void)vctx;
     unsigned seen = 0;
-    if (P->p >= P->end || *P->p != '{') return 0;
+    if (!at(P, '{')) return 0;
     return scan_object(P, on_typed_kv, &seen);
 }
 
@@ -1931,8 +1981,7 @@ static int on_mresource(Parser *P, void *vctx, const Str *k) {
     MResCtx *c = (MResCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "attributes", 10)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         const unsigned char *s0 = P->p;
         if (!scan_array(P, typed_kv_elem, NULL)) return 0;
         c->attr = dict_code(&c->o->texts, s0, (size_t)(P->p - s0));
@@ -1952,8 +2001,7 @@ static int on_resource_metrics(Parser *P, void *vctx, const Str *k) {
     RMCtx *c = (RMCtx *)vctx;
     if (k->esc) return 0;
     if (key_is(k, "scopeMetrics", 12)) {
-        if (c->seen & 1u) return 0;
-        c->seen |= 1u;
+        if (!first_time(&c->seen, 1u)) return 0;
         MetricCtx m;
         memset(&m, 0, sizeof m);
         m.o = c->o;
@@ -1961,14 +2009,13 @@ static int on_resource_metrics(Parser *P, void *vctx, const Str *k) {
         return scan_array(P, scope_metrics_elem, &m);
     }
     if (key_is(k, "resource", 8)) {
-        if (c->seen & 2u) return 0;
-        c->seen |= 2u;
-        if (P->p < P->end && *P->p == 'n') return match_lit(P, "null", 4);
+        if (!first_time(&c->seen, 2u)) return 0;
+        if (at(P, 'n')) return match_lit(P, "null", 4);
         MResCtx r;
         memset(&r, 0, sizeof r);
         r.o = c->o;
         r.attr = c->res_attr;
-        if (P->p >= P->end || *P->p != '{' || !scan_object(P, on_mresource, &r)) return 0;
+        if (!at(P, '{') || !scan_object(P, on_mresource, &r)) return 0;
         c->res_attr = r.attr;
         return 1;
     }
@@ -1982,22 +2029,27 @@ static int resource_metrics_elem(Parser *P, void *vctx) {
     c.o = o;
     c.res = o->resources;
     c.res_attr = dict_code(&o->texts, (const unsigned char *)"[]", 2);
-    if (c.res_attr < 0 || P->p >= P->end || *P->p != '{') return 0;
+    if (c.res_attr < 0 || !at(P, '{')) return 0;
     if (!scan_object(P, on_resource_metrics, &c)) return 0;
     if (!push_i32(&o->res_attr, c.res_attr)) return 0;
     o->resources++;
     return 1;
 }
 
-static int on_metrics_request(Parser *P, void *vctx, const Str *k) {
-    unsigned *seen = (unsigned *)((void **)vctx)[1];
-    if (k->esc) return 0;
-    if (key_is(k, "resourceMetrics", 15)) {
-        if (*seen & 1u) return 0;
-        *seen |= 1u;
-        return scan_array(P, resource_metrics_elem, ((void **)vctx)[0]);
-    }
-    return skip_value(P);
+static const Request METRICS_REQUEST = {"resourceMetrics", 15, resource_metrics_elem};
+
+static int metric_line(Parser *P, void *out, int64_t lineno) {
+    MOut *o = (MOut *)out;
+    Vec *vs[MAX_TABLES];
+    int n = mout_tables(o, vs);
+    Mark m;
+    mark_save(&m, vs, n, o->points, o->resources);
+    o->lineno = lineno;
+    if (whole_request(P, &METRICS_REQUEST, o)) return 1;
+    mark_restore(&m, vs, n);
+    o->points = m.rows;
+    o->resources = m.resources;
+    return 0;
 }
 
 PyDoc_STRVAR(scan_otlp_metrics_lines_doc,
@@ -2016,65 +2068,15 @@ static PyObject *scan_otlp_metrics_lines(PyObject *self, PyObject *args) {
     long long first_line, max_line;
     if (!PyArg_ParseTuple(args, "OLL:scan_otlp_metrics_lines", &obj, &first_line, &max_line))
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
     MOut o;
     memset(&o, 0, sizeof o);
-    Vec fallback = {0};
-    long long long_line = 0;
-    int64_t lineno = (int64_t)first_line - 1;
-    int ok = 1;
-    Py_BEGIN_ALLOW_THREADS
-    ok = dict_code(&o.names, (const unsigned char *)"", 0) == 0;
-    const unsigned char *base = (const unsigned char *)view.buf, *end = base + view.len;
-    const unsigned char *p = base;
-    while (ok && p < end) {
-        const unsigned char *nl = (const unsigned char *)memchr(p, '\n', (size_t)(end - p));
-        const unsigned char *le = nl ? nl : end;
-        lineno++;
-        if ((long long)(le - p) > max_line) {
-            long_line = lineno;
-            break;
-        }
-        const unsigned char *q = p;
-        while (q < le && blank(*q)) q++;
-        if (q < le) {
-            Vec *vs[] = {&o.name_code, &o.kind, &o.time, &o.start, &o.value, &o.count,
-                         &o.attr, &o.res, &o.line, &o.pidx, &o.res_attr};
-            size_t lens[11];
-            for (int i = 0; i < 11; i++) lens[i] = vs[i]->len;
-            int64_t points = o.points, resources = o.resources;
-            o.lineno = lineno;
-            Parser P;
-            memset(&P, 0, sizeof P);
-            P.base = p;
-            P.p = q;
-            P.end = le;
-            unsigned seen = 0;
-            void *pass[2] = {&o, &seen};
-            int line_ok = scan_object(&P, on_metrics_request, pass);
-            if (line_ok) {
-                skip_ws(&P);
-                line_ok = P.p == P.end;
-            }
-            vec_free(&P.scratch);
-            if (!line_ok) {
-                for (int i = 0; i < 11; i++) vs[i]->len = lens[i];
-                o.points = points;
-                o.resources = resources;
-                if (!push_i64(&fallback, lineno) || !push_i64(&fallback, p - base) ||
-                    !push_i64(&fallback, le - base))
-                    ok = 0;
-            }
-        }
-        p = nl ? nl + 1 : end;
+    if (dict_code(&o.names, (const unsigned char *)"", 0) != 0) {
+        mout_free(&o);
+        return PyErr_NoMemory();
     }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
+    Lines L;
     PyObject *res = NULL;
-    if (!ok) {
-        PyErr_NoMemory();
-    } else {
+    if (scan_lines(obj, first_line, max_line, metric_line, &o, &L)) {
         PyObject *names = dict_list(&o.names);
         PyObject *texts = names ? PyList_New((Py_ssize_t)o.texts.count) : NULL;
         if (texts) {
@@ -2094,13 +2096,13 @@ static PyObject *scan_otlp_metrics_lines(PyObject *self, PyObject *args) {
                 "(LNNNNNNNNNNNNNNLL)", (long long)o.points, names, as_bytes(&o.name_code),
                 as_bytes(&o.kind), as_bytes(&o.time), as_bytes(&o.start), as_bytes(&o.value),
                 as_bytes(&o.count), as_bytes(&o.attr), as_bytes(&o.res), as_bytes(&o.line),
-                as_bytes(&o.pidx), texts, as_bytes(&o.res_attr), as_bytes(&fallback),
-                long_line, (long long)lineno);
+                as_bytes(&o.pidx), texts, as_bytes(&o.res_attr),
+                as_bytes(&L.fallback), L.long_line, (long long)L.last_line);
         } else {
             Py_XDECREF(names);
         }
     }
-    vec_free(&fallback);
+    vec_free(&L.fallback);
     mout_free(&o);
     return res;
 }
