@@ -41,7 +41,7 @@ and keep every kernel in the queue length (each was queued at the replay's launc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 __all__ = [
     "IdleBreakdownRow",
     "KernelBreakdown",
+    "KernelStats",
     "LaunchStatsRow",
     "TemporalBreakdownRow",
     "device_mask",
@@ -60,12 +61,20 @@ __all__ = [
     "graph_replays",
     "idle_breakdown",
     "kernel_breakdown",
+    "kernel_stats",
     "launch_fanout",
     "launch_rows",
     "launch_stats",
     "rank_groups",
     "temporal_breakdown",
 ]
+
+_KERNEL_LABELS = {
+    Category.KERNEL_COMPUTE: "compute",
+    Category.KERNEL_COMM: "communication",
+    Category.MEMCPY: "memcpy",
+    Category.MEMSET: "memset",
+}
 
 #: HTA's ``consecutive_kernel_delay`` default (30, compared with microsecond gaps)
 DEFAULT_KERNEL_WAIT_NS = 30_000
@@ -398,49 +407,112 @@ def kernel_breakdown(table: EventTable, *, top: int = 30) -> KernelBreakdown:
     >>> [(r["category"], r["total_ns"], r["pct"]) for r in kb.by_category]
     [('compute', 30, 75.0), ('communication', 10, 25.0)]
     """
+    return kernel_stats(table).breakdown(top=top)
+
+
+@dataclass
+class KernelStats:
+    """Device time by name and by category, mergeable across tables.
+
+    Attributes:
+        by_name: name -> ``[category, first, count, total_ns, min_ns, max_ns]`` with
+            ``first`` the position of the name's first row (the category is that row's).
+        by_category: category -> ``[count, total_ns, max_ns]``.
+    """
+
+    by_name: dict[str, list[Any]] = field(default_factory=dict)
+    by_category: dict[int, list[int]] = field(default_factory=dict)
+
+    def merge(self, other: KernelStats) -> None:
+        """Add ``other``'s rows (of other ranks) to these."""
+        for name, (cat, first, n, tot, lo, hi) in other.by_name.items():
+            mine = self.by_name.get(name)
+            if mine is None:
+                self.by_name[name] = [cat, first, n, tot, lo, hi]
+                continue
+            if first < mine[1]:
+                mine[0], mine[1] = cat, first
+            mine[2] += n
+            mine[3] += tot
+            mine[4], mine[5] = min(mine[4], lo), max(mine[5], hi)
+        for c, (n, tot, hi) in other.by_category.items():
+            mine_c = self.by_category.setdefault(c, [0, 0, hi])
+            mine_c[0] += n
+            mine_c[1] += tot
+            mine_c[2] = max(mine_c[2], hi)
+
+    def breakdown(self, *, top: int = 30) -> KernelBreakdown:
+        """:func:`~otel_ext.analysis.breakdown.kernel_breakdown` of the rows counted.
+
+        The means are the sums over the counts: numpy's mean of integer nanoseconds sums them
+        exactly in float64 (below 2**53 ns, 104 days) and divides once, as this does.
+        """
+        total = sum(tot for _, tot, _ in self.by_category.values())
+        pct = _pct
+        by_cat: list[dict[str, Any]] = [
+            {"category": label, "count": n, "total_ns": tot, "mean_ns": tot / n,
+             "max_ns": hi, "pct": pct(tot, total)}
+            for c, label in _KERNEL_LABELS.items()
+            if c in self.by_category
+            for n, tot, hi in [self.by_category[c]]
+        ]  # fmt: skip
+        by_cat.sort(key=lambda r: -r["total_ns"])
+        rows: list[dict[str, Any]] = [
+            {"name": name, "category": _KERNEL_LABELS[Category(cat)], "count": n, "total_ns": tot,
+             "mean_ns": tot / n, "min_ns": lo, "max_ns": hi, "pct": pct(tot, total)}
+            for name, (cat, _, n, tot, lo, hi) in self.by_name.items()
+        ]  # fmt: skip
+        rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
+        if len(rows) > top:
+            rest = rows[top:]
+            rest_total = sum(r["total_ns"] for r in rest)
+            count = sum(r["count"] for r in rest)
+            others = {
+                "name": "others", "category": "mixed", "count": count, "total_ns": rest_total,
+                "mean_ns": rest_total / max(1, count), "min_ns": min(r["min_ns"] for r in rest),
+                "max_ns": max(r["max_ns"] for r in rest), "pct": pct(rest_total, total),
+            }  # fmt: skip
+            rows = [*rows[:top], others]
+        return KernelBreakdown(by_cat, rows)
+
+
+def kernel_stats(table: EventTable, *, positions: np.ndarray | None = None) -> KernelStats:
+    """Device time per name and category of ``table``'s device rows.
+
+    Args:
+        table: the events.
+        positions: each row's position in the whole set (default: its row number), which
+            decides whose category a name takes when its rows disagree.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=30, category=C.KERNEL_COMPUTE, name="gemm", rank=0),
+    ...     dict(start_ns=0, end_ns=10, category=C.KERNEL_COMPUTE, name="gemm", rank=1)])
+    >>> s = kernel_stats(t)
+    >>> s.by_name["gemm"][2:], s.by_category
+    ([2, 40, 10, 30], {3: [2, 40, 30]})
+    """
     dev = np.flatnonzero(device_mask(table))
     dur = (table["end_ns"] - table["start_ns"])[dev]
     cat = table["category"][dev]
-    total = int(dur.sum())
-    labels = {
-        Category.KERNEL_COMPUTE: "compute",
-        Category.KERNEL_COMM: "communication",
-        Category.MEMCPY: "memcpy",
-        Category.MEMSET: "memset",
-    }
-    by_cat: list[dict[str, Any]] = []
-    for c, label in labels.items():
+    pos = dev if positions is None else positions[dev]
+    out = KernelStats()
+    for c in _KERNEL_LABELS:
         m = cat == c
         if m.any():
             d = dur[m]
-            by_cat.append(
-                {"category": label, "count": int(m.sum()), "total_ns": int(d.sum()),
-                 "mean_ns": float(d.mean()), "max_ns": int(d.max()), "pct": _pct(int(d.sum()), total)}
-            )  # fmt: skip
-    by_cat.sort(key=lambda r: -r["total_ns"])
-    names = table["name"][dev]
-    order, codes, slices = group_slices(names.astype(np.int64))
-    rows: list[dict[str, Any]] = []
+            out.by_category[int(c)] = [int(m.sum()), int(d.sum()), int(d.max())]
+    order, codes, slices = group_slices(table["name"][dev].astype(np.int64))
+    names = table.strings["name"]
     for code, sl in zip(codes.tolist(), slices):
         idx = order[sl]
         d = dur[idx]
-        rows.append(
-            {"name": table.strings["name"][code], "category": labels[Category(int(cat[idx[0]]))],
-             "count": int(d.shape[0]), "total_ns": int(d.sum()), "mean_ns": float(d.mean()),
-             "min_ns": int(d.min()), "max_ns": int(d.max()), "pct": _pct(int(d.sum()), total)}
-        )  # fmt: skip
-    rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
-    if len(rows) > top:
-        rest = rows[top:]
-        rest_total = sum(r["total_ns"] for r in rest)
-        others = {
-            "name": "others", "category": "mixed", "count": sum(r["count"] for r in rest),
-            "total_ns": rest_total, "mean_ns": rest_total / max(1, sum(r["count"] for r in rest)),
-            "min_ns": min(r["min_ns"] for r in rest), "max_ns": max(r["max_ns"] for r in rest),
-            "pct": _pct(rest_total, total),
-        }  # fmt: skip
-        rows = [*rows[:top], others]
-    return KernelBreakdown(by_cat, rows)
+        first = int(np.argmin(pos[idx]))
+        out.by_name[names[code]] = [
+            int(cat[idx[first]]), int(pos[idx[first]]), int(d.shape[0]), int(d.sum()),
+            int(d.min()), int(d.max()),
+        ]  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)

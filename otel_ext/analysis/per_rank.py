@@ -9,9 +9,10 @@ ranks it covers, and keeps for the second kind only the rows it reads
 (:func:`cross_rank_mask`): device activity, runtime calls, collectives, layers, steps,
 requests and their phases, link transfers, host-side collective operations and the rows
 that name a serving engine's requests. The other rows (host operators, which are most of a
-profiler trace) are left behind but for two per rank and file: the one that starts first and
+profiler trace) are left behind but for two per file and rank: the one that starts first and
 the one that ends last, so that every rank's time span (runs, the run's start and end) stays
-what the whole table gives.
+what the whole table gives (the clock alignment moves a rank's rows by one increasing
+function of time, so the first and last stay first and last).
 
 Per-rank results of tables that hold disjoint sets of ranks (the partitions of a Dask
 cluster) join with :func:`merge_rank_tables` into what one table of them all gives: rows in
@@ -36,21 +37,20 @@ counts added.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from otel_ext.analysis import breakdown, overlap
 from otel_ext.analysis._intervals import group_slices
+from otel_ext.analysis.breakdown import KernelStats, kernel_stats
 from otel_ext.analysis.collectives import HOST_COLLECTIVE_FAMILIES
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
-    "KernelStats",
     "RankTables",
     "cross_rank_mask",
-    "kernel_stats",
     "merge_name_counts",
     "merge_rank_tables",
     "name_counts",
@@ -71,13 +71,6 @@ CROSS_RANK_CATEGORIES = (
     Category.LINK_TRANSFER,
     Category.STEP,
 )
-
-_LABELS = {
-    Category.KERNEL_COMPUTE: "compute",
-    Category.KERNEL_COMM: "communication",
-    Category.MEMCPY: "memcpy",
-    Category.MEMSET: "memset",
-}
 
 
 def _serving_mark(name: str) -> bool:
@@ -114,123 +107,20 @@ def cross_rank_mask(table: EventTable) -> np.ndarray:
 
 
 def _with_envelope(table: EventTable, keep: np.ndarray) -> np.ndarray:
-    """``keep`` and, per rank, the left-out row that starts first and the one that ends last."""
+    """``keep`` and, per file and rank, the left-out row that starts first and the one that
+    ends last (per file: a file's rows are all in one partition)."""
     out = keep.copy()
     left = np.flatnonzero(~keep)
     if len(left) == 0:
         return out
-    rank = table["rank"][left].astype(np.int64)
+    rank = table["rank"][left].astype(np.int64) + 1
+    key = table["source"][left].astype(np.int64) * (int(rank.max()) + 1) + rank
     start, end = table["start_ns"][left], table["end_ns"][left]
-    order, _, slices = group_slices(rank)
+    order, _, slices = group_slices(key)
     for sl in slices:
         rows = order[sl]
         out[left[rows[int(np.argmin(start[rows]))]]] = True
         out[left[rows[int(np.argmax(end[rows]))]]] = True
-    return out
-
-
-@dataclass
-class KernelStats:
-    """Device time by name and by category, mergeable across tables.
-
-    Attributes:
-        by_name: name -> ``[category, first, count, total_ns, min_ns, max_ns]`` with
-            ``first`` the position of the name's first row (the category is that row's).
-        by_category: category -> ``[count, total_ns, max_ns]``.
-    """
-
-    by_name: dict[str, list[Any]] = field(default_factory=dict)
-    by_category: dict[int, list[int]] = field(default_factory=dict)
-
-    def merge(self, other: KernelStats) -> None:
-        """Add ``other``'s rows (of other ranks) to these."""
-        for name, (cat, first, n, tot, lo, hi) in other.by_name.items():
-            mine = self.by_name.get(name)
-            if mine is None:
-                self.by_name[name] = [cat, first, n, tot, lo, hi]
-                continue
-            if first < mine[1]:
-                mine[0], mine[1] = cat, first
-            mine[2] += n
-            mine[3] += tot
-            mine[4], mine[5] = min(mine[4], lo), max(mine[5], hi)
-        for c, (n, tot, hi) in other.by_category.items():
-            mine_c = self.by_category.setdefault(c, [0, 0, hi])
-            mine_c[0] += n
-            mine_c[1] += tot
-            mine_c[2] = max(mine_c[2], hi)
-
-    def breakdown(self, *, top: int = 30) -> breakdown.KernelBreakdown:
-        """:func:`~otel_ext.analysis.breakdown.kernel_breakdown` of the rows counted.
-
-        The means are the sums over the counts: numpy's mean of integer nanoseconds sums them
-        exactly in float64 (below 2**53 ns, 104 days) and divides once, as this does.
-        """
-        total = sum(tot for _, tot, _ in self.by_category.values())
-        pct = breakdown._pct
-        by_cat: list[dict[str, Any]] = [
-            {"category": label, "count": n, "total_ns": tot, "mean_ns": tot / n,
-             "max_ns": hi, "pct": pct(tot, total)}
-            for c, label in _LABELS.items()
-            if c in self.by_category
-            for n, tot, hi in [self.by_category[c]]
-        ]  # fmt: skip
-        by_cat.sort(key=lambda r: -r["total_ns"])
-        rows: list[dict[str, Any]] = [
-            {"name": name, "category": _LABELS[Category(cat)], "count": n, "total_ns": tot,
-             "mean_ns": tot / n, "min_ns": lo, "max_ns": hi, "pct": pct(tot, total)}
-            for name, (cat, _, n, tot, lo, hi) in self.by_name.items()
-        ]  # fmt: skip
-        rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
-        if len(rows) > top:
-            rest = rows[top:]
-            rest_total = sum(r["total_ns"] for r in rest)
-            count = sum(r["count"] for r in rest)
-            others = {
-                "name": "others", "category": "mixed", "count": count, "total_ns": rest_total,
-                "mean_ns": rest_total / max(1, count), "min_ns": min(r["min_ns"] for r in rest),
-                "max_ns": max(r["max_ns"] for r in rest), "pct": pct(rest_total, total),
-            }  # fmt: skip
-            rows = [*rows[:top], others]
-        return breakdown.KernelBreakdown(by_cat, rows)
-
-
-def kernel_stats(table: EventTable, *, positions: np.ndarray | None = None) -> KernelStats:
-    """Device time per name and category of ``table``'s device rows.
-
-    Args:
-        table: the events.
-        positions: each row's position in the whole set (default: its row number), which
-            decides whose category a name takes when its rows disagree.
-
-    >>> from otel_ext.analysis.table import Category as C
-    >>> t = EventTable.from_rows([
-    ...     dict(start_ns=0, end_ns=30, category=C.KERNEL_COMPUTE, name="gemm", rank=0),
-    ...     dict(start_ns=0, end_ns=10, category=C.KERNEL_COMPUTE, name="gemm", rank=1)])
-    >>> s = kernel_stats(t)
-    >>> s.by_name["gemm"][2:], s.by_category
-    ([2, 40, 10, 30], {3: [2, 40, 30]})
-    """
-    dev = np.flatnonzero(breakdown.device_mask(table))
-    dur = (table["end_ns"] - table["start_ns"])[dev]
-    cat = table["category"][dev]
-    pos = dev if positions is None else positions[dev]
-    out = KernelStats()
-    for c in _LABELS:
-        m = cat == c
-        if m.any():
-            d = dur[m]
-            out.by_category[int(c)] = [int(m.sum()), int(d.sum()), int(d.max())]
-    order, codes, slices = group_slices(table["name"][dev].astype(np.int64))
-    names = table.strings["name"]
-    for code, sl in zip(codes.tolist(), slices):
-        idx = order[sl]
-        d = dur[idx]
-        first = int(np.argmin(pos[idx]))
-        out.by_name[names[code]] = [
-            int(cat[idx[first]]), int(pos[idx[first]]), int(d.shape[0]), int(d.sum()),
-            int(d.min()), int(d.max()),
-        ]  # fmt: skip
     return out
 
 

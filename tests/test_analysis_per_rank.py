@@ -1,0 +1,177 @@
+"""The per-rank phase split across partitions gives what it gives over the whole table.
+
+Differential property tests (the shape of polars' "streaming equals batch"): random sets of
+files (ranks, rows of no rank, host operators, kernels, runtime calls, collectives), split
+into partitions of whole files, per-rank passes per partition and merged, against the same
+passes over all the files joined; the ranks decided from the files' sketches against
+``separate_captures`` over the whole table; the steps selected per file against the whole
+table's selection. And on the real sets: the rows the cross-rank passes read give the same
+report as the whole table (``test_reduced_rows_give_the_whole_report``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_ext.analysis import breakdown, overlap
+from otel_ext.analysis.captures import separate_captures
+from otel_ext.analysis.per_rank import (
+    cross_rank_mask,
+    merge_rank_tables,
+    name_counts,
+    per_rank_tables,
+)
+from otel_ext.analysis.per_rank_jobs import decide_ranks, partitions, sketch
+from otel_ext.analysis.steps import merge_step_records, select_steps
+from otel_ext.analysis.table import Category as C
+from otel_ext.analysis.table import EventTable
+
+DAY = 86_400 * 10**9
+
+_CATS = [C.CPU_OP, C.RUNTIME, C.KERNEL_COMPUTE, C.KERNEL_COMM, C.MEMCPY, C.STEP, C.COLLECTIVE]
+_NAMES = ["aten::mm", "gemm", "c10d::allreduce_", "nccl:all_reduce", "copy", "ProfilerStep#1",
+          "ProfilerStep#2", "ProfilerStep#3", "k2"]  # fmt: skip
+
+
+@st.composite
+def file_sets(draw: Any) -> list[EventTable]:
+    """One to five files; each one rank (possibly shared with another file, or none)."""
+    n_files = draw(st.integers(1, 5))
+    files = []
+    for i in range(n_files):
+        rank = draw(st.sampled_from([-1, 0, 1, 2, 3]))
+        base = draw(st.sampled_from([0, 10_000, 3 * DAY]))
+        rows = []
+        for _ in range(draw(st.integers(0, 25))):
+            start = base + draw(st.integers(0, 5_000))
+            cat = draw(st.sampled_from(_CATS))
+            name = draw(st.sampled_from(_NAMES))
+            if cat == C.STEP:
+                name = draw(st.sampled_from(_NAMES[5:8]))
+            rows.append(
+                dict(start_ns=start, end_ns=start + draw(st.integers(0, 900)), category=cat,
+                     rank=rank, name=name, stream=draw(st.sampled_from([-1, 7, 9])),
+                     correlation=draw(st.integers(-1, 4)), source=f"/set/f{i}.json",
+                     device=draw(st.sampled_from(["", "cuda:0", "cuda:1"])),
+                     host=draw(st.sampled_from(["", "h0", "h1"])))
+            )  # fmt: skip
+        files.append(EventTable.from_rows(rows))
+    return files
+
+
+def _split(files: list[EventTable], groups: list[list[int]]) -> tuple[Any, Any]:
+    whole = EventTable.concat(files)
+    offsets = np.cumsum([0] + [len(f) for f in files]).tolist()
+    parts = []
+    for g in groups:
+        tabs = [files[i] for i in g]
+        table = tabs[0] if len(tabs) == 1 else EventTable.concat(tabs)
+        pos = np.concatenate([np.arange(offsets[i], offsets[i] + len(files[i])) for i in g])
+        parts.append(per_rank_tables(table, parts=tabs, positions=pos))
+    codes = {s: i for i, s in enumerate(whole.strings["source"])}
+    merged = merge_rank_tables(parts, source_code=codes)
+    by_file = {i: t for g, p in zip(groups, parts) for i, t in zip(g, p.reduced)}
+    merged.reduced = [by_file[i] for i in sorted(by_file)]  # in file order, as the client
+    return whole, merged
+
+
+def _groups_by_rank(files: list[EventTable]) -> list[list[int]]:
+    """Files that share a rank, together (as the cluster partitions them)."""
+    from otel_ext.analysis.per_rank_jobs import RankDecision
+
+    ranks = {i: {int(r) for r in np.unique(f["rank"]) if r >= 0} for i, f in enumerate(files)}
+    return partitions(RankDecision([], {}, {}, ranks), list(range(len(files))))
+
+
+@settings(max_examples=150, deadline=None)
+@given(file_sets())
+def test_partitions_merge_to_the_whole(files: list[EventTable]) -> None:
+    whole, merged = _split(files, _groups_by_rank(files))
+    ref = per_rank_tables(whole)
+    assert merged.temporal == breakdown.temporal_breakdown(whole) == ref.temporal
+    assert merged.idle == breakdown.idle_breakdown(whole)
+    assert merged.overlap == overlap.comm_comp_overlap(whole)
+    assert merged.launch == breakdown.launch_stats(whole)
+    assert merged.kernels.breakdown(top=3) == ref.kernels.breakdown(top=3)
+    assert merged.kernels.breakdown() == breakdown.kernel_breakdown(whole)
+    assert merged.names == name_counts(whole)
+    assert merged.events == len(whole)
+    joined = EventTable.concat(merged.reduced)
+    mine = ref.reduced[0]
+    assert joined.strings == mine.strings  # whole dictionaries: the same codes
+    for column in mine.columns:
+        assert joined[column].tolist() == mine[column].tolist(), column
+
+
+@settings(max_examples=150, deadline=None)
+@given(file_sets())
+def test_reduced_rows_keep_every_cross_rank_row_and_each_ranks_span(
+    files: list[EventTable],
+) -> None:
+    whole = EventTable.concat(files)
+    kept = per_rank_tables(whole).reduced[0]
+    assert int(cross_rank_mask(kept).sum()) == int(cross_rank_mask(whole).sum())
+    for r in np.unique(whole["rank"]).tolist():
+        w, k = whole["rank"] == r, kept["rank"] == r
+        assert whole["start_ns"][w].min() == kept["start_ns"][k].min()
+        assert whole["end_ns"][w].max() == kept["end_ns"][k].max()
+
+
+@settings(max_examples=150, deadline=None)
+@given(file_sets(), st.booleans())
+def test_ranks_decided_from_sketches(files: list[EventTable], one_run: bool) -> None:
+    whole = EventTable.concat(files)
+    formats = {f"/set/f{i}.json": "kineto" if i % 2 else "otlp-traces" for i in range(len(files))}
+    table, captures = separate_captures(whole, formats=formats, one_run=one_run)
+    decision = decide_ranks([sketch(f) for f in files], formats=formats, one_run=one_run)
+    assert decision.captures == captures
+    assert decision.rank_runs == table.meta.get("rank_runs", {})
+    at = 0
+    for i, f in enumerate(files):
+        old = f["rank"].tolist()
+        new = table["rank"][at : at + len(f)].tolist()
+        assert [decision.renumber[i].get(o, o) for o in old] == new
+        at += len(f)
+
+
+@settings(max_examples=150, deadline=None)
+@given(file_sets(), st.sampled_from(["complete", "all", "2", "1-2", "3-3", "5-9"]))
+def test_steps_selected_per_file(files: list[EventTable], spec: str) -> None:
+    whole = EventTable.concat(files)
+    per_file = [select_steps(f, spec, none_ok=True) for f in files]
+    try:
+        kept, record = select_steps(whole, spec)
+    except Exception as e:
+        with pytest.raises(type(e), match="no file has profiler steps"):
+            merge_step_records(spec, [r for _, r in per_file])
+        return
+    assert merge_step_records(spec, [r for _, r in per_file]) == record
+    joined = EventTable.concat([t for t, _ in per_file])
+    assert joined["start_ns"].tolist() == kept["start_ns"].tolist()
+    assert joined["name"].tolist() == kept["name"].tolist()
+
+
+@pytest.mark.parametrize("folder", ["param_dlrm_v100_8rank", "two_rank", "hta_extra"])
+def test_reduced_rows_are_fewer_on_profiler_traces(shared_traces: Path, folder: str) -> None:
+    """Host operators are most of a profiler trace; the cross-rank passes read few of them."""
+    from otel_ext.analysis.loaders import load_paths
+
+    table = load_paths([shared_traces / folder], workers=1).table
+    per = per_rank_tables(table)
+    reduced = per.reduced[0]
+    cpu = table["category"] == C.CPU_OP
+    assert per.events == len(table)
+    assert len(reduced) < len(table)
+    # what is left of the host operators: collectives, and two per file and rank at most
+    left = reduced["category"] == C.CPU_OP
+    names = [reduced.strings["name"][c] for c in reduced["name"][left].tolist()]
+    spans = sum(1 for n in names if not n.startswith(("c10d::", "gloo:", "nccl:", "record_param")))
+    pairs = np.unique(np.stack([table["source"], table["rank"]], axis=1), axis=0)
+    assert spans <= 2 * len(pairs)
+    assert int(left.sum()) < int(cpu.sum())
