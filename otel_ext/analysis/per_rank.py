@@ -8,7 +8,8 @@ links). :func:`per_rank_tables` runs the first kind over a table that holds ever
 ranks it covers, and keeps for the second kind only the rows it reads
 (:func:`cross_rank_mask`): device activity, runtime calls, collectives, layers, steps,
 requests and their phases, link transfers, host-side collective operations and the rows
-that name a serving engine's requests. The other rows (host operators, which are most of a
+that name a serving engine's requests, without the columns none of them reads
+(:data:`UNREAD_COLUMNS`: the raw device-clock ticks and the clock domain). The other rows (host operators, which are most of a
 profiler trace) are left behind but for two per file and rank: the one that starts first and
 the one that ends last, so that every rank's time span (runs, the run's start and end) stays
 what the whole table gives (the clock alignment moves a rank's rows by one increasing
@@ -46,7 +47,7 @@ from otel_ext.analysis import breakdown, overlap
 from otel_ext.analysis._intervals import group_slices
 from otel_ext.analysis.breakdown import KernelStats, kernel_stats
 from otel_ext.analysis.collectives import HOST_COLLECTIVE_FAMILIES
-from otel_ext.analysis.table import Category, EventTable
+from otel_ext.analysis.table import NUMERIC_COLUMNS, Category, EventTable, constant_column
 
 __all__ = [
     "RankTables",
@@ -104,6 +105,22 @@ def cross_rank_mask(table: EventTable) -> np.ndarray:
     if wanted:
         keep |= np.isin(table["name"], np.asarray(wanted, dtype=np.int32))
     return keep
+
+
+#: columns no cross-rank pass reads: constant (as the table has unknown values) in the
+#: reduced rows
+UNREAD_COLUMNS = ("raw_start_ticks", "raw_end_ticks", "clock_domain")
+
+
+def _without_unread_columns(table: EventTable) -> EventTable:
+    columns = dict(table.columns)
+    n = len(table)
+    for name in UNREAD_COLUMNS:
+        dtype, default = NUMERIC_COLUMNS.get(name, (np.int32, 0))
+        columns[name] = constant_column(default, dtype, n)
+    strings = dict(table.strings)
+    strings["clock_domain"] = [""]
+    return EventTable(columns, strings, dict(table.meta))
 
 
 def _with_envelope(table: EventTable, keep: np.ndarray) -> np.ndarray:
@@ -216,7 +233,7 @@ def per_rank_tables(
     for part in whole:
         n = len(part)
         sel = keep[at : at + n]
-        reduced.append(part if sel.all() else part.select(sel))
+        reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
         at += n
     return RankTables(
         temporal=breakdown.temporal_breakdown(table),

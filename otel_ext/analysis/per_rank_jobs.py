@@ -38,7 +38,7 @@ from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.loaders import FileResult
 from otel_ext.analysis.per_rank import RankTables, per_rank_tables
 from otel_ext.analysis.steps import parse_steps, select_steps
-from otel_ext.analysis.table import EventTable
+from otel_ext.analysis.table import STRING_COLUMNS, EventTable, constant_column
 from otel_ext.errors import OtelExtError
 
 __all__ = [
@@ -55,19 +55,30 @@ __all__ = [
 
 
 def sketch(table: EventTable) -> EventTable:
-    """Per rank, the row that starts first and the row that ends last (string dictionaries
-    kept whole): what :func:`~otel_ext.analysis.captures.separate_captures` reads of a table.
+    """Per rank, the row that starts first and the row that ends last, with the file's
+    ``source`` dictionary (its other string columns empty): what
+    :func:`~otel_ext.analysis.captures.separate_captures` reads of a table.
     """
     if len(table) == 0:
-        return table
-    order, _, slices = group_slices(table["rank"].astype(np.int64))
-    start, end = table["start_ns"], table["end_ns"]
-    rows = []
-    for sl in slices:
-        r = order[sl]
-        rows.append(r[int(np.argmin(start[r]))])
-        rows.append(r[int(np.argmax(end[r]))])
-    return table.select(np.asarray(sorted(set(rows)), dtype=np.int64))
+        rows = np.zeros(0, dtype=np.int64)
+    else:
+        order, _, slices = group_slices(table["rank"].astype(np.int64))
+        start, end = table["start_ns"], table["end_ns"]
+        picked = set()
+        for sl in slices:
+            r = order[sl]
+            picked.add(int(r[int(np.argmin(start[r]))]))
+            picked.add(int(r[int(np.argmax(end[r]))]))
+        rows = np.asarray(sorted(picked), dtype=np.int64)
+    small = table.select(rows)
+    columns = dict(small.columns)
+    strings = {k: [""] for k in STRING_COLUMNS}
+    for name in STRING_COLUMNS:
+        if name == "source":
+            strings[name] = list(small.strings[name])
+        else:
+            columns[name] = constant_column(0, np.int32, len(rows))
+    return EventTable(columns, strings, {})
 
 
 @dataclass
