@@ -97,6 +97,40 @@ def test_simulated_run_same_report(simulated: Path, address: str) -> None:
     assert {Path(s["path"]).name for s in doc["skipped"]} == {"timeline.json", "truth.json"}
 
 
+def _loaded_bytes(paths: list[Path]) -> tuple[int, int]:
+    """What the loading-only backend sent the client (each file's pickled load result), and
+    the set's events."""
+    import pickle
+
+    from otel_ext.analysis.loaders import load_file, load_paths
+
+    loaded = load_paths(paths, workers=1)
+    sent = sum(len(pickle.dumps(load_file(i["path"]), protocol=5)) for i in loaded.inputs)
+    return sent, len(loaded.table)
+
+
+@needs_dask
+@pytest.mark.parametrize("folder", ["param_dlrm_v100_8rank", "two_rank"])
+def test_only_compact_tables_travel(shared_traces: Path, address: str, folder: str) -> None:
+    """The files stay on the workers: the client gets sketches (two rows per file and rank),
+    the per-rank tables and the rows the cross-rank passes read, never a file's table."""
+    paths = [shared_traces / folder]
+    sent_before, events = _loaded_bytes(paths)
+    with dask_backend.connect(address) as cluster:
+        cluster.measure = True
+        phase = cluster.per_rank_phase(paths, steps="complete", one_run=False)
+        received = cluster.received_bytes
+        doc = analyze(paths, scheduler=cluster)
+    assert to_json(doc) == to_json(analyze(paths, workers=1, scheduler=""))
+    n_files = len(phase.load.inputs)
+    ranks = len(doc["ranks"])
+    assert len(phase.load.table) <= 2 * n_files * max(1, ranks)  # the sketches, not the events
+    assert phase.ranks.events == doc["run"]["events"] <= events
+    assert len(phase.reduced) < 0.6 * phase.ranks.events  # host operators stayed behind
+    assert [r.as_dict() for r in phase.ranks.temporal] == doc["temporal_breakdown"]
+    assert 0 < received < 0.65 * sent_before
+
+
 def _bad_folder(shared_traces: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "set"
     folder.mkdir()
