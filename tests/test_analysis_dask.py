@@ -131,6 +131,27 @@ def test_only_compact_tables_travel(shared_traces: Path, address: str, folder: s
     assert 0 < received < 0.65 * sent_before
 
 
+@needs_dask
+@pytest.mark.parametrize("steps", ["x", "5-9"])
+def test_bad_step_selection_is_the_same_error(
+    shared_traces: Path, address: str, steps: str
+) -> None:
+    """A malformed selection, or steps no file has: decided on the client, as in process."""
+    paths = [shared_traces / "two_rank"]
+    with pytest.raises(OtelExtError) as here:
+        analyze(paths, workers=1, scheduler="", steps=steps)
+    with pytest.raises(OtelExtError) as there:
+        analyze(paths, scheduler=address, steps=steps)
+    assert str(there.value) == str(here.value)
+    assert str(here.value).startswith(f"--steps {steps}:")
+
+
+@needs_dask
+def test_selected_steps_same_report(shared_traces: Path, address: str) -> None:
+    doc = _same_report([shared_traces / "two_rank"], address, steps="all")
+    assert doc["run"]["steps"]["selection"] == "all"
+
+
 def _bad_folder(shared_traces: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "set"
     folder.mkdir()

@@ -1,20 +1,28 @@
-"""The analysis' per-file passes on a Dask distributed cluster (``otel-ext analyze --scheduler``).
+"""The analysis' per-rank phase on a Dask distributed cluster (``otel-ext analyze --scheduler``).
 
 Reading the telemetry is most of an analysis' time and all of its memory that grows with the
-raw size of the set; the cross-rank passes work on compact tables. So on a cluster the workers
-(which see the files, through a shared file system) do the per-file work, and the client runs
-the cross-rank passes:
+raw size of the set; the cross-rank passes need far less than every row. So on a cluster the
+workers (which see the files, through a shared file system) load the files and keep them,
+and run every per-rank pass; the client decides what needs every file and runs the
+cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
 
-* on the workers: finding each file's format, inflating and decoding it into its columnar
-  :class:`~otel_ext.analysis.table.EventTable` or
-  :class:`~otel_ext.analysis.loaders.MetricPoints` (large profiler traces in stripes, as the
-  local process pool does), and the few later passes that read a file again (engine steps of
-  OTLP span files, vLLM/SGLang request spans, collective-call sizes of small profiler files);
-* to the client travel each file's decoded table (numpy columns, strings dictionary-encoded),
-  its skipped records and those re-reads' small results, never the raw text;
-* on the client: joining the tables, separating captures, selecting steps, the per-rank
-  breakdowns and every cross-rank pass (matching, alignment, stragglers, critical path, ...),
-  exactly as in process: the report is the same document.
+* on the workers, one job per file: finding its format, inflating and decoding it into its
+  columnar :class:`~otel_ext.analysis.table.EventTable` or
+  :class:`~otel_ext.analysis.loaders.MetricPoints`, selecting its profiler steps; the result
+  stays in the worker's memory;
+* to the client: each file's record, skipped records, metric points, step record and a
+  sketch of its table (two rows per rank); the client separates the captures (the rank of
+  every trace, the runs) and groups the files whose ranks meet into partitions;
+* on the workers, one job per partition, on the kept files: the ranks renumbered, then the
+  per-rank passes (:func:`~otel_ext.analysis.per_rank.per_rank_tables`: temporal, idle and
+  overlap breakdowns, launch and kernel statistics, the names of each rank's device);
+* to the client: those per-rank tables and the rows the cross-rank passes read (device
+  activity, runtime calls, collectives, layers, requests, links; not the host operators);
+  then the client runs matching, alignment, stragglers, critical path, imbalance, roofline,
+  requests and findings over them, as in process (which runs the same two phases): the
+  report is the same document. The few passes that read a file again (engine steps of OTLP
+  span files, vLLM/SGLang request spans, collective-call sizes of small profiler files) run
+  on the workers too, one job per file.
 
 ``ADDRESS`` is ``local:N`` (a :class:`distributed.LocalCluster` of ``N`` worker processes,
 one thread each, started and stopped around the analysis), the address of a running scheduler
@@ -332,31 +340,6 @@ class DaskCluster:
     def slots(self) -> int:
         """Worker threads in the cluster (jobs that run at once)."""
         return max(1, sum(self.client.nthreads().values()))
-
-    def load(
-        self,
-        paths: Sequence[str | Path],
-        *,
-        keep_going: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> LoadResult:
-        """:func:`~otel_ext.analysis.loaders.load_paths` with its file and stripe jobs on the
-        workers: the same result (tables, inputs, skipped records, in the same order).
-
-        Raises:
-            InputError: the first bad file or record, unless ``keep_going`` (as in process).
-            OtelExtError: a worker died, or cannot import otel-ext.
-        """
-        from otel_ext.analysis.loaders import load_paths
-
-        with self._worker_errors():
-            return load_paths(
-                paths,
-                keep_going=keep_going,
-                progress=progress,
-                workers=self.slots,
-                executor=self.executor,
-            )
 
     def per_rank_phase(
         self,

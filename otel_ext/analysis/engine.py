@@ -280,7 +280,6 @@ def _load(
     keep_going: bool,
     progress: Any,
     workers: int | None,
-    cluster: DaskCluster | None = None,
 ) -> Any:
     if isinstance(source, EventTable):
         from otel_ext.analysis.loaders import LoadResult, MetricPoints
@@ -291,8 +290,6 @@ def _load(
     from otel_ext.analysis.loaders import load_paths
 
     paths = [source] if isinstance(source, (str, Path)) else list(source)
-    if cluster is not None:
-        return cluster.load(paths, keep_going=keep_going, progress=progress)
     return load_paths(paths, keep_going=keep_going, progress=progress, workers=workers)
 
 
@@ -406,9 +403,7 @@ def _analyze(
         load, captures, step_record, per = phase.load, phase.captures, phase.steps, phase.ranks
         table = phase.reduced
     else:
-        load = _load(
-            source, keep_going=keep_going, progress=progress, workers=workers, cluster=cluster
-        )
+        load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
         formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
         whole, captures = separate_captures(load.table, formats=formats, one_run=one_run)
         whole, step_record = select_steps(whole, steps)
