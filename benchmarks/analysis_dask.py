@@ -6,7 +6,8 @@
 Sets: ``dlrm`` (the real 8-rank DLRM job, ``../shared/traces/pytorch-profiler/
 param_dlrm_v100_8rank``), ``corpus`` (every real profiler trace under
 ``../shared/traces/pytorch-profiler``, with ``--keep-going``: 40 MB of gzip, many separate
-captures) and ``sim`` (``otel-ext simulate --hosts H --chips C --requests R --no-timeline``,
+captures), ``folders`` (each folder of those traces alone, in process and through the cluster:
+only whether the reports are the same) and ``sim`` (``otel-ext simulate --hosts H --chips C --requests R --no-timeline``,
 written to ``--dir`` and reused).
 
 Printed per set:
@@ -145,6 +146,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             )
             peak = dc.client.run(_worker_peak)
             received = dc.received_bytes
+            reduced_rows = dc.reduced_rows
     finally:
         cluster.close()
     t_cold, doc_cold = _timed(
@@ -160,6 +162,10 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"{doc_local['run']['events']} events, {doc_local['run']['metric_points']} metric points"
     )
     print(f"  same report: {same}")
+    print(
+        f"  rows the cross-rank passes read (sent): {reduced_rows} of "
+        f"{doc_local['run']['events']} events"
+    )
     print(
         f"  in process {t_local:.2f} s; Dask local:{workers} warm {t_warm:.2f} s "
         f"(x{t_warm / t_local:.2f}), cold {t_cold:.2f} s (x{t_cold / t_local:.2f})"
@@ -178,6 +184,35 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
     sys.stdout.flush()
 
 
+def run_folders(*, workers: int) -> None:
+    """Every folder under the real traces analysed alone, in process and on one running
+    cluster: the same report (True/False) per folder."""
+    import distributed
+
+    from otel_ext.analysis import dask_backend
+    from otel_ext.analysis.engine import analyze, to_json
+
+    cluster = distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.CRITICAL,
+    )
+    same = 0
+    folders = sorted(p for p in TRACES.iterdir() if p.is_dir())
+    try:
+        with dask_backend.connect(cluster.scheduler_address) as dc:
+            for folder in folders:
+                here = to_json(analyze([folder], workers=1, scheduler=""))
+                there = to_json(analyze([folder], scheduler=dc))
+                same += here == there
+                print(f"  {folder.name}: same report: {here == there}")
+    finally:
+        cluster.close()
+    print(f"folders: {same} of {len(folders)} the same report through local:{workers}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default="dlrm,corpus,sim")
@@ -189,6 +224,9 @@ def main() -> int:
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):
+        if name == "folders":
+            run_folders(workers=args.workers)
+            continue
         if name == "dlrm":
             paths, keep_going = [TRACES / "param_dlrm_v100_8rank"], False
         elif name == "corpus":

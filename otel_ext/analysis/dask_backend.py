@@ -335,6 +335,8 @@ class DaskCluster:
         self.measure = False
         #: what travelled in the last :meth:`per_rank_phase` (when measured)
         self.received_bytes = 0
+        #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
+        self.reduced_rows = 0
 
     @property
     def slots(self) -> int:
@@ -425,6 +427,7 @@ class DaskCluster:
         if decision.rank_runs:
             meta["rank_runs"] = decision.rank_runs
         reduced = EventTable(dict(joined.columns), joined.strings, meta)
+        self.reduced_rows = len(reduced)
         codes = {s: i for i, s in enumerate(reduced.strings["source"])}
         if parts:
             ranks = merge_rank_tables(parts, source_code=codes)

@@ -293,6 +293,13 @@ def _load(
     return load_paths(paths, keep_going=keep_going, progress=progress, workers=workers)
 
 
+def _without_events(load: Any) -> Any:
+    """``load`` without its event table (its records, skipped records and metric points)."""
+    from otel_ext.analysis.loaders import LoadResult
+
+    return LoadResult(EventTable.empty(), load.inputs, load.skipped, load.metrics)
+
+
 def _is_paths(source: Any) -> bool:
     return not isinstance(source, EventTable) and not (
         hasattr(source, "table") and hasattr(source, "inputs")
@@ -410,6 +417,8 @@ def _analyze(
         per = per_rank_tables(whole)
         table = per.reduced[0]
         del whole
+        if _is_paths(source):  # loaded here: past the per-rank phase its rows are not needed
+            load = _without_events(load)
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     counts = per.names
