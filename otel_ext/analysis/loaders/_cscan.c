@@ -523,10 +523,14 @@ static int scan_object(Parser *P, MemberFn on_member, void *ctx) {
     }
 }
 
-/* The array at P->p, each element through fn (an object reader); 0 on anything else. */
+/* The array at P->p, each element through fn (an object reader); 0 on anything else.
+ * Always inlined where it is called with a constant fn, so that a hot element reader (an
+ * attribute's KeyValue) is called directly, or inlined in turn; scan_array below for the
+ * rest. */
 typedef int (*ElemFn)(Parser *P, void *ctx);
 
-static int scan_array(Parser *P, ElemFn fn, void *ctx) {
+static inline __attribute__((always_inline)) int scan_array_of(Parser *P, ElemFn fn,
+                                                               void *ctx) {
     if (P->p >= P->end || *P->p != '[') return 0;
     if (++P->depth > MAX_DEPTH) return 0;
     P->p++;
@@ -552,6 +556,8 @@ static int scan_array(Parser *P, ElemFn fn, void *ctx) {
     }
 }
 
+static int scan_array(Parser *P, ElemFn fn, void *ctx) { return scan_array_of(P, fn, ctx); }
+
 static int key_is(const Str *k, const char *name, size_t n) {
     return k->n == n && memcmp(k->s, name, n) == 0;
 }
@@ -566,15 +572,16 @@ static int first_time(unsigned *seen, unsigned bit) {
     return 1;
 }
 
-/* The value of n decimal digits when all are digits and it is at most max (no overflow). */
-static int digits_at_most(const unsigned char *s, size_t n, uint64_t max, uint64_t *out) {
-    uint64_t x = 0;
+/* The value of n decimal digits when all are digits and it is at most max (below 10**19). */
+static inline int digits_at_most(const unsigned char *s, size_t n, uint64_t max, uint64_t *out) {
+    for (; n > 19; s++, n--)
+        if (*s != '0') return 0; /* a digit other than a leading zero: 10**19 or more */
+    uint64_t x = 0; /* 19 digits at most: no overflow */
     for (size_t i = 0; i < n; i++) {
         if (!is_digit(s[i])) return 0;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (x > (max - d) / 10) return 0;
-        x = x * 10 + d;
+        x = x * 10 + (uint64_t)(s[i] - '0');
     }
+    if (x > max) return 0;
     *out = x;
     return 1;
 }
@@ -1367,7 +1374,7 @@ static int kv_elem(Parser *P, void *vctx) {
 /* An attributes list (null where a list belongs: the typed path) into row's slots. */
 static int scan_attributes(Parser *P, OOut *o, int64_t row) {
     AttrCtx c = {o, row};
-    return scan_array(P, kv_elem, &c);
+    return scan_array_of(P, kv_elem, &c);
 }
 
 /* An array of objects whose members are not read (events, links): the types msgspec checks. */
