@@ -448,41 +448,68 @@ static int scan_value(Parser *P, Val *v) {
     return ok;
 }
 
+/* The walk over a container's elements, shared by every container reader:
+ *
+ *     int r = enter(P, '[', ']');
+ *     while (r == W_NEXT) { ...one element...; r = next_or_close(P, ']'); }
+ *     return r == W_DONE;
+ */
+enum { W_BAD = 0, W_NEXT = 1, W_DONE = 2 };
+
+/* Into the container that open starts at P->p: W_NEXT before its first element, W_DONE
+ * past it when it is empty, W_BAD when it is not there or nests too deep. */
+static inline int enter(Parser *P, unsigned char open, unsigned char close) {
+    if (P->p >= P->end || *P->p != open) return W_BAD;
+    if (++P->depth > MAX_DEPTH) return W_BAD;
+    P->p++;
+    skip_ws(P);
+    if (P->p < P->end && *P->p == close) {
+        P->p++;
+        P->depth--;
+        return W_DONE;
+    }
+    return W_NEXT;
+}
+
+/* After an element: W_NEXT past a ',' (another element follows), W_DONE past the
+ * container's close, W_BAD on anything else. */
+static inline int next_or_close(Parser *P, unsigned char close) {
+    skip_ws(P);
+    if (P->p >= P->end) return W_BAD;
+    if (*P->p == ',') {
+        P->p++;
+        skip_ws(P);
+        return W_NEXT;
+    }
+    if (*P->p != close) return W_BAD;
+    P->p++;
+    P->depth--;
+    return W_DONE;
+}
+
+/* A member's name and its ':' (the name checked, not kept unless asked for). */
+static inline int member_name(Parser *P, Str *k) {
+    if (P->p >= P->end || *P->p != '"' || !scan_string(P, k)) return 0;
+    skip_ws(P);
+    if (P->p >= P->end || *P->p != ':') return 0;
+    P->p++;
+    skip_ws(P);
+    return 1;
+}
+
 static int skip_value(Parser *P) {
     if (P->p >= P->end) return 0;
     unsigned char c = *P->p;
     if (c == '{' || c == '[') {
         unsigned char close = c == '{' ? '}' : ']';
-        if (++P->depth > MAX_DEPTH) return 0;
-        P->p++;
-        skip_ws(P);
-        if (P->p < P->end && *P->p == close) {
-            P->p++;
-            P->depth--;
-            return 1;
-        }
-        for (;;) {
-            if (c == '{') {
-                Str k;
-                if (P->p >= P->end || *P->p != '"' || !scan_string(P, &k)) return 0;
-                skip_ws(P);
-                if (P->p >= P->end || *P->p != ':') return 0;
-                P->p++;
-                skip_ws(P);
-            }
+        int r = enter(P, c, close);
+        while (r == W_NEXT) {
+            Str k;
+            if (c == '{' && !member_name(P, &k)) return 0;
             if (!skip_value(P)) return 0;
-            skip_ws(P);
-            if (P->p >= P->end) return 0;
-            if (*P->p == ',') {
-                P->p++;
-                skip_ws(P);
-                continue;
-            }
-            if (*P->p != close) return 0;
-            P->p++;
-            P->depth--;
-            return 1;
+            r = next_or_close(P, close);
         }
+        return r == W_DONE;
     }
     Val v;
     return scan_value(P, &v);
@@ -492,35 +519,13 @@ static int skip_value(Parser *P) {
 typedef int (*MemberFn)(Parser *P, void *ctx, const Str *key);
 
 static int scan_object(Parser *P, MemberFn on_member, void *ctx) {
-    if (P->p >= P->end || *P->p != '{') return 0;
-    if (++P->depth > MAX_DEPTH) return 0;
-    P->p++;
-    skip_ws(P);
-    if (P->p < P->end && *P->p == '}') {
-        P->p++;
-        P->depth--;
-        return 1;
-    }
-    for (;;) {
+    int r = enter(P, '{', '}');
+    while (r == W_NEXT) {
         Str k;
-        if (P->p >= P->end || *P->p != '"' || !scan_string(P, &k)) return 0;
-        skip_ws(P);
-        if (P->p >= P->end || *P->p != ':') return 0;
-        P->p++;
-        skip_ws(P);
-        if (!on_member(P, ctx, &k)) return 0;
-        skip_ws(P);
-        if (P->p >= P->end) return 0;
-        if (*P->p == ',') {
-            P->p++;
-            skip_ws(P);
-            continue;
-        }
-        if (*P->p != '}') return 0;
-        P->p++;
-        P->depth--;
-        return 1;
+        if (!member_name(P, &k) || !on_member(P, ctx, &k)) return 0;
+        r = next_or_close(P, '}');
     }
+    return r == W_DONE;
 }
 
 /* The array at P->p, each element through fn (an object reader); 0 on anything else.
@@ -531,29 +536,12 @@ typedef int (*ElemFn)(Parser *P, void *ctx);
 
 static inline __attribute__((always_inline)) int scan_array_of(Parser *P, ElemFn fn,
                                                                void *ctx) {
-    if (P->p >= P->end || *P->p != '[') return 0;
-    if (++P->depth > MAX_DEPTH) return 0;
-    P->p++;
-    skip_ws(P);
-    if (P->p < P->end && *P->p == ']') {
-        P->p++;
-        P->depth--;
-        return 1;
-    }
-    for (;;) {
+    int r = enter(P, '[', ']');
+    while (r == W_NEXT) {
         if (!fn(P, ctx)) return 0;
-        skip_ws(P);
-        if (P->p >= P->end) return 0;
-        if (*P->p == ',') {
-            P->p++;
-            skip_ws(P);
-            continue;
-        }
-        if (*P->p != ']') return 0;
-        P->p++;
-        P->depth--;
-        return 1;
+        r = next_or_close(P, ']');
     }
+    return r == W_DONE;
 }
 
 static int scan_array(Parser *P, ElemFn fn, void *ctx) { return scan_array_of(P, fn, ctx); }
