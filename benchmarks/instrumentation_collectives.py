@@ -1,25 +1,42 @@
 """Workload-thread cost of collective tracing: bare vs instrumented vs instrumented + metrics.
 
-Run: ``python benchmarks/instrumentation_collectives.py [--world 2] [--iters 300]``.
+Run: ``python benchmarks/instrumentation_collectives.py [--world 1] [--iters 2000] [--rounds 15]``.
 Every rank runs gloo ``all_reduce`` (sync) of 1 KiB and 1 MiB float32 payloads, in these
-configurations measured in the same run, interleaved round by round (median of the rounds):
+configurations measured in the same run, interleaved round by round (the order rotated each
+round, so no configuration always follows another):
 
 * ``bare``: uninstrumented;
 * ``kernel only``: a pass-through Python kernel registered the way the Python hook is
   (``torch.library`` ``impl`` on ``c10d::allreduce_`` at ``AutogradCPU``, continuing with
   ``redispatch``), recording nothing: the floor of any Python-level hook below the wrappers;
-* ``no-op providers``: ``TorchDistributedInstrumentor`` (native kernels) with a no-op tracer
-  and meter: the hook, the C++ poller and the drain, without the SDK's span and metric work;
-* ``traced``: the same with an SDK tracer provider (batch processor) and a no-op meter;
-* ``traced+metrics``: the same with an SDK ``MeterProvider`` (in-memory reader): the issue's
-  figure (target: at most 3 us added per call on the workload thread);
+* ``traced+metrics, drain held``: ``TorchDistributedInstrumentor`` (native kernels) with an SDK
+  tracer provider (batch processor) and an SDK ``MeterProvider`` (in-memory reader), its
+  background drain held off during the measured calls (``drain_interval_s=3600``; the records
+  wait in the ring): what the hot path costs the workload thread, alone. The flush after the
+  window makes the spans and metrics on the calling thread: its CPU per collective is the
+  **background cost** (what the drain spends per collective, on its own thread, in steady state);
+* ``traced+metrics``: the same with the default drain (every 50 ms): the issue's figure
+  (target: at most 3 µs added per call on the workload thread), with the background work
+  running beside the workload;
 * ``python hook+metrics``: ``traced+metrics`` with ``native=False`` (the fallback without a
-  compiler).
+  compiler);
+* on request (``--configs``): ``no-op providers`` (no-op tracer and meter) and ``traced``
+  (SDK tracer, no-op meter).
 
-Two figures per call: **wall** (what the call takes, waiting for the peers included) and
-**workload-thread CPU** (``time.thread_time_ns`` of the calling thread: what the workload
-thread itself executes; spans and metrics are made on background threads and do not count).
-The added cost is the difference to ``bare``; rank 0 prints it with the ratio.
+Each round instruments, runs ``--iters`` calls unmeasured (the pipeline fills, the drain
+reaches its rhythm), then measures ``--iters`` calls, then flushes and uninstruments.
+
+Two figures per call: **workload-thread CPU** (``time.thread_time_ns`` of the calling thread:
+what the workload thread itself executes; the spans and metrics are made on background
+threads) and **wall** (what the call takes; with the drain running it also counts waiting for
+the cores and the GIL the background threads share). *Added* is the median over rounds of
+(configuration - bare) within a round, with a distribution-free 95 % confidence interval of
+that median (order statistics of the paired differences); the verdict line compares the
+interval's upper end with the 3 µs target, so a run too noisy to tell says so.
+
+``--compute-us N`` adds a step model: each iteration runs a matrix product of about N µs
+(GIL released, one thread) and then the collective, bare against ``traced+metrics``: the
+wall added per collective when the background work has the compute to run beside.
 
 Last, **Python hot path alone**: the Python recording kernel called directly in a loop, with a
 stub in place of the original kernel and a consumer that discards the records (the fallback's
@@ -29,21 +46,47 @@ own code, without the dispatcher's boxing and without background threads).
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 SIZES = {"1 KiB": 256, "1 MiB": 256 * 1024}
+TARGET_US = 3.0
+DEFAULT_CONFIGS = "kernel only,traced+metrics,drain held,python hook+metrics"
 
 
-def _per_call(fn: Callable[[], object], iters: int) -> tuple[float, float]:
-    """``(wall us, thread-CPU us)`` per call, one round."""
-    dist.barrier()
+def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """``(median, low, high)``: the sample median and a distribution-free confidence
+    interval for the population median (order statistics; binomial, p = 1/2).
+
+    >>> median_ci([float(i) for i in range(1, 12)])
+    (6.0, 2.0, 10.0)
+    """
+    xs = sorted(values)
+    n = len(xs)
+    med = statistics.median(xs)
+    if n < 6:  # too few rounds for a 95 % interval: nothing is shown
+        return med, -math.inf, math.inf
+    # the largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2
+    alpha, k, tail = (1 - level) / 2, 0, 0.0
+    while True:
+        p = math.comb(n, k) / 2**n
+        if tail + p > alpha:
+            break
+        tail += p
+        k += 1
+    k = max(k, 1)
+    return med, xs[k - 1], xs[n - k]
+
+
+def _window(fn: Callable[[], object], iters: int) -> tuple[float, float]:
+    """``(wall us, thread-CPU us)`` per call over ``iters`` calls."""
     w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
     for _ in range(iters):
         fn()
@@ -67,37 +110,75 @@ def _passthrough_kernel() -> object:
     return lib
 
 
-def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) -> None:
-    from opentelemetry.metrics import NoOpMeterProvider
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from opentelemetry.trace import NoOpTracerProvider
+class _Bench:
+    """One rank's configurations and the measurements of one run."""
 
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+    def __init__(self, iters: int) -> None:
+        from opentelemetry.metrics import NoOpMeterProvider
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.trace import NoOpTracerProvider
 
+        from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+        self.iters = iters
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter, max_queue_size=1 << 17))
+        self.meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        noop = {"tracer_provider": NoOpTracerProvider(), "meter_provider": NoOpMeterProvider()}
+        sdk = {"tracer_provider": self.provider, "meter_provider": self.meters}
+        self.options: dict[str, dict[str, object] | None] = {
+            "bare": None,
+            "kernel only": None,
+            "no-op providers": noop,
+            "traced": {**sdk, "meter_provider": NoOpMeterProvider()},
+            "traced+metrics": sdk,
+            "drain held": {**sdk, "drain_interval_s": 3600.0},
+            "python hook+metrics": {**sdk, "native": False},
+        }
+        self.inst = TorchDistributedInstrumentor()
+        self.background: list[float] = []  # drain held: flush thread-CPU per collective
+
+    def measure(self, name: str, call: Callable[[], object]) -> tuple[float, float]:
+        opts = self.options[name]
+        if name == "kernel only":
+            lib = _passthrough_kernel()
+            _window(call, self.iters)
+            got = _window(call, self.iters)
+            lib._destroy()  # type: ignore[attr-defined]
+            return got
+        if opts is None:
+            _window(call, self.iters)
+            return _window(call, self.iters)
+        self.inst.instrument(**opts)
+        if opts.get("native", True) and not self.inst.native:
+            raise SystemExit("native hook unavailable: " + str(_native_status()))
+        _window(call, self.iters)
+        if name == "drain held":
+            self.inst.flush(60)  # the warm-up's spans: the window starts with an empty ring
+        got = _window(call, self.iters)
+        c0 = time.thread_time_ns()
+        self.inst.flush(60)
+        if name == "drain held":
+            self.background.append((time.thread_time_ns() - c0) / self.iters / 1e3)
+        self.inst.uninstrument()
+        self.exporter.clear()
+        return got
+
+
+def _rank(
+    rank: int, world: int, port: int, iters: int, rounds: int, only: str, compute: float
+) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=1 << 16))
-    meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    configs: dict[str, tuple[object, bool]] = {
-        "bare": (None, True),
-        "kernel only": ("passthrough", True),
-        "no-op providers": ("noop", True),
-        "traced": (NoOpMeterProvider(), True),
-        "traced+metrics": (meters, True),
-        "python hook+metrics": (meters, False),
-    }
-    if only:
-        wanted = {"bare", *only.split(",")}
-        configs = {k: v for k, v in configs.items() if k in wanted}
-    inst = TorchDistributedInstrumentor()
+    bench = _Bench(iters)
+    names = ["bare", *[c.strip() for c in only.split(",") if c.strip() and c.strip() != "bare"]]
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for label, n in SIZES.items():
         t = torch.ones(n)
@@ -105,52 +186,108 @@ def _rank(rank: int, world: int, port: int, iters: int, rounds: int, only: str) 
         def call(t: torch.Tensor = t) -> None:
             dist.all_reduce(t)
 
-        for _ in range(20):
+        for _ in range(50):
             call()
-        for _ in range(rounds):
-            for name, (meter, native) in configs.items():
-                if meter == "passthrough":
-                    lib = _passthrough_kernel()
-                    results.setdefault((label, name), []).append(_per_call(call, iters))
-                    lib._destroy()
-                    continue
-                if meter == "noop":
-                    inst.instrument(
-                        tracer_provider=NoOpTracerProvider(),
-                        meter_provider=NoOpMeterProvider(),
-                        native=native,
-                    )
-                elif meter is not None:
-                    inst.instrument(tracer_provider=provider, meter_provider=meter, native=native)
-                    if native and not inst.native:
-                        raise SystemExit("native hook unavailable: " + str(_native_status()))
-                results.setdefault((label, name), []).append(_per_call(call, iters))
-                if meter is not None:
-                    inst.flush(60)
-                    inst.uninstrument()
-                    exporter.clear()
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                dist.barrier()
+                results.setdefault((label, name), []).append(bench.measure(name, call))
+    step = _step_model(bench, compute, rounds) if compute > 0 else None
     if rank == 0:
-        print(
-            f"gloo all_reduce (sync), {world} rank(s), {iters} calls x {rounds} rounds; "
-            "medians over rounds; added = median over rounds of (config - bare) in the same "
-            "round (paired, interleaved)"
-        )
-        head = f"{'payload':8s} {'config':20s} {'wall us':>9s} {'added':>8s} {'ratio':>6s}"
-        print(f"{head} {'thread-CPU us':>14s} {'added':>8s}")
-        for label in SIZES:
-            base = results[(label, "bare")]
-            for name in configs:
-                mine = results[(label, name)]
-                w = statistics.median(r[0] for r in mine)
-                c = statistics.median(r[1] for r in mine)
-                dw = statistics.median(m[0] - b[0] for m, b in zip(mine, base, strict=True))
-                dc = statistics.median(m[1] - b[1] for m, b in zip(mine, base, strict=True))
-                ratio = w / statistics.median(r[0] for r in base)
-                print(f"{label:8s} {name:20s} {w:9.1f} {dw:8.1f} {ratio:5.2f}x {c:14.1f} {dc:8.1f}")
-        _hot_path_alone(provider, iters * rounds)
+        _print(world, iters, rounds, names, results, bench.background, step)
+        _hot_path_alone(bench.provider, iters * rounds)
     dist.destroy_process_group()
-    provider.shutdown()
-    meters.shutdown()
+    bench.provider.shutdown()
+    bench.meters.shutdown()
+
+
+def _step_model(bench: _Bench, compute_us: float, rounds: int) -> dict[str, object]:
+    """Wall per iteration of (matrix product, then a 1 KiB all_reduce): bare vs traced."""
+    a = torch.randn(64, 64)
+    size = 64
+    while True:  # a product of about compute_us (GIL released inside torch)
+        a = torch.randn(size, size)
+        t0 = time.perf_counter_ns()
+        for _ in range(20):
+            a @ a
+        per = (time.perf_counter_ns() - t0) / 20 / 1e3
+        if per >= compute_us or size >= 2048:
+            break
+        size = int(size * 1.25) + 1
+    t = torch.ones(256)
+
+    def iteration() -> None:
+        a @ a
+        dist.all_reduce(t)
+
+    rows: dict[str, list[tuple[float, float]]] = {"bare": [], "traced+metrics": []}
+    for r in range(rounds):
+        for name in ["bare", "traced+metrics"] if r % 2 == 0 else ["traced+metrics", "bare"]:
+            dist.barrier()
+            rows[name].append(bench.measure(name, iteration))
+    return {"size": size, "product_us": per, "rows": rows}
+
+
+def _fmt(ci: tuple[float, float, float]) -> str:
+    med, lo, hi = ci
+    return f"{med:7.1f} [{lo:6.1f}, {hi:6.1f}]"
+
+
+def _print(
+    world: int,
+    iters: int,
+    rounds: int,
+    names: list[str],
+    results: dict[tuple[str, str], list[tuple[float, float]]],
+    background: list[float],
+    step: dict[str, object] | None,
+) -> None:
+    print(
+        f"gloo all_reduce (sync), {world} rank(s), {iters} calls per window x {rounds} rounds; "
+        "added = median over rounds of (config - bare) in the same round, [95% CI of it]"
+    )
+    head = f"{'payload':8s} {'config':20s} {'wall us':>8s} {'wall added [95% CI]':>24s}"
+    print(f"{head} {'ratio':>6s} {'CPU us':>7s} {'thread-CPU added [95% CI]':>26s}")
+    verdicts = []
+    for label in SIZES:
+        base = results[(label, "bare")]
+        for name in names:
+            mine = results[(label, name)]
+            w = statistics.median(r[0] for r in mine)
+            c = statistics.median(r[1] for r in mine)
+            dw = median_ci([m[0] - b[0] for m, b in zip(mine, base, strict=True)])
+            dc = median_ci([m[1] - b[1] for m, b in zip(mine, base, strict=True)])
+            ratio = w / statistics.median(r[0] for r in base)
+            print(
+                f"{label:8s} {name:20s} {w:8.1f} {_fmt(dw):>24s} {ratio:5.2f}x {c:7.1f} {_fmt(dc):>26s}"
+            )
+            if name in ("traced+metrics", "drain held"):
+                verdicts.append((label, name, dc))
+    for label, name, (med, _, hi) in verdicts:
+        met = "met" if hi <= TARGET_US else ("not met" if med > TARGET_US else "not shown")
+        print(
+            f"target <= {TARGET_US:g} us workload-thread CPU, {label}, {name}: {met} "
+            f"(median {med:.2f} us, upper 95% bound {hi:.2f} us)"
+        )
+    if background:
+        med, lo, hi = median_ci(background)
+        print(
+            f"background cost (spans + metrics made by the flush, thread-CPU per collective): "
+            f"{med:.1f} us [{lo:.1f}, {hi:.1f}] over {len(background)} windows"
+        )
+    if step is not None:
+        rows = step["rows"]
+        assert isinstance(rows, dict)
+        bare, traced = rows["bare"], rows["traced+metrics"]
+        dw = median_ci([m[0] - b[0] for m, b in zip(traced, bare, strict=True)])
+        dc = median_ci([m[1] - b[1] for m, b in zip(traced, bare, strict=True)])
+        wb = statistics.median(r[0] for r in bare)
+        print(
+            f"step model ({step['size']}x{step['size']} product, {step['product_us']:.0f} us, then a "
+            f"1 KiB all_reduce): bare {wb:.1f} us per iteration; traced+metrics adds wall "
+            f"{_fmt(dw).strip()} us, thread-CPU {_fmt(dc).strip()} us per collective"
+        )
 
 
 def _native_status() -> dict[str, str]:
@@ -204,11 +341,17 @@ def _hot_path_alone(provider: object, n: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, default=2)
-    parser.add_argument("--iters", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument(
-        "--configs", default="", help="comma-separated subset (bare is always measured)"
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help="comma-separated configurations (bare is always measured); also: "
+        "'no-op providers', 'traced'",
+    )
+    parser.add_argument(
+        "--compute-us", type=float, default=0.0, help="also run the step model (0: off)"
     )
     args = parser.parse_args()
     with socket.socket() as s:
@@ -216,7 +359,7 @@ def main() -> None:
         port = s.getsockname()[1]
     mp.spawn(
         _rank,
-        args=(args.world, port, args.iters, args.rounds, args.configs),
+        args=(args.world, port, args.iters, args.rounds, args.configs, args.compute_us),
         nprocs=args.world,
         join=True,
     )

@@ -192,6 +192,10 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
             when ``None``).
     """
 
+    #: a span written after it ended (:mod:`otel_ext.instrumentation.finished_spans`) goes
+    #: to its device's ring of ended spans by ``on_end`` alone: it was never running "now"
+    ended_spans_need_on_start = False
+
     def __init__(self, publisher: ActiveSpanPublisher | None = None):
         self.publisher = publisher if publisher is not None else ActiveSpanPublisher()
         self._resource_device: dict[int, str | None] = {}

@@ -71,6 +71,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Link, Status, StatusCode
 
+from otel_ext.errors import ConfigError
 from otel_ext.instrumentation._common import (
     INSTRUMENTATION_NAME,
     device_attributes,
@@ -87,6 +88,7 @@ from otel_ext.instrumentation.collectives import (
     p2p_id,
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
+from otel_ext.instrumentation.finished_spans import FinishedSpans
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
@@ -325,11 +327,15 @@ class _Metrics:
             explicit_bucket_boundaries_advisory=list(COLLECTIVE_DURATION_BOUNDS_S),
         )
         self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        self._factor: dict[tuple[str, str, str | None], dict[int, float]] = {}
+        #: per (op, group, device): bytes, bus bytes, seconds, the last span's context
+        self._pending: dict[tuple[str, str, str | None], list[Any]] = {}
 
     def record(
         self, span: Any, op: str, group: str, device: str | None, nbytes: int, size: int, ns: int
     ) -> None:
-        """Count one completed op, in its span's context (exemplars link to the span)."""
+        """Count one completed op: the duration histogram now, in its span's context
+        (exemplars link to the span); the three counters added up until :meth:`add_counted`."""
         key = (op, group, device)
         attrs = self._attrs.get(key)
         if attrs is None:
@@ -337,12 +343,31 @@ class _Metrics:
             if device is not None:
                 attrs[ACCEL_DEVICE_ID] = device
             self._attrs[key] = attrs
+            self._factor[key] = {}
+        factor = self._factor[key].get(size)
+        if factor is None:
+            factor = self._factor[key][size] = bus_factor(op, size)
         ctx = trace.set_span_in_context(span)
         seconds = ns / 1e9
-        self.io.add(nbytes, attrs, context=ctx)
-        self.bus.add(nbytes * bus_factor(op, size), attrs, context=ctx)
-        self.time.add(seconds, attrs, context=ctx)
         self.duration.record(seconds, attrs, context=ctx)
+        sums = self._pending.get(key)
+        if sums is None:
+            self._pending[key] = [nbytes, nbytes * factor, seconds, ctx]
+        else:
+            sums[0] += nbytes
+            sums[1] += nbytes * factor
+            sums[2] += seconds
+            sums[3] = ctx
+
+    def add_counted(self) -> None:
+        """Add what :meth:`record` counted since the last call: one ``add`` per counter and
+        (op, group, device), in the context of the last span counted (its exemplar)."""
+        pending, self._pending = self._pending, {}
+        for key, (nbytes, bus, seconds, ctx) in pending.items():
+            attrs = self._attrs[key]
+            self.io.add(nbytes, attrs, context=ctx)
+            self.bus.add(bus, attrs, context=ctx)
+            self.time.add(seconds, attrs, context=ctx)
 
 
 class _Entry:
@@ -386,6 +411,52 @@ class _Entry:
         self.handle: Any = None
         self.work: Any = None
 
+    @classmethod
+    def of(
+        cls,
+        op: str,
+        group: str,
+        size: int,
+        rank: int,
+        nbytes: int,
+        seq: int,
+        cid: str | None,
+        dtype: str | None,
+        peer: int | None,
+        async_op: bool | None,
+        t0: int,
+        t1: int,
+        ctx: Any,
+        identity: dict[str, Any],
+    ) -> _Entry:
+        """An entry with the span's attributes, the same whichever path recorded the call
+        (the native kernels or the Python hook): ``seq`` < 0 (a receive from any source,
+        sequenced at completion) has no seq and id yet, ``None`` leaves an attribute out."""
+        attrs: dict[str, Any] = {
+            ACCEL_COLLECTIVE_OP: op,
+            ACCEL_COLLECTIVE_GROUP: group,
+            ACCEL_COLLECTIVE_GROUP_SIZE: size,
+            ACCEL_COLLECTIVE_RANK: rank,
+            ACCEL_COLLECTIVE_BYTES: nbytes,
+        }
+        if seq >= 0:
+            attrs[ACCEL_COLLECTIVE_SEQ] = seq
+            attrs[ACCEL_COLLECTIVE_ID] = cid
+        if dtype is not None:
+            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
+        if peer is not None:
+            attrs[ACCEL_COLLECTIVE_PEER] = peer
+        if async_op is not None:
+            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        attrs.update(identity)
+        e = cls()
+        e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, op
+        e.group, e.size, e.nbytes, e.seq = group, size, nbytes, seq
+        e.device = attrs.get(ACCEL_DEVICE_ID)
+        return e
+
 
 class _State:
     """Everything one ``instrument()`` call set up; dropped by ``uninstrument()``."""
@@ -400,8 +471,11 @@ class _State:
         host_id: str | None,
         timer: CollectiveTimer | None,
         capacity: int,
+        drain_interval_s: float = 0.05,
     ):
         self.tracer = get_tracer(tracer_provider)
+        self.spans = FinishedSpans(self.tracer)
+        self.drain_interval_s = drain_interval_s
         self.metrics = _Metrics(meter_provider)
         self.link_provider = link_provider
         self.device = device
@@ -418,6 +492,7 @@ class _State:
         self.native_ops: list[str] = []  # "namespace::op" of each native recording kernel
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
+        self.drain_wake = threading.Event()  # set by close(): the drain stops waiting
         self.issued = 0
         self.gaps: collections.deque[tuple[int, _Op, Any, Any]] = collections.deque(maxlen=capacity)
         self.gaps_lost = 0
@@ -441,7 +516,7 @@ class _State:
             self._materialise,
             capacity=capacity,
             name="otel-ext-collective-spans",
-            interval=0.05,
+            interval=drain_interval_s,
             tick=True,
         )
         self.tracker = BoundedHandoff(
@@ -599,9 +674,24 @@ class _State:
         hook = self.native
         while not self.closed and hook is not None:
             try:
-                self._drain_once(_DRAIN_WAIT_S)
+                self._wait_for_drain(hook)
+                self._drain_once(0.0)
             except Exception as exc:
                 log_once("torch.distributed.drain", "%s: %s", type(exc).__name__, exc)
+
+    def _wait_for_drain(self, hook: Any) -> None:
+        """Until ``drain_interval_s`` has passed, a quarter of the capacity is waiting, or
+        :meth:`close` (looked at every 50 ms at most); without the drain lock, so a
+        :meth:`flush` never waits for it."""
+        deadline = time.monotonic() + self.drain_interval_s
+        enough = max(self.capacity // 4, 1)
+        while not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self.drain_wake.wait(min(left, _DRAIN_WAIT_S))
+            if hook.in_flight() >= enough:
+                return
 
     def _drain_once(self, wait_s: float) -> int:
         hook = self.native
@@ -614,6 +704,7 @@ class _State:
                     self._emit(self._native_entry(record), _native_device_timing(record))
                 except Exception as exc:
                     log_once("torch.distributed.native.emit", "%s: %s", type(exc).__name__, exc)
+            self._add_counted()
         return len(batch)
 
     def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
@@ -623,31 +714,13 @@ class _State:
         ) = record  # fmt: skip
         spec = self.native_specs[idx]
         gname = DEFAULT_GROUP_NAME if raw == self.default_name else raw
-        attrs: dict[str, Any] = {
-            ACCEL_COLLECTIVE_OP: spec.op,
-            ACCEL_COLLECTIVE_GROUP: gname,
-            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
-            ACCEL_COLLECTIVE_RANK: grank,
-            ACCEL_COLLECTIVE_BYTES: nbytes,
-        }
+        cid = None
         if seq >= 0:
-            attrs[ACCEL_COLLECTIVE_SEQ] = seq
-            attrs[ACCEL_COLLECTIVE_ID] = (
-                p2p_id(gname, src, dst, seq) if src is not None else collective_id(gname, seq)
-            )
-        if dtype is not None:
-            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
-        if peer is not None:
-            attrs[ACCEL_COLLECTIVE_PEER] = peer
-        if async_op is not None:
-            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
-        attrs.update(self._identity_by_name(device or "cpu"))
-        e = _Entry()
-        e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, spec.op
-        e.group, e.size, e.nbytes, e.seq = gname, gsize, nbytes, seq
-        e.device = attrs.get(ACCEL_DEVICE_ID)
+            cid = p2p_id(gname, src, dst, seq) if src is not None else collective_id(gname, seq)
+        e = _Entry.of(
+            spec.op, gname, gsize, grank, nbytes, seq, cid, dtype, peer, async_op, t0, t1, ctx,
+            self._identity_by_name(device or "cpu"),
+        )  # fmt: skip
         e.end, e.uncertainty, e.enqueue_only = end, uncertainty, enqueue_only
         if err_type is not None:
             e.error = _NativeFailure(err_type, err_msg or "")
@@ -741,31 +814,15 @@ class _State:
             else []
         )
         nbytes = sum(t.numel() * t.element_size() for t in tensors)
-        attrs: dict[str, Any] = {
-            ACCEL_COLLECTIVE_OP: spec.op,
-            ACCEL_COLLECTIVE_GROUP: gname,
-            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
-            ACCEL_COLLECTIVE_RANK: grank,
-            ACCEL_COLLECTIVE_BYTES: nbytes,
-        }
-        if seq >= 0:
-            attrs[ACCEL_COLLECTIVE_SEQ] = seq
-            attrs[ACCEL_COLLECTIVE_ID] = cid
-        if tensors:
-            attrs[ACCEL_COLLECTIVE_DTYPE] = str(tensors[0].dtype).removeprefix("torch.")
-        if peer is not None:
-            attrs[ACCEL_COLLECTIVE_PEER] = int(peer)
+        async_op = None
         if spec.async_at is not None:
-            attrs[ACCEL_COLLECTIVE_ASYNC] = (
-                bool(args[spec.async_at]) if len(args) > spec.async_at else True
-            )
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
-        attrs.update(self.identity_for(tensors[0] if tensors else _first_tensor(args)))
-        e = _Entry()
-        e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, spec.op
-        e.group, e.size, e.nbytes, e.seq = gname, gsize, nbytes, seq
-        e.device = attrs.get(ACCEL_DEVICE_ID)
+            async_op = bool(args[spec.async_at]) if len(args) > spec.async_at else True
+        e = _Entry.of(
+            spec.op, gname, gsize, grank, nbytes, seq, cid,
+            str(tensors[0].dtype).removeprefix("torch.") if tensors else None,
+            None if peer is None else int(peer), async_op, t0, t1, ctx,
+            self.identity_for(tensors[0] if tensors else _first_tensor(args)),
+        )  # fmt: skip
         if error is not None:
             e.end, e.error = t1, error
             self.materialiser.put(e)
@@ -876,6 +933,13 @@ class _State:
         for e in batch:
             if e.handle is None:
                 self._emit(e, None)
+        self._add_counted()
+
+    def _add_counted(self) -> None:
+        try:
+            self.metrics.add_counted()
+        except Exception as exc:
+            log_once("torch.distributed.metrics", "%s: %s", type(exc).__name__, exc)
 
     def _resolve(self, e: _Entry) -> DeviceTiming | None:
         try:
@@ -914,16 +978,15 @@ class _State:
                 if self.link_provider is not None and e.seq >= 0
                 else ()
             )
-            span = self.tracer.start_span(
+            span = self.spans.write(
                 SPAN_ACCEL_COLLECTIVE,
                 context=e.ctx,
                 attributes=attrs,
                 links=links,
-                start_time=start,
+                start_ns=start,
+                end_ns=end,
+                status=None if e.error is None else Status(StatusCode.ERROR, str(e.error)),
             )
-            if e.error is not None:
-                span.set_status(Status(StatusCode.ERROR, str(e.error)))
-            span.end(end_time=end)
             if e.error is None:
                 self.metrics.record(span, e.op, e.group, e.device, e.nbytes, e.size, end - start)
         except Exception as exc:
@@ -972,6 +1035,7 @@ class _State:
         atexit.unregister(self.close_at_exit)
         self.flush(timeout)
         self.closed = True
+        self.drain_wake.set()
         if self.native is not None:
             if self.drainer is not None and self.drainer.is_alive():
                 self.drainer.join(timeout)
@@ -981,6 +1045,25 @@ class _State:
         self.tracker.close(timeout)
         self.materialiser.close(timeout)
         self.poller.join(timeout)
+
+
+def _drain_interval(value: Any) -> float:
+    """``drain_interval_s`` checked: a positive number of seconds, at most an hour.
+
+    >>> _drain_interval(0.2)
+    0.2
+    >>> _drain_interval(0)
+    Traceback (most recent call last):
+    ...
+    otel_ext.errors.ConfigError: drain_interval_s=0: must be a number of seconds in (0, 3600]
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds <= 3600:
+        raise ConfigError(f"drain_interval_s={value!r}: must be a number of seconds in (0, 3600]")
+    return seconds
 
 
 class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -993,7 +1076,10 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     (a :class:`~otel_ext.instrumentation.torch.CollectiveTimer`; by default
     :class:`~otel_ext.instrumentation.torch.CudaCollectiveTimer` when CUDA is available, else
     none: host timing); ``capacity`` (records waiting at most; default 65536); ``native``
-    (``False``: the Python kernels even when the native ones load; see the module doc).
+    (``False``: the Python kernels even when the native ones load; see the module doc);
+    ``drain_interval_s`` (how often the background thread turns completed records into
+    spans and metrics, in seconds; default 0.05: longer batches cost the process less per
+    collective and delay the spans more; a quarter of ``capacity`` completed wakes it early).
     Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
     the first collective so they agree. :meth:`flush` waits until every op issued so far has
     completed and its span has been made; ``uninstrument()`` flushes first.
@@ -1044,6 +1130,7 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             host_id=kwargs.get("host_id"),
             timer=timer,
             capacity=int(kwargs.get("capacity", 1 << 16)),
+            drain_interval_s=_drain_interval(kwargs.get("drain_interval_s", _DRAIN_WAIT_S)),
         )
 
     def _uninstrument(self, **kwargs: Any) -> None:
