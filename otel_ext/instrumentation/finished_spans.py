@@ -88,6 +88,8 @@ class FinishedSpans:
         self.tracer = tracer
         self._sdk: Any = None
         self._limits: Any = None
+        self._readable: Any = None
+        self._random_flag = 0
         self._resolve()
 
     @property
@@ -114,6 +116,10 @@ class FinishedSpans:
             return
         if not _processors_need_no_start(tracer.span_processor):
             return
+        from opentelemetry.sdk.trace import ReadableSpan
+
+        self._readable = ReadableSpan
+        self._random_flag = int(getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
         self._sdk, self._limits = tracer, limits
 
     def _fits(self, attributes: Mapping[str, Any], links: Sequence[Link]) -> bool:
@@ -156,13 +162,12 @@ class FinishedSpans:
                 span.set_status(status)
             span.end(end_time=end_ns)
             return span
-        from opentelemetry.sdk.trace import ReadableSpan
-
+        ids = tracer.id_generator
         parent: SpanContext | None = trace.get_current_span(context).get_span_context()
         if parent is None or not parent.is_valid:
             parent = None
-            trace_id = tracer.id_generator.generate_trace_id()
-            random_id = tracer.id_generator.is_trace_id_random()
+            trace_id = ids.generate_trace_id()
+            random_id = ids.is_trace_id_random()
         else:
             trace_id = parent.trace_id
             random_id = getattr(parent.trace_flags, "random_trace_id", False)
@@ -170,19 +175,18 @@ class FinishedSpans:
             context, trace_id, name, SpanKind.INTERNAL, attributes, links
         )
         flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
-        random_flag = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
-        if random_id and random_flag:
-            flags |= random_flag
+        if random_id:
+            flags |= self._random_flag
         span_context = SpanContext(
             trace_id,
-            tracer.id_generator.generate_span_id(),
+            ids.generate_span_id(),
             is_remote=False,
             trace_flags=TraceFlags(flags),
             trace_state=sampled.trace_state,
         )
         if sampled.decision.is_recording():
             tracer.span_processor.on_end(
-                ReadableSpan(
+                self._readable(
                     name,
                     span_context,
                     parent,
