@@ -912,7 +912,7 @@ static int on_request(Parser *P, void *vctx, const Str *k) {
     return skip_value(P);
 }
 
-/* A request object that fills the rest of the line (blanks after it allowed) into out. */
+/* A request object that fills the rest of the line (JSON white space after it allowed). */
 static int whole_request(Parser *P, const Request *request, void *out) {
     RequestCtx c = {request, out, 0};
     if (!scan_object(P, on_request, &c)) return 0;
@@ -920,22 +920,31 @@ static int whole_request(Parser *P, const Request *request, void *out) {
     return P->p == P->end;
 }
 
-/* The lengths of a scanner's tables and its counts of rows and resources before a line. */
+/* A scanner's tables (fill vs, then mark_save) and counts of rows and resources as they
+ * were before a line, to take a line that fails out again (mark_restore). */
 #define MAX_TABLES 12
 
 typedef struct {
+    Vec *vs[MAX_TABLES];
     size_t lens[MAX_TABLES];
-    int64_t rows, resources;
+    int n;
+    int64_t *rows, *resources; /* the counts, and their values before the line */
+    int64_t rows0, resources0;
 } Mark;
 
-static void mark_save(Mark *m, Vec *const *vs, int n, int64_t rows, int64_t resources) {
-    for (int i = 0; i < n; i++) m->lens[i] = vs[i]->len;
+static void mark_save(Mark *m, int n, int64_t *rows, int64_t *resources) {
+    m->n = n;
+    for (int i = 0; i < n; i++) m->lens[i] = m->vs[i]->len;
     m->rows = rows;
     m->resources = resources;
+    m->rows0 = *rows;
+    m->resources0 = *resources;
 }
 
-static void mark_restore(const Mark *m, Vec *const *vs, int n) {
-    for (int i = 0; i < n; i++) vs[i]->len = m->lens[i];
+static void mark_restore(const Mark *m) {
+    for (int i = 0; i < m->n; i++) m->vs[i]->len = m->lens[i];
+    *m->rows = m->rows0;
+    *m->resources = m->resources0;
 }
 
 /* Reads the request of line lineno (P over it from its first non-blank byte) into out's
@@ -1604,21 +1613,17 @@ static const Request SPANS_REQUEST = {"resourceSpans", 13, resource_spans_elem};
 
 static int span_line(Parser *P, void *out, int64_t lineno) {
     OOut *o = (OOut *)out;
-    Vec *vs[MAX_TABLES];
-    int n = oout_tables(o, vs);
     Mark m;
-    mark_save(&m, vs, n, o->spans, o->resources);
+    mark_save(&m, oout_tables(o, m.vs), &o->spans, &o->resources);
     o->r_type.len = 0;
     o->r_val.len = 0;
     o->res_base = o->resources;
     o->lineno = lineno;
     if (whole_request(P, &SPANS_REQUEST, o)) {
-        merge_resources(o, m.rows);
+        merge_resources(o, m.rows0);
         return 1;
     }
-    mark_restore(&m, vs, n);
-    o->spans = m.rows;
-    o->resources = m.resources;
+    mark_restore(&m);
     return 0;
 }
 
@@ -2035,15 +2040,11 @@ static const Request METRICS_REQUEST = {"resourceMetrics", 15, resource_metrics_
 
 static int metric_line(Parser *P, void *out, int64_t lineno) {
     MOut *o = (MOut *)out;
-    Vec *vs[MAX_TABLES];
-    int n = mout_tables(o, vs);
     Mark m;
-    mark_save(&m, vs, n, o->points, o->resources);
+    mark_save(&m, mout_tables(o, m.vs), &o->points, &o->resources);
     o->lineno = lineno;
     if (whole_request(P, &METRICS_REQUEST, o)) return 1;
-    mark_restore(&m, vs, n);
-    o->points = m.rows;
-    o->resources = m.resources;
+    mark_restore(&m);
     return 0;
 }
 
