@@ -377,3 +377,66 @@ def test_a_process_that_just_exits_keeps_its_spans_and_exits_cleanly(tmp_path: P
     require("native True" in proc.stdout, f"native hook not loaded: {_c10d_native.STATUS}")
     spans = [s for s in read_spans(out) if s.name == "accel.collective"]
     assert [s.attributes["accel.collective.op"] for s in spans] == ["all_reduce"]
+
+
+_DRAIN_INTERVAL_SCRIPT = textwrap.dedent(
+    """
+    import json, os, socket, sys, time
+    import torch, torch.distributed as dist
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(tracer_provider=provider, drain_interval_s=3600)
+    native = inst.native
+    t = torch.ones(8)
+    for _ in range(5):
+        dist.all_reduce(t)
+    time.sleep(0.3)  # several of the drain's 50 ms looks: nothing is due yet
+    before = len(exporter.get_finished_spans())
+    flushed = inst.flush(20)
+    after = [s.attributes["accel.collective.seq"] for s in exporter.get_finished_spans()]
+    inst.uninstrument()
+    print(json.dumps({"native": native, "before": before, "flushed": flushed, "after": after}))
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_long_drain_interval_holds_spans_until_flush_and_never_blocks_it() -> None:
+    """``drain_interval_s``: records wait in the ring for the interval; ``flush()`` makes them
+    at once (it used to wait for the drain thread, which held its lock while waiting, for the
+    whole interval), and ``uninstrument()`` stops the drain without waiting for it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRAIN_INTERVAL_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    require(got["native"], f"native hook not loaded: {_c10d_native.STATUS}")
+    assert got["before"] == 0
+    assert got["flushed"] is True
+    assert got["after"] == [0, 1, 2, 3, 4]
+
+
+def test_drain_interval_is_checked() -> None:
+    from otel_ext.errors import ConfigError
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    inst = TorchDistributedInstrumentor()
+    for bad in (0, -1, "soon", 7200):
+        with pytest.raises(ConfigError, match="drain_interval_s"):
+            inst.instrument(drain_interval_s=bad)
+        assert not inst.is_instrumented_by_opentelemetry
