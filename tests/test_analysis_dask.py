@@ -152,6 +152,40 @@ def test_selected_steps_same_report(shared_traces: Path, address: str) -> None:
     assert doc["run"]["steps"]["selection"] == "all"
 
 
+@needs_dask
+def test_ranks_split_across_files_same_report(
+    simulated: Path, address: str, tmp_path: Path
+) -> None:
+    """An OTLP export rotated into several files, each holding rows of every rank: each
+    partition of ranks takes its rows from every file (where the file is kept), and each
+    file's reduced rows are put back in its own order."""
+    folder = tmp_path / "rotated"
+    folder.mkdir()
+    halves: list[list[str]] = [[], []]
+    for line in (simulated / "traces.jsonl").read_text().splitlines():
+        for k in range(2):  # every export's spans dealt alternately to the two files
+            request = json.loads(line)
+            for rs in request["resourceSpans"]:
+                for ss in rs["scopeSpans"]:
+                    ss["spans"] = ss["spans"][k::2]
+            halves[k].append(json.dumps(request))
+    for k in range(2):
+        (folder / f"traces-{k}.jsonl").write_text("\n".join(halves[k]) + "\n")
+    shutil.copy(simulated / "metrics.jsonl", folder / "metrics.jsonl")
+    with dask_backend.connect(address) as cluster:
+        phase = cluster.per_rank_phase([folder], steps="complete", one_run=False)
+        doc = analyze([folder], scheduler=cluster)
+    assert to_json(doc) == to_json(analyze([folder], workers=1, scheduler=""))
+    assert len(doc["ranks"]) == 4
+    spans = [i for i in doc["inputs"] if i["format"] == "otlp-traces"]
+    assert len(spans) == 2 and all(i["events"] > 0 for i in spans)
+    from otel_ext.analysis.loaders import load_file
+
+    ranks = [set(load_file(i["path"]).table["rank"].tolist()) - {-1} for i in spans]
+    assert ranks[0] & ranks[1]  # ranks whose rows are in both files
+    assert len(phase.reduced) <= phase.ranks.events
+
+
 def _bad_folder(shared_traces: Path, tmp_path: Path) -> Path:
     folder = tmp_path / "set"
     folder.mkdir()

@@ -27,7 +27,16 @@ from otel_ext.analysis.per_rank import (
     name_counts,
     per_rank_tables,
 )
-from otel_ext.analysis.per_rank_jobs import decide_ranks, partitions, sketch
+from otel_ext.analysis.per_rank_jobs import (
+    KeptFile,
+    RankDecision,
+    decide_ranks,
+    partition_pass,
+    piece_of,
+    rank_partitions,
+    reassemble,
+    sketch,
+)
 from otel_ext.analysis.steps import merge_step_records, select_steps
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
@@ -65,34 +74,39 @@ def file_sets(draw: Any) -> list[EventTable]:
     return files
 
 
-def _split(files: list[EventTable], groups: list[list[int]]) -> tuple[Any, Any]:
+def _split(files: list[EventTable], parts: int) -> tuple[Any, Any]:
+    """The cluster's per-rank phase without the cluster: the files' ranks in ``parts``
+    partitions, each file's rows of a partition taken as a piece, the per-rank passes per
+    partition, merged; each file's reduced rows reassembled from its pieces."""
+    from otel_ext.analysis.loaders import FileResult
+
     whole = EventTable.concat(files)
     offsets = np.cumsum([0] + [len(f) for f in files]).tolist()
-    parts = []
-    for g in groups:
-        tabs = [files[i] for i in g]
-        table = tabs[0] if len(tabs) == 1 else EventTable.concat(tabs)
-        pos = np.concatenate([np.arange(offsets[i], offsets[i] + len(files[i])) for i in g])
-        parts.append(per_rank_tables(table, parts=tabs, positions=pos))
+    ranks = {i: {int(r) for r in np.unique(f["rank"]) if r >= 0} for i, f in enumerate(files)}
+    decision = RankDecision([], {}, {}, ranks)
+    kept = [KeptFile(FileResult(f"/set/f{i}.json", "kineto", f), {}, None, None)
+            for i, f in enumerate(files)]  # fmt: skip
+    plan = rank_partitions(decision, list(range(len(files))), parts=parts)
+    results = [
+        partition_pass([piece_of(kept[i], {}, p.ranks, i in p.owned, offsets[i]) for i in p.files])
+        for p in plan
+    ]
     codes = {s: i for i, s in enumerate(whole.strings["source"])}
-    merged = merge_rank_tables(parts, source_code=codes)
-    by_file = {i: t for g, p in zip(groups, parts) for i, t in zip(g, p.reduced)}
-    merged.reduced = [by_file[i] for i in sorted(by_file)]  # in file order, as the client
+    merged = merge_rank_tables(results, source_code=codes)
+    by_file: dict[int, list[Any]] = {}
+    for p, r in zip(plan, results):
+        for i, t, w in zip(p.files, r.reduced, r.reduced_positions):
+            if len(t) or i in p.owned:
+                by_file.setdefault(i, []).append((t, w))
+    assert sorted(by_file) == list(range(len(files)))  # every file's dictionaries came back
+    merged.reduced = [reassemble(by_file[i]) for i in sorted(by_file)]
     return whole, merged
 
 
-def _groups_by_rank(files: list[EventTable]) -> list[list[int]]:
-    """Files that share a rank, together (as the cluster partitions them)."""
-    from otel_ext.analysis.per_rank_jobs import RankDecision
-
-    ranks = {i: {int(r) for r in np.unique(f["rank"]) if r >= 0} for i, f in enumerate(files)}
-    return partitions(RankDecision([], {}, {}, ranks), list(range(len(files))))
-
-
-@settings(max_examples=150, deadline=None)
-@given(file_sets())
-def test_partitions_merge_to_the_whole(files: list[EventTable]) -> None:
-    whole, merged = _split(files, _groups_by_rank(files))
+@settings(max_examples=200, deadline=None)
+@given(file_sets(), st.integers(1, 4))
+def test_partitions_merge_to_the_whole(files: list[EventTable], parts: int) -> None:
+    whole, merged = _split(files, parts)
     ref = per_rank_tables(whole)
     assert merged.temporal == breakdown.temporal_breakdown(whole) == ref.temporal
     assert merged.idle == breakdown.idle_breakdown(whole)

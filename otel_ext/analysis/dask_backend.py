@@ -207,6 +207,17 @@ def _summary_or_raised(kept: Any) -> Any:
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
 
+def _pieces_pass(pieces: list[Any]) -> Any:
+    """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
+    error, passed on)."""
+    from otel_ext.analysis.per_rank_jobs import partition_pass
+
+    for p in pieces:
+        if isinstance(p, _Raised):
+            return p
+    return _answer_or_error(partition_pass, pieces)
+
+
 def _pickled_size(value: Any) -> int:
     import pickle
 
@@ -394,19 +405,25 @@ class DaskCluster:
             for i in with_table:
                 offsets[i] = at
                 at += summaries[i].rows
-            groups = jobs.partitions(decision, with_table)
+            plan = jobs.rank_partitions(decision, with_table, parts=4 * self.slots)
             with self._worker_errors():
-                futures = [
-                    self.client.submit(
-                        _answer_or_error,
-                        jobs.partition_pass,
-                        [executor.kept[i] for i in g],
-                        [decision.renumber.get(i, {}) for i in g],
-                        [offsets[i] for i in g],
-                        pure=False,
-                    )
-                    for g in groups
-                ]
+                futures = []
+                for part in plan:
+                    # each file's rows of the partition, taken where the file is kept
+                    pieces = [
+                        self.client.submit(
+                            _answer_or_error,
+                            jobs.piece_of,
+                            executor.kept[i],
+                            decision.renumber.get(i, {}),
+                            part.ranks,
+                            i in part.owned,
+                            offsets[i],
+                            pure=False,
+                        )
+                        for i in part.files
+                    ]
+                    futures.append(self.client.submit(_pieces_pass, pieces, pure=False))
                 parts = []
                 for f in futures:
                     answer = f.result()
@@ -420,8 +437,12 @@ class DaskCluster:
         if self.measure:
             received += sum(_pickled_size(p) for p in parts)
         self.received_bytes = received
-        by_file = {i: t for g, p in zip(groups, parts) for i, t in zip(g, p.reduced)}
-        files = [by_file[i] for i in sorted(by_file)]
+        by_file: dict[int, list[tuple[EventTable, Any]]] = {}
+        for part, tables in zip(plan, parts):
+            for i, t, where in zip(part.files, tables.reduced, tables.reduced_positions):
+                if len(t) or i in part.owned:  # the owner's piece carries the dictionaries
+                    by_file.setdefault(i, []).append((t, where))
+        files = [jobs.reassemble(by_file[i]) for i in sorted(by_file)]
         joined = EventTable.concat(files) if files else EventTable.empty()
         meta = dict(joined.meta)
         if decision.rank_runs:

@@ -49,6 +49,7 @@ from otel_ext.analysis.findings import Thresholds, build_findings, straggler_ver
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.per_rank import merge_name_counts, name_counts, per_rank_tables
 from otel_ext.analysis.requests import (
+    engine_step_order,
     engine_steps_from_otlp,
     request_accounting,
     request_accounting_for_inputs,
@@ -271,6 +272,7 @@ def _request_accounting(
         if i.get("format") == "otlp-traces" and i.get("status") == "loaded"
     ]
     steps = _per_file(cluster, engine_steps_from_otlp, paths)
+    steps.sort(key=engine_step_order)  # as one reading of every file orders them
     return request_accounting(steps, metrics=metrics)
 
 

@@ -40,7 +40,7 @@ counts added.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -202,6 +202,8 @@ class RankTables:
         events: rows of the table.
         reduced: the rows the cross-rank passes read (:func:`cross_rank_mask`, with each
             rank's first start and last end), one table per input part.
+        reduced_positions: for each reduced table, its rows' positions in the whole set
+            (when ``positions`` were given; empty otherwise).
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -212,6 +214,7 @@ class RankTables:
     names: dict[int, dict[str, dict[str, int]]]
     events: int
     reduced: list[EventTable]
+    reduced_positions: list[np.ndarray] = field(default_factory=list)
 
 
 def per_rank_tables(
@@ -233,11 +236,14 @@ def per_rank_tables(
     whole = [table] if parts is None else list(parts)
     keep = _with_envelope(table, cross_rank_mask(table))
     reduced = []
+    reduced_positions = []
     at = 0
     for part in whole:
         n = len(part)
         sel = keep[at : at + n]
         reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
+        if positions is not None:
+            reduced_positions.append(positions[at : at + n][sel])
         at += n
     return RankTables(
         temporal=breakdown.temporal_breakdown(table),
@@ -248,6 +254,7 @@ def per_rank_tables(
         names=name_counts(table),
         events=len(table),
         reduced=reduced,
+        reduced_positions=reduced_positions,
     )
 
 
@@ -284,4 +291,5 @@ def merge_rank_tables(parts: Sequence[RankTables], *, source_code: Mapping[str, 
         names=merge_name_counts([p.names for p in parts]),
         events=sum(p.events for p in parts),
         reduced=[t for p in parts for t in p.reduced],
+        reduced_positions=[x for p in parts for x in p.reduced_positions],
     )

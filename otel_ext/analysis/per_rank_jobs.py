@@ -44,11 +44,15 @@ from otel_ext.errors import OtelExtError
 __all__ = [
     "FileSummary",
     "KeptFile",
+    "Partition",
+    "Piece",
     "RankDecision",
     "decide_ranks",
     "load_and_keep",
     "partition_pass",
-    "partitions",
+    "piece_of",
+    "rank_partitions",
+    "reassemble",
     "sketch",
     "summary_of",
 ]
@@ -163,34 +167,85 @@ def decide_ranks(
     return RankDecision(captures, renumber, dict(table.meta.get("rank_runs", {})), ranks_of)
 
 
-def partitions(decision: RankDecision, files: list[int]) -> list[list[int]]:
-    """The files (indices, ascending) in groups whose ranks are disjoint from every other
-    group's: the files that share a rank, transitively, are one group.
+@dataclass(frozen=True)
+class Partition:
+    """A per-rank job's share of the set: some ranks' rows from every file that holds them.
+
+    Attributes:
+        ranks: the ranks (after renumbering).
+        files: the files (indices, ascending) that hold rows of those ranks, or that this
+            partition owns.
+        owned: the files whose rows of no rank this partition takes (every file is owned by
+            one partition: the one of its lowest rank, else one by its index).
+    """
+
+    ranks: frozenset[int]
+    files: tuple[int, ...]
+    owned: frozenset[int]
+
+
+def rank_partitions(decision: RankDecision, files: list[int], *, parts: int) -> list[Partition]:
+    """The ranks in at most ``parts`` groups of consecutive ranks (as many ranks each, within
+    one), each with the files that hold them: a rank's rows, from however many files, are in
+    one partition, and a file's rows may be in several.
 
     >>> d = RankDecision([], {}, {}, {0: {0}, 1: {1}, 2: {0, 2}, 3: set()})
-    >>> partitions(d, [0, 1, 2, 3])
-    [[0, 2], [1], [3]]
+    >>> [(sorted(p.ranks), p.files, sorted(p.owned)) for p in rank_partitions(d, [0, 1, 2, 3], parts=2)]
+    [([0, 1], (0, 1, 2), [0, 1, 2]), ([2], (2, 3), [3])]
     """
-    parent = {f: f for f in files}
+    ranks = sorted({r for f in files for r in decision.ranks_of.get(f, set())})
+    n = max(1, min(parts, len(ranks)))
+    size, extra = divmod(len(ranks), n)
+    groups: list[list[int]] = []
+    at = 0
+    for k in range(n):
+        take = size + (1 if k < extra else 0)
+        groups.append(ranks[at : at + take])
+        at += take
+    home = {r: k for k, g in enumerate(groups) for r in g}
+    owner = {
+        f: home[min(decision.ranks_of[f])] if decision.ranks_of.get(f) else f % n for f in files
+    }
+    out = []
+    for k, g in enumerate(groups):
+        mine = set(g)
+        holding = [f for f in files if owner[f] == k or mine & decision.ranks_of.get(f, set())]
+        owned = frozenset(f for f in files if owner[f] == k)
+        out.append(Partition(frozenset(g), tuple(holding), owned))
+    return out
 
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
 
-    owner: dict[int, int] = {}
-    for f in files:
-        for r in decision.ranks_of.get(f, set()):
-            if r in owner:
-                a, b = find(owner[r]), find(f)
-                parent[max(a, b)] = min(a, b)
-            else:
-                owner[r] = f
-    groups: dict[int, list[int]] = {}
-    for f in files:
-        groups.setdefault(find(f), []).append(f)
-    return sorted(groups.values(), key=lambda g: g[0])
+@dataclass
+class Piece:
+    """One file's rows of one partition, with their positions in the whole set."""
+
+    table: EventTable
+    positions: np.ndarray
+
+
+def piece_of(
+    kept: KeptFile, renumber: dict[int, int], ranks: frozenset[int], owned: bool, offset: int
+) -> Piece:
+    """Run on the worker that keeps the file: its rows of ``ranks`` (and of no rank when
+    ``owned``), the ranks renumbered.
+
+    Args:
+        kept: the kept file.
+        renumber: trace rank -> rank (:class:`RankDecision`).
+        ranks: the partition's ranks.
+        owned: whether the partition owns the file (takes its rows of no rank, and answers a
+            piece even when it has no rows, for the file's string dictionaries).
+        offset: the position of the file's first row in the whole set.
+    """
+    loaded = kept.result.table
+    table = _renumbered(loaded if loaded is not None else EventTable.empty(), renumber)
+    rank = table["rank"]
+    sel = np.isin(rank, np.asarray(sorted(ranks), dtype=np.int64))
+    if owned:
+        sel |= rank < 0
+    rows = np.flatnonzero(sel)
+    piece = table if len(rows) == len(table) else table.select(rows)
+    return Piece(piece, rows.astype(np.int64) + offset)
 
 
 def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
@@ -205,23 +260,25 @@ def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
     return EventTable(cols, table.strings, dict(table.meta))
 
 
-def partition_pass(
-    kept: list[KeptFile], renumber: list[dict[int, int]], offsets: list[int]
-) -> RankTables:
-    """Run on a worker: the per-rank passes over a partition's kept files.
-
-    Args:
-        kept: the partition's files, in file order.
-        renumber: for each, trace rank -> rank (:class:`RankDecision`).
-        offsets: for each, the position of its first row in the whole set.
-    """
-    tables = [
-        _renumbered(k.result.table, re)
-        for k, re in zip(kept, renumber)
-        if k.result.table is not None  # only files with tables are partitioned
-    ]
+def partition_pass(pieces: list[Piece]) -> RankTables:
+    """Run on a worker: the per-rank passes over a partition's pieces (in file order); the
+    reduced rows come back one table per piece, with their positions."""
+    tables = [p.table for p in pieces]
     table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
-    positions = np.concatenate(
-        [np.arange(o, o + len(t), dtype=np.int64) for o, t in zip(offsets, tables)]
-    )
+    positions = np.concatenate([p.positions for p in pieces])
     return per_rank_tables(table, parts=tables, positions=positions)
+
+
+def reassemble(pieces: list[tuple[EventTable, np.ndarray]]) -> EventTable:
+    """One file's reduced rows from its pieces (from several partitions), in its row order.
+
+    >>> a = EventTable.from_rows([dict(start_ns=s) for s in (0, 2)])
+    >>> b = EventTable.from_rows([dict(start_ns=1)])
+    >>> reassemble([(a, np.array([0, 2])), (b, np.array([1]))])["start_ns"].tolist()
+    [0, 1, 2]
+    """
+    if len(pieces) == 1:
+        return pieces[0][0]
+    joined = EventTable.concat([t for t, _ in pieces])
+    order = np.argsort(np.concatenate([w for _, w in pieces]), kind="stable")
+    return joined.select(order)

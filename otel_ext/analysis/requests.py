@@ -62,6 +62,7 @@ __all__ = [
     "TTFT_PARTS",
     "EngineStep",
     "engine_step_from_attributes",
+    "engine_step_order",
     "engine_steps_from_otlp",
     "fit_token_costs",
     "request_accounting",
@@ -594,8 +595,15 @@ def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
             for lineno, line in enumerate(fh, 1):
                 if needle in line:
                     out.extend(_steps_of_line(line, f"{p}:{lineno}"))
-    out.sort(key=lambda s: (s.host, s.start_ns, s.step))
+    out.sort(key=engine_step_order)
     return out
+
+
+def engine_step_order(step: EngineStep) -> tuple[str, int, int]:
+    """The order :func:`engine_steps_from_otlp` gives steps in (host, start, step number); the
+    steps of several files read one by one, joined in file order and sorted (stably) by it,
+    come in the order reading them all at once gives."""
+    return (step.host, step.start_ns, step.step)
 
 
 def fit_token_costs(steps: Sequence[EngineStep]) -> dict[str, Any]:
