@@ -207,7 +207,7 @@ def _summary_or_raised(kept: Any) -> Any:
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
 
-def _pieces_pass(pieces: list[Any]) -> Any:
+def _pieces_pass(pieces: list[Any], split: list[bool]) -> Any:
     """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
     error, passed on)."""
     from otel_ext.analysis.per_rank_jobs import partition_pass
@@ -215,7 +215,10 @@ def _pieces_pass(pieces: list[Any]) -> Any:
     for p in pieces:
         if isinstance(p, _Raised):
             return p
-    return _answer_or_error(partition_pass, pieces)
+    try:
+        return partition_pass(pieces, split=split)
+    except OtelExtError as e:
+        return _Raised(e)
 
 
 def _pickled_size(value: Any) -> int:
@@ -406,6 +409,10 @@ class DaskCluster:
                 offsets[i] = at
                 at += summaries[i].rows
             plan = jobs.rank_partitions(decision, with_table, parts=4 * self.slots)
+            holders: dict[int, int] = {}
+            for part in plan:
+                for i in part.files:
+                    holders[i] = holders.get(i, 0) + 1
             with self._worker_errors():
                 futures = []
                 for part in plan:
@@ -423,7 +430,8 @@ class DaskCluster:
                         )
                         for i in part.files
                     ]
-                    futures.append(self.client.submit(_pieces_pass, pieces, pure=False))
+                    split = [holders[i] > 1 for i in part.files]
+                    futures.append(self.client.submit(_pieces_pass, pieces, split, pure=False))
                 parts = []
                 for f in futures:
                     answer = f.result()

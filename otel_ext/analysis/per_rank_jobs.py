@@ -28,6 +28,7 @@ The functions are plain (no Dask here): :mod:`otel_ext.analysis.dask_backend` su
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,13 +261,17 @@ def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
     return EventTable(cols, table.strings, dict(table.meta))
 
 
-def partition_pass(pieces: list[Piece]) -> RankTables:
+def partition_pass(pieces: list[Piece], *, split: Sequence[bool] | None = None) -> RankTables:
     """Run on a worker: the per-rank passes over a partition's pieces (in file order); the
-    reduced rows come back one table per piece, with their positions."""
+    reduced rows come back one table per piece, with their positions where the piece's file
+    is ``split`` across partitions (default: all; for the others nothing needs them)."""
     tables = [p.table for p in pieces]
     table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
     positions = np.concatenate([p.positions for p in pieces])
-    return per_rank_tables(table, parts=tables, positions=positions)
+    out = per_rank_tables(table, parts=tables, positions=positions)
+    if split is not None:
+        out.reduced_positions = [w if s else w[:0] for w, s in zip(out.reduced_positions, split)]
+    return out
 
 
 def reassemble(pieces: list[tuple[EventTable, np.ndarray]]) -> EventTable:
