@@ -1,9 +1,10 @@
 """The per-rank phase split across partitions gives what it gives over the whole table.
 
 Differential property tests (the shape of polars' "streaming equals batch"): random sets of
-files (ranks, rows of no rank, host operators, kernels, runtime calls, collectives), split
-into partitions of whole files, per-rank passes per partition and merged, against the same
-passes over all the files joined; the ranks decided from the files' sketches against
+files (ranks, some in several files; rows of no rank; host operators, kernels, runtime calls,
+collectives), the ranks split into partitions and each file cut into its partitions' pieces
+(the cluster's jobs, run here), per-rank passes per partition and merged, each file's
+reduced rows put back together, against the same passes over all the files joined; the ranks decided from the files' sketches against
 ``separate_captures`` over the whole table; the steps selected per file against the whole
 table's selection. And on the real sets: the rows the cross-rank passes read give the same
 report as the whole table (``test_reduced_rows_give_the_whole_report``).
@@ -87,8 +88,13 @@ def _split(files: list[EventTable], parts: int) -> tuple[Any, Any]:
     kept = [KeptFile(FileResult(f"/set/f{i}.json", "kineto", f), {}, None, None)
             for i, f in enumerate(files)]  # fmt: skip
     plan = rank_partitions(decision, list(range(len(files))), parts=parts)
+    holders = {i: sum(i in p.files for p in plan) for i in range(len(files))}
     results = [
-        partition_pass([piece_of(kept[i], {}, p.ranks, i in p.owned, offsets[i]) for i in p.files])
+        partition_pass(
+            [piece_of(kept[i], {}, p.ranks, i in p.owned, offsets[i]) for i in p.files],
+            split=[holders[i] > 1 for i in p.files],
+            owned=[i in p.owned for i in p.files],
+        )
         for p in plan
     ]
     codes = {s: i for i, s in enumerate(whole.strings["source"])}
@@ -96,7 +102,9 @@ def _split(files: list[EventTable], parts: int) -> tuple[Any, Any]:
     by_file: dict[int, list[Any]] = {}
     for p, r in zip(plan, results):
         for i, t, w in zip(p.files, r.reduced, r.reduced_positions):
-            if len(t) or i in p.owned:
+            if i in p.owned:  # the owner's piece first: it carries the dictionaries
+                by_file.setdefault(i, []).insert(0, (t, w))
+            elif len(t):
                 by_file.setdefault(i, []).append((t, w))
     assert sorted(by_file) == list(range(len(files)))  # every file's dictionaries came back
     merged.reduced = [reassemble(by_file[i]) for i in sorted(by_file)]

@@ -207,7 +207,7 @@ def _summary_or_raised(kept: Any) -> Any:
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
 
-def _pieces_pass(pieces: list[Any], split: list[bool]) -> Any:
+def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool]) -> Any:
     """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
     error, passed on)."""
     from otel_ext.analysis.per_rank_jobs import partition_pass
@@ -216,7 +216,7 @@ def _pieces_pass(pieces: list[Any], split: list[bool]) -> Any:
         if isinstance(p, _Raised):
             return p
     try:
-        return partition_pass(pieces, split=split)
+        return partition_pass(pieces, split=split, owned=owned)
     except OtelExtError as e:
         return _Raised(e)
 
@@ -408,7 +408,10 @@ class DaskCluster:
             for i in with_table:
                 offsets[i] = at
                 at += summaries[i].rows
-            plan = jobs.rank_partitions(decision, with_table, parts=4 * self.slots)
+            # at most four partitions per worker thread, and no more than files: a file is
+            # cut into pieces only where several files hold the same ranks
+            n_parts = max(1, min(4 * self.slots, len(with_table)))
+            plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
             holders: dict[int, int] = {}
             for part in plan:
                 for i in part.files:
@@ -431,7 +434,10 @@ class DaskCluster:
                         for i in part.files
                     ]
                     split = [holders[i] > 1 for i in part.files]
-                    futures.append(self.client.submit(_pieces_pass, pieces, split, pure=False))
+                    owned = [i in part.owned for i in part.files]
+                    futures.append(
+                        self.client.submit(_pieces_pass, pieces, split, owned, pure=False)
+                    )
                 parts = []
                 for f in futures:
                     answer = f.result()
@@ -448,7 +454,9 @@ class DaskCluster:
         by_file: dict[int, list[tuple[EventTable, Any]]] = {}
         for part, tables in zip(plan, parts):
             for i, t, where in zip(part.files, tables.reduced, tables.reduced_positions):
-                if len(t) or i in part.owned:  # the owner's piece carries the dictionaries
+                if i in part.owned:  # the owner's piece (first) carries the dictionaries
+                    by_file.setdefault(i, []).insert(0, (t, where))
+                elif len(t):
                     by_file.setdefault(i, []).append((t, where))
         files = [jobs.reassemble(by_file[i]) for i in sorted(by_file)]
         joined = EventTable.concat(files) if files else EventTable.empty()

@@ -261,29 +261,52 @@ def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
     return EventTable(cols, table.strings, dict(table.meta))
 
 
-def partition_pass(pieces: list[Piece], *, split: Sequence[bool] | None = None) -> RankTables:
+def partition_pass(
+    pieces: list[Piece],
+    *,
+    split: Sequence[bool] | None = None,
+    owned: Sequence[bool] | None = None,
+) -> RankTables:
     """Run on a worker: the per-rank passes over a partition's pieces (in file order); the
-    reduced rows come back one table per piece, with their positions where the piece's file
-    is ``split`` across partitions (default: all; for the others nothing needs them)."""
+    reduced rows come back one table per piece.
+
+    Args:
+        pieces: the partition's pieces.
+        split: for each piece, whether its file is cut into several pieces: only those need
+            their reduced rows' positions (default: all come back).
+        owned: for each piece, whether this partition owns its file: only the owner's piece
+            carries the file's string dictionaries (the others' are empty; the client puts
+            the owner's back, :func:`reassemble`); default: all carry them.
+    """
     tables = [p.table for p in pieces]
     table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
     positions = np.concatenate([p.positions for p in pieces])
     out = per_rank_tables(table, parts=tables, positions=positions)
     if split is not None:
         out.reduced_positions = [w if s else w[:0] for w, s in zip(out.reduced_positions, split)]
+    if owned is not None:
+        out.reduced = [
+            t if o else EventTable(t.columns, {k: [] for k in t.strings}, t.meta)
+            for t, o in zip(out.reduced, owned)
+        ]
     return out
 
 
 def reassemble(pieces: list[tuple[EventTable, np.ndarray]]) -> EventTable:
-    """One file's reduced rows from its pieces (from several partitions), in its row order.
+    """One file's reduced rows from its pieces (from several partitions), in its row order;
+    the first piece (the owner's) carries the file's string dictionaries for all.
 
-    >>> a = EventTable.from_rows([dict(start_ns=s) for s in (0, 2)])
-    >>> b = EventTable.from_rows([dict(start_ns=1)])
-    >>> reassemble([(a, np.array([0, 2])), (b, np.array([1]))])["start_ns"].tolist()
-    [0, 1, 2]
+    >>> a = EventTable.from_rows([dict(start_ns=s, name="k") for s in (0, 2)])
+    >>> one = EventTable.from_rows([dict(start_ns=1, name="k")])
+    >>> b = EventTable(one.columns, {k: [] for k in one.strings}, {})
+    >>> t = reassemble([(a, np.array([0, 2])), (b, np.array([1]))])
+    >>> t["start_ns"].tolist(), [t.string("name", i) for i in range(3)]
+    ([0, 1, 2], ['k', 'k', 'k'])
     """
     if len(pieces) == 1:
         return pieces[0][0]
-    joined = EventTable.concat([t for t, _ in pieces])
+    strings = pieces[0][0].strings
+    tables = [EventTable(t.columns, strings, t.meta) for t, _ in pieces]
+    joined = EventTable.concat(tables)
     order = np.argsort(np.concatenate([w for _, w in pieces]), kind="stable")
     return joined.select(order)
