@@ -408,9 +408,12 @@ class DaskCluster:
             for i in with_table:
                 offsets[i] = at
                 at += summaries[i].rows
-            # at most four partitions per worker thread, and no more than files: a file is
-            # cut into pieces only where several files hold the same ranks
-            n_parts = max(1, min(4 * self.slots, len(with_table)))
+            # files of one rank each (profiler captures): a partition each (joining files
+            # costs a copy, partitions cost nothing); else no more partitions than files, at
+            # most four per worker thread: a file is cut only where files share ranks
+            one_each = all(len(decision.ranks_of.get(i, ())) <= 1 for i in with_table)
+            n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
+            n_parts = max(1, n_parts)
             plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
             holders: dict[int, int] = {}
             for part in plan:
