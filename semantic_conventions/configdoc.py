@@ -46,6 +46,7 @@ STANDARD_VARIABLES: dict[str, str] = {
     "OTEL_EXPORTER_OTLP_{SIGNAL}_CLIENT_CERTIFICATE": "Client certificate file for one signal.",
     "OTEL_EXPORTER_OTLP_CLIENT_KEY": "Client private key file for mutual TLS.",
     "OTEL_EXPORTER_OTLP_{SIGNAL}_CLIENT_KEY": "Client private key file for one signal.",
+    "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED": "The SDK's own span metrics; when `true`, the collective spans take the SDK's API path (`start_span`/`end`) instead of being written to the processors as ended spans, so the SDK counts them.",
 }
 
 MARKER = (
