@@ -12,10 +12,11 @@ cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
   stays in the worker's memory;
 * to the client: each file's record, skipped records, metric points, step record and a
   sketch of its table (two rows per rank); the client separates the captures (the rank of
-  every trace, the runs) and groups the files whose ranks meet into partitions;
-* on the workers, one job per partition, on the kept files: the ranks renumbered, then the
-  per-rank passes (:func:`~otel_ext.analysis.per_rank.per_rank_tables`: temporal, idle and
-  overlap breakdowns, launch and kernel statistics, the names of each rank's device);
+  every trace, the runs) and cuts the ranks into partitions;
+* on the workers, one job per file and partition of ranks, where the file is kept: its rows
+  of those ranks, renumbered; then one job per partition on those pieces: the per-rank
+  passes (:func:`~otel_ext.analysis.per_rank.per_rank_tables`: temporal, idle and overlap
+  breakdowns, launch and kernel statistics, the names of each rank's device);
 * to the client: those per-rank tables and the rows the cross-rank passes read (device
   activity, runtime calls, collectives, layers, requests, links; not the host operators);
   then the client runs matching, alignment, stragglers, critical path, imbalance, roofline,

@@ -1,20 +1,24 @@
 """The per-rank phase as jobs over files, for a cluster whose workers keep what they load.
 
-Three steps (``docs/analysis.md``, "Dask"), the first and last on the workers:
+Four steps (``docs/analysis.md``, "What runs where, on a cluster"), the first and the last two
+on the workers:
 
 1. :func:`load_and_keep` (one job per file): load the file, select its profiler steps (a
    per-file decision, :func:`~otel_ext.analysis.steps.select_steps`), keep the result in the
    worker's memory; :func:`summary_of` gives the client only a :class:`FileSummary`: the
    file's record, its skipped records, its metric points, its step record and a *sketch* of
    its table (per rank the row that starts first and the one that ends last, with the file's
-   string dictionaries), which is all :func:`~otel_ext.analysis.captures.separate_captures`
+   ``source`` dictionary), which is all :func:`~otel_ext.analysis.captures.separate_captures`
    reads.
 2. On the client, :func:`decide_ranks` runs ``separate_captures`` on the joined sketches: the
-   rank each (file, trace rank) gets, the runs; :func:`partitions` groups the files whose
-   ranks meet (a rank's rows must be in one partition) in file order.
-3. :func:`partition_pass` (one job per partition, on the kept results): renumber the ranks,
-   join the partition's files and run :func:`~otel_ext.analysis.per_rank.per_rank_tables`;
-   only its :class:`~otel_ext.analysis.per_rank.RankTables` travel to the client.
+   rank each (file, trace rank) gets, the runs; :func:`rank_partitions` cuts the ranks into
+   partitions (a rank's rows, from however many files, in one).
+3. :func:`piece_of` (one job per file and partition, where the file is kept): the file's rows
+   of the partition's ranks, renumbered, with their positions in the whole set.
+4. :func:`partition_pass` (one job per partition, on its pieces): join them and run
+   :func:`~otel_ext.analysis.per_rank.per_rank_tables`; only its
+   :class:`~otel_ext.analysis.per_rank.RankTables` travel to the client, which puts each
+   file's reduced rows back in order (:func:`reassemble`).
 
 The functions are plain (no Dask here): :mod:`otel_ext.analysis.dask_backend` submits them.
 
