@@ -1,8 +1,15 @@
 """Workload-thread cost of collective tracing: bare vs instrumented vs instrumented + metrics.
 
 Run: ``python benchmarks/instrumentation_collectives.py [--world 1] [--iters 2000] [--rounds 15]``.
-Every rank runs gloo ``all_reduce`` (sync) of 1 KiB and 1 MiB float32 payloads, in these
-configurations measured in the same run, interleaved round by round (the order rotated each
+Every rank runs gloo ``all_reduce`` of 1 KiB and 1 MiB float32 payloads two ways: the whole
+synchronous call (``1 KiB``: what the caller waits for) and the **issue** of an asynchronous
+one (``1 KiB issue``: only ``dist.all_reduce(t, async_op=True)`` is timed, the ``wait()``
+after it is not). The issue is the workload thread's own cost of a collective (the Python
+wrapper, the dispatcher, the recording kernel, the backend's enqueue), as on a GPU, where the
+call returns once NCCL has the work; the whole sync call also holds gloo's wait, which
+spins for a while before it sleeps, so work added before the wait can hide in it (its
+thread-CPU difference can come out below zero). Both in these configurations, measured in
+the same run, interleaved round by round (the order rotated each
 round, so no configuration always follows another):
 
 * ``bare``: uninstrumented;
@@ -88,11 +95,20 @@ def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, floa
 
 
 def _window(fn: Callable[[], object], iters: int) -> tuple[float, float]:
-    """``(wall us, thread-CPU us)`` per call over ``iters`` calls."""
+    """``(wall us, thread-CPU us)`` per call over ``iters`` calls; when ``fn`` times a part
+    of itself (it returns ``(wall ns, thread-CPU ns)``), per call of that part."""
+    inner_w = inner_c = 0
+    inner = False
     w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
     for _ in range(iters):
-        fn()
+        got = fn()
+        if got is not None:
+            inner_w += got[0]  # type: ignore[index]
+            inner_c += got[1]  # type: ignore[index]
+            inner = True
     c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+    if inner:
+        return inner_w / iters / 1e3, inner_c / iters / 1e3
     return (w1 - w0) / iters / 1e3, (c1 - c0) / iters / 1e3
 
 
@@ -161,7 +177,10 @@ class _Bench:
             raise SystemExit("native hook unavailable: " + str(_native_status()))
         _window(call, self.iters)
         if name == "drain held":
-            self.inst.flush(60)  # the warm-up's spans: the window starts with an empty ring
+            # the warm-up's spans made and exported: the window starts with an empty ring and
+            # an idle batch processor
+            self.inst.flush(60)
+            self.provider.force_flush()
         got = _window(call, self.iters)
         c0 = time.thread_time_ns()
         self.inst.flush(60)
@@ -188,13 +207,21 @@ def _rank(
         def call(t: torch.Tensor = t) -> None:
             dist.all_reduce(t)
 
-        for _ in range(50):
-            call()
-        for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                dist.barrier()
-                results.setdefault((label, name), []).append(bench.measure(name, call))
+        def issue(t: torch.Tensor = t) -> tuple[int, int]:
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            work = dist.all_reduce(t, async_op=True)
+            c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+            work.wait()
+            return w1 - w0, c1 - c0
+
+        for kind, fn in ((label, call), (f"{label} issue", issue)):
+            for _ in range(50):
+                fn()
+            for r in range(rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order:
+                    dist.barrier()
+                    results.setdefault((kind, name), []).append(bench.measure(name, fn))
     step = _step_model(bench, compute, rounds) if compute > 0 else None
     if rank == 0:
         _print(world, iters, rounds, names, results, bench.background, step)
@@ -254,10 +281,10 @@ def _print(
         f"gloo all_reduce (sync), {world} rank(s), {iters} calls per window x {rounds} rounds; "
         "added = median over rounds of (config - bare) in the same round, [95% CI of it]"
     )
-    head = f"{'payload':8s} {'config':20s} {'wall us':>8s} {'wall added [95% CI]':>24s}"
+    head = f"{'payload':14s} {'config':20s} {'wall us':>8s} {'wall added [95% CI]':>24s}"
     print(f"{head} {'ratio':>6s} {'CPU us':>7s} {'thread-CPU added [95% CI]':>26s}")
     verdicts = []
-    for label in SIZES:
+    for label in dict.fromkeys(k for k, _ in results):
         base = results[(label, "bare")]
         for name in names:
             mine = results[(label, name)]
@@ -267,7 +294,7 @@ def _print(
             dc = median_ci([m[1] - b[1] for m, b in zip(mine, base, strict=True)])
             ratio = w / statistics.median(r[0] for r in base)
             print(
-                f"{label:8s} {name:20s} {w:8.1f} {_fmt(dw):>24s} {ratio:5.2f}x {c:7.1f} {_fmt(dc):>26s}"
+                f"{label:14s} {name:20s} {w:8.1f} {_fmt(dw):>24s} {ratio:5.2f}x {c:7.1f} {_fmt(dc):>26s}"
             )
             if name in ("traced+metrics", "drain held"):
                 lowest = min(r[1] for r in mine) - min(r[1] for r in base)
