@@ -159,6 +159,29 @@ def _answer_or_error(fn: Callable[..., Any], *args: Any) -> Any:
         return _Raised(e)
 
 
+def _settle(local: Future[Any], done: Any, received: Callable[[Any], None] | None = None) -> None:
+    """Settle the client's ``local`` future from the cluster's ``done`` one: cancelled,
+    failed, a worker's :class:`OtelExtError` raised again, or the answer (given to
+    ``received`` first); nothing if ``local`` was cancelled here first."""
+    if local.done():
+        return
+    if done.cancelled():
+        local.cancel()
+        local.set_running_or_notify_cancel()
+        return
+    exc = done.exception()
+    if exc is not None:
+        local.set_exception(exc)
+        return
+    answer = done.result()
+    if isinstance(answer, _Raised):
+        local.set_exception(answer.error)
+        return
+    if received is not None:
+        received(answer)
+    local.set_result(answer)
+
+
 class _JobExecutor(concurrent.futures.Executor):
     """Jobs on a Dask client whose :class:`OtelExtError` is raised again on the client, from
     the future's ``result()``, as a local pool's would be."""
@@ -173,21 +196,7 @@ class _JobExecutor(concurrent.futures.Executor):
         local: Future[T] = Future()
 
         def settle(done: Future[Any]) -> None:
-            if local.done():  # cancelled here first
-                return
-            if done.cancelled():
-                local.cancel()
-                local.set_running_or_notify_cancel()
-                return
-            exc = done.exception()
-            if exc is not None:
-                local.set_exception(exc)
-                return
-            answer = done.result()
-            if isinstance(answer, _Raised):
-                local.set_exception(answer.error)
-            else:
-                local.set_result(answer)
+            _settle(local, done)
 
         def forward_cancel(f: Future[Any]) -> None:
             if f.cancelled():
@@ -254,23 +263,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
         local: Future[T] = Future()
 
         def settle(done: Any) -> None:
-            if local.done():  # cancelled here first
-                return
-            if done.cancelled():
-                local.cancel()
-                local.set_running_or_notify_cancel()
-                return
-            exc = done.exception()
-            if exc is not None:
-                local.set_exception(exc)
-                return
-            answer = done.result()
-            if isinstance(answer, _Raised):
-                local.set_exception(answer.error)
-                return
-            if self._measure:
-                self.received_bytes += _pickled_size(answer)
-            local.set_result(answer)
+            _settle(local, done, self._count if self._measure else None)
 
         def forward_cancel(f: Future[Any]) -> None:
             if f.cancelled():
@@ -282,6 +275,9 @@ class _KeepingExecutor(concurrent.futures.Executor):
         self.kept.append(kept)
         self.summaries.append(local)
         return local
+
+    def _count(self, answer: Any) -> None:
+        self.received_bytes += _pickled_size(answer)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
