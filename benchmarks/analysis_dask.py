@@ -53,6 +53,17 @@ sys.path.insert(0, str(ROOT))
 TRACES = ROOT.parent / "shared" / "traces" / "pytorch-profiler"
 
 
+def _local_cluster(distributed: Any, workers: int) -> Any:
+    """A quiet local cluster of ``workers`` one-thread worker processes."""
+    return distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",
+        silence_logs=logging.CRITICAL,
+    )
+
+
 def _status_kb(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -130,13 +141,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
     disk = sum(f.stat().st_size for f in files)
     inflated = [_inflated(f) for f in files]
 
-    cluster = distributed.LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",
-        silence_logs=logging.CRITICAL,
-    )
+    cluster = _local_cluster(distributed, workers)
     try:
         with dask_backend.connect(cluster.scheduler_address) as dc:
             dc.measure = True
@@ -192,13 +197,7 @@ def run_folders(*, workers: int) -> None:
     from otel_ext.analysis import dask_backend
     from otel_ext.analysis.engine import analyze, to_json
 
-    cluster = distributed.LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",
-        silence_logs=logging.CRITICAL,
-    )
+    cluster = _local_cluster(distributed, workers)
     same = 0
     folders = sorted(p for p in TRACES.iterdir() if p.is_dir())
     try:
