@@ -7,12 +7,12 @@ compare ranks (matching, alignment, stragglers, critical path, imbalance, roofli
 links). :func:`per_rank_tables` runs the first kind over a table that holds every row of the
 ranks it covers, and keeps for the second kind only the rows it reads
 (:func:`cross_rank_mask`): device activity, runtime calls, collectives, layers, steps,
-requests and their phases, link transfers, host-side collective operations, the rows
-that name a serving engine's requests and the few rows of no category (an OTLP run's
-table is then kept whole, not copied), without the columns none of them reads
+requests and their phases, link transfers, host-side collective operations and the rows
+that name a serving engine's requests, without the columns none of them reads
 (:data:`UNREAD_COLUMNS`: the raw device-clock ticks and the clock domain). The other rows
-(host operators, which are most of a profiler trace) are left behind but for two per file
-and rank: the one that starts first and the one that ends last, so that every rank's time
+(host operators, which are most of a profiler trace, and the rows of no category: an old
+trace's host operators, an OTLP run's engine steps and instant events) are left behind but
+for two per file and rank: the one that starts first and the one that ends last, so that every rank's time
 span (runs, the run's start and end) stays what the whole table gives (the clock alignment
 moves a rank's rows by one increasing function of time, so the first and last stay first
 and last).
@@ -60,10 +60,9 @@ __all__ = [
     "per_rank_tables",
 ]
 
-#: categories a cross-rank pass reads (host operators only where they are collectives), and
-#: rows of no category
+#: categories a cross-rank pass reads (host operators only where they are collectives; rows
+#: of no category, an old trace's host operators or an OTLP run's engine steps, none)
 CROSS_RANK_CATEGORIES = (
-    Category.OTHER,  # few (engine steps, instant events): kept, an OTLP run's table uncopied
     Category.RUNTIME,
     Category.KERNEL_COMPUTE,
     Category.KERNEL_COMM,
