@@ -27,8 +27,8 @@ round, so no configuration always follows another):
   running beside the workload;
 * ``python hook+metrics``: ``traced+metrics`` with ``native=False`` (the fallback without a
   compiler);
-* on request (``--configs``): ``no-op providers`` (no-op tracer and meter) and ``traced``
-  (SDK tracer, no-op meter).
+* ``traced``: the SDK tracer with a no-op meter (instrumented without metrics);
+* on request (``--configs``): ``no-op providers`` (no-op tracer and meter).
 
 Each round instruments, runs ``--iters`` calls unmeasured (the pipeline fills, the drain
 reaches its rhythm), then measures ``--iters`` calls, then flushes and uninstruments.
@@ -67,7 +67,7 @@ import torch.multiprocessing as mp
 
 SIZES = {"1 KiB": 256, "1 MiB": 256 * 1024}
 TARGET_US = 3.0
-DEFAULT_CONFIGS = "kernel only,traced+metrics,drain held,python hook+metrics"
+DEFAULT_CONFIGS = "kernel only,traced,traced+metrics,drain held,python hook+metrics"
 
 
 def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -383,8 +383,7 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default=DEFAULT_CONFIGS,
-        help="comma-separated configurations (bare is always measured); also: "
-        "'no-op providers', 'traced'",
+        help="comma-separated configurations (bare is always measured); also: 'no-op providers'",
     )
     parser.add_argument(
         "--compute-us", type=float, default=0.0, help="also run the step model (0: off)"
