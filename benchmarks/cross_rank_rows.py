@@ -1,6 +1,7 @@
 """What the cross-rank passes still read: the per-rank phase's reduced rows, by category.
 
     python benchmarks/cross_rank_rows.py [PATH ...]
+    python benchmarks/cross_rank_rows.py --cost PATH [--alternations 2] [--workers N]
 
 For each path (a folder or file; default: DLRM, every real profiler trace and the simulated
 4×8 run ``benchmarks/analysis_dask.py`` writes), in process: the rows of the per-rank
@@ -8,6 +9,10 @@ phase's table, the reduced rows (what a cluster sends to the client) and those b
 and the same reduction keeping the rows of no category (the rule before they stayed behind),
 so that the rows saved are printed against a baseline computed in the same run. A reduction
 of the cross-rank passes is worth what its category holds here.
+
+``--cost PATH``: what leaving the rows of no category out costs in process: ``analyze(PATH)``
+in a fresh process per run, the rule before and now alternated, each run's wall and CPU
+seconds, peak RSS and the SHA-256 of its JSON report (the same report: the same digest).
 """
 
 from __future__ import annotations
@@ -51,10 +56,52 @@ def census(paths: list[Path]) -> None:
         print(f"  {Category(c).name:16s} {n:9d}  {n / len(reduced):6.1%}")
 
 
+def _one_analysis(mode: str, path: str, workers: int | None) -> None:
+    """One ``analyze`` in this (fresh) process: wall, CPU, peak RSS, report digest."""
+    import hashlib
+    import resource
+    import time
+
+    from otel_ext.analysis.engine import analyze, to_json
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    if mode == "before":
+        with mock.patch.object(per_rank, "cross_rank_mask", _keeping_uncategorised):
+            doc = to_json(analyze(path, workers=workers))
+    else:
+        doc = to_json(analyze(path, workers=workers))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    digest = hashlib.sha256(doc.encode()).hexdigest()[:16]
+    print(f"  {mode:6s} wall {wall:.3f} s  CPU {cpu:.3f} s  peak RSS {rss} MB  report {digest}")
+
+
+def cost(path: Path, *, alternations: int, workers: int | None) -> None:
+    import subprocess
+
+    print(f"{path}: analyze in a fresh process, before / now alternated")
+    for _ in range(alternations):
+        for mode in ("before", "now"):
+            cmd = [sys.executable, __file__, "--one", mode, str(path)]
+            if workers is not None:
+                cmd += ["--workers", str(workers)]
+            subprocess.run(cmd, check=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", type=Path)
+    ap.add_argument("--cost", type=Path, help="time and memory in process, before and now")
+    ap.add_argument("--alternations", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None, help="loader processes")
+    ap.add_argument("--one", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one:
+        _one_analysis(args.one[0], args.one[1], args.workers)
+        return 0
+    if args.cost:
+        cost(args.cost, alternations=args.alternations, workers=args.workers)
+        return 0
     sets = [[p] for p in args.paths] or [
         [TRACES / "param_dlrm_v100_8rank"],
         sorted(p for p in TRACES.iterdir() if p.is_dir()),
