@@ -329,7 +329,6 @@ class _Metrics:
             explicit_bucket_boundaries_advisory=list(COLLECTIVE_DURATION_BOUNDS_S),
         )
         self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
-        self._factor: dict[tuple[str, str, str | None], dict[int, float]] = {}
         #: per (op, group, device): bytes, bus bytes, seconds, the last span's context
         self._pending: dict[tuple[str, str, str | None], list[Any]] = {}
 
@@ -345,10 +344,7 @@ class _Metrics:
             if device is not None:
                 attrs[ACCEL_DEVICE_ID] = device
             self._attrs[key] = attrs
-            self._factor[key] = {}
-        factor = self._factor[key].get(size)
-        if factor is None:
-            factor = self._factor[key][size] = bus_factor(op, size)
+        factor = bus_factor(op, size)
         ctx = trace.set_span_in_context(span)
         seconds = ns / 1e9
         self.duration.record(seconds, attrs, context=ctx)
