@@ -267,3 +267,24 @@ def test_no_op_and_proxy_tracers() -> None:
     assert spans.short_path
     spans.write("s", attributes={"a": 1}, start_ns=1, end_ns=2)
     assert [s.name for s in out.get_finished_spans()] == ["s"]
+
+
+def test_a_processor_added_later_is_seen() -> None:
+    provider, out = _provider(ALWAYS_ON)
+    spans = FinishedSpans(provider.get_tracer("t"))
+    assert spans.short_path
+    provider.add_span_processor(_Enriching())
+    assert not spans.short_path
+    spans.write("s", attributes={"k": 1}, start_ns=1, end_ns=2)
+    assert dict(out.get_finished_spans()[0].attributes) == {"k": 1, "enriched": True}
+
+
+def test_a_proxy_tracer_that_resolves_later_takes_the_short_path() -> None:
+    provider, out = _provider(ALWAYS_ON)
+    proxy = trace.ProxyTracer("t")
+    spans = FinishedSpans(proxy)
+    assert not spans.short_path  # not resolved yet: the API path (a no-op tracer now)
+    proxy._real_tracer = provider.get_tracer("t")  # what the proxy holds once resolved
+    assert spans.short_path
+    spans.write("s", attributes={"a": 1}, start_ns=1, end_ns=2)
+    assert [s.name for s in out.get_finished_spans()] == ["s"]

@@ -12,13 +12,16 @@ processors' ``on_end``: about 5 µs (``python benchmarks/finished_spans.py``).
 
 It takes the short path only where the result is the same; otherwise it calls the API:
 
-* the tracer is the SDK's, with the attributes this relies on (checked once, at
-  construction: ``sampler``, ``id_generator``, ``resource``, ``span_processor``, the scope),
-  and the SDK's own span metrics (``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``) are off;
+* the tracer is the SDK's, with the attributes this relies on (checked once it is known:
+  at construction, or when a proxy tracer resolves: ``sampler``, ``id_generator``,
+  ``resource``, ``span_processor``, the scope), and the SDK's own span metrics
+  (``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``) are off;
 * every span processor either has the SDK's no-op ``on_start`` (the batch and simple
-  export processors, and subclasses that keep theirs) or says with ``ended_spans_need_on_start = False`` that ``on_end`` alone is
-  right for a span written after it ended (otel-ext's active-span publisher). A processor
-  that enriches spans in ``on_start`` (baggage, resource detectors) keeps the API path;
+  export processors, and subclasses that keep theirs) or says with
+  ``ended_spans_need_on_start = False`` that ``on_end`` alone is right for a span written
+  after it ended (otel-ext's active-span publisher). A processor that enriches spans in
+  ``on_start`` (baggage, resource detectors) keeps the API path, also when it is added to
+  the provider later (the processors are looked at again whenever they change);
 * the span is within the tracer's limits (attribute count and value length, link count) and
   its links have valid contexts, so the SDK would have dropped nothing.
 
@@ -86,18 +89,34 @@ class FinishedSpans:
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
-        self._sdk: Any = None
+        self._sdk: Any = None  # the SDK tracer, once found (the processors checked apart)
         self._limits: Any = None
         self._readable: Any = None
         self._random_flag = 0
+        self._unresolved_proxy = isinstance(tracer, trace.ProxyTracer)
+        self._checked: Any = None  # the processors tuple last checked, and its answer
+        self._processors_ok = False
         self._resolve()
 
     @property
     def short_path(self) -> bool:
-        """Whether spans go straight to the processors (see the module doc)."""
-        if self._sdk is None:
+        """Whether spans go straight to the processors now (see the module doc)."""
+        return self._short() is not None
+
+    def _short(self) -> Any:
+        """The SDK tracer when the short path applies, else ``None``. A proxy tracer is
+        looked at again until it resolves; the processors again whenever the provider's
+        set of them changed (the SDK replaces its tuple on ``add_span_processor``)."""
+        if self._sdk is None and self._unresolved_proxy:
             self._resolve()
-        return self._sdk is not None
+        tracer = self._sdk
+        if tracer is None:
+            return None
+        processors = getattr(tracer.span_processor, "_span_processors", None)
+        if processors is not self._checked:
+            self._checked = processors
+            self._processors_ok = _processors_need_no_start(tracer.span_processor)
+        return tracer if self._processors_ok else None
 
     def _resolve(self) -> None:
         from opentelemetry.sdk.trace import Tracer as SdkTracer
@@ -105,6 +124,9 @@ class FinishedSpans:
         tracer: Any = self.tracer
         if not isinstance(tracer, SdkTracer):
             tracer = getattr(tracer, "_real_tracer", None)  # a resolved ProxyTracer
+            if tracer is None:
+                return
+            self._unresolved_proxy = False
         if not isinstance(tracer, SdkTracer):
             return
         if any(not hasattr(tracer, a) for a in _TRACER_NEEDS):
@@ -113,8 +135,6 @@ class FinishedSpans:
         if limits is None or not hasattr(tracer, "_instrumentation_scope"):
             return
         if os.environ.get(_SDK_METRICS_ENV, "").strip().lower() == "true":
-            return
-        if not _processors_need_no_start(tracer.span_processor):
             return
         from opentelemetry.sdk.trace import ReadableSpan
 
@@ -153,7 +173,7 @@ class FinishedSpans:
             A span for its context (for exemplars and links): the recording one, or a
             non-recording span when the sampler dropped it.
         """
-        tracer = self._sdk
+        tracer = self._short()
         if tracer is None or not self._fits(attributes, links) or not tracer._is_enabled():
             span = self.tracer.start_span(
                 name, context=context, attributes=attributes, links=links, start_time=start_ns
