@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 MODES = ("bare", "native-noctx", "native", "python-passthrough")
@@ -73,17 +72,9 @@ def _child(mode: str, calls: int) -> None:
         keys = list(D._DISPATCH_KEYS)
         keep += [hook, module.Installation(hook, [("c10d", n, keys) for n in D._OPS], [], keys)]
     elif mode == "python-passthrough":
-        op = torch.ops.c10d.allreduce_.default
-        redispatch, below = op.redispatch, torch._C._after_autograd_keyset
+        from _passthrough import passthrough_allreduce_kernel
 
-        def kernel(keyset: object, *args: object) -> object:
-            return redispatch(keyset & below, *args)  # type: ignore[operator]
-
-        lib = torch.library.Library("c10d", "IMPL")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            lib.impl("allreduce_", kernel, "AutogradCPU", with_keyset=True)
-        keep.append(lib)
+        keep.append(passthrough_allreduce_kernel())
     for _ in range(WARMUP + calls):
         dist.all_reduce(t)
     os._exit(0)  # no teardown inside the measurement

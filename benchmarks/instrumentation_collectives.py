@@ -64,6 +64,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from _passthrough import passthrough_allreduce_kernel  # benchmarks/, this script's folder
 
 SIZES = {"1 KiB": 256, "1 MiB": 256 * 1024}
 TARGET_US = 3.0
@@ -112,22 +113,6 @@ def _window(fn: Callable[[], object], iters: int) -> tuple[float, float]:
     return (w1 - w0) / iters / 1e3, (c1 - c0) / iters / 1e3
 
 
-def _passthrough_kernel() -> object:
-    import warnings
-
-    op = torch.ops.c10d.allreduce_.default
-    redispatch, below = op.redispatch, torch._C._after_autograd_keyset
-
-    def kernel(keyset: object, *args: object) -> object:
-        return redispatch(keyset & below, *args)  # type: ignore[operator]
-
-    lib = torch.library.Library("c10d", "IMPL")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        lib.impl("allreduce_", kernel, "AutogradCPU", with_keyset=True)
-    return lib
-
-
 class _Bench:
     """One rank's configurations and the measurements of one run."""
 
@@ -164,7 +149,7 @@ class _Bench:
     def measure(self, name: str, call: Callable[[], object]) -> tuple[float, float]:
         opts = self.options[name]
         if name == "kernel only":
-            lib = _passthrough_kernel()
+            lib = passthrough_allreduce_kernel()
             _window(call, self.iters)
             got = _window(call, self.iters)
             lib._destroy()  # type: ignore[attr-defined]
