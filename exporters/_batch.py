@@ -74,6 +74,10 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         exporter_factory: builds a fresh exporter in a forked child.
     """
 
+    #: ``on_start`` does nothing: spans written after they ended (``FinishedSpans``) need
+    #: only ``on_end``
+    ended_spans_need_on_start = False
+
     def __init__(
         self,
         exporter: SpanExporter,

@@ -59,6 +59,49 @@ __all__ = ["FinishedSpans"]
 
 _SDK_METRICS_ENV = "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED"
 _TRACER_NEEDS = ("sampler", "id_generator", "resource", "span_processor", "instrumentation_info")
+_UNSET = Status()  # immutable: one for every span without a status
+_PARENT_BASED_DELEGATES = (
+    "_remote_parent_sampled",
+    "_remote_parent_not_sampled",
+    "_local_parent_sampled",
+    "_local_parent_not_sampled",
+)
+
+
+def _follows_parent(sampler: Any) -> bool:
+    """Whether ``sampler`` decides by the parent alone, as the SDK's default does.
+
+    True for ``ParentBased(ALWAYS_ON)`` with its default delegates (the SDK's default
+    sampler, ``parentbased_always_on``) or ``ALWAYS_ON``: a root span is sampled, a child is
+    sampled exactly when its parent is, the attributes pass unchanged and the trace state is
+    the parent's. Then :meth:`FinishedSpans.write` makes that decision itself instead of
+    calling ``should_sample`` (3 µs a span, mostly result objects). False for anything
+    else, also a subclass or an SDK whose ``ParentBased`` keeps its delegates elsewhere (the
+    sampler is called then).
+
+    >>> from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
+    >>> _follows_parent(ParentBased(ALWAYS_ON)), _follows_parent(ALWAYS_ON)
+    (True, True)
+    >>> _follows_parent(ParentBased(ALWAYS_OFF)), _follows_parent(ParentBased(ALWAYS_ON, ALWAYS_OFF))
+    (False, False)
+    """
+    from opentelemetry.sdk.trace import sampling
+
+    on, off = getattr(sampling, "ALWAYS_ON", None), getattr(sampling, "ALWAYS_OFF", None)
+    static = getattr(sampling, "StaticSampler", None)
+    if static is None or type(on) is not static or type(off) is not static:
+        return False
+    decision = getattr(sampling, "Decision", None)
+    if decision is None or getattr(on, "_decision", None) is not decision.RECORD_AND_SAMPLE:
+        return False
+    if getattr(off, "_decision", None) is not decision.DROP:
+        return False
+    if sampler is on:
+        return True
+    if type(sampler) is not sampling.ParentBased or getattr(sampler, "_root", None) is not on:
+        return False
+    got = [getattr(sampler, name, None) for name in _PARENT_BASED_DELEGATES]
+    return all(a is b for a, b in zip(got, (on, off, on, off), strict=True))
 
 
 def _processors_need_no_start(span_processor: Any) -> bool:
@@ -96,6 +139,9 @@ class FinishedSpans:
         self._unresolved_proxy = isinstance(tracer, trace.ProxyTracer)
         self._checked: Any = None  # the processors tuple last checked, and its answer
         self._processors_ok = False
+        self._sampler: Any = None  # the sampler last looked at, and how it decides
+        self._sampler_mode = 0  # 0: call it, 1: always on, 2: by the parent (see _follows_parent)
+        self._flags: dict[int, TraceFlags] = {}
         self._resolve()
 
     @property
@@ -116,6 +162,13 @@ class FinishedSpans:
         if processors is not self._checked:
             self._checked = processors
             self._processors_ok = _processors_need_no_start(tracer.span_processor)
+        sampler = tracer.sampler
+        if sampler is not self._sampler:
+            self._sampler = sampler
+            from opentelemetry.sdk.trace.sampling import ParentBased
+
+            follows = _follows_parent(sampler)
+            self._sampler_mode = 0 if not follows else 2 if type(sampler) is ParentBased else 1
         return tracer if self._processors_ok else None
 
     def _resolve(self) -> None:
@@ -154,7 +207,9 @@ class FinishedSpans:
             for v in attributes.values():
                 if isinstance(v, str) and len(v) > longest:
                     return False
-        return all(link.context is not None and link.context.is_valid for link in links)
+        return not links or all(
+            link.context is not None and link.context.is_valid for link in links
+        )
 
     def write(
         self,
@@ -191,32 +246,45 @@ class FinishedSpans:
         else:
             trace_id = parent.trace_id
             random_id = getattr(parent.trace_flags, "random_trace_id", False)
-        sampled = tracer.sampler.should_sample(
-            context, trace_id, name, SpanKind.INTERNAL, attributes, links
-        )
-        flags = TraceFlags.SAMPLED if sampled.decision.is_sampled() else TraceFlags.DEFAULT
+        mode = self._sampler_mode
+        if mode:
+            # the decision the sampler would return (see _follows_parent), without its objects
+            sampled = recording = mode == 1 or parent is None or parent.trace_flags.sampled
+            trace_state = None if parent is None else parent.trace_state
+            span_attributes = dict(attributes) if recording else None
+        else:
+            result = tracer.sampler.should_sample(
+                context, trace_id, name, SpanKind.INTERNAL, attributes, links
+            )
+            sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
+            trace_state = result.trace_state
+            span_attributes = dict(result.attributes)
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
         if random_id:
             flags |= self._random_flag
+        trace_flags = self._flags.get(flags)
+        if trace_flags is None:
+            trace_flags = self._flags[flags] = TraceFlags(flags)
         span_context = SpanContext(
             trace_id,
             ids.generate_span_id(),
             is_remote=False,
-            trace_flags=TraceFlags(flags),
-            trace_state=sampled.trace_state,
+            trace_flags=trace_flags,
+            trace_state=trace_state,
         )
-        if sampled.decision.is_recording():
+        if recording:
             tracer.span_processor.on_end(
                 self._readable(
                     name,
                     span_context,
                     parent,
                     tracer.resource,
-                    dict(sampled.attributes),
+                    span_attributes,
                     (),
                     tuple(links),
                     SpanKind.INTERNAL,
                     tracer.instrumentation_info,
-                    status if status is not None else Status(),
+                    status if status is not None else _UNSET,
                     start_ns,
                     end_ns,
                     tracer._instrumentation_scope,

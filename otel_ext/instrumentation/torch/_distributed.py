@@ -216,6 +216,8 @@ _EXIT_FLUSH_S = 2.0
 _DRAIN_BATCH = 4096
 #: the drain gives the GIL away after this many records (about 0.3 ms of span work)
 _DRAIN_YIELD_EVERY = 16
+#: the drain's templates kept at most (one per op, group, size, rank and device seen)
+_TEMPLATES_MAX = 4096
 
 
 class _NativeFailure(NamedTuple):
@@ -298,6 +300,27 @@ def _first_tensor(args: tuple[Any, ...]) -> Any:
     return first
 
 
+class _MetricSlot(NamedTuple):
+    """One (op, group, device)'s metric attributes and bus factor (:meth:`_Metrics.slot`)."""
+
+    key: tuple[str, str, str | None]
+    attrs: dict[str, Any]
+    factor: float
+
+
+class _Template(NamedTuple):
+    """What every native record of one (op, group, group size, rank, device) shares."""
+
+    op: str
+    group: str
+    size: int
+    head: dict[str, Any]  # op, group, group size, rank: copied, then the record's added
+    identity: dict[str, Any]
+    factor: float  # bus_factor(op, size)
+    metric: _MetricSlot
+    domain: str  # accel.clock.domain of a device-timed record
+
+
 class _Metrics:
     """The collective instruments, from one meter; :meth:`record` never raises."""
 
@@ -354,6 +377,31 @@ class _Metrics:
         else:
             sums[0] += nbytes
             sums[1] += nbytes * factor
+            sums[2] += seconds
+            sums[3] = ctx
+
+    def slot(self, op: str, group: str, device: str | None, size: int) -> _MetricSlot:
+        """What :meth:`record_in` needs for (op, group, device) on ``size`` ranks, made once:
+        the same attribute dict :meth:`record` uses (shared) and the bus factor."""
+        key = (op, group, device)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = {ACCEL_COLLECTIVE_OP: op, ACCEL_COLLECTIVE_GROUP: group}
+            if device is not None:
+                attrs[ACCEL_DEVICE_ID] = device
+            self._attrs[key] = attrs
+        return _MetricSlot(key, attrs, bus_factor(op, size))
+
+    def record_in(self, slot: _MetricSlot, ctx: Any, nbytes: int, ns: int) -> None:
+        """:meth:`record` with the lookups done (``slot``) and the span's context made."""
+        seconds = ns / 1e9
+        self.duration.record(seconds, slot.attrs, context=ctx)
+        sums = self._pending.get(slot.key)
+        if sums is None:
+            self._pending[slot.key] = [nbytes, nbytes * slot.factor, seconds, ctx]
+        else:
+            sums[0] += nbytes
+            sums[1] += nbytes * slot.factor
             sums[2] += seconds
             sums[3] = ctx
 
@@ -488,6 +536,11 @@ class _State:
         self.native_install: Any = None
         self.native_specs: list[_Op] = []
         self.native_ops: list[str] = []  # "namespace::op" of each native recording kernel
+        #: the drain's per-(op, group, size, rank, device) templates (:meth:`_emit_native`)
+        self.templates: dict[tuple[Any, ...], _Template] = {}
+        #: False: native records go through :meth:`_native_entry` and :meth:`_emit` (the
+        #: Python hook's path, kept as the reference the drain's output is tested against)
+        self.native_templates = True
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
         self.drain_wake = threading.Event()  # set by close(): the drain stops waiting
@@ -695,6 +748,7 @@ class _State:
         hook = self.native
         if hook is None:
             return 0
+        emit = self._emit_native if self.native_templates else self._emit_native_entry
         with self.drain_lock:
             batch = hook.drain(_DRAIN_BATCH, wait_s)
             for i, record in enumerate(batch):
@@ -703,11 +757,99 @@ class _State:
                     # context read) take it now, not at the 5 ms switch interval
                     time.sleep(0)
                 try:
-                    self._emit(self._native_entry(record), _native_device_timing(record))
+                    emit(record)
                 except Exception as exc:
                     log_once("torch.distributed.native.emit", "%s: %s", type(exc).__name__, exc)
             self._add_counted()
         return len(batch)
+
+    def _emit_native_entry(self, record: tuple[Any, ...]) -> None:
+        """A native record through the Python hook's path (:class:`_Entry`, :meth:`_emit`)."""
+        self._emit(self._native_entry(record), _native_device_timing(record))
+
+    def _native_template(self, key: tuple[Any, ...]) -> _Template:
+        idx, raw, gsize, grank, device = key
+        op = self.native_specs[idx].op
+        gname = DEFAULT_GROUP_NAME if raw == self.default_name else raw
+        head: dict[str, Any] = {
+            ACCEL_COLLECTIVE_OP: op,
+            ACCEL_COLLECTIVE_GROUP: gname,
+            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
+            ACCEL_COLLECTIVE_RANK: grank,
+        }
+        identity = self._identity_by_name(device or "cpu")
+        metric = self.metrics.slot(op, gname, identity.get(ACCEL_DEVICE_ID), gsize)
+        tpl = _Template(op, gname, gsize, head, identity, bus_factor(op, gsize), metric,
+                        f"{device}/nccl-work-events")  # fmt: skip
+        if len(self.templates) >= _TEMPLATES_MAX:
+            self.templates.clear()
+        self.templates[key] = tpl
+        return tpl
+
+    def _emit_native(self, record: tuple[Any, ...]) -> None:
+        """One native record's span and metrics: what :meth:`_emit_native_entry` makes (the
+        same attributes in the same order, ids, times, status, links, histogram point and
+        counter sums), with what records of one op, group and device share made once."""
+        (
+            idx, raw, gsize, grank, seq, src, dst, peer, nbytes, dtype, device,
+            async_op, t0, t1, end, uncertainty, enqueue_only, err_type, err_msg, ctx, device_ns,
+        ) = record  # fmt: skip
+        tpl = self.templates.get((idx, raw, gsize, grank, device))
+        if tpl is None:
+            tpl = self._native_template((idx, raw, gsize, grank, device))
+        attrs = tpl.head.copy()
+        attrs[ACCEL_COLLECTIVE_BYTES] = nbytes
+        if seq >= 0:
+            attrs[ACCEL_COLLECTIVE_SEQ] = seq
+            attrs[ACCEL_COLLECTIVE_ID] = (
+                p2p_id(tpl.group, src, dst, seq)
+                if src is not None
+                else collective_id(tpl.group, seq)
+            )
+        if dtype is not None:
+            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
+        if peer is not None:
+            attrs[ACCEL_COLLECTIVE_PEER] = peer
+        if async_op is not None:
+            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
+        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        attrs.update(tpl.identity)
+        if device_ns is not None and device_ns >= 0 and uncertainty is not None:
+            start = end - device_ns  # as _native_device_timing
+            attrs[ACCEL_COLLECTIVE_TIMING] = "device"
+            attrs[ACCEL_CLOCK_DOMAIN] = tpl.domain
+            attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(uncertainty)
+            attrs[ACCEL_CLOCK_RAW_START_TICKS] = 0
+            attrs[ACCEL_CLOCK_RAW_END_TICKS] = int(device_ns)
+        else:
+            start, end = t0, max(end or t1, t0)
+            attrs[ACCEL_COLLECTIVE_TIMING] = "enqueue" if enqueue_only else "host"
+            if uncertainty is not None:
+                attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(uncertainty)
+        ns = end - start
+        if ns > 0:  # as bandwidths()
+            algbw = nbytes * 1e9 / ns
+            attrs[ACCEL_COLLECTIVE_ALGBW] = algbw
+            attrs[ACCEL_COLLECTIVE_BUSBW] = algbw * tpl.factor
+        else:
+            attrs[ACCEL_COLLECTIVE_ALGBW] = attrs[ACCEL_COLLECTIVE_BUSBW] = 0.0
+        status = None
+        if err_type is not None:
+            attrs[ERROR_TYPE] = err_type
+            status = Status(StatusCode.ERROR, err_msg or "")
+        provider = self.link_provider
+        span = self.spans.write(
+            SPAN_ACCEL_COLLECTIVE,
+            context=ctx,
+            attributes=attrs,
+            links=provider(tpl.op, tpl.group, seq) if provider is not None and seq >= 0 else (),
+            start_ns=start,
+            end_ns=end,
+            status=status,
+        )
+        if err_type is None:
+            self.metrics.record_in(tpl.metric, trace.set_span_in_context(span), nbytes, ns)
 
     def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
         (
