@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,19 @@ from otel_ext.analysis._intervals import merge_intervals
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
-__all__ = ["CriticalPath", "critical_path", "runtime_label", "straggler_saving"]
+__all__ = [
+    "SEGMENT_LABELS",
+    "CriticalPath",
+    "PeerEdges",
+    "WalkPieces",
+    "critical_path",
+    "peer_edges",
+    "runtime_label",
+    "stitch",
+    "straggler_saving",
+    "walk_mask",
+    "walk_pieces",
+]
 
 _LABEL = {
     Category.KERNEL_COMPUTE: "compute",
@@ -205,42 +218,296 @@ def straggler_saving(match: CollectiveMatch, rank: int) -> int:
     return int(np.minimum(gap, lateness)[last].clip(0).sum())
 
 
-def critical_path(
-    table: EventTable,
-    match: CollectiveMatch,
-    *,
-    straggler_rank: int | None = None,
-    steps: int | None = None,
-    max_steps: int = 2_000_000,
-    device_bound_share: float = 0.9,
-) -> CriticalPath:
-    """The cross-rank critical path of ``table``.
+def walk_mask(table: EventTable) -> np.ndarray:
+    """Rows the walk reads: rank >= 0 and a device category or RUNTIME.
 
-    Args:
-        table: the aligned event table.
-        match: its collectives matched across ranks (aligned times).
-        straggler_rank: the rank to evaluate "what if it ran at the median" for.
-        steps: the number of steps in the run (for a per-step saving), if known.
-        max_steps: a safety cap on the walk's length.
-        device_bound_share: a host gap during which the rank's device was busy for at least
-            this share is a wait for the device (see the module docstring).
-
-    Returns:
-        A :class:`CriticalPath`.
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=5, rank=0, category=Category.RUNTIME),
+    ...     dict(start_ns=0, end_ns=5, rank=0, category=Category.LAYER),
+    ...     dict(start_ns=0, end_ns=5, rank=-1, category=Category.KERNEL_COMPUTE),
+    ...     dict(start_ns=0, end_ns=5, rank=1, category=Category.MEMCPY)])
+    >>> walk_mask(t).tolist()
+    [True, False, False, True]
     """
     cat = table["category"]
-    sel = (table["rank"] >= 0) & (
+    return (table["rank"] >= 0) & (
         np.isin(cat, [int(c) for c in DEVICE_CATEGORIES]) | (cat == Category.RUNTIME)
     )
-    rows = np.flatnonzero(sel)
+
+
+@dataclass
+class PeerEdges:
+    """The walk's cross-rank edges, computed where the match is (the client)."""
+
+    member_key: np.ndarray  # int64, ascending: key of a collective member row (a walk row)
+    target_key: np.ndarray  # int64: key of the last-arriving member's row (a walk row)
+    release_ns: np.ndarray  # int64: that target row's (aligned) start
+
+
+def _keys_of(table: EventTable, keys: np.ndarray) -> np.ndarray:
+    out = np.asarray(keys, dtype=np.int64)
+    if out.shape != (len(table),):
+        raise ValueError(
+            f"keys: {out.shape[0] if out.ndim == 1 else out.shape} for {len(table)} rows"
+        )
+    if out.shape[0] > 1 and not bool((out[1:] > out[:-1]).all()):
+        raise ValueError("keys: not strictly increasing with the row order")
+    return out
+
+
+def _positions(sorted_keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For each of ``query``, its position in ``sorted_keys`` (ascending), or -1."""
+    if sorted_keys.shape[0] == 0:
+        return np.full(query.shape[0], -1, dtype=np.int64)
+    pos = np.searchsorted(sorted_keys, query)
+    at = np.minimum(pos, sorted_keys.shape[0] - 1)
+    return np.where((pos < sorted_keys.shape[0]) & (sorted_keys[at] == query), at, -1)
+
+
+def peer_edges(table: EventTable, match: CollectiveMatch, keys: np.ndarray) -> PeerEdges:
+    """The peer edges of the walk: each collective member row depends on the row of its
+    collective's last-arriving member, released at that row's start.
+
+    From the aligned ``table`` the match refers to (``match.row_index`` are its row indices)
+    and each row's key (int64, strictly increasing with the row order). Exactly the edges the
+    one-loop walk used: members whose row and target are walk rows; a member that is its own
+    target has none; a row the match lists twice keeps its last listing's target.
+
+    >>> from otel_ext.analysis.collectives import match_collectives
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=500, rank=r, coll_seq=0,
+    ...     category=Category.KERNEL_COMM) for r, s in [(0, 100), (1, 400), (2, 120)]])
+    >>> e = peer_edges(t, match_collectives(t), np.array([10, 20, 30]))
+    >>> e.member_key.tolist(), e.target_key.tolist(), e.release_ns.tolist()
+    ([10, 30], [20, 20], [400, 400])
+    """
+    keys = _keys_of(table, keys)
+    none = np.zeros(0, dtype=np.int64)
+    if match.n_instances == 0:
+        return PeerEdges(none, none.copy(), none.copy())
+    sel = walk_mask(table)
+    inst = match.member_instance
+    order = np.lexsort((match.member_start_ns, inst))
+    counts = np.bincount(inst, minlength=match.n_instances)
+    last_member = order[np.cumsum(counts) - 1]
+    last_row = np.asarray(match.member_row, dtype=np.int64)[last_member]
+    rows = np.asarray(match.row_index, dtype=np.int64)
+    target = last_row[inst[match.row_member]]
+    keep = sel[rows]
+    rows, target = rows[keep], target[keep]
+    if rows.shape[0] == 0:
+        return PeerEdges(none, none.copy(), none.copy())
+    # the last listing of a row wins (as the one-loop walk's assignment did)
+    _, first_of_reversed = np.unique(rows[::-1], return_index=True)
+    last = rows.shape[0] - 1 - first_of_reversed
+    rows, target = rows[last], target[last]
+    ok = (target >= 0) & (target != rows)
+    ok[ok] = sel[target[ok]]
+    rows, target = rows[ok], target[ok]
+    release = np.asarray(table["start_ns"][target], dtype=np.int64)
+    return PeerEdges(keys[rows], keys[target], release)
+
+
+#: segment labels, by code (``WalkPieces.seg_label``)
+SEGMENT_LABELS = (
+    "compute",
+    "communication",
+    "memory",
+    "launch",
+    "sync",
+    "runtime",
+    "other",
+    "host",
+    "queue",
+    "idle",
+)
+_CODE = {lab: k for k, lab in enumerate(SEGMENT_LABELS)}
+#: how a piece ends: the walk ended; it left the rank through a peer edge; it reached a state
+#: an earlier walk of the same call visited (it continues there)
+_END, _EXIT, _CONTINUE = 0, 1, 2
+#: an entry whose row has no peer edge: the allow_peer flag it is entered with does not matter
+_ANY = 2
+#: which edge released a row, in the order ties are broken (the first wins)
+_V_NONE, _V_STREAM, _V_LAUNCH, _V_DEVICE, _V_PEER, _V_SYNC = range(6)
+
+
+def _i64(values: Any = ()) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+@dataclass
+class WalkPieces:
+    """The critical-path walk of some ranks, cut at the peer edges: what travels.
+
+    A *step* is one turn of the walk (one row visited, one or two segments). The steps are
+    stored piece after piece; a *piece* is the run of steps of one walk from an entry until it
+    leaves the rank through a peer edge (an exit: the target row's key and the ``allow_peer``
+    flag it is entered with; the target's start is where that walk goes on), ends, or reaches a
+    state an earlier walk visited (it goes on at that global step). Segments of zero length are
+    not stored (the path drops them), but the steps that made them are counted.
+
+    *Entries*: per rank its start (the walk row that ends last; ties: the first) and every
+    row of it some peer edge targets. :func:`stitch` walks the pieces from the global start.
+    Joinable (:meth:`join`) across disjoint sets of ranks, picklable, numpy arrays plus one
+    list of names.
+    """
+
+    names: list[str]  # segment and launch names; codes below index it
+    seg_rank: np.ndarray  # int32, per stored segment, in walk order (backwards in time)
+    seg_label: np.ndarray  # int8: index into SEGMENT_LABELS
+    seg_start: np.ndarray  # int64
+    seg_end: np.ndarray  # int64
+    seg_name: np.ndarray  # int32: index into names
+    step_seg: np.ndarray  # int64, steps + 1: step s's segments are [step_seg[s], step_seg[s+1])
+    piece_step: np.ndarray  # int64, pieces + 1: piece p's steps are [piece_step[p], ...[p+1])
+    piece_next: np.ndarray  # int8: _END, _EXIT or _CONTINUE
+    piece_to: np.ndarray  # int64: exit: the peer target's key; continue: the global step
+    piece_allow: np.ndarray  # bool: exit: allow_peer of the state it enters
+    entry_key: np.ndarray  # int64: a peer target row's key
+    entry_allow: np.ndarray  # int8: the allow_peer flag of the entry state (0, 1 or _ANY)
+    entry_step: np.ndarray  # int64: the global step its walk starts at
+    start_rank: np.ndarray  # int32, per rank: its start entry
+    start_key: np.ndarray  # int64
+    start_end: np.ndarray  # int64
+    start_step: np.ndarray  # int64
+    graph_step: np.ndarray  # int64, ascending: the steps at a graph replay's kernel
+    graph_launch: np.ndarray  # int64: index into the launch_* arrays
+    graph_ns: np.ndarray  # int64: that step's time on the path
+    launch_key: np.ndarray  # int64, per graph launch row the steps name
+    launch_rank: np.ndarray  # int32
+    launch_name: np.ndarray  # int32: index into names
+    launch_start: np.ndarray  # int64
+    launch_kernels: np.ndarray  # int64: the launch's fan-out over its rank
+
+    @staticmethod
+    def empty() -> WalkPieces:
+        """No ranks."""
+        z = _i64()
+        return WalkPieces(
+            [""], z.astype(np.int32), z.astype(np.int8), z, z, z.astype(np.int32), _i64([0]),
+            _i64([0]), z.astype(np.int8), z, z.astype(bool), z, z.astype(np.int8), z,
+            z.astype(np.int32), z, z, z, z, z, z, z, z.astype(np.int32), z.astype(np.int32), z, z,
+        )  # fmt: skip
+
+    @property
+    def n_steps(self) -> int:
+        """Steps stored over all pieces."""
+        return int(self.step_seg.shape[0]) - 1
+
+    @property
+    def n_pieces(self) -> int:
+        return int(self.piece_step.shape[0]) - 1
+
+    def nbytes(self) -> int:
+        """Roughly what the pieces weigh: their arrays and names (UTF-8)."""
+        arrays = sum(int(v.nbytes) for v in vars(self).values() if isinstance(v, np.ndarray))
+        return arrays + sum(len(s.encode("utf-8")) + 8 for s in self.names)
+
+    @staticmethod
+    def join(parts: Sequence[WalkPieces]) -> WalkPieces:
+        """The pieces of disjoint sets of ranks as one (steps, segments and names renumbered).
+
+        >>> WalkPieces.join([WalkPieces.empty(), WalkPieces.empty()]).n_steps
+        0
+        """
+        parts = list(parts)
+        if not parts:
+            return WalkPieces.empty()
+        merged: dict[str, int] = {}
+        remaps = [
+            _i64([merged.setdefault(s, len(merged)) for s in p.names]).astype(np.int32)
+            for p in parts
+        ]
+        steps = np.cumsum([0] + [p.n_steps for p in parts])
+        segs = np.cumsum([0] + [int(p.seg_start.shape[0]) for p in parts])
+        launches = np.cumsum([0] + [int(p.launch_key.shape[0]) for p in parts])
+
+        def cat(name: str, shift: Any = None) -> np.ndarray:
+            cols = [getattr(p, name) for p in parts]
+            if shift is not None:
+                cols = [c + s for c, s in zip(cols, shift)]
+            return np.concatenate(cols)
+
+        def offsets(name: str, shift: np.ndarray) -> np.ndarray:
+            cols = [getattr(p, name)[:-1] + s for p, s in zip(parts, shift[:-1])]
+            return np.concatenate([*cols, _i64([shift[-1]])])
+
+        nexts = cat("piece_next")
+        to = cat("piece_to")
+        step_base = np.repeat(steps[:-1], [p.n_pieces for p in parts])
+        to = np.where(nexts == _CONTINUE, to + step_base, to)
+        return WalkPieces(
+            names=list(merged),
+            seg_rank=cat("seg_rank"),
+            seg_label=cat("seg_label"),
+            seg_start=cat("seg_start"),
+            seg_end=cat("seg_end"),
+            seg_name=np.concatenate([m[p.seg_name] for m, p in zip(remaps, parts)]),
+            step_seg=offsets("step_seg", segs),
+            piece_step=offsets("piece_step", steps),
+            piece_next=nexts,
+            piece_to=to,
+            piece_allow=cat("piece_allow"),
+            entry_key=cat("entry_key"),
+            entry_allow=cat("entry_allow"),
+            entry_step=cat("entry_step", steps[:-1]),
+            start_rank=cat("start_rank"),
+            start_key=cat("start_key"),
+            start_end=cat("start_end"),
+            start_step=cat("start_step", steps[:-1]),
+            graph_step=cat("graph_step", steps[:-1]),
+            graph_launch=cat("graph_launch", launches[:-1]),
+            graph_ns=cat("graph_ns"),
+            launch_key=cat("launch_key"),
+            launch_rank=cat("launch_rank"),
+            launch_name=np.concatenate([m[p.launch_name] for m, p in zip(remaps, parts)]),
+            launch_start=cat("launch_start"),
+            launch_kernels=cat("launch_kernels"),
+        )
+
+
+def walk_pieces(
+    table: EventTable,
+    keys: np.ndarray,
+    peers: PeerEdges,
+    *,
+    device_bound_share: float = 0.9,
+) -> WalkPieces:
+    """Every piece of every rank in ``table``: the rank-local part of the walk.
+
+    ``table`` holds all walk rows of the ranks it has, already aligned (other rows may be
+    present and are ignored); ``keys`` per row of ``table``. ``peers`` may hold edges of other
+    ranks too (those whose member is not here are ignored). The walk from each entry follows
+    the rank-local edges (program order, launch, cross-stream, sync release, device-bound host
+    gap) and the peer edge (its release time comes with the edge) until it leaves the rank
+    through a peer edge or ends; the walk states ``(row, seg_end, allow_peer)`` are shared by
+    all walks of the call, so walks that meet store the rest once.
+
+    >>> from otel_ext.analysis.collectives import match_collectives
+    >>> t = EventTable.from_rows([
+    ...     dict(start_ns=0, end_ns=100, rank=0, stream=1, category=Category.KERNEL_COMPUTE),
+    ...     dict(start_ns=0, end_ns=300, rank=1, stream=1, category=Category.KERNEL_COMPUTE),
+    ...     dict(start_ns=100, end_ns=400, rank=0, stream=2, category=Category.KERNEL_COMM,
+    ...          coll_seq=0),
+    ...     dict(start_ns=300, end_ns=400, rank=1, stream=2, category=Category.KERNEL_COMM,
+    ...          coll_seq=0)])
+    >>> keys = np.arange(4)
+    >>> peers = peer_edges(t, match_collectives(t), keys)
+    >>> rank0 = walk_pieces(t.select(t["rank"] == 0), keys[:4:2], peers)
+    >>> rank1 = walk_pieces(t.select(t["rank"] == 1), keys[1::2], peers)
+    >>> cp = stitch(WalkPieces.join([rank0, rank1]), match_collectives(t))
+    >>> [(s["rank"], s["category"], s["start_ns"], s["end_ns"]) for s in cp.segments]
+    [(1, 'compute', 0, 300), (0, 'communication', 300, 400)]
+    """
+    keys = _keys_of(table, keys)
+    rows = np.flatnonzero(walk_mask(table))
     if len(rows) == 0:
-        return CriticalPath([], 0, {}, {}, None)
+        return WalkPieces.empty()
     pos_of = np.full(len(table), -1, dtype=np.int64)
     pos_of[rows] = np.arange(len(rows))
     start = table["start_ns"][rows]
     end = table["end_ns"][rows]
     rank = table["rank"][rows]
-    rcat = cat[rows]
+    rcat = table["category"][rows]
     prev = _lane_prev(rows, table)
     dprev = _device_prev(rows, table)
     from otel_ext.analysis.breakdown import launch_fanout, launch_rows
@@ -264,87 +531,335 @@ def critical_path(
     busy = _DeviceBusy(rows, table)
     names = table.strings["name"]
     name_codes = table["name"][rows]
-    rt_label = {
-        int(c): runtime_label(names[int(c)]) for c in distinct(name_codes[rcat == Category.RUNTIME])
-    }
-    peer = np.full(len(rows), -1, dtype=np.int64)
-    if match.n_instances:
-        inst = match.member_instance
-        order = np.lexsort((match.member_start_ns, inst))
-        counts = np.bincount(inst, minlength=match.n_instances)
-        last_member = order[np.cumsum(counts) - 1]
-        last_row = match.member_row[last_member]
-        member_inst = inst[match.row_member]
-        prow = pos_of[match.row_index]
-        ok = prow >= 0
-        target = pos_of[last_row[member_inst]]
-        peer[prow[ok]] = target[ok]
-        peer[peer == np.arange(len(rows))] = -1
-    i = int(np.argmax(end))
-    seg_end = int(end[i])
-    segments: list[dict[str, Any]] = []
-    graph_on_path: dict[int, list[int]] = {}
-    allow_peer = True
-    walked = 0
-    # the walk is a Python loop: plain lists and ints, no numpy scalars or enum lookups in it
-    L_start, L_end, L_rank = start.tolist(), end.tolist(), rank.tolist()
-    L_cat, L_name, L_fan, L_lr = rcat.tolist(), name_codes.tolist(), fan.tolist(), lr.tolist()
-    L_graph = graph.tolist()
-    edges = list(zip(prev.tolist(), launch.tolist(), dprev.tolist(), peer.tolist(), sync.tolist()))
-    runtime = int(Category.RUNTIME)
-    dev_label = {int(c): lab for c, lab in _LABEL.items()}
+    is_rt = rcat == Category.RUNTIME
+    label = np.full(len(rows), _CODE["other"], dtype=np.int64)
+    for c, lab in _LABEL.items():
+        label[rcat == c] = _CODE[lab]
+    for c in distinct(name_codes[is_rt]).tolist():
+        label[is_rt & (name_codes == c)] = _CODE[runtime_label(names[int(c)])]
+
+    # the peer edges of this table's rows, and the rows they target
+    n = len(rows)
+    rkeys = keys[rows]
+    member_key = _i64(peers.member_key)
+    target_key = _i64(peers.target_key)
+    release_ns = _i64(peers.release_ns)
+    at = _positions(rkeys, member_key)
+    here = at >= 0
+    has_peer = np.zeros(n, dtype=bool)
+    has_peer[at[here]] = True
+    peer_key = np.full(n, -1, dtype=np.int64)
+    peer_key[at[here]] = target_key[here]
+    peer_rel = np.zeros(n, dtype=np.int64)
+    peer_rel[at[here]] = release_ns[here]
+    tat = _positions(rkeys, target_key)
+    there = tat >= 0
+    if (start[tat[there]] != release_ns[there]).any():
+        raise ValueError("peer edges: a release time is not its target row's start in this table")
+    targets = distinct(tat[there]).tolist()
+
+    entries: list[tuple[int, int, bool]] = []
+    start_rank, start_pos = [], []
+    for r, idx in _rank_slices(rank, np.ones(n, dtype=bool)):
+        i = int(idx[np.argmax(end[idx])])  # the first of the largest ends: the smallest key
+        start_rank.append(r)
+        start_pos.append(i)
+        entries.append((i, int(end[i]), True))
+    n_starts = len(entries)
+    entry_allow: list[int] = []
+    for t in targets:
+        if has_peer[t]:  # not from the match (a target's peer is itself); walk both states
+            entries += [(t, int(start[t]), True), (t, int(start[t]), False)]
+            entry_allow += [1, 0]
+        else:
+            entries.append((t, int(start[t]), True))
+            entry_allow.append(_ANY)
+
+    walked = _walk(
+        entries,
+        start=start.tolist(),
+        end=end.tolist(),
+        rank=rank.tolist(),
+        label=label.tolist(),
+        name=name_codes.tolist(),
+        graph=graph.tolist(),
+        runtime=is_rt.tolist(),
+        fanned=(fan > 1).tolist(),
+        launch_row=lr.tolist(),
+        edges=list(zip(prev.tolist(), launch.tolist(), dprev.tolist(), sync.tolist())),
+        has_peer=has_peer.tolist(),
+        peer_key=peer_key.tolist(),
+        peer_rel=peer_rel.tolist(),
+        busy=busy,
+        share=device_bound_share,
+    )
+    (seg_rank, seg_label, seg_start, seg_end, seg_name, step_seg, g_step, g_row, g_ns,
+     piece_step, piece_next, piece_to, piece_allow, entry_step) = walked  # fmt: skip
+
+    # names: the segments' and the graph launches' (gap segments carry code -1: "")
+    seg_codes = _i64(seg_name)
+    g_rows = _i64(g_row)
+    launch_rows_used = distinct(g_rows)
+    launch_codes = _i64(table["name"][launch_rows_used])
+    used = distinct(np.concatenate([seg_codes[seg_codes >= 0], launch_codes]))
+    local_names = ["", *(names[int(c)] for c in used)]
+
+    def local(codes: np.ndarray) -> np.ndarray:
+        out = np.zeros(codes.shape[0], dtype=np.int32)
+        ok = codes >= 0
+        out[ok] = np.searchsorted(used, codes[ok]) + 1
+        return out
+
+    kernels = np.bincount(lr_all[lr_all >= 0], minlength=len(table))
+    starts = _i64(start_pos)
+    return WalkPieces(
+        names=local_names,
+        seg_rank=np.asarray(seg_rank, dtype=np.int32),
+        seg_label=np.asarray(seg_label, dtype=np.int8),
+        seg_start=_i64(seg_start),
+        seg_end=_i64(seg_end),
+        seg_name=local(seg_codes),
+        step_seg=_i64(step_seg),
+        piece_step=_i64(piece_step),
+        piece_next=np.asarray(piece_next, dtype=np.int8),
+        piece_to=_i64(piece_to),
+        piece_allow=np.asarray(piece_allow, dtype=bool),
+        entry_key=_i64([rkeys[entries[k][0]] for k in range(n_starts, len(entries))]),
+        entry_allow=np.asarray(entry_allow, dtype=np.int8),
+        entry_step=_i64(entry_step[n_starts:]),
+        start_rank=np.asarray(start_rank, dtype=np.int32),
+        start_key=rkeys[starts],
+        start_end=_i64(end[starts]),
+        start_step=_i64(entry_step[:n_starts]),
+        graph_step=_i64(g_step),
+        graph_launch=np.searchsorted(launch_rows_used, g_rows).astype(np.int64),
+        graph_ns=_i64(g_ns),
+        launch_key=keys[launch_rows_used],
+        launch_rank=np.asarray(table["rank"][launch_rows_used], dtype=np.int32),
+        launch_name=local(launch_codes),
+        launch_start=_i64(table["start_ns"][launch_rows_used]),
+        launch_kernels=_i64(kernels[launch_rows_used]),
+    )
+
+
+def _walk(
+    entries: list[tuple[int, int, bool]],
+    *,
+    start: list[int],
+    end: list[int],
+    rank: list[int],
+    label: list[int],
+    name: list[int],
+    graph: list[bool],
+    runtime: list[bool],
+    fanned: list[bool],
+    launch_row: list[int],
+    edges: list[tuple[int, int, int, int]],
+    has_peer: list[bool],
+    peer_key: list[int],
+    peer_rel: list[int],
+    busy: _DeviceBusy,
+    share: float,
+) -> tuple[list[Any], ...]:
+    """The walk from each of ``entries`` ``(row, seg_end, allow_peer)``, as lists: the one-loop
+    walk's step, unchanged, with the peer edge as an exit and the states memoised.
+
+    A Python loop: plain lists and ints, no numpy scalars or enum lookups in it.
+    """
+    S_rank: list[int] = []
+    S_label: list[int] = []
+    S_start: list[int] = []
+    S_end: list[int] = []
+    S_name: list[int] = []
+    step_seg = [0]
+    g_step: list[int] = []
+    g_row: list[int] = []
+    g_ns: list[int] = []
+    piece_step = [0]
+    piece_next: list[int] = []
+    piece_to: list[int] = []
+    piece_allow: list[bool] = []
+    entry_step: list[int] = []
+    memo: dict[tuple[int, int, bool], int] = {}
+    host, queue, idle = _CODE["host"], _CODE["queue"], _CODE["idle"]
     lowest = -(1 << 62)
-    while walked < max_steps:
-        walked += 1
-        best, release, via = -1, lowest, ""
-        c_prev, c_launch, c_dev, c_peer, c_sync = edges[i]
-        is_graph = L_graph[i]
-        for cand, kind in (
-            (c_prev, "stream"),
-            (c_launch, "launch"),
-            (c_dev, "device"),
-            (c_peer, "peer"),
-            (c_sync, "sync"),
-        ):
-            if cand < 0 or (kind == "peer" and not allow_peer):
-                continue
-            rel = (
-                L_start[cand] if kind == "peer" or (kind == "launch" and is_graph) else L_end[cand]
-            )
-            if release < rel <= seg_end:
-                best, release, via = cand, rel, kind
-        s_i = min(L_start[i], seg_end)
-        is_rt = L_cat[i] == runtime
-        if is_rt and release < s_i:
-            r_i = L_rank[i]
-            d = busy.last_end_before(r_i, s_i)
-            if d >= 0 and L_end[d] > release:
-                covered = busy.within(r_i, release, s_i)
-                if covered >= device_bound_share * (s_i - release):
-                    best, release, via = d, L_end[d], "device"
-        label = rt_label.get(L_name[i], "launch") if is_rt else dev_label.get(L_cat[i], "other")
-        name = names[L_name[i]]
-        if L_fan[i] > 1:
-            acc = graph_on_path.setdefault(L_lr[i], [0, 0])
-            acc[0] += 1
-            acc[1] += seg_end - s_i
-        if (via == "peer" or via == "sync") and release > s_i:
-            # waited in the collective for the last arrival, or in a blocking call for the
-            # device: only the rest is on the path
-            segments.append(_seg(L_rank[i], label, release, seg_end, name))
-            i, seg_end, allow_peer = best, release, via != "peer"
+    n_steps = 0
+    for i, seg_end, allow in entries:
+        got = memo.get((i, seg_end, allow or not has_peer[i]))
+        if got is not None:
+            entry_step.append(got)
             continue
-        segments.append(_seg(L_rank[i], label, s_i, seg_end, name))
-        if best < 0:
+        entry_step.append(n_steps)
+        while True:
+            state = (i, seg_end, allow or not has_peer[i])
+            got = memo.get(state)
+            if got is not None:
+                piece_next.append(_CONTINUE)
+                piece_to.append(got)
+                piece_allow.append(False)
+                break
+            memo[state] = n_steps
+            n_steps += 1
+            best, release, via = -1, lowest, _V_NONE
+            c_prev, c_launch, c_dev, c_sync = edges[i]
+            is_graph = graph[i]
+            if c_prev >= 0:
+                rel = end[c_prev]
+                if release < rel <= seg_end:
+                    best, release, via = c_prev, rel, _V_STREAM
+            if c_launch >= 0:
+                rel = start[c_launch] if is_graph else end[c_launch]
+                if release < rel <= seg_end:
+                    best, release, via = c_launch, rel, _V_LAUNCH
+            if c_dev >= 0:
+                rel = end[c_dev]
+                if release < rel <= seg_end:
+                    best, release, via = c_dev, rel, _V_DEVICE
+            if allow and has_peer[i]:
+                rel = peer_rel[i]
+                if release < rel <= seg_end:
+                    best, release, via = -1, rel, _V_PEER
+            if c_sync >= 0:
+                rel = end[c_sync]
+                if release < rel <= seg_end:
+                    best, release, via = c_sync, rel, _V_SYNC
+            s_i = start[i]
+            if s_i > seg_end:
+                s_i = seg_end
+            is_rt = runtime[i]
+            if is_rt and release < s_i:
+                r_i = rank[i]
+                d = busy.last_end_before(r_i, s_i)
+                if d >= 0 and end[d] > release:
+                    covered = busy.within(r_i, release, s_i)
+                    if covered >= share * (s_i - release):
+                        best, release, via = d, end[d], _V_DEVICE
+            if fanned[i]:
+                g_step.append(n_steps - 1)
+                g_row.append(launch_row[i])
+                g_ns.append(seg_end - s_i)
+            r_i = rank[i]
+            if via >= _V_PEER and release > s_i:  # the peer or the sync edge
+                # waited in the collective for the last arrival, or in a blocking call for the
+                # device: only the rest is on the path
+                if seg_end > release:
+                    S_rank.append(r_i)
+                    S_label.append(label[i])
+                    S_start.append(release)
+                    S_end.append(seg_end)
+                    S_name.append(name[i])
+                step_seg.append(len(S_rank))
+                if via == _V_PEER:
+                    piece_next.append(_EXIT)
+                    piece_to.append(peer_key[i])
+                    piece_allow.append(False)
+                    break
+                i, seg_end, allow = best, release, True
+                continue
+            if seg_end > s_i:
+                S_rank.append(r_i)
+                S_label.append(label[i])
+                S_start.append(s_i)
+                S_end.append(seg_end)
+                S_name.append(name[i])
+            if via == _V_NONE:
+                step_seg.append(len(S_rank))
+                piece_next.append(_END)
+                piece_to.append(-1)
+                piece_allow.append(False)
+                break
+            if release < s_i:
+                # a gap before a device event is device idle (queue when a graph launch
+                # released it); before a launch, host-side work
+                S_rank.append(r_i)
+                S_label.append(host if is_rt else queue if via == _V_LAUNCH and is_graph else idle)
+                S_start.append(release)
+                S_end.append(s_i)
+                S_name.append(-1)
+            step_seg.append(len(S_rank))
+            if via == _V_PEER:
+                piece_next.append(_EXIT)
+                piece_to.append(peer_key[i])
+                piece_allow.append(True)
+                break
+            i, seg_end, allow = best, min(release, s_i), True
+        piece_step.append(n_steps)
+    return (S_rank, S_label, S_start, S_end, S_name, step_seg, g_step, g_row, g_ns,
+            piece_step, piece_next, piece_to, piece_allow, entry_step)  # fmt: skip
+
+
+def stitch(
+    pieces: WalkPieces,
+    match: CollectiveMatch,
+    *,
+    straggler_rank: int | None = None,
+    steps: int | None = None,
+    max_steps: int = 2_000_000,
+) -> CriticalPath:
+    """The :class:`CriticalPath` the one-loop walk gives, from the pieces of every rank.
+
+    Starts at the global start (the rank start that ends last; ties: the smallest key) and
+    follows the pieces through their exits (into the entry of the peer target) and
+    continuations, counting steps as the one-loop walk did (``max_steps`` cuts the same
+    segments). ``match`` is read only for the straggler what-if.
+    """
+    p = pieces
+    if p.start_key.shape[0] == 0:
+        return CriticalPath([], 0, {}, {}, None)
+    first = np.lexsort((p.start_key, -p.start_end))[0]
+    g = int(p.start_step[first])
+    entry: dict[tuple[int, int], int] = {}
+    for k, a, s in zip(p.entry_key.tolist(), p.entry_allow.tolist(), p.entry_step.tolist()):
+        for flag in (0, 1) if a == _ANY else (a,):
+            entry[(k, flag)] = s
+    piece_step = p.piece_step.tolist()
+    piece_next = p.piece_next.tolist()
+    piece_to = p.piece_to.tolist()
+    piece_allow = p.piece_allow.tolist()
+    runs: list[tuple[int, int]] = []
+    left = max_steps
+    while left > 0:
+        k = bisect_right(piece_step, g) - 1
+        stop = piece_step[k + 1]
+        take = min(left, stop - g)
+        runs.append((g, g + take))
+        left -= take
+        if g + take < stop or piece_next[k] == _END:
             break
-        if release < s_i:
-            # a gap before a device event is device idle (queue when a graph launch released
-            # it); before a launch, host-side work
-            gap = "host" if is_rt else "queue" if via == "launch" and is_graph else "idle"
-            segments.append(_seg(L_rank[i], gap, release, s_i, ""))
-        i, seg_end, allow_peer = best, min(release, s_i), True
-    segments.reverse()
-    segments = [s for s in segments if s["end_ns"] > s["start_ns"]]
+        if piece_next[k] == _CONTINUE:
+            g = piece_to[k]
+            continue
+        got = entry.get((piece_to[k], int(piece_allow[k])))
+        if got is None:
+            raise ValueError(
+                f"walk pieces: no piece enters at the peer target row of key {piece_to[k]} "
+                "(the pieces of its rank are missing)"
+            )
+        g = got
+
+    segments: list[dict[str, Any]] = []
+    replay: dict[int, list[int]] = {}  # launch index -> [kernels on path, ns on path]
+    if runs:
+        step_seg = p.step_seg
+        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b in runs])[::-1]
+        names = p.names
+        segments = [
+            {"rank": r, "category": SEGMENT_LABELS[c], "start_ns": s, "end_ns": e, "name": names[m]}
+            for r, c, s, e, m in zip(
+                p.seg_rank[idx].tolist(),
+                p.seg_label[idx].tolist(),
+                p.seg_start[idx].tolist(),
+                p.seg_end[idx].tolist(),
+                p.seg_name[idx].tolist(),
+            )
+        ]
+        gs = p.graph_step
+        for a, b in runs:
+            lo, hi = np.searchsorted(gs, [a, b])
+            for lx, ns in zip(p.graph_launch[lo:hi].tolist(), p.graph_ns[lo:hi].tolist()):
+                acc = replay.setdefault(lx, [0, 0])
+                acc[0] += 1
+                acc[1] += ns
     by_rank: dict[int, int] = {}
     by_cat: dict[str, int] = {}
     for s in segments:
@@ -361,20 +876,51 @@ def critical_path(
             "saved_pct": round(100.0 * saved / length, 4) if length else 0.0,
             "saved_per_step_ns": int(saved / steps) if steps else None,
         }
-    replays: list[dict[str, Any]] = []
-    for lrow, (k_on, ns_on) in graph_on_path.items():
-        replays.append(
-            {
-                "rank": int(table["rank"][lrow]),
-                "launch": names[int(table["name"][lrow])],
-                "launch_start_ns": int(table["start_ns"][lrow]),
-                "kernels": int(fan_all[np.flatnonzero(lr_all == lrow)[0]]),
-                "kernels_on_path": k_on,
-                "on_path_ns": int(ns_on),
-            }
-        )
-    replays.sort(key=lambda g: -int(g["on_path_ns"]))
+    replays: list[dict[str, Any]] = [
+        {
+            "rank": int(p.launch_rank[lx]),
+            "launch": p.names[int(p.launch_name[lx])],
+            "launch_start_ns": int(p.launch_start[lx]),
+            "kernels": int(p.launch_kernels[lx]),
+            "kernels_on_path": k_on,
+            "on_path_ns": int(ns_on),
+        }
+        for lx, (k_on, ns_on) in replay.items()
+    ]
+    replays.sort(key=lambda r: -int(r["on_path_ns"]))
     return CriticalPath(segments, int(length), by_rank, by_cat, what_if, replays)
+
+
+def critical_path(
+    table: EventTable,
+    match: CollectiveMatch,
+    *,
+    straggler_rank: int | None = None,
+    steps: int | None = None,
+    max_steps: int = 2_000_000,
+    device_bound_share: float = 0.9,
+) -> CriticalPath:
+    """The cross-rank critical path of ``table``: :func:`walk_pieces` of all its ranks,
+    :func:`stitch` ed (what a cluster does with the pieces of each rank computed where its
+    rows are).
+
+    Args:
+        table: the aligned event table.
+        match: its collectives matched across ranks (aligned times).
+        straggler_rank: the rank to evaluate "what if it ran at the median" for.
+        steps: the number of steps in the run (for a per-step saving), if known.
+        max_steps: a safety cap on the walk's length.
+        device_bound_share: a host gap during which the rank's device was busy for at least
+            this share is a wait for the device (see the module docstring).
+
+    Returns:
+        A :class:`CriticalPath`.
+    """
+    keys = np.arange(len(table), dtype=np.int64)
+    pieces = walk_pieces(
+        table, keys, peer_edges(table, match, keys), device_bound_share=device_bound_share
+    )
+    return stitch(pieces, match, straggler_rank=straggler_rank, steps=steps, max_steps=max_steps)
 
 
 class _DeviceBusy:
