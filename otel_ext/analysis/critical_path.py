@@ -471,6 +471,7 @@ def walk_pieces(
     peers: PeerEdges,
     *,
     device_bound_share: float = 0.9,
+    entries: str = "every",
 ) -> WalkPieces:
     """Every piece of every rank in ``table``: the rank-local part of the walk.
 
@@ -481,6 +482,11 @@ def walk_pieces(
     gap) and the peer edge (its release time comes with the edge) until it leaves the rank
     through a peer edge or ends; the walk states ``(row, seg_end, allow_peer)`` are shared by
     all walks of the call, so walks that meet store the rest once.
+
+    ``entries``: ``"every"`` walks from every entry (each rank's start and every row a peer
+    edge targets: what a worker holding some of the ranks computes); ``"reachable"`` only from
+    the table's own start and the targets the walk reaches (the table holds every rank, as
+    in process: the path is the same, walked once).
 
     >>> from otel_ext.analysis.collectives import match_collectives
     >>> t = EventTable.from_rows([
@@ -558,25 +564,31 @@ def walk_pieces(
         raise ValueError("peer edges: a release time is not its target row's start in this table")
     targets = distinct(tat[there]).tolist()
 
-    entries: list[tuple[int, int, bool]] = []
-    start_rank, start_pos = [], []
-    for r, idx in _rank_slices(rank, np.ones(n, dtype=bool)):
+    # entries: (row, seg_end, allow_peer, what): what is -1 for a rank's start, else the
+    # entry_allow code of a peer target
+    starts: list[tuple[int, int, bool, int]] = []
+    for _r, idx in _rank_slices(rank, np.ones(n, dtype=bool)):
         i = int(idx[np.argmax(end[idx])])  # the first of the largest ends: the smallest key
-        start_rank.append(r)
-        start_pos.append(i)
-        entries.append((i, int(end[i]), True))
-    n_starts = len(entries)
-    entry_allow: list[int] = []
+        starts.append((i, int(end[i]), True, -1))
+    by_target: dict[int, list[tuple[int, int, bool, int]]] = {}
     for t in targets:
+        s_t = int(start[t])
         if has_peer[t]:  # not from the match (a target's peer is itself); walk both states
-            entries += [(t, int(start[t]), True), (t, int(start[t]), False)]
-            entry_allow += [1, 0]
+            by_target[int(rkeys[t])] = [(t, s_t, True, 1), (t, s_t, False, 0)]
         else:
-            entries.append((t, int(start[t]), True))
-            entry_allow.append(_ANY)
+            by_target[int(rkeys[t])] = [(t, s_t, True, _ANY)]
+    if entries == "every":
+        walk_entries = starts + [e for group in by_target.values() for e in group]
+        follow = None
+    elif entries == "reachable":
+        walk_entries = [max(starts, key=lambda e: (end[e[0]], -e[0]))]
+        follow = by_target
+    else:
+        raise ValueError(f"entries: {entries!r} (every or reachable)")
 
     walked = _walk(
-        entries,
+        walk_entries,
+        follow,
         start=start.tolist(),
         end=end.tolist(),
         rank=rank.tolist(),
@@ -611,7 +623,7 @@ def walk_pieces(
         return out
 
     kernels = np.bincount(lr_all[lr_all >= 0], minlength=len(table))
-    starts = _i64(start_pos)
+    start_pos = _i64([e[0] for e in walk_entries if e[3] < 0])
     return WalkPieces(
         names=local_names,
         seg_rank=np.asarray(seg_rank, dtype=np.int32),
@@ -624,13 +636,13 @@ def walk_pieces(
         piece_next=np.asarray(piece_next, dtype=np.int8),
         piece_to=_i64(piece_to),
         piece_allow=np.asarray(piece_allow, dtype=bool),
-        entry_key=_i64([rkeys[entries[k][0]] for k in range(n_starts, len(entries))]),
-        entry_allow=np.asarray(entry_allow, dtype=np.int8),
-        entry_step=_i64(entry_step[n_starts:]),
-        start_rank=np.asarray(start_rank, dtype=np.int32),
-        start_key=rkeys[starts],
-        start_end=_i64(end[starts]),
-        start_step=_i64(entry_step[:n_starts]),
+        entry_key=rkeys[_i64([e[0] for e in walk_entries if e[3] >= 0])],
+        entry_allow=np.asarray([e[3] for e in walk_entries if e[3] >= 0], dtype=np.int8),
+        entry_step=_i64([g for e, g in zip(walk_entries, entry_step) if e[3] >= 0]),
+        start_rank=np.asarray(rank[start_pos], dtype=np.int32),
+        start_key=rkeys[start_pos],
+        start_end=_i64(end[start_pos]),
+        start_step=_i64([g for e, g in zip(walk_entries, entry_step) if e[3] < 0]),
         graph_step=_i64(g_step),
         graph_launch=np.searchsorted(launch_rows_used, g_rows).astype(np.int64),
         graph_ns=_i64(g_ns),
@@ -643,7 +655,8 @@ def walk_pieces(
 
 
 def _walk(
-    entries: list[tuple[int, int, bool]],
+    entries: list[tuple[int, int, bool, int]],
+    follow: dict[int, list[tuple[int, int, bool, int]]] | None,
     *,
     start: list[int],
     end: list[int],
@@ -680,25 +693,43 @@ def _walk(
     piece_to: list[int] = []
     piece_allow: list[bool] = []
     entry_step: list[int] = []
+    # the states visited: the first per row in lists (most rows are visited once), the others
+    # in a dict
+    first_end: list[int | None] = [None] * len(start)
+    first_allow = [False] * len(start)
+    first_step = [0] * len(start)
     memo: dict[tuple[int, int, bool], int] = {}
     host, queue, idle = _CODE["host"], _CODE["queue"], _CODE["idle"]
     lowest = -(1 << 62)
     n_steps = 0
-    for i, seg_end, allow in entries:
-        got = memo.get((i, seg_end, allow or not has_peer[i]))
+    for i, seg_end, allow, _what in entries:  # grows while walked when following exits
+        allow_n = allow or not has_peer[i]
+        if first_end[i] == seg_end and first_allow[i] == allow_n:
+            entry_step.append(first_step[i])
+            continue
+        got = memo.get((i, seg_end, allow_n))
         if got is not None:
             entry_step.append(got)
             continue
         entry_step.append(n_steps)
         while True:
-            state = (i, seg_end, allow or not has_peer[i])
-            got = memo.get(state)
+            allow_n = allow or not has_peer[i]
+            fe = first_end[i]
+            got = None
+            if fe is None:
+                first_end[i], first_allow[i], first_step[i] = seg_end, allow_n, n_steps
+            elif fe == seg_end and first_allow[i] == allow_n:
+                got = first_step[i]
+            else:
+                state = (i, seg_end, allow_n)
+                got = memo.get(state)
+                if got is None:
+                    memo[state] = n_steps
             if got is not None:
                 piece_next.append(_CONTINUE)
                 piece_to.append(got)
                 piece_allow.append(False)
                 break
-            memo[state] = n_steps
             n_steps += 1
             best, release, via = -1, lowest, _V_NONE
             c_prev, c_launch, c_dev, c_sync = edges[i]
@@ -753,6 +784,8 @@ def _walk(
                     piece_next.append(_EXIT)
                     piece_to.append(peer_key[i])
                     piece_allow.append(False)
+                    if follow is not None and peer_key[i] in follow:
+                        entries += follow.pop(peer_key[i])
                     break
                 i, seg_end, allow = best, release, True
                 continue
@@ -781,6 +814,8 @@ def _walk(
                 piece_next.append(_EXIT)
                 piece_to.append(peer_key[i])
                 piece_allow.append(True)
+                if follow is not None and peer_key[i] in follow:
+                    entries += follow.pop(peer_key[i])
                 break
             i, seg_end, allow = best, min(release, s_i), True
         piece_step.append(n_steps)
@@ -917,8 +952,10 @@ def critical_path(
         A :class:`CriticalPath`.
     """
     keys = np.arange(len(table), dtype=np.int64)
+    peers = peer_edges(table, match, keys)
+    # the table holds every rank: only the pieces a walk from its start reaches are needed
     pieces = walk_pieces(
-        table, keys, peer_edges(table, match, keys), device_bound_share=device_bound_share
+        table, keys, peers, device_bound_share=device_bound_share, entries="reachable"
     )
     return stitch(pieces, match, straggler_rank=straggler_rank, steps=steps, max_steps=max_steps)
 

@@ -1,0 +1,134 @@
+"""Benchmark: the critical path walked per rank and stitched, against the one-loop walk.
+
+For each set: analyses it once with the engine to get the aligned table and collective match
+the critical path is given (``otel_ext.analysis.engine`` as ``otel-ext analyze`` runs it), then
+times, best of ``--repeats`` in the same process:
+
+* ``reference``: the walk before the split (``tests/_reference_critical_path.py``, verbatim);
+* ``split``: :func:`otel_ext.analysis.critical_path.critical_path` (peer edges, the pieces of
+  every rank, stitched), and its parts (``peer_edges``, ``walk_pieces``, ``stitch``);
+
+checks the two give the same document, and prints the ratio. Then the travel: the bytes of the
+rows the walk reads (runtime calls and device rows of the reduced table: the non-constant
+columns' bytes, and pickled) against the pieces of every rank computed one rank at a time
+(``WalkPieces.nbytes`` and pickled) and the peer edges, with the steps stored against the path's.
+
+Run: ``.venv/bin/python benchmarks/critical_path_pieces.py [--repeats 3] PATH...``
+(each a folder or file ``otel-ext analyze`` takes: a profiler set, a simulated run's folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import _reference_critical_path as reference  # noqa: E402
+
+from otel_ext.analysis import engine  # noqa: E402
+from otel_ext.analysis.critical_path import (  # noqa: E402
+    WalkPieces,
+    critical_path,
+    peer_edges,
+    stitch,
+    walk_mask,
+    walk_pieces,
+)
+from otel_ext.analysis.table import Category, EventTable, is_constant  # noqa: E402
+
+
+def engine_inputs(path: str) -> tuple[EventTable, Any, dict[str, Any]]:
+    """The aligned table, match and options the engine hands the critical path."""
+    seen: list[tuple[EventTable, Any, dict[str, Any]]] = []
+    real = engine.critical_path
+
+    def spy(table: EventTable, match: Any, **kw: Any) -> Any:
+        seen.append((table, match, kw))
+        return real(table, match, **kw)
+
+    engine.critical_path = spy  # type: ignore[assignment]
+    try:
+        engine.analyze([path])
+    finally:
+        engine.critical_path = real  # type: ignore[assignment]
+    return seen[0]
+
+
+def best_of(repeats: int, fn: Any) -> tuple[float, Any]:
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def column_bytes(table: EventTable, mask: np.ndarray) -> int:
+    """Bytes of ``table``'s rows under ``mask``: its non-constant columns."""
+    n = int(mask.sum())
+    return sum(c.dtype.itemsize * n for c in table.columns.values() if not is_constant(c))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    for path in args.paths:
+        measure(path, args.repeats)
+
+
+def measure(path: str, repeats: int) -> None:
+    """Time, check and weigh one set (see the module docstring)."""
+    table, match, kw = engine_inputs(path)
+    stitch_kw = {k: v for k, v in kw.items() if k != "device_bound_share"}
+    t_ref, ref = best_of(repeats, lambda: reference.critical_path(table, match, **kw))
+    t_new, new = best_of(repeats, lambda: critical_path(table, match, **kw))
+    want = ref.as_dict(max_segments=10**9)
+    keys = np.arange(len(table), dtype=np.int64)
+    t_peer, peers = best_of(repeats, lambda: peer_edges(table, match, keys))
+    t_walk, pieces = best_of(repeats, lambda: walk_pieces(table, keys, peers))
+    t_stitch, _ = best_of(repeats, lambda: stitch(pieces, match, **stitch_kw))
+    # travel: each rank's pieces computed from that rank's rows only, as a worker would
+    mask = walk_mask(table)
+    rt = mask & (table["category"] == Category.RUNTIME)
+    rank = table["rank"]
+    per_rank = [
+        walk_pieces(table.select(rank == r), keys[rank == r], peers)
+        for r in sorted({int(x) for x in rank[mask].tolist()})
+    ]
+    joined = WalkPieces.join(per_rank)
+    same = new.as_dict(max_segments=10**9) == want
+    same_split = stitch(joined, match, **stitch_kw).as_dict(max_segments=10**9) == want
+    rows_b, rt_b = column_bytes(table, mask), column_bytes(table, rt)
+    rows_p = len(pickle.dumps(table.select(mask)))
+    pieces_b = sum(p.nbytes() for p in per_rank)
+    pieces_p = sum(len(pickle.dumps(p)) for p in per_rank)
+    peers_b = sum(a.nbytes for a in (peers.member_key, peers.target_key, peers.release_ns))
+    print(
+        f"{Path(path).name}: {len(table)} reduced rows, {int(mask.sum())} walk rows "
+        f"({int(rt.sum())} runtime), {len(ref.segments)} segments; same in process {same}, "
+        f"same from per-rank pieces {same_split}\n"
+        f"  in process: reference {t_ref:.3f} s, critical_path {t_new:.3f} s, "
+        f"ratio {t_new / t_ref:.2f}\n"
+        f"  every entry (as workers do): peer_edges {t_peer:.4f} s, walk_pieces {t_walk:.3f} s "
+        f"(ratio to reference {t_walk / t_ref:.2f}), stitch {t_stitch:.4f} s; "
+        f"{joined.n_steps} steps stored in {joined.n_pieces} pieces over {len(per_rank)} ranks\n"
+        f"  travel: walk rows {rows_b / 1e6:.3f} MB (runtime {rt_b / 1e6:.3f} MB; "
+        f"pickled {rows_p / 1e6:.3f} MB); pieces {pieces_b / 1e6:.3f} MB (pickled "
+        f"{pieces_p / 1e6:.3f} MB) + peer edges {peers_b / 1e6:.3f} MB; "
+        f"pieces / walk rows {pieces_b / rows_b:.3f}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
