@@ -538,11 +538,16 @@ def walk_pieces(
     names = table.strings["name"]
     name_codes = table["name"][rows]
     is_rt = rcat == Category.RUNTIME
-    label = np.full(len(rows), _CODE["other"], dtype=np.int64)
+    by_cat = np.full(256, _CODE["other"], dtype=np.int64)  # int8 categories, offset by 128
     for c, lab in _LABEL.items():
-        label[rcat == c] = _CODE[lab]
-    for c in distinct(name_codes[is_rt]).tolist():
-        label[is_rt & (name_codes == c)] = _CODE[runtime_label(names[int(c)])]
+        by_cat[int(c) + 128] = _CODE[lab]
+    label = by_cat[rcat.astype(np.int64) + 128]
+    rt_codes = name_codes[is_rt].astype(np.int64)
+    if rt_codes.shape[0]:
+        by_name = np.zeros(int(rt_codes.max()) + 1, dtype=np.int64)
+        for c in distinct(rt_codes).tolist():
+            by_name[c] = _CODE[runtime_label(names[int(c)])]
+        label[is_rt] = by_name[rt_codes]
 
     # the peer edges of this table's rows, and the rows they target
     n = len(rows)
@@ -554,10 +559,6 @@ def walk_pieces(
     here = at >= 0
     has_peer = np.zeros(n, dtype=bool)
     has_peer[at[here]] = True
-    peer_key = np.full(n, -1, dtype=np.int64)
-    peer_key[at[here]] = target_key[here]
-    peer_rel = np.zeros(n, dtype=np.int64)
-    peer_rel[at[here]] = release_ns[here]
     tat = _positions(rkeys, target_key)
     there = tat >= 0
     if (start[tat[there]] != release_ns[there]).any():
@@ -597,11 +598,12 @@ def walk_pieces(
         graph=graph.tolist(),
         runtime=is_rt.tolist(),
         fanned=(fan > 1).tolist(),
-        launch_row=lr.tolist(),
-        edges=list(zip(prev.tolist(), launch.tolist(), dprev.tolist(), sync.tolist())),
+        launch_row=dict(zip(np.flatnonzero(fan > 1).tolist(), lr[fan > 1].tolist())),
+        # four lists, not one of tuples: tuples of every row cost more than the walk
+        edges=(prev.tolist(), launch.tolist(), dprev.tolist(), sync.tolist()),
         has_peer=has_peer.tolist(),
-        peer_key=peer_key.tolist(),
-        peer_rel=peer_rel.tolist(),
+        peer_key=dict(zip(at[here].tolist(), target_key[here].tolist())),
+        peer_rel=dict(zip(at[here].tolist(), release_ns[here].tolist())),
         busy=busy,
         share=device_bound_share,
     )
@@ -666,11 +668,11 @@ def _walk(
     graph: list[bool],
     runtime: list[bool],
     fanned: list[bool],
-    launch_row: list[int],
-    edges: list[tuple[int, int, int, int]],
+    launch_row: dict[int, int],
+    edges: tuple[list[int], list[int], list[int], list[int]],
     has_peer: list[bool],
-    peer_key: list[int],
-    peer_rel: list[int],
+    peer_key: dict[int, int],
+    peer_rel: dict[int, int],
     busy: _DeviceBusy,
     share: float,
 ) -> tuple[list[Any], ...]:
@@ -700,6 +702,7 @@ def _walk(
     first_step = [0] * len(start)
     memo: dict[tuple[int, int, bool], int] = {}
     host, queue, idle = _CODE["host"], _CODE["queue"], _CODE["idle"]
+    e_prev, e_launch, e_dev, e_sync = edges
     lowest = -(1 << 62)
     n_steps = 0
     for i, seg_end, allow, _what in entries:  # grows while walked when following exits
@@ -732,7 +735,7 @@ def _walk(
                 break
             n_steps += 1
             best, release, via = -1, lowest, _V_NONE
-            c_prev, c_launch, c_dev, c_sync = edges[i]
+            c_prev, c_launch, c_dev, c_sync = e_prev[i], e_launch[i], e_dev[i], e_sync[i]
             is_graph = graph[i]
             if c_prev >= 0:
                 rel = end[c_prev]
