@@ -19,11 +19,13 @@ providers, two set-ups:
 
 Measured: the drain thread's CPU (``time.thread_time_ns``) around one ``_drain_once`` of
 ``--records`` records, per record; configurations ``spans+metrics`` (the SDK meter) and
-``spans`` (a no-op meter: the difference is the metric work). The baseline is the
+``spans`` (a no-op meter: the difference is the metric work), interleaved. The baseline is the
 ``otel_ext`` package of ``--baseline`` (``git archive``), run in its own interpreter; the two
-trees alternate child by child (``--rounds`` children each, 3 drains per configuration per
-child, the child's median), and the figure is the median over children with the ratio
-this/baseline. This tree's child also runs the drain with ``native_templates = False`` (native
+trees alternate child by child (``--rounds`` children each, 5 drains per configuration per
+child, the child's median); printed: the median over children, the ratio of the medians, the
+median of the ratios within a round (the two children of a round ran back to back), and the
+smallest child figure of each tree (the least disturbed by other load on the machine) with
+its ratio. This tree's child also runs the drain with ``native_templates = False`` (native
 records through ``_native_entry`` and ``_emit``, the Python hook's path) to separate what the
 templates save from what the shared span and metric code saves. ``--profile`` adds a cProfile
 split of one drain per tree (the parts' shares of the profiled time, scaled to the measured
@@ -48,17 +50,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 #: the revision before the drain's templates and the sampler's short cut
 DEFAULT_BASELINE = "f0d9277"
-REPS = 3
+REPS = 5
 
 #: (name, function's file suffix, function name) of the parts the profile reports
 PARTS = (
     ("SDK histogram record", "metrics/_internal/instrument.py", "record"),
+    ("histogram record (BoundHistogram)", "bound_histogram.py", "record"),
     ("FinishedSpans.write (span, sampler, ids)", "finished_spans.py", "write"),
     ("  of which processors' on_end", "sdk/trace/__init__.py", "on_end"),
     ("set_span_in_context", "trace/propagation/__init__.py", "set_span_in_context"),
     ("record -> attributes (_native_entry)", "_distributed.py", "_native_entry"),
     ("device timing (_native_device_timing)", "_distributed.py", "_native_device_timing"),
     ("the per-batch counter adds", "_distributed.py", "_add_counted"),
+    ("record -> span and metrics, all (_emit_native)", "_distributed.py", "_emit_native"),
+    ("record -> span and metrics, all (_emit)", "_distributed.py", "_emit"),
+    ("the drain, all (_drain_once)", "_distributed.py", "_drain_once"),
 )
 
 
@@ -176,6 +182,7 @@ def _child(args: argparse.Namespace) -> None:
             ]
             if args.tree == "this":
                 configs.append(("spans+metrics, no templates", mp, False))
+            states = []
             for label, meter_provider, templates in configs:
                 state = D._State(
                     tracer_provider=tp, meter_provider=meter_provider, link_provider=None,
@@ -184,17 +191,20 @@ def _child(args: argparse.Namespace) -> None:
                 state.native_specs = specs
                 state.default_name = "0"
                 state.native_templates = templates
-                times = []
-                for rep in range(REPS + 1):  # the first one warms up
+                states.append((label, state))
+            times: dict[str, list[float]] = {label: [] for label, _ in states}
+            for rep in range(REPS + 1):  # the first one warms up; configurations interleaved
+                for label, state in states if rep % 2 else states[::-1]:
                     state.native = _Hook(list(records))
                     c0 = time.thread_time_ns()
                     state._drain_once(0.0)
                     c1 = time.thread_time_ns()
                     if rep:
-                        times.append((c1 - c0) / len(records) / 1e3)
+                        times[label].append((c1 - c0) / len(records) / 1e3)
                     tp.force_flush()
                     clear()
-                result[f"{setup}: {label}"] = statistics.median(times)
+            for label, state in states:
+                result[f"{setup}: {label}"] = statistics.median(times[label])
                 if args.profile and label == "spans+metrics":
                     result[f"{setup}: profile"] = _profile(state, records, tp, clear)
                 state.closed = True
@@ -283,17 +293,28 @@ def main() -> None:
     for tree in ("baseline", "this"):
         print(f"  {tree}: {runs[tree][0]['package']}")
     med: dict[str, dict[str, float]] = {"baseline": {}, "this": {}}
+    low: dict[str, dict[str, float]] = {"baseline": {}, "this": {}}
     for tree in ("baseline", "this"):
         for k in keys:
             vals = [run[k] for run in runs[tree] if k in run]
             if vals:
-                med[tree][k] = statistics.median(vals)
-    print(f"  {'configuration':44s} {'baseline':>9s} {'this':>9s} {'this/base':>9s}")
+                med[tree][k], low[tree][k] = statistics.median(vals), min(vals)
+    print(
+        f"  {'configuration':34s} {'baseline':>9s} {'this':>9s} {'ratio':>6s} {'paired':>7s}"
+        f"   {'min: baseline':>13s} {'this':>6s} {'ratio':>6s}"
+    )
     for k in keys:
         base, this = med["baseline"].get(k), med["this"][k]
-        ratio = f"{this / base:9.2f}" if base else f"{'':9s}"
-        base_s = f"{base:9.2f}" if base else f"{'—':>9s}"
-        print(f"  {k:44s} {base_s} {this:9.2f} {ratio}")
+        if base is None:
+            print(f"  {k:34s} {'—':>9s} {this:9.2f}   {'':>29s} {low['this'][k]:6.2f}")
+            continue
+        # each round's children ran back to back: the ratio within a round, then the median
+        paired = statistics.median(a[k] / b[k] for a, b in zip(runs["this"], runs["baseline"]))
+        print(
+            f"  {k:34s} {base:9.2f} {this:9.2f} {this / base:6.2f} {paired:7.2f}"
+            f"   {low['baseline'][k]:13.2f} {low['this'][k]:6.2f}"
+            f" {low['this'][k] / low['baseline'][k]:6.2f}"
+        )
     for setup in args.setups.split(","):
         full = {t: med[t].get(f"{setup}: spans+metrics") for t in med}
         spans = {t: med[t].get(f"{setup}: spans") for t in med}

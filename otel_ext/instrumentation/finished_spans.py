@@ -142,6 +142,7 @@ class FinishedSpans:
         self._sampler: Any = None  # the sampler last looked at, and how it decides
         self._sampler_mode = 0  # 0: call it, 1: always on, 2: by the parent (see _follows_parent)
         self._flags: dict[int, TraceFlags] = {}
+        self._last_parent: tuple[Any, SpanContext | None] = (None, None)
         self._resolve()
 
     @property
@@ -238,9 +239,15 @@ class FinishedSpans:
             span.end(end_time=end_ns)
             return span
         ids = tracer.id_generator
-        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
+        last = self._last_parent  # a context is immutable: the same one, the same parent
+        if context is not None and last[0] is context:
+            parent: SpanContext | None = last[1]
+        else:
+            parent = trace.get_current_span(context).get_span_context()
+            if parent is None or not parent.is_valid:
+                parent = None
+            self._last_parent = (context, parent)
+        if parent is None:
             trace_id = ids.generate_trace_id()
             random_id = ids.is_trace_id_random()
         else:

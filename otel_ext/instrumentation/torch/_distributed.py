@@ -79,6 +79,7 @@ from otel_ext.instrumentation._common import (
     local_device,
     log_once,
 )
+from otel_ext.instrumentation.bound_histogram import BoundHistogram
 from otel_ext.instrumentation.collectives import (
     COLLECTIVE_DURATION_BOUNDS_S,
     SequenceCounter,
@@ -301,11 +302,13 @@ def _first_tensor(args: tuple[Any, ...]) -> Any:
 
 
 class _MetricSlot(NamedTuple):
-    """One (op, group, device)'s metric attributes and bus factor (:meth:`_Metrics.slot`)."""
+    """One (op, group, device)'s metric attributes, bus factor and bound duration histogram
+    (:meth:`_Metrics.slot`)."""
 
     key: tuple[str, str, str | None]
     attrs: dict[str, Any]
     factor: float
+    duration: BoundHistogram
 
 
 class _Template(NamedTuple):
@@ -352,6 +355,7 @@ class _Metrics:
             explicit_bucket_boundaries_advisory=list(COLLECTIVE_DURATION_BOUNDS_S),
         )
         self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
+        self._bound: dict[tuple[str, str, str | None], BoundHistogram] = {}
         #: per (op, group, device): bytes, bus bytes, seconds, the last span's context
         self._pending: dict[tuple[str, str, str | None], list[Any]] = {}
 
@@ -390,12 +394,16 @@ class _Metrics:
             if device is not None:
                 attrs[ACCEL_DEVICE_ID] = device
             self._attrs[key] = attrs
-        return _MetricSlot(key, attrs, bus_factor(op, size))
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = BoundHistogram(self.duration, attrs)
+        return _MetricSlot(key, attrs, bus_factor(op, size), bound)
 
     def record_in(self, slot: _MetricSlot, ctx: Any, nbytes: int, ns: int) -> None:
-        """:meth:`record` with the lookups done (``slot``) and the span's context made."""
+        """:meth:`record` with the lookups done (``slot``) and the span's context made: the
+        histogram through its :class:`BoundHistogram` (the same point, a third cheaper)."""
         seconds = ns / 1e9
-        self.duration.record(seconds, slot.attrs, context=ctx)
+        slot.duration.record(seconds, ctx)
         sums = self._pending.get(slot.key)
         if sums is None:
             self._pending[slot.key] = [nbytes, nbytes * slot.factor, seconds, ctx]
