@@ -12,6 +12,7 @@ last at all K collectives).
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,8 @@ def _split(
     pieces = []
     for ranks in parts:
         mask = np.isin(table["rank"], ranks)
-        pieces.append(walk_pieces(table.select(mask), keys[mask], peers))
+        piece = walk_pieces(table.select(mask), keys[mask], peers)
+        pieces.append(pickle.loads(pickle.dumps(piece)))  # they travel pickled
     joined = WalkPieces.join(pieces)
     stitch_kw = {k: v for k, v in kw.items() if k != "device_bound_share"}
     return stitch(joined, match, **stitch_kw).as_dict(max_segments=ALL)
@@ -277,6 +279,15 @@ def test_memoised_steps_grow_linearly_when_one_rank_is_last_everywhere() -> None
     # (9,963 steps at K = 80, about 1.5 K², counted once with the sharing switched off);
     # shared, fewer steps than the table has rows
     assert stored[80] < len(_last_everywhere(80))
+
+
+def test_nbytes_is_what_it_weighs() -> None:
+    t = _last_everywhere(20)
+    m = match_collectives(t)
+    keys = np.arange(len(t))
+    pieces = walk_pieces(t, keys, peer_edges(t, m, keys))
+    pickled = len(pickle.dumps(pieces))
+    assert 0.5 * pickled < pieces.nbytes() < 1.5 * pickled
 
 
 def test_entries_option() -> None:
