@@ -30,6 +30,11 @@ records through ``_native_entry`` and ``_emit``, the Python hook's path) to sepa
 templates save from what the shared span and metric code saves. ``--profile`` adds a cProfile
 split of one drain per tree (the parts' shares of the profiled time, scaled to the measured
 CPU per record).
+
+``--real-hook`` instead drives the real native hook on a world-size-1 gloo group (this tree
+only): ``--records`` all-reduces with the drain held, then the C++ ``Hook.drain`` (records to
+Python tuples) timed alone, and the drain's Python part over those real records, templates on
+and off, ``REPS`` times.
 """
 
 from __future__ import annotations
@@ -239,6 +244,65 @@ def _profile(state: Any, records: list[Any], tp: Any, clear: Any) -> dict[str, f
     return shares
 
 
+def _real_hook(args: argparse.Namespace) -> None:
+    """The real native hook on a world-size-1 gloo group: ``--records`` all-reduces of 1 KiB
+    with the drain held, then the C++ ``Hook.drain`` (records to Python tuples) timed alone,
+    and the drain's Python part over those real records, templates on and off."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    from opentelemetry import trace
+
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    tp, mp, clear = _setup("sdk", "")
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(tracer_provider=tp, meter_provider=mp, drain_interval_s=3600)
+    state = inst._state
+    if state is None or state.native is None:
+        raise SystemExit("the native hook did not load")
+    hook = state.native
+    tensor = torch.ones(256)
+    cpp, python = [], {True: [], False: []}
+    for rep in range(REPS + 1):
+        with trace.get_tracer("bench", tracer_provider=tp).start_as_current_span("step"):
+            for _ in range(args.records):
+                dist.all_reduce(tensor)
+        deadline = time.monotonic() + 30
+        while hook.in_flight() < args.records and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the poller's last looks (every 0.5 ms) move the records to done
+        c0 = time.thread_time_ns()
+        records = hook.drain(args.records, 0.0)
+        c1 = time.thread_time_ns()
+        if rep:
+            cpp.append((c1 - c0) / len(records) / 1e3)
+        real = state.native
+        for templates in (True, False) if rep % 2 else (False, True):
+            state.native, state.native_templates = _Hook(list(records)), templates
+            c0 = time.thread_time_ns()
+            state._drain_once(0.0)
+            c1 = time.thread_time_ns()
+            if rep:
+                python[templates].append((c1 - c0) / len(records) / 1e3)
+            tp.force_flush()
+            clear()
+        state.native = real
+    print(
+        f"real hook, {args.records} gloo all-reduces x {REPS}, drain-thread CPU per record "
+        f"(median): C++ Hook.drain {statistics.median(cpp):.2f} µs; spans and metrics "
+        f"{statistics.median(python[True]):.2f} µs (templates), "
+        f"{statistics.median(python[False]):.2f} µs (_native_entry + _emit)"
+    )
+    inst.uninstrument()
+    dist.destroy_process_group()
+
+
 def _baseline_tree(rev: str, into: Path) -> Path:
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", rev, "otel_ext", "exporters", "semantic_conventions"],
@@ -270,11 +334,15 @@ def main() -> None:
     parser.add_argument("--baseline", default=DEFAULT_BASELINE)
     parser.add_argument("--setups", default="sdk,configure")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--real-hook", action="store_true", help="the native hook, gloo")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", default="this", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args)
+        return
+    if args.real_hook:
+        _real_hook(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"baseline": _baseline_tree(args.baseline, Path(tmp)), "this": ROOT}

@@ -222,8 +222,12 @@ class FinishedSpans:
         start_ns: int,
         end_ns: int,
         status: Status | None = None,
+        owned: bool = False,
     ) -> trace.Span:
         """Write one ended span (a child of the span current in ``context``).
+
+        ``owned=True``: ``attributes`` is the span's from now on (the short path keeps it
+        instead of a copy; the caller does not change it after).
 
         Returns:
             A span for its context (for exemplars and links): the recording one, or a
@@ -258,7 +262,7 @@ class FinishedSpans:
             # the decision the sampler would return (see _follows_parent), without its objects
             sampled = recording = mode == 1 or parent is None or parent.trace_flags.sampled
             trace_state = None if parent is None else parent.trace_state
-            span_attributes = dict(attributes) if recording else None
+            span_attributes = (attributes if owned else dict(attributes)) if recording else None
         else:
             result = tracer.sampler.should_sample(
                 context, trace_id, name, SpanKind.INTERNAL, attributes, links

@@ -549,6 +549,7 @@ class _State:
         #: False: native records go through :meth:`_native_entry` and :meth:`_emit` (the
         #: Python hook's path, kept as the reference the drain's output is tested against)
         self.native_templates = True
+        self.drain_context: Any = None
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
         self.drain_wake = threading.Event()  # set by close(): the drain stops waiting
@@ -758,6 +759,9 @@ class _State:
             return 0
         emit = self._emit_native if self.native_templates else self._emit_native_entry
         with self.drain_lock:
+            # this thread's context, for the metrics' span contexts (nothing in the drain
+            # attaches one): what set_span_in_context(span) would copy, looked up once
+            self.drain_context = otel_context.get_current()
             batch = hook.drain(_DRAIN_BATCH, wait_s)
             for i, record in enumerate(batch):
                 if i % _DRAIN_YIELD_EVERY == _DRAIN_YIELD_EVERY - 1:
@@ -855,9 +859,11 @@ class _State:
             start_ns=start,
             end_ns=end,
             status=status,
+            owned=True,
         )
         if err_type is None:
-            self.metrics.record_in(tpl.metric, trace.set_span_in_context(span), nbytes, ns)
+            ctx = trace.set_span_in_context(span, self.drain_context)
+            self.metrics.record_in(tpl.metric, ctx, nbytes, ns)
 
     def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
         (
