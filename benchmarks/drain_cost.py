@@ -31,10 +31,10 @@ templates save from what the shared span and metric code saves. ``--profile`` ad
 split of one drain per tree (the parts' shares of the profiled time, scaled to the measured
 CPU per record).
 
-``--real-hook`` instead drives the real native hook on a world-size-1 gloo group (this tree
-only): ``--records`` all-reduces with the drain held, then the C++ ``Hook.drain`` (records to
-Python tuples) timed alone, and the drain's Python part over those real records, templates on
-and off, ``REPS`` times.
+``--real-hook`` instead drives the real native hook on a world-size-1 gloo group, in each
+tree's child: ``--records`` all-reduces of 1 KiB with the drain held, then the C++
+``Hook.drain`` (records to Python tuples) timed alone, and the drain's Python part over those
+real records (this tree: templates on and off), ``REPS`` times.
 """
 
 from __future__ import annotations
@@ -293,12 +293,14 @@ def _real_hook(args: argparse.Namespace) -> None:
             tp.force_flush()
             clear()
         state.native = real
-    print(
-        f"real hook, {args.records} gloo all-reduces x {REPS}, drain-thread CPU per record "
-        f"(median): C++ Hook.drain {statistics.median(cpp):.2f} µs; spans and metrics "
-        f"{statistics.median(python[True]):.2f} µs (templates), "
-        f"{statistics.median(python[False]):.2f} µs (_native_entry + _emit)"
-    )
+    result = {
+        "tree": args.tree,
+        "real: C++ Hook.drain": statistics.median(cpp),
+        "real: spans+metrics": statistics.median(python[True]),
+    }
+    if args.tree == "this":
+        result["real: spans+metrics, no templates"] = statistics.median(python[False])
+    print(json.dumps(result))
     inst.uninstrument()
     dist.destroy_process_group()
 
@@ -320,6 +322,8 @@ def _run_child(tree: str, src: Path, args: argparse.Namespace, profile: bool) ->
     env = dict(os.environ, PYTHONPATH=str(src), OTEL_SDK_DISABLED="")
     cmd = [sys.executable, __file__, "--child", "--tree", tree, "--records", str(args.records),
            "--setups", args.setups] + (["--profile"] if profile else [])  # fmt: skip
+    if args.real_hook:
+        cmd.append("--real-hook")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=src)
     if proc.returncode != 0:
         raise SystemExit(f"{tree} child failed:\n{proc.stderr[-3000:]}")
@@ -339,10 +343,7 @@ def main() -> None:
     parser.add_argument("--tree", default="this", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args)
-        return
-    if args.real_hook:
-        _real_hook(args)
+        _real_hook(args) if args.real_hook else _child(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"baseline": _baseline_tree(args.baseline, Path(tmp)), "this": ROOT}
@@ -359,7 +360,7 @@ def main() -> None:
     )
     keys = [k for k in runs["this"][0] if ": " in k and not k.endswith("profile")]
     for tree in ("baseline", "this"):
-        print(f"  {tree}: {runs[tree][0]['package']}")
+        print(f"  {tree}: {runs[tree][0].get('package', 'the native hook')}")
     med: dict[str, dict[str, float]] = {"baseline": {}, "this": {}}
     low: dict[str, dict[str, float]] = {"baseline": {}, "this": {}}
     for tree in ("baseline", "this"):
@@ -383,7 +384,7 @@ def main() -> None:
             f"   {low['baseline'][k]:13.2f} {low['this'][k]:6.2f}"
             f" {low['this'][k] / low['baseline'][k]:6.2f}"
         )
-    for setup in args.setups.split(","):
+    for setup in [] if args.real_hook else args.setups.split(","):
         full = {t: med[t].get(f"{setup}: spans+metrics") for t in med}
         spans = {t: med[t].get(f"{setup}: spans") for t in med}
         parts = ", ".join(
