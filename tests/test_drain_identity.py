@@ -332,3 +332,20 @@ def test_the_reference_sees_what_the_templates_see_on_a_fixed_mix() -> None:
     unit, rows = out[1][1]["accel.collective.duration"]
     assert unit == "s"
     assert sum(r["count"] for r in rows) == len(records) - 1
+
+
+def test_the_spans_of_a_configured_provider_take_the_short_path(tmp_path: Any) -> None:
+    """``configure()``'s processors (the bounded batch processor, the active-span publisher)
+    need no ``on_start`` for a span written after it ended: the drain's spans take the short
+    path there too (the batch processor's own no-op ``on_start`` once sent them the API way)."""
+    from otel_ext.exporters import configure
+
+    telemetry = configure(
+        traces_exporter="file", metrics_exporter="none", file_dir=tmp_path, set_global=False,
+        env={},
+    )  # fmt: skip
+    try:
+        spans = FinishedSpans(telemetry.tracer_provider.get_tracer("otel_ext.test"))
+        assert spans.short_path
+    finally:
+        telemetry.shutdown()
