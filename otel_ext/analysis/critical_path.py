@@ -347,8 +347,9 @@ class WalkPieces:
 
     *Entries*: per rank its start (the walk row that ends last; ties: the first) and every
     row of it some peer edge targets. :func:`stitch` walks the pieces from the global start.
-    Joinable (:meth:`join`) across disjoint sets of ranks, picklable, numpy arrays plus one
-    list of names.
+    Joinable (:meth:`join`) across disjoint sets of ranks (each rank's pieces from one call:
+    a rank in two parts would have two starts and two entries per target), picklable, numpy
+    arrays plus one list of names.
     """
 
     names: list[str]  # segment and launch names; codes below index it
@@ -561,8 +562,14 @@ def walk_pieces(
     has_peer[at[here]] = True
     tat = _positions(rkeys, target_key)
     there = tat >= 0
-    if (start[tat[there]] != release_ns[there]).any():
-        raise ValueError("peer edges: a release time is not its target row's start in this table")
+    off = np.flatnonzero(there)[start[tat[there]] != release_ns[there]]
+    if off.shape[0]:
+        k = int(off[0])
+        raise ValueError(
+            f"peer edges: the release time of target row key {int(target_key[k])} "
+            f"({int(release_ns[k])} ns) is not its start in this table "
+            f"({int(start[tat[k]])} ns): edges and rows aligned differently"
+        )
     targets = distinct(tat[there]).tolist()
 
     # entries: (row, seg_end, allow_peer, what): what is -1 for a rank's start, else the
