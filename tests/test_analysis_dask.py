@@ -97,6 +97,38 @@ def test_simulated_run_same_report(simulated: Path, address: str) -> None:
     assert {Path(s["path"]).name for s in doc["skipped"]} == {"timeline.json", "truth.json"}
 
 
+def _shifted_copy(folder: Path, out: Path, ranks: set[int], shift_us: int) -> Path:
+    """The profiler files of ``folder`` with the ``workerN`` files of ``ranks`` stamped
+    ``shift_us`` later (one host whose clock is off)."""
+    out.mkdir()
+    for f in sorted(folder.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        if int(f.name.split("_")[0].removeprefix("worker")) in ranks:
+            for e in doc["traceEvents"]:
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] += shift_us
+        (out / f.name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
+@needs_dask
+def test_dlrm_with_a_host_clock_off_same_report(
+    shared_traces: Path, address: str, tmp_path: Path
+) -> None:
+    """Ranks 4-7 on a clock 3.7 s ahead: the alignment applies the offset, and the critical
+    path walked on the workers (whose runtime calls never travel) moves them by it as the
+    aligned rows the client holds were moved."""
+    folder = _shifted_copy(
+        shared_traces / "param_dlrm_v100_8rank", tmp_path / "dlrm", {4, 5, 6, 7}, 3_700_000
+    )
+    doc = _same_report([folder], address)
+    status = {r["rank"]: r["clock_status"] for r in doc["ranks"]}
+    assert {status[r] for r in (4, 5, 6, 7)} == {"applied"}
+    assert doc["critical_path"]["segments_total"] > 0
+    # the run as recorded is 3.7 s longer than the critical path; aligned, it is not
+    assert doc["critical_path"]["length_ns"] < 3_700_000_000
+
+
 def _loaded_bytes(paths: list[Path]) -> tuple[int, int]:
     """What the loading-only backend sent the client (each file's pickled load result), and
     the set's events."""

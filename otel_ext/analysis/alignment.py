@@ -45,6 +45,7 @@ from otel_ext.errors import OtelExtError
 
 __all__ = [
     "Alignment",
+    "RankClocks",
     "align_ranks",
     "clock_groups",
     "count_violations",
@@ -53,6 +54,34 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RankClocks:
+    """The clock correction :func:`align_ranks` applied, as a function of any table of the
+    same ranks: what moves the rows a worker kept (a rank's runtime calls) exactly as the
+    aligned table's rows were moved (one increasing function of time per clock domain,
+    element by element; the event-level repair is not in it, see
+    :attr:`Alignment.repaired_rows`).
+
+    Attributes:
+        rank_domain: rank -> its clock domain.
+        applied: the domains whose shift was applied (the others keep their times).
+        estimate: the estimator's result (its ``to_reference_ns``), None when nothing moved.
+        base: the time the estimate is relative to (ns).
+    """
+
+    rank_domain: dict[int, int] = field(default_factory=dict)
+    applied: frozenset[int] = frozenset()
+    estimate: Any = None
+    base: int = 0
+
+    def apply(self, table: EventTable) -> EventTable:
+        """``table`` with the rows of the applied domains' ranks moved (a copy of the two time
+        columns; the same table when nothing moves)."""
+        if self.estimate is None or not self.applied:
+            return table
+        return _apply_domains(table, self.rank_domain, self.estimate, self.base, set(self.applied))
 
 
 @dataclass
@@ -68,6 +97,9 @@ class Alignment:
         violations_before, violations_after: collective members leaving before the last
             arrival, on the raw times and after alignment and repair.
         repaired_events, max_repair_shift_ns: what the event-level repair moved.
+        clocks: the per-domain correction, to move other rows of the same ranks alike.
+        repaired_rows: the rows of the input table whose times the event-level repair changed
+            (after :attr:`clocks`): ``table``'s times there are the repair's.
     """
 
     table: EventTable
@@ -87,6 +119,8 @@ class Alignment:
     violations_within_bound: int = 0
     moved_by_rank: dict[int, tuple[int, int]] = field(default_factory=dict)
     consistent: bool = True
+    clocks: RankClocks = field(default_factory=RankClocks)
+    repaired_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def causality(self) -> dict[str, Any]:
         """The JSON ``causality`` object."""
@@ -448,6 +482,7 @@ def align_ranks(
     applied: set[int] = set()
     ref_time: dict[int, int] = {}
     aligned = table
+    clocks = RankClocks(dict(rank_domain))
     method = "none"
     consistent = True
     if got is not None:
@@ -463,7 +498,8 @@ def align_ranks(
         for d, (o, _dr, b) in per_dom.items():
             if d != ref_dom and np.isfinite(b) and abs(o) > b:
                 applied.add(d)
-        aligned = _apply_domains(table, rank_domain, est, base, applied)
+        clocks = RankClocks(dict(rank_domain), frozenset(applied), est, base)
+        aligned = clocks.apply(table)
         for r in ranks:
             d = rank_domain[r]
             if d not in per_dom:
@@ -508,6 +544,7 @@ def align_ranks(
     beyond = count_violations(amatch, slack_ns=member_slack)
     moved = max_shift = 0
     by_rank: dict[int, tuple[int, int]] = {}
+    repaired_rows = np.zeros(0, dtype=np.int64)
     if repair and beyond and consistent:
         # (constraints that contradict each other, which no clock offsets can satisfy, are
         # no evidence of a clock error: members matched by order that are not one collective,
@@ -516,6 +553,10 @@ def align_ranks(
         if fixed is not None:
             repaired, moved, max_shift = fixed
             by_rank = _moved_by_rank(aligned, repaired)
+            repaired_rows = np.flatnonzero(
+                (repaired["start_ns"] != aligned["start_ns"])
+                | (repaired["end_ns"] != aligned["end_ns"])
+            ).astype(np.int64)
             aligned = repaired
             amatch = match.retime(aligned)
     after = count_violations(amatch, slack_ns=member_slack)
@@ -524,5 +565,5 @@ def align_ranks(
         before, after, moved, max_shift, ref_time,
         estimate_ns=estimate, status=status, clock_of=clock_name,
         violations_within_bound=max(after_align - beyond, 0), moved_by_rank=by_rank,
-        consistent=consistent,
+        consistent=consistent, clocks=clocks, repaired_rows=repaired_rows,
     )  # fmt: skip

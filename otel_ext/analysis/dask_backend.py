@@ -49,15 +49,19 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from otel_ext.errors import ConfigError, OtelExtError
 
 if TYPE_CHECKING:
+    from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.critical_path import PeerEdges, WalkPieces
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
-    from otel_ext.analysis.per_rank import RankTables
+    from otel_ext.analysis.per_rank import RankTables, RepairedRows
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -231,6 +235,20 @@ def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool]) -> Any
         return _Raised(e)
 
 
+def _tables_of(kept: Any) -> Any:
+    """Run on a worker: a partition's per-rank results without the walk rows, which stay
+    there for the critical path (or the partition's error, passed on)."""
+    return kept if isinstance(kept, _Raised) else kept.without_walk()
+
+
+def _walk_pass(kept: Any, clocks: Any, repaired: Any, peers: Any, device_bound_share: float) -> Any:
+    """Run on the worker that keeps a partition's walk rows: its ranks' critical-path
+    pieces."""
+    from otel_ext.analysis.per_rank import walk_of
+
+    return walk_of(kept, clocks, repaired, peers, device_bound_share=device_bound_share)
+
+
 def _pickled_size(value: Any) -> int:
     import pickle
 
@@ -294,7 +312,10 @@ class PerRankPhase:
         steps: the step selection's record.
         ranks: the per-rank results (:class:`~otel_ext.analysis.per_rank.RankTables`).
         reduced: the rows the cross-rank passes read, every file's, joined in file order.
+        keys: each reduced row's position in the whole set (ascending).
         received_bytes: what travelled to the client, pickled (0 unless measured).
+        walks: per partition, its ranks and the cluster's future of its per-rank results
+            with the walk rows, kept on the worker for :meth:`DaskCluster.walk_phase`.
     """
 
     load: LoadResult
@@ -302,7 +323,9 @@ class PerRankPhase:
     steps: dict[str, Any]
     ranks: RankTables
     reduced: EventTable
+    keys: Any
     received_bytes: int = 0
+    walks: list[tuple[frozenset[int], Any]] = field(default_factory=list)
 
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -412,10 +435,7 @@ class DaskCluster:
             n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
             n_parts = max(1, n_parts)
             plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
-            holders: dict[int, int] = {}
-            for part in plan:
-                for i in part.files:
-                    holders[i] = holders.get(i, 0) + 1
+            walks: list[tuple[frozenset[int], Any]] = []
             with self._worker_errors():
                 futures = []
                 for part in plan:
@@ -433,11 +453,13 @@ class DaskCluster:
                         )
                         for i in part.files
                     ]
-                    split = [holders[i] > 1 for i in part.files]
                     owned = [i in part.owned for i in part.files]
-                    futures.append(
-                        self.client.submit(_pieces_pass, pieces, split, owned, pure=False)
+                    # every reduced row's position comes back: the keys of the walk
+                    kept_part = self.client.submit(
+                        _pieces_pass, pieces, [True] * len(pieces), owned, pure=False
                     )
+                    walks.append((part.ranks, kept_part))
+                    futures.append(self.client.submit(_tables_of, kept_part, pure=False))
                 parts = []
                 for f in futures:
                     answer = f.result()
@@ -459,6 +481,10 @@ class DaskCluster:
                 elif len(t):
                     by_file.setdefault(i, []).append((t, where))
         files = [jobs.reassemble(by_file[i]) for i in sorted(by_file)]
+        keys = np.concatenate(
+            [np.sort(np.concatenate([w for _, w in by_file[i]])) for i in sorted(by_file)]
+            or [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
         joined = EventTable.concat(files) if files else EventTable.empty()
         meta = dict(joined.meta)
         if decision.rank_runs:
@@ -470,7 +496,52 @@ class DaskCluster:
             ranks = merge_rank_tables(parts, source_code=codes)
         else:
             ranks = per_rank_tables(EventTable.empty())
-        return PerRankPhase(load, decision.captures, record, ranks, reduced, received)
+        return PerRankPhase(
+            load, decision.captures, record, ranks, reduced, keys, received, walks=walks
+        )
+
+    def walk_phase(
+        self,
+        phase: PerRankPhase,
+        clocks: RankClocks,
+        repaired: RepairedRows,
+        peers: PeerEdges,
+        *,
+        keys: Any,
+        rank_of_key: Any,
+        device_bound_share: float = 0.9,
+    ) -> WalkPieces:
+        """The critical path's walk of every partition, on the worker that keeps its walk
+        rows; each partition gets the clock correction and only its ranks' repaired rows and
+        peer edges (those of its members and those into its rows). The walk rows are let go
+        after.
+
+        Args:
+            phase: the per-rank phase (its kept partitions).
+            clocks, repaired, peers: what the alignment and the match decided here.
+            keys: the reduced rows' keys (ascending), and ``rank_of_key`` their ranks: to
+                tell the repaired rows and the peer edges of each partition.
+        """
+        from otel_ext.analysis.critical_path import WalkPieces
+        from otel_ext.analysis.per_rank import WalkShares
+
+        shares = WalkShares(keys, rank_of_key, repaired, peers)
+        futures = []
+        try:
+            with self._worker_errors():
+                for ranks, kept in phase.walks:
+                    rep, sub = shares.of(ranks)
+                    futures.append(
+                        self.client.submit(
+                            _walk_pass, kept, clocks, rep, sub, device_bound_share, pure=False
+                        )
+                    )
+                parts = [f.result() for f in futures]
+        finally:
+            phase.walks = []  # the workers let the walk rows go
+        if self.measure:
+            self.received_bytes += sum(_pickled_size(p) for p in parts)
+        return WalkPieces.join(parts)
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:
         """``fn(paths)`` computed one path per job on the workers: for functions whose answer

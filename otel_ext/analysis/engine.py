@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis.alignment import align_ranks
+from otel_ext.analysis.alignment import Alignment, align_ranks
 from otel_ext.analysis.captures import hosts_from_file_names, separate_captures
 from otel_ext.analysis.collectives import (
     CollectiveMatch,
@@ -44,10 +44,17 @@ from otel_ext.analysis.collectives import (
     port_stats,
     sampled_fraction,
 )
-from otel_ext.analysis.critical_path import critical_path
+from otel_ext.analysis.critical_path import CriticalPath, peer_edges, stitch
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
-from otel_ext.analysis.per_rank import merge_name_counts, name_counts, per_rank_tables
+from otel_ext.analysis.per_rank import (
+    RankTables,
+    RepairedRows,
+    merge_name_counts,
+    name_counts,
+    per_rank_tables,
+    walk_of,
+)
 from otel_ext.analysis.requests import (
     engine_step_order,
     engine_steps_from_otlp,
@@ -62,7 +69,7 @@ from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_coun
 from otel_ext.analysis.table import Category, EventTable
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.dask_backend import DaskCluster
+    from otel_ext.analysis.dask_backend import DaskCluster, PerRankPhase
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
 
@@ -381,6 +388,33 @@ def analyze(
     return _analyze(source, cluster=None, **options)
 
 
+def _critical_path(
+    alignment: Alignment,
+    keys: np.ndarray,
+    per: RankTables,
+    phase: PerRankPhase | None,
+    *,
+    cluster: DaskCluster | None,
+    straggler_rank: int | None,
+    steps: int | None,
+) -> CriticalPath:
+    """The critical path: each rank's walk where its rows are (here, or on the workers that
+    keep them), after the alignment decided here; the pieces stitched here
+    (``docs/analysis.md``, "Per-rank and cross-rank passes")."""
+    aligned, amatch = alignment.table, alignment.match
+    peers = peer_edges(aligned, amatch, keys)
+    rep = alignment.repaired_rows
+    repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
+    if phase is not None and cluster is not None:
+        rank_of_key = aligned["rank"]
+        pieces = cluster.walk_phase(
+            phase, alignment.clocks, repaired, peers, keys=keys, rank_of_key=rank_of_key
+        )
+    else:
+        pieces = walk_of(per, alignment.clocks, repaired, peers, every_rank=True)
+    return stitch(pieces, amatch, straggler_rank=straggler_rank, steps=steps)
+
+
 def _analyze(
     source: Any,
     *,
@@ -410,19 +444,23 @@ def _analyze(
             paths, keep_going=keep_going, progress=progress, steps=steps, one_run=one_run
         )
         load, captures, step_record, per = phase.load, phase.captures, phase.steps, phase.ranks
-        table = phase.reduced
+        table, keys = phase.reduced, phase.keys
     else:
         load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
         formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
         whole, captures = separate_captures(load.table, formats=formats, one_run=one_run)
         whole, step_record = select_steps(whole, steps)
-        per = per_rank_tables(whole)
-        table = per.reduced[0]
+        per = per_rank_tables(whole, positions=np.arange(len(whole), dtype=np.int64))
+        table, keys = per.reduced[0], per.reduced_positions[0]
+        phase = None
         del whole
         if _is_paths(source):  # loaded here: past the per-rank phase its rows are not needed
             load = _without_events(load)
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
+    if len(table) > n_reduced:  # the serving engines' request rows: keys after every row's
+        top = int(keys.max()) + 1 if len(keys) else 0
+        keys = np.r_[keys, top + np.arange(len(table) - n_reduced, dtype=np.int64)]
     counts = per.names
     if len(table) > n_reduced:  # the serving engines' request rows, named like the others
         counts = merge_name_counts(
@@ -457,9 +495,12 @@ def _analyze(
     th = thresholds or Thresholds()
     # the what-if is asked only of a rank whose lateness is a verdict, not of a chance leader
     verdicts = straggler_verdicts(strag, th, amatch)
-    cp = critical_path(
-        aligned,
-        amatch,
+    cp = _critical_path(
+        alignment,
+        keys,
+        per,
+        phase,
+        cluster=cluster,
         straggler_rank=verdicts[0]["rank"] if verdicts else None,
         steps=n_steps,
     )

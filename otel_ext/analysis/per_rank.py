@@ -39,9 +39,9 @@ counts added.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,19 +51,28 @@ from otel_ext.analysis.breakdown import KernelStats, kernel_stats
 from otel_ext.analysis.collectives import HOST_COLLECTIVE_FAMILIES
 from otel_ext.analysis.table import NUMERIC_COLUMNS, Category, EventTable, constant_column
 
+if TYPE_CHECKING:
+    from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.critical_path import PeerEdges, WalkPieces
+
 __all__ = [
     "RankTables",
+    "RepairedRows",
+    "WalkShares",
+    "aligned_walk",
     "cross_rank_mask",
     "merge_name_counts",
     "merge_rank_tables",
     "name_counts",
     "per_rank_tables",
+    "walk_of",
 ]
 
 #: categories a cross-rank pass reads (host operators only where they are collectives; rows
-#: of no category, an old trace's host operators or an OTLP run's engine steps, none)
+#: of no category, an old trace's host operators or an OTLP run's engine steps, none; the
+#: runtime calls only the critical path's walk reads, which runs where the rows are: they are
+#: in :attr:`RankTables.walk`, not in the reduced rows)
 CROSS_RANK_CATEGORIES = (
-    Category.RUNTIME,
     Category.KERNEL_COMPUTE,
     Category.KERNEL_COMM,
     Category.MEMCPY,
@@ -203,6 +212,12 @@ class RankTables:
             rank's first start and last end), one table per input part.
         reduced_positions: for each reduced table, its rows' positions in the whole set
             (when ``positions`` were given; empty otherwise).
+        walk: the rows the critical path's walk reads (every device row and runtime call of
+            the ranks, :func:`~otel_ext.analysis.critical_path.walk_mask`), as recorded; they
+            stay where the per-rank phase ran (None once the results left it).
+        walk_keys: each walk row's position in the whole set (its row number without
+            ``positions``): the keys :func:`~otel_ext.analysis.critical_path.walk_pieces`
+            takes.
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -214,6 +229,12 @@ class RankTables:
     events: int
     reduced: list[EventTable]
     reduced_positions: list[np.ndarray] = field(default_factory=list)
+    walk: EventTable | None = None
+    walk_keys: np.ndarray | None = None
+
+    def without_walk(self) -> RankTables:
+        """These results without the walk rows (what travels to the client)."""
+        return replace(self, walk=None, walk_keys=None)
 
 
 def per_rank_tables(
@@ -232,8 +253,12 @@ def per_rank_tables(
         positions: each row's position in the whole set (rows numbered through the files in
             order); default: its row number.
     """
+    from otel_ext.analysis.critical_path import walk_mask
+
     whole = [table] if parts is None else list(parts)
     keep = _with_envelope(table, cross_rank_mask(table))
+    walk = np.flatnonzero(walk_mask(table))
+    keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
     reduced = []
     reduced_positions = []
     at = 0
@@ -254,6 +279,8 @@ def per_rank_tables(
         events=len(table),
         reduced=reduced,
         reduced_positions=reduced_positions,
+        walk=table.select(walk),
+        walk_keys=keys,
     )
 
 
@@ -291,4 +318,132 @@ def merge_rank_tables(parts: Sequence[RankTables], *, source_code: Mapping[str, 
         events=sum(p.events for p in parts),
         reduced=[t for p in parts for t in p.reduced],
         reduced_positions=[x for p in parts for x in p.reduced_positions],
+        **_joined_walks(parts),
+    )
+
+
+def _joined_walks(parts: Sequence[RankTables]) -> dict[str, Any]:
+    """The parts' walk rows joined in key order (none when a part's left it)."""
+    walks = [(p.walk, p.walk_keys) for p in parts if p.walk is not None and p.walk_keys is not None]
+    if len(walks) < len(parts):
+        return {}
+    keys = np.concatenate([k for _, k in walks])
+    order = np.argsort(keys, kind="stable")
+    joined = EventTable.concat([w for w, _ in walks])
+    return {"walk": joined.select(order), "walk_keys": keys[order]}
+
+
+@dataclass
+class RepairedRows:
+    """Rows the event-level causality repair moved, by key (see :class:`RankTables`'
+    ``walk_keys``), with their repaired times: what a worker's walk rows take over from the
+    client's aligned table."""
+
+    keys: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+    @classmethod
+    def none(cls) -> RepairedRows:
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, empty, empty)
+
+    def select(self, mask: np.ndarray) -> RepairedRows:
+        return RepairedRows(self.keys[mask], self.start_ns[mask], self.end_ns[mask])
+
+
+class WalkShares:
+    """What a partition's walk needs of the client's decisions: the repaired rows of its
+    ranks, and the peer edges of its members and those into its rows (where walks enter it
+    from another rank).
+
+    Args:
+        keys: the client's reduced rows' keys (ascending), ``rank_of_key`` their ranks.
+        repaired, peers: the repair's rows and every peer edge, by key.
+    """
+
+    def __init__(
+        self, keys: np.ndarray, rank_of_key: np.ndarray, repaired: RepairedRows, peers: PeerEdges
+    ) -> None:
+        self.repaired, self.peers = repaired, peers
+        self._rep_rank = _ranks_at(keys, rank_of_key, repaired.keys)
+        self._member_rank = _ranks_at(keys, rank_of_key, peers.member_key)
+        self._target_rank = _ranks_at(keys, rank_of_key, peers.target_key)
+
+    def of(self, ranks: Iterable[int]) -> tuple[RepairedRows, PeerEdges]:
+        """The share of a partition of ``ranks``."""
+        from otel_ext.analysis.critical_path import PeerEdges
+
+        wanted = np.asarray(sorted(ranks), dtype=np.int64)
+        mine = np.isin(self._member_rank, wanted) | np.isin(self._target_rank, wanted)
+        p = self.peers
+        edges = PeerEdges(p.member_key[mine], p.target_key[mine], p.release_ns[mine])
+        return self.repaired.select(np.isin(self._rep_rank, wanted)), edges
+
+
+def _ranks_at(keys: np.ndarray, rank_of_key: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The ranks of the rows with keys ``wanted`` (each one of ``keys``)."""
+    if len(keys) == 0:
+        return np.zeros(len(wanted), dtype=np.int64)
+    pos = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
+    return np.asarray(rank_of_key, dtype=np.int64)[pos]
+
+
+def aligned_walk(
+    walk: EventTable, keys: np.ndarray, clocks: RankClocks, repaired: RepairedRows
+) -> EventTable:
+    """The walk rows on the aligned timeline: the clock correction the alignment applied
+    (:class:`~otel_ext.analysis.alignment.RankClocks`), then the repaired rows' times.
+
+    >>> from otel_ext.analysis.alignment import RankClocks
+    >>> from otel_ext.analysis.table import Category as C
+    >>> w = EventTable.from_rows([dict(start_ns=s, end_ns=s + 5, rank=0,
+    ...     category=C.KERNEL_COMM) for s in (0, 10)])
+    >>> moved = aligned_walk(w, np.array([3, 7]), RankClocks(),
+    ...     RepairedRows(np.array([7]), np.array([12]), np.array([20])))
+    >>> moved["start_ns"].tolist(), moved["end_ns"].tolist()
+    ([0, 12], [5, 20])
+    """
+    moved = clocks.apply(walk)
+    if len(repaired.keys) == 0 or len(keys) == 0:
+        return moved
+    pos = np.clip(np.searchsorted(keys, repaired.keys), 0, len(keys) - 1)
+    here = keys[pos] == repaired.keys
+    if not here.any():
+        return moved
+    columns = dict(moved.columns)
+    for name, new in (("start_ns", repaired.start_ns), ("end_ns", repaired.end_ns)):
+        col = moved[name].copy()
+        col[pos[here]] = new[here]
+        columns[name] = col
+    return EventTable(columns, moved.strings, dict(moved.meta))
+
+
+def walk_of(
+    tables: RankTables,
+    clocks: RankClocks,
+    repaired: RepairedRows,
+    peers: PeerEdges,
+    *,
+    device_bound_share: float = 0.9,
+    every_rank: bool = False,
+) -> WalkPieces:
+    """The critical path's walk over the ranks of ``tables`` (where their walk rows are: in
+    process, or on the worker that ran their per-rank phase), after the client's alignment:
+    the pieces :func:`~otel_ext.analysis.critical_path.stitch` joins across ranks.
+
+    ``every_rank``: ``tables`` holds every rank (in process), so only what the walk from the
+    run's last event reaches is walked; a partition walks from every entry its ranks have.
+    """
+    from otel_ext.analysis.critical_path import walk_pieces
+
+    if tables.walk is None or tables.walk_keys is None:
+        raise ValueError("these per-rank results have left their walk rows behind")
+    table = aligned_walk(tables.walk, tables.walk_keys, clocks, repaired)
+    return walk_pieces(
+        table,
+        tables.walk_keys,
+        peers,
+        device_bound_share=device_bound_share,
+        entries="reachable" if every_rank else "every",
     )
