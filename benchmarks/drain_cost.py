@@ -1,13 +1,16 @@
 """The collective drain's CPU per record: this tree against a baseline revision, same run.
 
-Run: ``python benchmarks/drain_cost.py [--records 4096] [--rounds 5] [--baseline f0d9277]``.
+Run: ``python benchmarks/drain_cost.py [--records 4096] [--rounds 5] [--run 8] [--baseline f0d9277]
+[--profile] [--real-hook]``.
 
 The native hook's drain thread (``_State._drain_once``) turns each completed record into an
 ``accel.collective`` span and the collective metrics, under the GIL: that is the background
 cost a Python-bound workload waits for. This feeds it synthetic records of exactly the shape
 ``Hook.drain`` returns (the 21-field tuples of ``_c10d_hook.cpp``; a seeded mix of sync and
 async all-reduces, sends and receives with their group ranks, broadcasts, failures,
-enqueue-only and device-timed records, each with one of a few step contexts as parent) through
+enqueue-only and device-timed records; in issue order, so the parent context changes every
+``--run`` records, as when a layer's span is current for its few collectives, and one record
+in ten comes from a thread with no current span) through
 the real drain (a stand-in hook object whose ``drain`` hands them over), with real SDK
 providers, two set-ups:
 
@@ -73,8 +76,9 @@ PARTS = (
 )
 
 
-def _records(n: int, contexts: list[Any], seed: int = 7) -> list[tuple[Any, ...]]:
-    """``n`` records as ``Hook.drain`` returns them (see ``_c10d_hook.cpp``), seeded.
+def _records(n: int, contexts: list[Any], run: int, seed: int = 7) -> list[tuple[Any, ...]]:
+    """``n`` records as ``Hook.drain`` returns them (see ``_c10d_hook.cpp``), seeded; the
+    context the next of ``contexts`` every ``run`` records, ``None`` for one in ten.
 
     Spec indices: 0 all_reduce, 1 broadcast, 2 send, 3 recv (see ``SPECS``).
     """
@@ -82,7 +86,7 @@ def _records(n: int, contexts: list[Any], seed: int = 7) -> list[tuple[Any, ...]
     out = []
     seqs: dict[Any, int] = {}
     t = 1_800_000_000_000_000_000
-    for _ in range(n):
+    for i in range(n):
         t += rng.randrange(20_000, 200_000)
         kind = rng.random()
         idx = 0 if kind < 0.7 else 1 if kind < 0.8 else 2 if kind < 0.9 else 3
@@ -113,7 +117,7 @@ def _records(n: int, contexts: list[Any], seed: int = 7) -> list[tuple[Any, ...]
                 t, t1, end, uncertainty, enqueue_only,
                 "DistBackendError" if failed else None,
                 "connection reset by peer" if failed else None,
-                rng.choice(contexts), device_ns,
+                None if rng.random() < 0.1 else contexts[i // run % len(contexts)], device_ns,
             )
         )  # fmt: skip
     return out
@@ -180,7 +184,7 @@ def _child(args: argparse.Namespace) -> None:
             for i in range(4):
                 with tracer.start_as_current_span(f"step{i}") as step:
                     contexts.append(trace.set_span_in_context(step))
-            records = _records(args.records, [*contexts, None])
+            records = _records(args.records, contexts, args.run)
             configs: list[tuple[str, Any, bool]] = [
                 ("spans+metrics", mp, True),
                 ("spans", NoOpMeterProvider(), True),
@@ -321,7 +325,7 @@ def _baseline_tree(rev: str, into: Path) -> Path:
 def _run_child(tree: str, src: Path, args: argparse.Namespace, profile: bool) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(src), OTEL_SDK_DISABLED="")
     cmd = [sys.executable, __file__, "--child", "--tree", tree, "--records", str(args.records),
-           "--setups", args.setups] + (["--profile"] if profile else [])  # fmt: skip
+           "--setups", args.setups, "--run", str(args.run)] + (["--profile"] if profile else [])  # fmt: skip
     if args.real_hook:
         cmd.append("--real-hook")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=src)
@@ -336,6 +340,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--baseline", default=DEFAULT_BASELINE)
+    parser.add_argument("--run", type=int, default=8, help="records per parent context")
     parser.add_argument("--setups", default="sdk,configure")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--real-hook", action="store_true", help="the native hook, gloo")
