@@ -197,3 +197,16 @@ def test_reduced_rows_are_fewer_on_profiler_traces(shared_traces: Path, folder: 
     pairs = np.unique(np.stack([table["source"], table["rank"]], axis=1), axis=0)
     assert spans <= 2 * len(pairs)
     assert int(left.sum()) < int(cpu.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 5_000), max_size=300), st.integers(0, 10**12))
+def test_packed_positions_unpack_to_the_positions(rows: set[int], offset: int) -> None:
+    from otel_ext.analysis.per_rank_jobs import PackedPositions
+
+    positions = np.asarray(sorted(rows), dtype=np.int64) + offset
+    packed = PackedPositions.of(positions)
+    assert packed.unpack().tolist() == positions.tolist()
+    assert packed.count == len(positions)
+    if len(positions):  # one bit a row of the span they cover
+        assert len(packed.bits) == (int(positions[-1] - positions[0]) + 8) // 8

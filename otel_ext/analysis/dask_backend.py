@@ -237,8 +237,16 @@ def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool]) -> Any
 
 def _tables_of(kept: Any) -> Any:
     """Run on a worker: a partition's per-rank results without the walk rows, which stay
-    there for the critical path (or the partition's error, passed on)."""
-    return kept if isinstance(kept, _Raised) else kept.without_walk()
+    there for the critical path, and with the reduced rows' positions packed (or the
+    partition's error, passed on)."""
+    from otel_ext.analysis.per_rank_jobs import PackedPositions
+
+    if isinstance(kept, _Raised):
+        return kept
+    out = kept.without_walk()
+    packed = [PackedPositions.of(w) for w in out.reduced_positions]
+    out.reduced_positions = []
+    return out, packed
 
 
 def _walk_pass(kept: Any, clocks: Any, repaired: Any, peers: Any, device_bound_share: float) -> Any:
@@ -314,8 +322,9 @@ class PerRankPhase:
         reduced: the rows the cross-rank passes read, every file's, joined in file order.
         keys: each reduced row's position in the whole set (ascending).
         received_bytes: what travelled to the client, pickled (0 unless measured).
-        walks: per partition, its ranks and the cluster's future of its per-rank results
-            with the walk rows, kept on the worker for :meth:`DaskCluster.walk_phase`.
+        walks: per partition, its ranks, the cluster's future of its per-rank results with
+            the walk rows, kept on the worker for :meth:`DaskCluster.walk_phase`, and whether
+            its walk rows all travelled with the reduced rows (then the client walks them).
     """
 
     load: LoadResult
@@ -325,7 +334,7 @@ class PerRankPhase:
     reduced: EventTable
     keys: Any
     received_bytes: int = 0
-    walks: list[tuple[frozenset[int], Any]] = field(default_factory=list)
+    walks: list[tuple[frozenset[int], Any, bool]] = field(default_factory=list)
 
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -435,7 +444,7 @@ class DaskCluster:
             n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
             n_parts = max(1, n_parts)
             plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
-            walks: list[tuple[frozenset[int], Any]] = []
+            walks: list[tuple[frozenset[int], Any, bool]] = []
             with self._worker_errors():
                 futures = []
                 for part in plan:
@@ -458,20 +467,26 @@ class DaskCluster:
                     kept_part = self.client.submit(
                         _pieces_pass, pieces, [True] * len(pieces), owned, pure=False
                     )
-                    walks.append((part.ranks, kept_part))
+                    walks.append((part.ranks, kept_part, False))
                     futures.append(self.client.submit(_tables_of, kept_part, pure=False))
                 parts = []
+                answers_bytes = 0
                 for f in futures:
                     answer = f.result()
                     if isinstance(answer, _Raised):
                         raise answer.error
-                    parts.append(answer)
+                    if self.measure:
+                        answers_bytes += _pickled_size(answer)
+                    tables, packed = answer
+                    tables.reduced_positions = [p.unpack() for p in packed]
+                    parts.append(tables)
+                walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
         finally:
             for k in executor.kept:  # the workers let the kept files go
                 k.release()
         received = executor.received_bytes
         if self.measure:
-            received += sum(_pickled_size(p) for p in parts)
+            received += answers_bytes
         self.received_bytes = received
         by_file: dict[int, list[tuple[EventTable, Any]]] = {}
         for part, tables in zip(plan, parts):
@@ -507,29 +522,32 @@ class DaskCluster:
         repaired: RepairedRows,
         peers: PeerEdges,
         *,
+        aligned: EventTable,
         keys: Any,
-        rank_of_key: Any,
         device_bound_share: float = 0.9,
     ) -> WalkPieces:
         """The critical path's walk of every partition, on the worker that keeps its walk
         rows; each partition gets the clock correction and only its ranks' repaired rows and
-        peer edges (those of its members and those into its rows). The walk rows are let go
-        after.
+        peer edges (those of its members and those into its rows). A partition whose walk
+        rows all came with its reduced rows (an OTLP run: no runtime calls) is walked here,
+        from the aligned rows, and its pieces do not travel. The walk rows are let go after.
 
         Args:
             phase: the per-rank phase (its kept partitions).
             clocks, repaired, peers: what the alignment and the match decided here.
-            keys: the reduced rows' keys (ascending), and ``rank_of_key`` their ranks: to
-                tell the repaired rows and the peer edges of each partition.
+            aligned: the aligned reduced rows, ``keys`` their keys (ascending).
         """
-        from otel_ext.analysis.critical_path import WalkPieces
+        from otel_ext.analysis.critical_path import WalkPieces, walk_mask, walk_pieces
         from otel_ext.analysis.per_rank import WalkShares
 
-        shares = WalkShares(keys, rank_of_key, repaired, peers)
+        shares = WalkShares(keys, aligned["rank"], repaired, peers)
+        here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
         futures = []
         try:
             with self._worker_errors():
-                for ranks, kept in phase.walks:
+                for ranks, kept, travels in phase.walks:
+                    if travels:
+                        continue
                     rep, sub = shares.of(ranks)
                     futures.append(
                         self.client.submit(
@@ -541,6 +559,14 @@ class DaskCluster:
             phase.walks = []  # the workers let the walk rows go
         if self.measure:
             self.received_bytes += sum(_pickled_size(p) for p in parts)
+        if here:
+            rows = np.flatnonzero(walk_mask(aligned) & np.isin(aligned["rank"], here))
+            _, sub = shares.of(here)
+            parts.append(
+                walk_pieces(
+                    aligned.select(rows), keys[rows], sub, device_bound_share=device_bound_share
+                )
+            )
         return WalkPieces.join(parts)
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:

@@ -406,9 +406,8 @@ def _critical_path(
     rep = alignment.repaired_rows
     repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
     if phase is not None and cluster is not None:
-        rank_of_key = aligned["rank"]
         pieces = cluster.walk_phase(
-            phase, alignment.clocks, repaired, peers, keys=keys, rank_of_key=rank_of_key
+            phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys
         )
     else:
         pieces = walk_of(per, alignment.clocks, repaired, peers, every_rank=True)

@@ -218,6 +218,9 @@ class RankTables:
         walk_keys: each walk row's position in the whole set (its row number without
             ``positions``): the keys :func:`~otel_ext.analysis.critical_path.walk_pieces`
             takes.
+        walk_travels: every walk row is among the reduced rows too (no runtime calls but
+            the rank's first and last rows: an OTLP run), so the client can walk these ranks
+            from its own rows.
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -231,6 +234,7 @@ class RankTables:
     reduced_positions: list[np.ndarray] = field(default_factory=list)
     walk: EventTable | None = None
     walk_keys: np.ndarray | None = None
+    walk_travels: bool = False
 
     def without_walk(self) -> RankTables:
         """These results without the walk rows (what travels to the client)."""
@@ -281,6 +285,7 @@ def per_rank_tables(
         reduced_positions=reduced_positions,
         walk=table.select(walk),
         walk_keys=keys,
+        walk_travels=bool(keep[walk].all()),
     )
 
 
@@ -318,6 +323,7 @@ def merge_rank_tables(parts: Sequence[RankTables], *, source_code: Mapping[str, 
         events=sum(p.events for p in parts),
         reduced=[t for p in parts for t in p.reduced],
         reduced_positions=[x for p in parts for x in p.reduced_positions],
+        walk_travels=all(p.walk_travels for p in parts),
         **_joined_walks(parts),
     )
 

@@ -49,6 +49,7 @@ from otel_ext.errors import OtelExtError
 __all__ = [
     "FileSummary",
     "KeptFile",
+    "PackedPositions",
     "Partition",
     "Piece",
     "RankDecision",
@@ -265,6 +266,39 @@ def _renumbered(table: EventTable, renumber: dict[int, int]) -> EventTable:
     return EventTable(cols, table.strings, dict(table.meta))
 
 
+@dataclass(frozen=True)
+class PackedPositions:
+    """Ascending row positions as one bit per row of the span they cover: what a reduced
+    table's positions weigh on the way to the client (a profiler file keeps a tenth to a
+    third of its rows, an OTLP run nearly all: 8 bytes a kept row as integers, 1/8 byte a
+    row of the file as bits).
+
+    >>> p = PackedPositions.of(np.array([5, 6, 9, 20]))
+    >>> p.unpack().tolist(), len(p.bits)
+    ([5, 6, 9, 20], 2)
+    >>> PackedPositions.of(np.zeros(0, dtype=np.int64)).unpack().tolist()
+    []
+    """
+
+    first: int
+    bits: np.ndarray
+    count: int
+
+    @classmethod
+    def of(cls, positions: np.ndarray) -> PackedPositions:
+        if len(positions) == 0:
+            return cls(0, np.zeros(0, dtype=np.uint8), 0)
+        first = int(positions[0])
+        span = np.zeros(int(positions[-1]) - first + 1, dtype=bool)
+        span[positions - first] = True
+        return cls(first, np.packbits(span), len(positions))
+
+    def unpack(self) -> np.ndarray:
+        if self.count == 0:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(np.unpackbits(self.bits)).astype(np.int64) + self.first
+
+
 def partition_pass(
     pieces: list[Piece],
     *,
@@ -288,6 +322,7 @@ def partition_pass(
     out = per_rank_tables(table, parts=tables, positions=positions)
     if split is not None:
         out.reduced_positions = [w if s else w[:0] for w, s in zip(out.reduced_positions, split)]
+
     if owned is not None:
         out.reduced = [
             t if o else EventTable(t.columns, {k: [] for k in t.strings}, t.meta)
