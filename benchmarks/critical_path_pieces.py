@@ -1,7 +1,7 @@
 """Benchmark: the critical path walked per rank and stitched, against the one-loop walk.
 
 For each set: analyses it once with the engine to get the aligned table and collective match
-the critical path is given (``otel_ext.analysis.engine`` as ``otel-ext analyze`` runs it), then
+(``otel_ext.analysis.engine`` as ``otel-ext analyze`` runs it, its ``align_ranks`` result), then
 times, best of ``--repeats`` in the same process:
 
 * ``reference``: the walk before the split (``tests/_reference_critical_path.py``, verbatim);
@@ -46,20 +46,22 @@ from otel_ext.analysis.table import Category, EventTable, is_constant  # noqa: E
 
 
 def engine_inputs(path: str) -> tuple[EventTable, Any, dict[str, Any]]:
-    """The aligned table, match and options the engine hands the critical path."""
-    seen: list[tuple[EventTable, Any, dict[str, Any]]] = []
-    real = engine.critical_path
+    """The aligned table and match the engine computes (its ``align_ranks`` call), and the
+    straggler rank its report asks the what-if of."""
+    seen: list[Any] = []
+    real = engine.align_ranks
 
-    def spy(table: EventTable, match: Any, **kw: Any) -> Any:
-        seen.append((table, match, kw))
-        return real(table, match, **kw)
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append(real(*args, **kw))
+        return seen[-1]
 
-    engine.critical_path = spy  # type: ignore[assignment]
+    engine.align_ranks = spy  # type: ignore[assignment]
     try:
-        engine.analyze([path])
+        doc = engine.analyze([path])
     finally:
-        engine.critical_path = real  # type: ignore[assignment]
-    return seen[0]
+        engine.align_ranks = real  # type: ignore[assignment]
+    what_if = doc["critical_path"]["straggler_what_if"]
+    return seen[0].table, seen[0].match, {"straggler_rank": what_if["rank"] if what_if else None}
 
 
 def best_of(repeats: int, fn: Any) -> tuple[float, Any]:
@@ -101,9 +103,12 @@ def measure(path: str, repeats: int) -> None:
     mask = walk_mask(table)
     rt = mask & (table["category"] == Category.RUNTIME)
     rank = table["rank"]
+    ranks = sorted({int(x) for x in rank[mask].tolist()})
+    # each worker gets the edges of its rows only (member or target)
+    edges_b = sum(peers.of_rows(keys[rank == r]).nbytes() for r in ranks)
     per_rank = [
-        walk_pieces(table.select(rank == r), keys[rank == r], peers)
-        for r in sorted({int(x) for x in rank[mask].tolist()})
+        walk_pieces(table.select(rank == r), keys[rank == r], peers.of_rows(keys[rank == r]))
+        for r in ranks
     ]
     joined = WalkPieces.join(per_rank)
     same = new.as_dict(max_segments=10**9) == want
@@ -112,7 +117,7 @@ def measure(path: str, repeats: int) -> None:
     rows_p = len(pickle.dumps(table.select(mask)))
     pieces_b = sum(p.nbytes() for p in per_rank)
     pieces_p = sum(len(pickle.dumps(p)) for p in per_rank)
-    peers_b = sum(a.nbytes for a in (peers.member_key, peers.target_key, peers.release_ns))
+    peers_b = peers.nbytes()
     print(
         f"{Path(path).name}: {len(table)} reduced rows, {int(mask.sum())} walk rows "
         f"({int(rt.sum())} runtime), {len(ref.segments)} segments; same in process {same}, "
@@ -124,7 +129,8 @@ def measure(path: str, repeats: int) -> None:
         f"{joined.n_steps} steps stored in {joined.n_pieces} pieces over {len(per_rank)} ranks\n"
         f"  travel: walk rows {rows_b / 1e6:.3f} MB (runtime {rt_b / 1e6:.3f} MB; "
         f"pickled {rows_p / 1e6:.3f} MB); pieces {pieces_b / 1e6:.3f} MB (pickled "
-        f"{pieces_p / 1e6:.3f} MB) + peer edges {peers_b / 1e6:.3f} MB; "
+        f"{pieces_p / 1e6:.3f} MB); peer edges {peers_b / 1e6:.3f} MB (to the rank that "
+        f"holds each member or target: {edges_b / 1e6:.3f} MB in all); "
         f"pieces / walk rows {pieces_b / rows_b:.3f}",
         flush=True,
     )

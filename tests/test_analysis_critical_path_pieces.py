@@ -38,6 +38,10 @@ from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 
 ALL = 10**9
+#: the generated runs walk a few hundred steps at most, but zero-length rows at one time can
+#: make the walk go round a loop until ``max_steps`` (see ``test_a_loop_of_zero_length_rows``):
+#: the reference walks every step of it, so the generated cases cap it lower than the default
+CAP = 20_000
 _RUNTIME_NAMES = ["cudaLaunchKernel", "cudaGraphLaunch", "cudaDeviceSynchronize",
                   "cudaStreamSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaEventRecord",
                   "hipMemcpyWithStream"]  # fmt: skip
@@ -119,7 +123,7 @@ def _split(
     pieces = []
     for ranks in parts:
         mask = np.isin(table["rank"], ranks)
-        piece = walk_pieces(table.select(mask), keys[mask], peers)
+        piece = walk_pieces(table.select(mask), keys[mask], peers.of_rows(keys[mask]))
         pieces.append(pickle.loads(pickle.dumps(piece)))  # they travel pickled
     joined = WalkPieces.join(pieces)
     stitch_kw = {k: v for k, v in kw.items() if k != "device_bound_share"}
@@ -130,7 +134,7 @@ def _split(
 @given(runs(), st.sampled_from([None, 0, 1]), st.sampled_from([None, 3]))
 def test_the_split_walk_is_the_one_loop_walk(table: EventTable, straggler: Any, steps: Any) -> None:
     match = match_collectives(table)
-    kw = dict(straggler_rank=straggler, steps=steps)
+    kw = dict(straggler_rank=straggler, steps=steps, max_steps=CAP)
     want = _reference(table, match, **kw)
     assert critical_path(table, match, **kw).as_dict(max_segments=ALL) == want
 
@@ -143,7 +147,7 @@ def test_pieces_per_partition_joined_and_stitched(table: EventTable, data: Any) 
     part_of = data.draw(st.lists(st.integers(0, 2), min_size=len(ranks), max_size=len(ranks)))
     parts = [[r for r, p in zip(ranks, part_of) if p == q] for q in range(3)]
     parts = data.draw(st.permutations(parts))  # the order pieces are joined in is free
-    assert _split(table, match, parts) == _reference(table, match)
+    assert _split(table, match, parts, max_steps=CAP) == _reference(table, match, max_steps=CAP)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -154,6 +158,29 @@ def test_max_steps_cuts_the_same_segments(table: EventTable, max_steps: int) -> 
     assert critical_path(table, match, max_steps=max_steps).as_dict(max_segments=ALL) == want
     ranks = sorted({int(r) for r in table["rank"].tolist() if r >= 0})
     assert _split(table, match, [[r] for r in ranks], max_steps=max_steps) == want
+
+
+def test_a_loop_of_zero_length_rows() -> None:
+    """Two zero-length kernels at one time on one stream: each is the other's predecessor
+    (program order one way, the cross-stream "ended last" the other), so the one-loop walk
+    goes round until ``max_steps``, counting a graph kernel at every step. The stitch adds
+    the rounds at once (the walk pieces stop at the first repeated state) and gives the same."""
+    t = EventTable.from_rows([
+        dict(start_ns=1000, end_ns=1000, rank=0, stream=7, category=C.KERNEL_COMPUTE, name="x",
+             correlation=1, source="f"),
+        dict(start_ns=1000, end_ns=1000, rank=0, stream=7, category=C.KERNEL_COMPUTE, name="y",
+             correlation=1, source="f"),
+        dict(start_ns=990, end_ns=1000, rank=0, tid=1, category=C.RUNTIME, name="cudaGraphLaunch",
+             correlation=1, source="f"),
+        dict(start_ns=0, end_ns=900, rank=0, stream=9, category=C.KERNEL_COMPUTE, name="z"),
+    ])  # fmt: skip
+    m = match_collectives(t)
+    keys = np.arange(len(t))
+    assert walk_pieces(t, keys, peer_edges(t, m, keys)).n_steps <= len(t)
+    for cap in (0, 1, 2, 7, 8, 1001, 200_000):
+        got = critical_path(t, m, max_steps=cap).as_dict(max_segments=ALL)
+        assert got == _reference(t, m, max_steps=cap)
+    assert got["graph_replays"][0]["kernels_on_path"] == 200_000
 
 
 def test_peer_edges_are_the_one_loop_walks() -> None:
@@ -325,17 +352,21 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _engine_inputs(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
-    """The aligned table, match and options the engine passes to the critical path."""
-    seen: list[tuple[Any, ...]] = []
+    """The aligned table and match the engine computes (its ``align_ranks`` call), and the
+    straggler rank its report asks the what-if of."""
+    seen: list[Any] = []
+    real = engine.align_ranks
 
-    def spy(table: EventTable, match: CollectiveMatch, **kw: Any) -> Any:
-        seen.append((table, match, kw))
-        return critical_path(table, match, **kw)
+    def spy(*args: Any, **kw: Any) -> Any:
+        seen.append(real(*args, **kw))
+        return seen[-1]
 
-    monkeypatch.setattr(engine, "critical_path", spy)
-    engine.analyze([path], workers=1)
+    monkeypatch.setattr(engine, "align_ranks", spy)
+    doc = engine.analyze([path], workers=1)
     assert len(seen) == 1
-    return seen[0]
+    what_if = doc["critical_path"]["straggler_what_if"]
+    kw = {"straggler_rank": what_if["rank"] if what_if else None}
+    return seen[0].table, seen[0].match, kw
 
 
 @pytest.mark.parametrize("folder", ["param_dlrm_v100_8rank", "two_rank", "sim"])

@@ -243,6 +243,26 @@ class PeerEdges:
     target_key: np.ndarray  # int64: key of the last-arriving member's row (a walk row)
     release_ns: np.ndarray  # int64: that target row's (aligned) start
 
+    def of_rows(self, keys: np.ndarray) -> PeerEdges:
+        """The edges :func:`walk_pieces` reads over rows of ``keys`` (ascending): those whose
+        member or target is one of them (a worker needs no others).
+
+        >>> e = PeerEdges(np.array([1, 2, 5]), np.array([9, 9, 2]), np.array([70, 70, 30]))
+        >>> e.of_rows(np.array([2, 3])).member_key.tolist()
+        [2, 5]
+        >>> e.of_rows(np.array([1])).member_key.tolist()
+        [1]
+        """
+        k = _i64(keys)
+        keep = (_positions(k, _i64(self.member_key)) >= 0) | (
+            _positions(k, _i64(self.target_key)) >= 0
+        )
+        return PeerEdges(self.member_key[keep], self.target_key[keep], self.release_ns[keep])
+
+    def nbytes(self) -> int:
+        """What the edges weigh."""
+        return int(self.member_key.nbytes + self.target_key.nbytes + self.release_ns.nbytes)
+
 
 def _keys_of(table: EventTable, keys: np.ndarray) -> np.ndarray:
     out = np.asarray(keys, dtype=np.int64)
@@ -861,13 +881,35 @@ def stitch(
     piece_next = p.piece_next.tolist()
     piece_to = p.piece_to.tolist()
     piece_allow = p.piece_allow.tolist()
-    runs: list[tuple[int, int]] = []
+    # the steps walked, as runs (first step, end, times walked)
+    runs: list[tuple[int, int, int]] = []
+    step_seg = p.step_seg
+    seen: dict[int, tuple[int, int]] = {}  # a hop's step -> (runs then, steps walked then)
     left = max_steps
     while left > 0:
+        if g in seen:
+            # the walk came back to a state it was in: it would go round until max_steps.
+            # Every step of such a loop keeps seg_end (it never grows), so its segments are
+            # empty and only graph-replay steps count: add the rounds at once
+            j, walked_then = seen[g]
+            loop = runs[j:]
+            period = max_steps - left - walked_then
+            if all(step_seg[a] == step_seg[b] for a, b, _t in loop):
+                rounds, rest = divmod(left, period)
+                if rounds:
+                    runs += [(a, b, rounds) for a, b, _t in loop]
+                for a, b, _t in loop:
+                    if rest <= 0:
+                        break
+                    take = min(rest, b - a)
+                    runs.append((a, a + take, 1))
+                    rest -= take
+                break
+        seen[g] = (len(runs), max_steps - left)
         k = bisect_right(piece_step, g) - 1
         stop = piece_step[k + 1]
         take = min(left, stop - g)
-        runs.append((g, g + take))
+        runs.append((g, g + take, 1))
         left -= take
         if g + take < stop or piece_next[k] == _END:
             break
@@ -885,8 +927,8 @@ def stitch(
     segments: list[dict[str, Any]] = []
     replay: dict[int, list[int]] = {}  # launch index -> [kernels on path, ns on path]
     if runs:
-        step_seg = p.step_seg
-        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b in runs])[::-1]
+        # (a run walked more than once holds no segments)
+        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b, _t in runs])[::-1]
         names = p.names
         segments = [
             {"rank": r, "category": SEGMENT_LABELS[c], "start_ns": s, "end_ns": e, "name": names[m]}
@@ -899,12 +941,12 @@ def stitch(
             )
         ]
         gs = p.graph_step
-        for a, b in runs:
+        for a, b, times in runs:
             lo, hi = np.searchsorted(gs, [a, b])
             for lx, ns in zip(p.graph_launch[lo:hi].tolist(), p.graph_ns[lo:hi].tolist()):
                 acc = replay.setdefault(lx, [0, 0])
-                acc[0] += 1
-                acc[1] += ns
+                acc[0] += times
+                acc[1] += times * ns
     by_rank: dict[int, int] = {}
     by_cat: dict[str, int] = {}
     for s in segments:
