@@ -45,6 +45,14 @@ the last arrival (the rest was waiting, off the path). The result is a list of s
 would save if the top straggler ran at the median rank's pace (its lateness, capped by the
 gap to the second-last arrival, summed over the collectives it arrived last at).
 
+**Walked per rank, stitched across ranks.** Every edge but the collective one stays inside a
+rank, so the walk is cut there: :func:`peer_edges` gives the cross-rank edges (where the
+match is), :func:`walk_pieces` walks each rank from every place a walk can enter it (its
+start, every row another rank's walk reaches through a collective) to where it leaves it,
+with the walk states shared so that walks that meet store the rest once, and :func:`stitch`
+joins the pieces into the path from the global start. :func:`critical_path` is the three in
+one process; on a cluster the pieces are computed where each rank's rows are.
+
 >>> from otel_ext.analysis.collectives import match_collectives
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([
