@@ -48,14 +48,20 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, TraceFlags
 
-__all__ = ["FinishedSpans"]
+__all__ = ["FinishedSpans", "SpanWriter"]
+
+#: ``(name, context, attributes, links, start_ns, end_ns, status) -> span``: what
+#: :meth:`FinishedSpans.writer` returns.
+SpanWriter = Callable[
+    [str, "Context | None", dict[str, Any], Sequence[Link], int, int, "Status | None"], trace.Span
+]
 
 _SDK_METRICS_ENV = "OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED"
 _TRACER_NEEDS = ("sampler", "id_generator", "resource", "span_processor", "instrumentation_info")
@@ -142,7 +148,6 @@ class FinishedSpans:
         self._sampler: Any = None  # the sampler last looked at, and how it decides
         self._sampler_mode = 0  # 0: call it, 1: always on, 2: by the parent (see _follows_parent)
         self._flags: dict[int, TraceFlags] = {}
-        self._last_parent: tuple[Any, SpanContext | None] = (None, None)
         self._resolve()
 
     @property
@@ -233,72 +238,126 @@ class FinishedSpans:
             A span for its context (for exemplars and links): the recording one, or a
             non-recording span when the sampler dropped it.
         """
+        write = self.writer(owned=owned)
+        return write(name, context, attributes, links, start_ns, end_ns, status)
+
+    def writer(self, *, owned: bool = False) -> SpanWriter:
+        """:meth:`write` for a batch of spans written now, with what they share looked up once.
+
+        The returned function takes ``(name, context, attributes, links, start_ns, end_ns,
+        status)`` positionally and writes as :meth:`write` does; whether the short path
+        applies (the tracer, its processors and sampler, whether it is enabled) is decided
+        here, once, so a processor added while the batch is written gets ``on_end`` without
+        ``on_start`` for the batch's remaining spans, as the SDK does for spans live when it
+        is added. Use one per batch, from one thread.
+
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> write = FinishedSpans(TracerProvider().get_tracer("doc")).writer(owned=True)
+        >>> write("a", None, {"k": 1}, (), 10, 20, None).get_span_context().is_valid
+        True
+        """
         tracer = self._short()
-        if tracer is None or not self._fits(attributes, links) or not tracer._is_enabled():
-            span = self.tracer.start_span(
-                name, context=context, attributes=attributes, links=links, start_time=start_ns
-            )
-            if status is not None:
-                span.set_status(status)
-            span.end(end_time=end_ns)
-            return span
-        ids = tracer.id_generator
-        last = self._last_parent  # a context is immutable: the same one, the same parent
-        if context is not None and last[0] is context:
-            parent: SpanContext | None = last[1]
-        else:
-            parent = trace.get_current_span(context).get_span_context()
-            if parent is None or not parent.is_valid:
-                parent = None
-            self._last_parent = (context, parent)
-        if parent is None:
-            trace_id = ids.generate_trace_id()
-            random_id = ids.is_trace_id_random()
-        else:
-            trace_id = parent.trace_id
-            random_id = getattr(parent.trace_flags, "random_trace_id", False)
-        mode = self._sampler_mode
-        if mode:
-            # the decision the sampler would return (see _follows_parent), without its objects
-            sampled = recording = mode == 1 or parent is None or parent.trace_flags.sampled
-            trace_state = None if parent is None else parent.trace_state
-            span_attributes = (attributes if owned else dict(attributes)) if recording else None
-        else:
-            result = tracer.sampler.should_sample(
-                context, trace_id, name, SpanKind.INTERNAL, attributes, links
-            )
-            sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
-            trace_state = result.trace_state
-            span_attributes = dict(result.attributes)
-        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
-        if random_id:
-            flags |= self._random_flag
-        trace_flags = self._flags.get(flags)
-        if trace_flags is None:
-            trace_flags = self._flags[flags] = TraceFlags(flags)
-        span_context = SpanContext(
-            trace_id,
-            ids.generate_span_id(),
-            is_remote=False,
-            trace_flags=trace_flags,
-            trace_state=trace_state,
+        if tracer is None or not tracer._is_enabled():
+            return self._api_write
+        return self._short_writer(tracer, owned)
+
+    def _api_write(
+        self,
+        name: str,
+        context: Context | None,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        start_ns: int,
+        end_ns: int,
+        status: Status | None,
+    ) -> trace.Span:
+        span = self.tracer.start_span(
+            name, context=context, attributes=attributes, links=links, start_time=start_ns
         )
-        if recording:
-            tracer.span_processor.on_end(
-                self._readable(
-                    name,
-                    span_context,
-                    parent,
-                    tracer.resource,
-                    span_attributes,
-                    (),
-                    tuple(links),
-                    SpanKind.INTERNAL,
-                    tracer.instrumentation_info,
-                    status if status is not None else _UNSET,
-                    start_ns,
-                    end_ns,
-                    tracer._instrumentation_scope,
-                )
+        if status is not None:
+            span.set_status(status)
+        span.end(end_time=end_ns)
+        return span
+
+    def _short_writer(self, tracer: Any, owned: bool) -> SpanWriter:
+        ids = tracer.id_generator
+        sampler = tracer.sampler
+        mode = self._sampler_mode
+        on_end = tracer.span_processor.on_end
+        readable = self._readable
+        resource, info = tracer.resource, tracer.instrumentation_info
+        scope = tracer._instrumentation_scope
+        random_flag, flags_cache = self._random_flag, self._flags
+        fits, api_write = self._fits, self._api_write
+        internal = SpanKind.INTERNAL
+        last: list[Any] = [None, None]  # a context is immutable: the same one, the same parent
+
+        def write_short(
+            name: str,
+            context: Context | None,
+            attributes: dict[str, Any],
+            links: Sequence[Link],
+            start_ns: int,
+            end_ns: int,
+            status: Status | None,
+        ) -> trace.Span:
+            if not fits(attributes, links):
+                return api_write(name, context, attributes, links, start_ns, end_ns, status)
+            if context is not None and last[0] is context:
+                parent: SpanContext | None = last[1]
+            else:
+                parent = trace.get_current_span(context).get_span_context()
+                if parent is None or not parent.is_valid:
+                    parent = None
+                last[0], last[1] = context, parent
+            if parent is None:
+                trace_id = ids.generate_trace_id()
+                random_id = ids.is_trace_id_random()
+            else:
+                trace_id = parent.trace_id
+                random_id = getattr(parent.trace_flags, "random_trace_id", False)
+            if mode:
+                # the decision the sampler would return (see _follows_parent), without its
+                # objects
+                sampled = recording = mode == 1 or parent is None or parent.trace_flags.sampled
+                trace_state = None if parent is None else parent.trace_state
+                span_attributes = attributes if owned else dict(attributes)
+            else:
+                result = sampler.should_sample(context, trace_id, name, internal, attributes, links)
+                sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
+                trace_state = result.trace_state
+                span_attributes = dict(result.attributes)
+            flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+            if random_id:
+                flags |= random_flag
+            trace_flags = flags_cache.get(flags)
+            if trace_flags is None:
+                trace_flags = flags_cache[flags] = TraceFlags(flags)
+            span_context = SpanContext(
+                trace_id,
+                ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=trace_flags,
+                trace_state=trace_state,
             )
-        return NonRecordingSpan(span_context)
+            if recording:
+                on_end(
+                    readable(
+                        name,
+                        span_context,
+                        parent,
+                        resource,
+                        span_attributes,
+                        (),
+                        tuple(links),
+                        internal,
+                        info,
+                        status if status is not None else _UNSET,
+                        start_ns,
+                        end_ns,
+                        scope,
+                    )
+                )
+            return NonRecordingSpan(span_context)
+
+        return write_short

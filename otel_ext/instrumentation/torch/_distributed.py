@@ -89,7 +89,7 @@ from otel_ext.instrumentation.collectives import (
     p2p_id,
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
-from otel_ext.instrumentation.finished_spans import FinishedSpans
+from otel_ext.instrumentation.finished_spans import FinishedSpans, SpanWriter
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
@@ -550,6 +550,7 @@ class _State:
         #: Python hook's path, kept as the reference the drain's output is tested against)
         self.native_templates = True
         self.drain_context: Any = None
+        self.write_span: SpanWriter = self.spans.writer(owned=True)
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
         self.drain_wake = threading.Event()  # set by close(): the drain stops waiting
@@ -762,6 +763,7 @@ class _State:
             # this thread's context, for the metrics' span contexts (nothing in the drain
             # attaches one): what set_span_in_context(span) would copy, looked up once
             self.drain_context = otel_context.get_current()
+            self.write_span = self.spans.writer(owned=True)  # this batch's span writer
             batch = hook.drain(_DRAIN_BATCH, wait_s)
             for i, record in enumerate(batch):
                 if i % _DRAIN_YIELD_EVERY == _DRAIN_YIELD_EVERY - 1:
@@ -851,16 +853,8 @@ class _State:
             attrs[ERROR_TYPE] = err_type
             status = Status(StatusCode.ERROR, err_msg or "")
         provider = self.link_provider
-        span = self.spans.write(
-            SPAN_ACCEL_COLLECTIVE,
-            context=ctx,
-            attributes=attrs,
-            links=provider(tpl.op, tpl.group, seq) if provider is not None and seq >= 0 else (),
-            start_ns=start,
-            end_ns=end,
-            status=status,
-            owned=True,
-        )
+        links = provider(tpl.op, tpl.group, seq) if provider is not None and seq >= 0 else ()
+        span = self.write_span(SPAN_ACCEL_COLLECTIVE, ctx, attrs, links, start, end, status)
         if err_type is None:
             ctx = trace.set_span_in_context(span, self.drain_context)
             self.metrics.record_in(tpl.metric, ctx, nbytes, ns)
