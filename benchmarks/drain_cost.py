@@ -35,6 +35,11 @@ templates save from what the shared span and metric code saves. ``--profile`` ad
 split of one drain per tree (the parts' shares of the profiled time, scaled to the measured
 CPU per record).
 
+Each timed drain starts after a full ``gc.collect()``: the spans the in-memory exporter holds
+make the interpreter's full collection (about 100 ms with torch loaded) land in one drain in
+eight or so, at random, adding some 24 µs per record to that drain; it is the whole process's
+collection of everything alive, in both trees, so it is kept out of the per-record figure.
+
 ``--real-hook`` instead drives the real native hook on a world-size-1 gloo group, in each
 tree's child: ``--records`` all-reduces of 1 KiB with the drain held, then the C++
 ``Hook.drain`` (records to Python tuples) timed alone, and the drain's Python part over those
@@ -44,6 +49,7 @@ real records (this tree: templates on and off), ``REPS`` times.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -210,6 +216,7 @@ def _child(args: argparse.Namespace) -> None:
                 for label, state in states if rep % 2 else states[::-1]:
                     if state is not None:
                         state.native = _Hook(list(records))
+                    gc.collect()  # see the module doc: no full collection inside the drain
                     c0 = time.thread_time_ns()
                     state._drain_once(0.0) if state is not None else floor()  # type: ignore[misc]
                     c1 = time.thread_time_ns()
@@ -326,6 +333,7 @@ def _real_hook(args: argparse.Namespace) -> None:
         while hook.in_flight() < args.records and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)  # the poller's last looks (every 0.5 ms) move the records to done
+        gc.collect()
         c0 = time.thread_time_ns()
         records = hook.drain(args.records, 0.0)
         c1 = time.thread_time_ns()
@@ -334,6 +342,7 @@ def _real_hook(args: argparse.Namespace) -> None:
         real = state.native
         for templates in (True, False) if rep % 2 else (False, True):
             state.native, state.native_templates = _Hook(list(records)), templates
+            gc.collect()
             c0 = time.thread_time_ns()
             state._drain_once(0.0)
             c1 = time.thread_time_ns()
