@@ -72,6 +72,7 @@ PARTS = (
     ("SDK histogram record", "metrics/_internal/instrument.py", "record"),
     ("histogram record (BoundHistogram)", "bound_histogram.py", "record"),
     ("FinishedSpans.write (span, sampler, ids)", "finished_spans.py", "write"),
+    ("FinishedSpans writer (span, sampler, ids)", "finished_spans.py", "write_short"),
     ("  of which processors' on_end", "sdk/trace/__init__.py", "on_end"),
     ("set_span_in_context", "trace/propagation/__init__.py", "set_span_in_context"),
     ("record -> attributes (_native_entry)", "_distributed.py", "_native_entry"),
