@@ -84,6 +84,17 @@ def _sdk_parts(histogram: Any) -> tuple[Any, Any, Any, Any] | None:
     return Measurement, consumer, exemplar_filter, hash_attributes
 
 
+def _plain(match: Any) -> bool:
+    """Whether a view's match aggregates a measurement's attributes as they are, in
+    aggregations it keeps (no attribute-key filter, no reset on collection): fixed when the
+    match is made, so looked at once per match."""
+    return (
+        getattr(match, "_reset_on_collect", True) is False
+        and getattr(getattr(match, "_view", None), "_attribute_keys", 0) is None
+        and isinstance(getattr(match, "_attributes_aggregation", None), dict)
+    )
+
+
 class BoundHistogram:
     """``histogram.record(value, attributes, context=context)`` for one ``attributes``.
 
@@ -99,6 +110,7 @@ class BoundHistogram:
         self._parts = parts
         self._key: Any = None
         self._cleaned: Any = None
+        self._plain: dict[Any, bool] = {}  # per view match: see _plain
         if parts is not None:
             measurement = parts[0](0.0, 0, histogram, Context(), attributes)
             self._cleaned = measurement.attributes  # what the SDK keeps, cleaned once
@@ -121,15 +133,14 @@ class BoundHistogram:
         # cleaned once (a frozen dataclass: its fields set as its __init__ would)
         measurement = _new(measurement_class)
         now, context = time_ns(), context or get_current()
-        vars(measurement).update(
-            value=value,
-            time_unix_nano=now,
-            instrument=histogram,
-            context=context,
-            attributes=self._cleaned,
-        )
-        sample = exemplar_filter.should_sample(value, now, self._cleaned, context)
-        key = self._key
+        fields = measurement.__dict__
+        fields["value"] = value
+        fields["time_unix_nano"] = now
+        fields["instrument"] = histogram
+        fields["context"] = context
+        fields["attributes"] = cleaned = self._cleaned
+        sample = exemplar_filter.should_sample(value, now, cleaned, context)
+        key, plain = self._key, self._plain
         for storage in consumer._reader_storages.values():
             matches = getattr(storage, "_instrument_view_instrument_matches", None)
             matches = None if matches is None else matches.get(histogram)
@@ -137,12 +148,10 @@ class BoundHistogram:
                 storage.consume_measurement(measurement, sample)
                 continue
             for match in matches:
-                aggregation = None
-                if (
-                    getattr(match, "_reset_on_collect", True) is False
-                    and getattr(getattr(match, "_view", None), "_attribute_keys", 0) is None
-                ):
-                    aggregation = getattr(match, "_attributes_aggregation", {}).get(key)
+                is_plain = plain.get(match)
+                if is_plain is None:
+                    is_plain = plain[match] = _plain(match)
+                aggregation = match._attributes_aggregation.get(key) if is_plain else None
                 if aggregation is None:
                     match.consume_measurement(measurement, sample)
                 else:

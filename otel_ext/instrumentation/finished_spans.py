@@ -110,6 +110,10 @@ def _follows_parent(sampler: Any) -> bool:
     return all(a is b for a, b in zip(got, (on, off, on, off), strict=True))
 
 
+def _valid(links: Sequence[Link]) -> bool:
+    return all(link.context is not None and link.context.is_valid for link in links)
+
+
 def _processors_need_no_start(span_processor: Any) -> bool:
     """Whether every processor under ``span_processor`` is right with ``on_end`` alone."""
     from opentelemetry.sdk.trace import SpanProcessor
@@ -288,7 +292,12 @@ class FinishedSpans:
         resource, info = tracer.resource, tracer.instrumentation_info
         scope = tracer._instrumentation_scope
         random_flag, flags_cache = self._random_flag, self._flags
-        fits, api_write = self._fits, self._api_write
+        api_write = self._api_write
+        limits = self._limits
+        n_attrs, n_links = limits.max_span_attributes, limits.max_links
+        n_attrs = n_attrs if n_attrs is not None else 1 << 62
+        n_links = n_links if n_links is not None else 1 << 62
+        fits = self._fits if limits.max_span_attribute_length is not None else None
         internal = SpanKind.INTERNAL
         last: list[Any] = [None, None]  # a context is immutable: the same one, the same parent
 
@@ -301,7 +310,11 @@ class FinishedSpans:
             end_ns: int,
             status: Status | None,
         ) -> trace.Span:
-            if not fits(attributes, links):
+            if (
+                len(attributes) > n_attrs
+                or (links and (len(links) > n_links or not _valid(links)))
+                or (fits is not None and not fits(attributes, links))
+            ):  # what the SDK would cut or drop: see _fits
                 return api_write(name, context, attributes, links, start_ns, end_ns, status)
             if context is not None and last[0] is context:
                 parent: SpanContext | None = last[1]
