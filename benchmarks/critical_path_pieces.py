@@ -1,7 +1,7 @@
 """Benchmark: the critical path walked per rank and stitched, against the one-loop walk.
 
-For each set: analyses it once with the engine to get the aligned table and collective match
-(``otel_ext.analysis.engine`` as ``otel-ext analyze`` runs it, its ``align_ranks`` result), then
+For each set: loads it, separates its captures and selects its steps as the engine does,
+keeps every row (the walk rows among them), matches and aligns it (``align_ranks``), then
 times, best of ``--repeats`` in the same process:
 
 * ``reference``: the walk before the split (``tests/_reference_critical_path.py``, verbatim);
@@ -9,7 +9,7 @@ times, best of ``--repeats`` in the same process:
   every rank, stitched), and its parts (``peer_edges``, ``walk_pieces``, ``stitch``);
 
 checks the two give the same document, and prints the ratio. Then the travel: the bytes of the
-rows the walk reads (runtime calls and device rows of the reduced table: the non-constant
+rows the walk reads (runtime calls and device rows of ranked rows: the non-constant
 columns' bytes, and pickled) against the pieces of every rank computed one rank at a time
 (``WalkPieces.nbytes`` and pickled) and the peer edges, with the steps stored against the path's.
 
@@ -33,7 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import _reference_critical_path as reference  # noqa: E402
 
-from otel_ext.analysis import engine  # noqa: E402
+from otel_ext.analysis.alignment import align_ranks  # noqa: E402
+from otel_ext.analysis.captures import separate_captures  # noqa: E402
+from otel_ext.analysis.collectives import match_collectives  # noqa: E402
 from otel_ext.analysis.critical_path import (  # noqa: E402
     WalkPieces,
     critical_path,
@@ -42,26 +44,23 @@ from otel_ext.analysis.critical_path import (  # noqa: E402
     walk_mask,
     walk_pieces,
 )
+from otel_ext.analysis.loaders import load_paths  # noqa: E402
+from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps  # noqa: E402
 from otel_ext.analysis.table import Category, EventTable, is_constant  # noqa: E402
 
 
 def engine_inputs(path: str) -> tuple[EventTable, Any, dict[str, Any]]:
-    """The aligned table and match the engine computes (its ``align_ranks`` call), and the
-    straggler rank its report asks the what-if of."""
-    seen: list[Any] = []
-    real = engine.align_ranks
-
-    def spy(*args: Any, **kw: Any) -> Any:
-        seen.append(real(*args, **kw))
-        return seen[-1]
-
-    engine.align_ranks = spy  # type: ignore[assignment]
-    try:
-        doc = engine.analyze([path])
-    finally:
-        engine.align_ranks = real  # type: ignore[assignment]
-    what_if = doc["critical_path"]["straggler_what_if"]
-    return seen[0].table, seen[0].match, {"straggler_rank": what_if["rank"] if what_if else None}
+    """The set loaded, its captures separated and steps selected as the engine does, every
+    row kept (the walk rows among them: the engine's reduced rows no longer hold the runtime
+    calls), matched and aligned; and the rank arriving last most often as the straggler."""
+    load = load_paths([path])
+    formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
+    whole, _ = separate_captures(load.table, formats=formats)
+    whole, _ = select_steps(whole, DEFAULT_STEPS)
+    alignment = align_ranks(whole, match_collectives(whole))
+    match = alignment.match
+    last = int(np.bincount(match.last_rank).argmax()) if match.n_instances else None
+    return alignment.table, match, {"straggler_rank": last}
 
 
 def best_of(repeats: int, fn: Any) -> tuple[float, Any]:
@@ -119,7 +118,7 @@ def measure(path: str, repeats: int) -> None:
     pieces_p = sum(len(pickle.dumps(p)) for p in per_rank)
     peers_b = peers.nbytes()
     print(
-        f"{Path(path).name}: {len(table)} reduced rows, {int(mask.sum())} walk rows "
+        f"{Path(path).name}: {len(table)} rows, {int(mask.sum())} walk rows "
         f"({int(rt.sum())} runtime), {len(ref.segments)} segments; same in process {same}, "
         f"same from per-rank pieces {same_split}\n"
         f"  in process: reference {t_ref:.3f} s, critical_path {t_new:.3f} s, "

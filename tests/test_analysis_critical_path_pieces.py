@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis import critical_path as cp_mod
-from otel_ext.analysis import engine
+from otel_ext.analysis.alignment import align_ranks
+from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
 from otel_ext.analysis.critical_path import (
     PeerEdges,
@@ -34,6 +35,8 @@ from otel_ext.analysis.critical_path import (
     walk_mask,
     walk_pieces,
 )
+from otel_ext.analysis.loaders import load_paths
+from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 
@@ -337,7 +340,7 @@ def test_cp_module_keeps_its_public_names() -> None:
         assert name in cp_mod.__all__
 
 
-# the real sets, aligned as the engine aligns them
+# the real sets, loaded and aligned as the engine does
 
 
 @pytest.fixture(scope="module")
@@ -351,30 +354,24 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _engine_inputs(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
-    """The aligned table and match the engine computes (its ``align_ranks`` call), and the
-    straggler rank its report asks the what-if of."""
-    seen: list[Any] = []
-    real = engine.align_ranks
-
-    def spy(*args: Any, **kw: Any) -> Any:
-        seen.append(real(*args, **kw))
-        return seen[-1]
-
-    monkeypatch.setattr(engine, "align_ranks", spy)
-    doc = engine.analyze([path], workers=1)
-    assert len(seen) == 1
-    what_if = doc["critical_path"]["straggler_what_if"]
-    kw = {"straggler_rank": what_if["rank"] if what_if else None}
-    return seen[0].table, seen[0].match, kw
+def _engine_inputs(path: Path) -> tuple[Any, ...]:
+    """The set loaded, its captures separated and steps selected as the engine does, every
+    row kept (the walk rows among them: the engine's reduced rows no longer hold the runtime
+    calls), matched and aligned; and the rank arriving last most often as the straggler."""
+    load = load_paths([path], workers=1)
+    formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
+    whole, _ = separate_captures(load.table, formats=formats)
+    whole, _ = select_steps(whole, DEFAULT_STEPS)
+    alignment = align_ranks(whole, match_collectives(whole))
+    match = alignment.match
+    last = int(np.bincount(match.last_rank).argmax()) if match.n_instances else None
+    return alignment.table, match, {"straggler_rank": last}
 
 
 @pytest.mark.parametrize("folder", ["param_dlrm_v100_8rank", "two_rank", "sim"])
-def test_real_sets(
-    folder: str, simulated: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
-) -> None:
+def test_real_sets(folder: str, simulated: Path, request: pytest.FixtureRequest) -> None:
     path = simulated if folder == "sim" else request.getfixturevalue("shared_traces") / folder
-    table, match, kw = _engine_inputs(path, monkeypatch)
+    table, match, kw = _engine_inputs(path)
     want = _reference(table, match, **kw)
     assert want["segments_total"] > 0
     assert critical_path(table, match, **kw).as_dict(max_segments=ALL) == want
