@@ -4,7 +4,7 @@ Differential tests against ``tests/_reference_critical_path.py`` (the walk befor
 verbatim): hypothesis-generated multi-rank tables (streams, threads, runtime calls launching
 kernels and graph replays by correlation, blocking calls, zero-length and overlapping rows,
 ties, collectives with a rank last at every one), the real DLRM 8-rank and two_rank sets and a
-simulated run, each as the engine aligns it; the pieces computed per partition of the ranks
+simulated run, each loaded and aligned as the engine does; the pieces computed per partition of the ranks
 (the cluster's case: keys are the rows' positions in the whole table) joined and stitched;
 ``max_steps`` truncation; and the memoisation (steps stored grow linearly when one rank is
 last at all K collectives).
