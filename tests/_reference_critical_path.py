@@ -4,7 +4,12 @@ A verbatim copy of ``otel_ext/analysis/critical_path.py`` at commit ``f0d9277`` 
 split began): one Python loop over the whole aligned table. The differential tests in
 ``tests/test_analysis_critical_path_pieces.py`` and ``benchmarks/critical_path_pieces.py``
 compare the split walk (per-rank pieces stitched on the client) against it. Not part of the
-library; do not edit (only the paragraphs above this line are new).
+library; do not edit (only the paragraphs above this line are new), but for two changes made
+in the library and here alike after the split, both marked ``# changed after f0d9277``: a row
+starting at the same instant later in the row order is no cross-stream predecessor (two
+zero-length rows at one instant were each other's, and the walk went round them until
+``max_steps`` instead of on to what ended before them), and a walk that comes back to a state
+it was in ends there.
 
 The original module docstring follows.
 
@@ -185,9 +190,13 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     for _r, idx in _rank_slices(rank, is_dev):
         by_end = idx[np.argsort(end[idx], kind="stable")]
         pos = np.searchsorted(end[by_end], start[idx], side="right") - 1
+        for k in range(len(idx)):  # changed after f0d9277 (see the module docstring)
+            i, p = int(idx[k]), int(pos[k])
+            while p >= 0 and start[by_end[p]] == start[i] and by_end[p] >= i:
+                p -= 1
+            pos[k] = p
         ok = pos >= 0
         out[idx[ok]] = by_end[pos[ok]]
-    out[out == np.arange(len(rows))] = -1
     return out
 
 
@@ -304,8 +313,13 @@ def critical_path(
     runtime = int(Category.RUNTIME)
     dev_label = {int(c): lab for c, lab in _LABEL.items()}
     lowest = -(1 << 62)
+    visited = set()  # changed after f0d9277 (see the module docstring)
     while walked < max_steps:
         walked += 1
+        state = (i, seg_end, allow_peer)
+        if state in visited:
+            break
+        visited.add(state)
         best, release, via = -1, lowest, ""
         c_prev, c_launch, c_dev, c_peer, c_sync = edges[i]
         is_graph = L_graph[i]

@@ -41,9 +41,9 @@ from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 
 ALL = 10**9
-#: the generated runs walk a few hundred steps at most, but zero-length rows at one time can
-#: make the walk go round a loop until ``max_steps`` (see ``test_a_loop_of_zero_length_rows``):
-#: the reference walks every step of it, so the generated cases cap it lower than the default
+#: a cap on the walk's steps for the generated cases, lower than the default (they walk a few
+#: hundred steps at most; see ``test_zero_length_rows_at_one_instant_are_no_loop`` for the
+#: loop that once needed it)
 CAP = 20_000
 _RUNTIME_NAMES = ["cudaLaunchKernel", "cudaGraphLaunch", "cudaDeviceSynchronize",
                   "cudaStreamSynchronize", "cudaMemcpy", "cudaMemcpyAsync", "cudaEventRecord",
@@ -163,11 +163,13 @@ def test_max_steps_cuts_the_same_segments(table: EventTable, max_steps: int) -> 
     assert _split(table, match, [[r] for r in ranks], max_steps=max_steps) == want
 
 
-def test_a_loop_of_zero_length_rows() -> None:
-    """Two zero-length kernels at one time on one stream: each is the other's predecessor
-    (program order one way, the cross-stream "ended last" the other), so the one-loop walk
-    goes round until ``max_steps``, counting a graph kernel at every step. The stitch adds
-    the rounds at once (the walk pieces stop at the first repeated state) and gives the same."""
+def test_zero_length_rows_at_one_instant_are_no_loop() -> None:
+    """Two zero-length kernels at one time on one stream: the later one's program-order
+    predecessor is the earlier one, and the earlier one's cross-stream predecessor is not the
+    later one (it starts at the same instant, later in the order) but what ended before them.
+    The walk before this (commit ``f0d9277``) took them as each other's predecessors and went
+    round until ``max_steps`` (3.5 s, ``kernels_on_path`` 2,000,000), never reaching the graph
+    launch before them."""
     t = EventTable.from_rows([
         dict(start_ns=1000, end_ns=1000, rank=0, stream=7, category=C.KERNEL_COMPUTE, name="x",
              correlation=1, source="f"),
@@ -183,7 +185,12 @@ def test_a_loop_of_zero_length_rows() -> None:
     for cap in (0, 1, 2, 7, 8, 1001, 200_000):
         got = critical_path(t, m, max_steps=cap).as_dict(max_segments=ALL)
         assert got == _reference(t, m, max_steps=cap)
-    assert got["graph_replays"][0]["kernels_on_path"] == 200_000
+    # from the replay's kernels to the graph launch that queued them, which released them at
+    # its start: the path is that queue, and one kernel of the replay is on it
+    spans = [(seg["category"], seg["start_ns"], seg["end_ns"]) for seg in got["segments"]]
+    assert spans == [("queue", 990, 1000)]
+    assert got["length_ns"] == 10
+    assert got["graph_replays"][0]["kernels_on_path"] == 1
 
 
 def test_peer_edges_are_the_one_loop_walks() -> None:

@@ -174,21 +174,33 @@ def temporal_breakdown(table: EventTable) -> list[TemporalBreakdownRow]:
 
 
 def launch_rows(table: EventTable) -> np.ndarray:
-    """For each row, the row of the runtime call that launched it (same file, same
-    correlation id), or -1.
+    """For each row, the row of the runtime call that launched it (same file, same rank, same
+    correlation id), or -1. The rank is part of the match: a file that holds several ranks
+    (an OTLP export) may repeat a correlation id on two ranks, and a kernel is launched by a
+    call of its own rank.
 
     >>> t = EventTable.from_rows([
     ...     dict(start_ns=0, end_ns=5, category=Category.RUNTIME, correlation=9, source="a"),
     ...     dict(start_ns=8, end_ns=20, category=Category.KERNEL_COMPUTE, correlation=9, source="a"),
+    ...     dict(start_ns=8, end_ns=9, category=Category.KERNEL_COMPUTE, correlation=9, source="a",
+    ...          rank=1),
     ... ])
     >>> launch_rows(t).tolist()
-    [-1, 0]
+    [-1, 0, -1]
     """
     n = len(table)
     out = np.full(n, -1, dtype=np.int64)
     corr = table["correlation"]
     ok = (corr >= 0) & (corr < (1 << 40))
-    key = (table["source"].astype(np.int64) << 40) | np.where(ok, corr, 0)
+    if n == 0:
+        return out
+    # one small code per (file, rank), so that the key stays one int64
+    _, owner = np.unique(
+        np.stack([table["source"].astype(np.int64), table["rank"].astype(np.int64)]),
+        axis=1,
+        return_inverse=True,
+    )
+    key = (owner.reshape(-1).astype(np.int64) << 40) | np.where(ok, corr, 0)
     rt = np.flatnonzero(ok & (table["category"] == Category.RUNTIME))
     if not rt.shape[0]:
         return out

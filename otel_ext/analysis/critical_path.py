@@ -70,7 +70,7 @@ one process; on a cluster the pieces are computed where each rank's rows are.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +95,9 @@ __all__ = [
     "walk_mask",
     "walk_pieces",
 ]
+
+#: larger than any step number (a bisection bound)
+_END_OF_STEPS = 1 << 62
 
 _LABEL = {
     Category.KERNEL_COMPUTE: "compute",
@@ -186,7 +189,20 @@ def _rank_slices(rank: np.ndarray, mask: np.ndarray) -> list[tuple[int, np.ndarr
 
 def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     """For each device row, the same rank's device row (any stream) that ended last at or
-    before its start, or -1: the cross-stream dependency a trace does not record."""
+    before its start, or -1: the cross-stream dependency a trace does not record.
+
+    Neither the row itself nor a row that starts at the same instant and comes later in the
+    row order is its predecessor (both can only be zero-length rows at that instant): two
+    such rows would be each other's, and a walk would go round them instead of on to what
+    ended before. The one before them in end order is taken instead.
+
+    >>> from otel_ext.analysis.table import Category as C, EventTable
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=e, rank=0, stream=k,
+    ...     category=C.KERNEL_COMPUTE) for s, e, k in [(0, 900, 9), (1000, 1000, 7),
+    ...                                                (1000, 1000, 7)]])
+    >>> _device_prev(np.arange(3), t).tolist()
+    [-1, 0, 1]
+    """
     cat = table["category"][rows]
     is_dev = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
     out = np.full(len(rows), -1, dtype=np.int64)
@@ -196,9 +212,15 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     for _r, idx in _rank_slices(rank, is_dev):
         by_end = idx[np.argsort(end[idx], kind="stable")]
         pos = np.searchsorted(end[by_end], start[idx], side="right") - 1
+        cand = by_end[np.maximum(pos, 0)]
+        bad = (pos >= 0) & (start[cand] == start[idx]) & (cand >= idx)
+        for k in np.flatnonzero(bad).tolist():  # zero-length rows at one instant: rare
+            i, p = int(idx[k]), int(pos[k])
+            while p >= 0 and start[by_end[p]] == start[i] and by_end[p] >= i:
+                p -= 1
+            pos[k] = p
         ok = pos >= 0
         out[idx[ok]] = by_end[pos[ok]]
-    out[out == np.arange(len(rows))] = -1
     return out
 
 
@@ -889,35 +911,22 @@ def stitch(
     piece_next = p.piece_next.tolist()
     piece_to = p.piece_to.tolist()
     piece_allow = p.piece_allow.tolist()
-    # the steps walked, as runs (first step, end, times walked)
-    runs: list[tuple[int, int, int]] = []
+    # the steps walked, as runs (first step, end) in walk order, and sorted by first step
+    runs: list[tuple[int, int]] = []
+    walked: list[tuple[int, int]] = []
     step_seg = p.step_seg
-    seen: dict[int, tuple[int, int]] = {}  # a hop's step -> (runs then, steps walked then)
     left = max_steps
     while left > 0:
-        if g in seen:
-            # the walk came back to a state it was in: it would go round until max_steps.
-            # Every step of such a loop keeps seg_end (it never grows), so its segments are
-            # empty and only graph-replay steps count: add the rounds at once
-            j, walked_then = seen[g]
-            loop = runs[j:]
-            period = max_steps - left - walked_then
-            if all(step_seg[a] == step_seg[b] for a, b, _t in loop):
-                rounds, rest = divmod(left, period)
-                if rounds:
-                    runs += [(a, b, rounds) for a, b, _t in loop]
-                for a, b, _t in loop:
-                    if rest <= 0:
-                        break
-                    take = min(rest, b - a)
-                    runs.append((a, a + take, 1))
-                    rest -= take
-                break
-        seen[g] = (len(runs), max_steps - left)
+        w = bisect_right(walked, (g, _END_OF_STEPS)) - 1
+        if w >= 0 and g < walked[w][1]:
+            # the walk came back to a state it was in (a cycle of zero-length rows at one
+            # instant, whose segments are empty): going round adds nothing; the path ends
+            break
         k = bisect_right(piece_step, g) - 1
         stop = piece_step[k + 1]
         take = min(left, stop - g)
-        runs.append((g, g + take, 1))
+        runs.append((g, g + take))
+        insort(walked, (g, g + take))
         left -= take
         if g + take < stop or piece_next[k] == _END:
             break
@@ -935,8 +944,7 @@ def stitch(
     segments: list[dict[str, Any]] = []
     replay: dict[int, list[int]] = {}  # launch index -> [kernels on path, ns on path]
     if runs:
-        # (a run walked more than once holds no segments)
-        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b, _t in runs])[::-1]
+        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b in runs])[::-1]
         names = p.names
         segments = [
             {"rank": r, "category": SEGMENT_LABELS[c], "start_ns": s, "end_ns": e, "name": names[m]}
@@ -949,12 +957,12 @@ def stitch(
             )
         ]
         gs = p.graph_step
-        for a, b, times in runs:
+        for a, b in runs:
             lo, hi = np.searchsorted(gs, [a, b])
             for lx, ns in zip(p.graph_launch[lo:hi].tolist(), p.graph_ns[lo:hi].tolist()):
                 acc = replay.setdefault(lx, [0, 0])
-                acc[0] += times
-                acc[1] += times * ns
+                acc[0] += 1
+                acc[1] += ns
     by_rank: dict[int, int] = {}
     by_cat: dict[str, int] = {}
     for s in segments:
