@@ -316,7 +316,6 @@ class _Template(NamedTuple):
 
     op: str
     group: str
-    size: int
     head: dict[str, Any]  # op, group, group size, rank: copied, then the record's added
     identity: dict[str, Any]
     factor: float  # bus_factor(op, size)
@@ -793,7 +792,7 @@ class _State:
         }
         identity = self._identity_by_name(device or "cpu")
         metric = self.metrics.slot(op, gname, identity.get(ACCEL_DEVICE_ID), gsize)
-        tpl = _Template(op, gname, gsize, head, identity, bus_factor(op, gsize), metric,
+        tpl = _Template(op, gname, head, identity, bus_factor(op, gsize), metric,
                         f"{device}/nccl-work-events")  # fmt: skip
         if len(self.templates) >= _TEMPLATES_MAX:
             self.templates.clear()
