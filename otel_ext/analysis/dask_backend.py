@@ -59,7 +59,7 @@ from otel_ext.errors import ConfigError, OtelExtError
 
 if TYPE_CHECKING:
     from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.critical_path import PeerEdges, WalkPieces
+    from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
     from otel_ext.analysis.per_rank import RankTables, RepairedRows
     from otel_ext.analysis.table import EventTable
@@ -537,7 +537,7 @@ class DaskCluster:
             clocks, repaired, peers: what the alignment and the match decided here.
             aligned: the aligned reduced rows, ``keys`` their keys (ascending).
         """
-        from otel_ext.analysis.critical_path import WalkPieces, walk_mask, walk_pieces
+        from otel_ext.analysis.critical_path_walk import WalkPieces, walk_mask, walk_pieces
         from otel_ext.analysis.per_rank import WalkShares
 
         shares = WalkShares(keys, aligned["rank"], repaired, peers)

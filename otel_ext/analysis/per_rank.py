@@ -53,7 +53,7 @@ from otel_ext.analysis.table import NUMERIC_COLUMNS, Category, EventTable, const
 
 if TYPE_CHECKING:
     from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.critical_path import PeerEdges, WalkPieces
+    from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
 
 __all__ = [
     "RankTables",
@@ -213,10 +213,10 @@ class RankTables:
         reduced_positions: for each reduced table, its rows' positions in the whole set
             (when ``positions`` were given; empty otherwise).
         walk: the rows the critical path's walk reads (every device row and runtime call of
-            the ranks, :func:`~otel_ext.analysis.critical_path.walk_mask`), as recorded; they
+            the ranks, :func:`~otel_ext.analysis.critical_path_walk.walk_mask`), as recorded; they
             stay where the per-rank phase ran (None once the results left it).
         walk_keys: each walk row's position in the whole set (its row number without
-            ``positions``): the keys :func:`~otel_ext.analysis.critical_path.walk_pieces`
+            ``positions``): the keys :func:`~otel_ext.analysis.critical_path_walk.walk_pieces`
             takes.
         walk_travels: every walk row is among the reduced rows too (no runtime calls but
             the rank's first and last rows: an OTLP run), so the client can walk these ranks
@@ -257,7 +257,7 @@ def per_rank_tables(
         positions: each row's position in the whole set (rows numbered through the files in
             order); default: its row number.
     """
-    from otel_ext.analysis.critical_path import walk_mask
+    from otel_ext.analysis.critical_path_walk import walk_mask
 
     whole = [table] if parts is None else list(parts)
     keep = _with_envelope(table, cross_rank_mask(table))
@@ -378,7 +378,7 @@ class WalkShares:
 
     def of(self, ranks: Iterable[int]) -> tuple[RepairedRows, PeerEdges]:
         """The share of a partition of ``ranks``."""
-        from otel_ext.analysis.critical_path import PeerEdges
+        from otel_ext.analysis.critical_path_walk import PeerEdges
 
         wanted = np.asarray(sorted(ranks), dtype=np.int64)
         mine = np.isin(self._member_rank, wanted) | np.isin(self._target_rank, wanted)
@@ -441,7 +441,7 @@ def walk_of(
     ``every_rank``: ``tables`` holds every rank (in process), so only what the walk from the
     run's last event reaches is walked; a partition walks from every entry its ranks have.
     """
-    from otel_ext.analysis.critical_path import walk_pieces
+    from otel_ext.analysis.critical_path_walk import walk_pieces
 
     if tables.walk is None or tables.walk_keys is None:
         raise ValueError("these per-rank results have left their walk rows behind")
