@@ -32,10 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import _reference_critical_path as reference  # noqa: E402
+from _critical_path_inputs import engine_inputs  # noqa: E402
 
-from otel_ext.analysis.alignment import align_ranks  # noqa: E402
-from otel_ext.analysis.captures import separate_captures  # noqa: E402
-from otel_ext.analysis.collectives import match_collectives  # noqa: E402
 from otel_ext.analysis.critical_path import (  # noqa: E402
     WalkPieces,
     critical_path,
@@ -44,23 +42,7 @@ from otel_ext.analysis.critical_path import (  # noqa: E402
     walk_mask,
     walk_pieces,
 )
-from otel_ext.analysis.loaders import load_paths  # noqa: E402
-from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps  # noqa: E402
 from otel_ext.analysis.table import Category, EventTable, is_constant  # noqa: E402
-
-
-def engine_inputs(path: str) -> tuple[EventTable, Any, dict[str, Any]]:
-    """The set loaded, its captures separated and steps selected as the engine does, every
-    row kept (the walk rows among them: the engine's reduced rows no longer hold the runtime
-    calls), matched and aligned; and the rank arriving last most often as the straggler."""
-    load = load_paths([path])
-    formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
-    whole, _ = separate_captures(load.table, formats=formats)
-    whole, _ = select_steps(whole, DEFAULT_STEPS)
-    alignment = align_ranks(whole, match_collectives(whole))
-    match = alignment.match
-    last = int(np.bincount(match.last_rank).argmax()) if match.n_instances else None
-    return alignment.table, match, {"straggler_rank": last}
 
 
 def best_of(repeats: int, fn: Any) -> tuple[float, Any]:

@@ -19,12 +19,11 @@ from typing import Any
 import _reference_critical_path as reference
 import numpy as np
 import pytest
+from _critical_path_inputs import engine_inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis import critical_path as cp_mod
-from otel_ext.analysis.alignment import align_ranks
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
 from otel_ext.analysis.critical_path import (
     PeerEdges,
@@ -35,8 +34,6 @@ from otel_ext.analysis.critical_path import (
     walk_mask,
     walk_pieces,
 )
-from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 
@@ -361,24 +358,10 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _engine_inputs(path: Path) -> tuple[Any, ...]:
-    """The set loaded, its captures separated and steps selected as the engine does, every
-    row kept (the walk rows among them: the engine's reduced rows no longer hold the runtime
-    calls), matched and aligned; and the rank arriving last most often as the straggler."""
-    load = load_paths([path], workers=1)
-    formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
-    whole, _ = separate_captures(load.table, formats=formats)
-    whole, _ = select_steps(whole, DEFAULT_STEPS)
-    alignment = align_ranks(whole, match_collectives(whole))
-    match = alignment.match
-    last = int(np.bincount(match.last_rank).argmax()) if match.n_instances else None
-    return alignment.table, match, {"straggler_rank": last}
-
-
 @pytest.mark.parametrize("folder", ["param_dlrm_v100_8rank", "two_rank", "sim"])
 def test_real_sets(folder: str, simulated: Path, request: pytest.FixtureRequest) -> None:
     path = simulated if folder == "sim" else request.getfixturevalue("shared_traces") / folder
-    table, match, kw = _engine_inputs(path)
+    table, match, kw = engine_inputs(path)
     want = _reference(table, match, **kw)
     assert want["segments_total"] > 0
     assert critical_path(table, match, **kw).as_dict(max_segments=ALL) == want
