@@ -36,9 +36,9 @@ split of one drain per tree (the parts' shares of the profiled time, scaled to t
 CPU per record).
 
 Each timed drain starts after a full ``gc.collect()``: the spans the in-memory exporter holds
-make the interpreter's full collection (about 100 ms with torch loaded) land in one drain in
-eight or so, at random, adding some 24 µs per record to that drain; it is the whole process's
-collection of everything alive, in both trees, so it is kept out of the per-record figure.
+make the interpreter's full collection (of everything alive, torch included) land at random
+in some drains of either tree; it is the whole process's collection, not the drain's work,
+so it is kept out of the per-record figure.
 
 ``--real-hook`` instead drives the real native hook on a world-size-1 gloo group, in each
 tree's child: ``--records`` all-reduces of 1 KiB with the drain held, then the C++
