@@ -190,7 +190,9 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
     for _r, idx in _rank_slices(rank, is_dev):
         by_end = idx[np.argsort(end[idx], kind="stable")]
         pos = np.searchsorted(end[by_end], start[idx], side="right") - 1
-        for k in range(len(idx)):  # changed after f0d9277 (see the module docstring)
+        cand = by_end[np.maximum(pos, 0)]  # changed after f0d9277 (see the module docstring)
+        bad = (pos >= 0) & (start[cand] == start[idx]) & (cand >= idx)
+        for k in np.flatnonzero(bad).tolist():
             i, p = int(idx[k]), int(pos[k])
             while p >= 0 and start[by_end[p]] == start[i] and by_end[p] >= i:
                 p -= 1

@@ -192,24 +192,23 @@ def launch_rows(table: EventTable) -> np.ndarray:
     out = np.full(n, -1, dtype=np.int64)
     corr = table["correlation"]
     ok = (corr >= 0) & (corr < (1 << 40))
-    if n == 0:
-        return out
-    # one small code per (file, rank), so that the key stays one int64
-    _, owner = np.unique(
-        np.stack([table["source"].astype(np.int64), table["rank"].astype(np.int64)]),
-        axis=1,
-        return_inverse=True,
-    )
-    key = (owner.reshape(-1).astype(np.int64) << 40) | np.where(ok, corr, 0)
     rt = np.flatnonzero(ok & (table["category"] == Category.RUNTIME))
-    if not rt.shape[0]:
-        return out
-    rt = rt[np.argsort(key[rt], kind="stable")]
-    rkeys = key[rt]
     want = np.flatnonzero(ok & device_mask(table))
-    pos = np.searchsorted(rkeys, key[want])
+    if not rt.shape[0] or not want.shape[0]:
+        return out
+    # the calls and the device rows keyed by (file, rank, correlation id) in one int64: a
+    # small code per (file, rank) among them above the id's 40 bits
+    rows = np.concatenate([rt, want])
+    rank = table["rank"][rows].astype(np.int64) + 1
+    owner = table["source"][rows].astype(np.int64) * (int(rank.max()) + 1) + rank
+    _, code = np.unique(owner, return_inverse=True)
+    key = (code.reshape(-1).astype(np.int64) << 40) | corr[rows].astype(np.int64)
+    order = np.argsort(key[: len(rt)], kind="stable")
+    rt, rkeys = rt[order], key[: len(rt)][order]
+    wkeys = key[len(rt) :]
+    pos = np.searchsorted(rkeys, wkeys)
     posc = np.minimum(pos, rkeys.shape[0] - 1)
-    hit = rkeys[posc] == key[want]
+    hit = rkeys[posc] == wkeys
     out[want[hit]] = rt[posc[hit]]
     return out
 
