@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis.alignment import align_ranks
@@ -32,6 +32,7 @@ from otel_ext.analysis.per_rank import (
     aligned_walk,
     per_rank_tables,
     walk_of,
+    walk_of_aligned,
 )
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
@@ -131,10 +132,14 @@ def _pieces_by_partition(table: EventTable, parts: list[list[int]]) -> tuple[Any
     repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
     peers = peer_edges(aligned, alignment.match, keys)
     shares = WalkShares(keys, aligned["rank"], repaired, peers)  # each partition its share
-    pieces = WalkPieces.join(
-        [walk_of(r, alignment.clocks, *shares.of(ranks)) for r, ranks in zip(results, parts)]
-    )
-    return alignment, pieces
+    walked = []
+    for r, ranks in zip(results, parts):
+        rep, sub = shares.of(ranks)
+        if r.walk_travels:  # walked where the reduced rows are, as the client does
+            walked.append(walk_of_aligned(aligned, keys, sub, ranks=ranks))
+        else:
+            walked.append(walk_of(r, alignment.clocks, rep, sub))
+    return alignment, WalkPieces.join(walked)
 
 
 @settings(max_examples=150, deadline=None)
@@ -148,10 +153,16 @@ def test_walk_rows_moved_as_the_aligned_table(table: EventTable, data: Any) -> N
     rep = alignment.repaired_rows
     aligned = alignment.table
     repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
-    assert per.walk is not None and per.walk_keys is not None
-    moved = aligned_walk(per.walk, per.walk_keys, alignment.clocks, repaired)
+    if per.walk_travels:  # every walk row is a reduced row: walked from the aligned ones
+        assert per.walk is None
+        on = np.flatnonzero(walk_mask(aligned))
+        moved, moved_keys = aligned.select(on), keys[on]
+    else:
+        assert per.walk is not None and per.walk_keys is not None
+        moved = aligned_walk(per.walk, per.walk_keys, alignment.clocks, repaired)
+        moved_keys = per.walk_keys
     rows = np.flatnonzero(walk_mask(table))
-    assert per.walk_keys.tolist() == rows.tolist()
+    assert moved_keys.tolist() == rows.tolist()
     for column in ("start_ns", "end_ns"):
         assert moved[column].tolist() == whole.table[column][rows].tolist(), column
 
@@ -193,6 +204,7 @@ def test_repaired_rows_take_the_repairs_times(table: EventTable, data: Any) -> N
     and none of the generated runs has one), so its rows are drawn here: the walk rows with
     those keys take the given times, the others the correction's."""
     per = per_rank_tables(table, positions=np.arange(len(table), dtype=np.int64))
+    assume(not per.walk_travels)  # else the walk reads the aligned (repaired) rows themselves
     reduced, keys = per.reduced[0], per.reduced_positions[0]
     alignment = align_ranks(reduced, match_collectives(reduced))
     dev = np.flatnonzero(np.isin(reduced["category"], [int(C.KERNEL_COMPUTE), int(C.KERNEL_COMM)]))

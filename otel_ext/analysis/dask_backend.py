@@ -537,8 +537,8 @@ class DaskCluster:
             clocks, repaired, peers: what the alignment and the match decided here.
             aligned: the aligned reduced rows, ``keys`` their keys (ascending).
         """
-        from otel_ext.analysis.critical_path_walk import WalkPieces, walk_mask, walk_pieces
-        from otel_ext.analysis.per_rank import WalkShares
+        from otel_ext.analysis.critical_path_walk import WalkPieces
+        from otel_ext.analysis.per_rank import WalkShares, walk_of_aligned
 
         shares = WalkShares(keys, aligned["rank"], repaired, peers)
         here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
@@ -560,11 +560,10 @@ class DaskCluster:
         if self.measure:
             self.received_bytes += sum(_pickled_size(p) for p in parts)
         if here:
-            rows = np.flatnonzero(walk_mask(aligned) & np.isin(aligned["rank"], here))
             _, sub = shares.of(here)
             parts.append(
-                walk_pieces(
-                    aligned.select(rows), keys[rows], sub, device_bound_share=device_bound_share
+                walk_of_aligned(
+                    aligned, keys, sub, ranks=here, device_bound_share=device_bound_share
                 )
             )
         return WalkPieces.join(parts)

@@ -54,6 +54,7 @@ from otel_ext.analysis.per_rank import (
     name_counts,
     per_rank_tables,
     walk_of,
+    walk_of_aligned,
 )
 from otel_ext.analysis.requests import (
     engine_step_order,
@@ -409,6 +410,8 @@ def _critical_path(
         pieces = cluster.walk_phase(
             phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys
         )
+    elif per.walk_travels:  # the walk rows are the aligned rows here
+        pieces = walk_of_aligned(aligned, keys, peers, every_rank=True)
     else:
         pieces = walk_of(per, alignment.clocks, repaired, peers, every_rank=True)
     return stitch(pieces, amatch, straggler_rank=straggler_rank, steps=steps)

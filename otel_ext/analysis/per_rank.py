@@ -66,6 +66,7 @@ __all__ = [
     "name_counts",
     "per_rank_tables",
     "walk_of",
+    "walk_of_aligned",
 ]
 
 #: categories a cross-rank pass reads (host operators only where they are collectives; rows
@@ -219,8 +220,9 @@ class RankTables:
             ``positions``): the keys :func:`~otel_ext.analysis.critical_path_walk.walk_pieces`
             takes.
         walk_travels: every walk row is among the reduced rows too (no runtime calls but
-            the rank's first and last rows: an OTLP run), so the client can walk these ranks
-            from its own rows.
+            the rank's first and last rows: an OTLP run); then ``walk`` is None and these
+            ranks are walked from the aligned reduced rows (:func:`walk_of_aligned`), where
+            they are in process and on a cluster's client alike.
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -263,6 +265,7 @@ def per_rank_tables(
     keep = _with_envelope(table, cross_rank_mask(table))
     walk = np.flatnonzero(walk_mask(table))
     keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
+    travels = bool(keep[walk].all())
     reduced = []
     reduced_positions = []
     at = 0
@@ -283,9 +286,10 @@ def per_rank_tables(
         events=len(table),
         reduced=reduced,
         reduced_positions=reduced_positions,
-        walk=table.select(walk),
-        walk_keys=keys,
-        walk_travels=bool(keep[walk].all()),
+        # walk rows that are all among the reduced rows are walked from those, not kept twice
+        walk=None if travels else table.select(walk),
+        walk_keys=None if travels else keys,
+        walk_travels=travels,
     )
 
 
@@ -423,6 +427,33 @@ def aligned_walk(
         col[pos[here]] = new[here]
         columns[name] = col
     return EventTable(columns, moved.strings, dict(moved.meta))
+
+
+def walk_of_aligned(
+    aligned: EventTable,
+    keys: np.ndarray,
+    peers: PeerEdges,
+    *,
+    ranks: Iterable[int] | None = None,
+    device_bound_share: float = 0.9,
+    every_rank: bool = False,
+) -> WalkPieces:
+    """The walk of ``ranks`` (default: all) from the aligned reduced rows, for ranks whose
+    walk rows all travelled with them (:attr:`RankTables.walk_travels`); ``keys`` are the
+    reduced rows' keys, ``every_rank`` as :func:`walk_of`'s."""
+    from otel_ext.analysis.critical_path_walk import walk_mask, walk_pieces
+
+    sel = walk_mask(aligned)
+    if ranks is not None:
+        sel &= np.isin(aligned["rank"], np.asarray(sorted(ranks), dtype=np.int64))
+    rows = np.flatnonzero(sel)
+    return walk_pieces(
+        aligned.select(rows),
+        keys[rows],
+        peers,
+        device_bound_share=device_bound_share,
+        entries="reachable" if every_rank else "every",
+    )
 
 
 def walk_of(
