@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
@@ -119,6 +120,23 @@ def test_a_histogram_not_of_the_sdk_is_recorded_through_its_api() -> None:
     bound = BoundHistogram(histogram, {"op": "x"})
     assert not bound.bound
     bound.record(1.0)  # the no-op's record: nothing to see, nothing raised
+
+
+def test_an_sdk_version_not_checked_is_recorded_through_its_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The short cut reads the SDK's private parts: only on versions the tests passed on."""
+    from otel_ext.instrumentation import bound_histogram
+
+    reader = InMemoryMetricReader()
+    histogram = MeterProvider(metric_readers=[reader]).get_meter("m").create_histogram("d")
+    assert BoundHistogram(histogram, {"op": "x"}).bound  # this SDK is a checked one
+    monkeypatch.setattr(bound_histogram, "sdk_checked", lambda: False)
+    bound = BoundHistogram(histogram, {"op": "x"})
+    assert not bound.bound
+    bound.record(2.0)
+    point = reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics[0]
+    assert point.data.data_points[0].count == 1
 
 
 def test_the_first_value_creates_the_attribute_sets_aggregation() -> None:

@@ -255,6 +255,15 @@ def test_sdk_span_metrics_on_keeps_the_api_path(monkeypatch: pytest.MonkeyPatch)
     assert not FinishedSpans(provider.get_tracer("t")).short_path
 
 
+def test_an_sdk_version_not_checked_keeps_the_api_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_ext.instrumentation import finished_spans
+
+    provider, _ = _provider(ALWAYS_ON)
+    assert FinishedSpans(provider.get_tracer("t")).short_path  # this SDK is a checked one
+    monkeypatch.setattr(finished_spans, "sdk_checked", lambda: False)
+    assert not FinishedSpans(provider.get_tracer("t")).short_path
+
+
 def test_no_op_and_proxy_tracers() -> None:
     noop = FinishedSpans(trace.NoOpTracer())
     assert not noop.short_path

@@ -11,10 +11,13 @@ hands it to the aggregation the SDK would find, found by the key the SDK compute
 
 It does that only where the result is the same, and otherwise calls ``record``:
 
-* the histogram is the SDK's, with the parts this relies on (checked at construction: the
-  measurement consumer, its readers' storages, the exemplar filter, the SDK's attribute
-  hash, ``Measurement`` a dataclass of the five fields it has in SDK 1.45); else every call
-  goes to ``record``;
+* the SDK is a version these tests ran against
+  (:data:`~otel_ext.instrumentation.sdk_versions.CHECKED_SDK`: the short cut reads
+  the SDK's private parts, and a later SDK may change what they mean while keeping their
+  names), and the histogram is the SDK's, with the parts this relies on (checked at
+  construction: the measurement consumer, its readers' storages, the exemplar filter, the
+  SDK's attribute hash, ``Measurement`` a dataclass of the five fields it has in SDK 1.45);
+  else every call goes to ``record``;
 * per call, for each reader's view of the instrument: a view that filters attribute keys,
   one that resets its aggregations on collection (delta temporality, where the SDK holds its
   lock while aggregating), or an attribute set without its aggregation yet (the first value,
@@ -49,6 +52,8 @@ from typing import Any
 
 from opentelemetry.context import Context, get_current
 
+from otel_ext.instrumentation.sdk_versions import sdk_checked
+
 __all__ = ["BoundHistogram"]
 
 _new = object.__new__
@@ -59,6 +64,8 @@ _MEASUREMENT_FIELDS = ["value", "time_unix_nano", "instrument", "context", "attr
 
 def _sdk_parts(histogram: Any) -> tuple[Any, Any, Any, Any] | None:
     """(measurement class, consumer, exemplar filter, attribute hash) or ``None``."""
+    if not sdk_checked():
+        return None
     try:
         from opentelemetry.sdk.metrics._internal import _view_instrument_match as vim
         from opentelemetry.sdk.metrics._internal.instrument import _Histogram

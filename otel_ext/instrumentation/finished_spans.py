@@ -16,7 +16,9 @@ sampler is called.
 
 It takes the short path only where the result is the same; otherwise it calls the API:
 
-* the tracer is the SDK's, with the attributes this relies on (checked once it is known:
+* the SDK is a version the tests passed on
+  (:data:`~otel_ext.instrumentation.sdk_versions.CHECKED_SDK`: this reads its private parts),
+  and the tracer is the SDK's, with the attributes this relies on (checked once it is known:
   at construction, or when a proxy tracer resolves: ``sampler``, ``id_generator``,
   ``resource``, ``span_processor``, the scope), and the SDK's own span metrics
   (``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``) are off;
@@ -59,6 +61,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, TraceFlags
+
+from otel_ext.instrumentation.sdk_versions import sdk_checked
 
 __all__ = ["FinishedSpans", "SpanWriter"]
 
@@ -203,6 +207,8 @@ class FinishedSpans:
         if limits is None or not hasattr(tracer, "_instrumentation_scope"):
             return
         if os.environ.get(_SDK_METRICS_ENV, "").strip().lower() == "true":
+            return
+        if not sdk_checked():  # an SDK whose private parts this was not tested on
             return
         from opentelemetry.sdk.trace import ReadableSpan
 
