@@ -48,6 +48,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags 
 from opentelemetry.trace.span import TraceState  # noqa: E402
 
 from otel_ext.instrumentation.finished_spans import FinishedSpans  # noqa: E402
+from otel_ext.instrumentation.sdk_versions import sdk_checked  # noqa: E402
 from otel_ext.instrumentation.torch import _distributed as D  # noqa: E402
 
 SPECS = [
@@ -346,6 +347,6 @@ def test_the_spans_of_a_configured_provider_take_the_short_path(tmp_path: Any) -
     )  # fmt: skip
     try:
         spans = FinishedSpans(telemetry.tracer_provider.get_tracer("otel_ext.test"))
-        assert spans.short_path
+        assert spans.short_path is sdk_checked()
     finally:
         telemetry.shutdown()

@@ -37,6 +37,7 @@ from otel_ext.instrumentation.active_span import (
 )
 from otel_ext.instrumentation.active_span_record import decode_record
 from otel_ext.instrumentation.finished_spans import FinishedSpans
+from otel_ext.instrumentation.sdk_versions import sdk_checked
 
 
 class _Counting(IdGenerator):
@@ -147,7 +148,7 @@ def test_the_short_path_exports_what_the_api_exports(
     api_provider, api_out = _provider(_SAMPLERS[sampler])
     short_provider, short_out = _provider(_SAMPLERS[sampler])
     short = FinishedSpans(short_provider.get_tracer("otel_ext.test", "1.2"))
-    assert short.short_path
+    assert short.short_path is sdk_checked()
     a = _api(api_provider.get_tracer("otel_ext.test", "1.2"), "accel.collective", ctx,
              dict(attrs), link_objs, start, start + length, status)  # fmt: skip
     b = short.write("accel.collective", context=ctx, attributes=dict(attrs), links=link_objs,
@@ -193,7 +194,7 @@ def test_processors_that_need_no_start_keep_the_short_path(tmp_path: Any) -> Non
     publisher = ActiveSpanPublisher(str(tmp_path))
     provider.add_span_processor(ActiveSpanPublishingProcessor(publisher))
     spans = FinishedSpans(provider.get_tracer("otel_ext.instrumentation"))
-    assert spans.short_path
+    assert spans.short_path is sdk_checked()
     span = spans.write(
         "accel.collective", attributes={"accel.device.id": "h/chip0"}, start_ns=10, end_ns=20
     )
@@ -229,7 +230,7 @@ def test_what_the_sdk_would_cut_goes_the_api_way(
     short_provider, short_out = _provider(ALWAYS_ON, span_limits=limits)
     _api(api_provider.get_tracer("t"), "s", None, dict(attrs), link_objs, 1, 2, None)
     spans = FinishedSpans(short_provider.get_tracer("t"))
-    assert spans.short_path
+    assert spans.short_path is sdk_checked()
     spans.write("s", attributes=dict(attrs), links=link_objs, start_ns=1, end_ns=2)
     (got,) = short_out.get_finished_spans()
     assert _cut(got)
@@ -259,7 +260,7 @@ def test_an_sdk_version_not_checked_keeps_the_api_path(monkeypatch: pytest.Monke
     from otel_ext.instrumentation import finished_spans
 
     provider, _ = _provider(ALWAYS_ON)
-    assert FinishedSpans(provider.get_tracer("t")).short_path  # this SDK is a checked one
+    assert FinishedSpans(provider.get_tracer("t")).short_path is sdk_checked()
     monkeypatch.setattr(finished_spans, "sdk_checked", lambda: False)
     assert not FinishedSpans(provider.get_tracer("t")).short_path
 
@@ -273,7 +274,7 @@ def test_no_op_and_proxy_tracers() -> None:
     proxy = trace.ProxyTracer("t")
     proxy._real_tracer = provider.get_tracer("t")  # what a resolved proxy holds
     spans = FinishedSpans(proxy)
-    assert spans.short_path
+    assert spans.short_path is sdk_checked()
     spans.write("s", attributes={"a": 1}, start_ns=1, end_ns=2)
     assert [s.name for s in out.get_finished_spans()] == ["s"]
 
@@ -281,7 +282,7 @@ def test_no_op_and_proxy_tracers() -> None:
 def test_a_processor_added_later_is_seen() -> None:
     provider, out = _provider(ALWAYS_ON)
     spans = FinishedSpans(provider.get_tracer("t"))
-    assert spans.short_path
+    assert spans.short_path is sdk_checked()
     provider.add_span_processor(_Enriching())
     assert not spans.short_path
     spans.write("s", attributes={"k": 1}, start_ns=1, end_ns=2)
@@ -294,6 +295,6 @@ def test_a_proxy_tracer_that_resolves_later_takes_the_short_path() -> None:
     spans = FinishedSpans(proxy)
     assert not spans.short_path  # not resolved yet: the API path (a no-op tracer now)
     proxy._real_tracer = provider.get_tracer("t")  # what the proxy holds once resolved
-    assert spans.short_path
+    assert spans.short_path is sdk_checked()
     spans.write("s", attributes={"a": 1}, start_ns=1, end_ns=2)
     assert [s.name for s in out.get_finished_spans()] == ["s"]
