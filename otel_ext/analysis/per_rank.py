@@ -67,6 +67,7 @@ __all__ = [
     "per_rank_tables",
     "walk_of",
     "walk_of_aligned",
+    "walk_rows",
 ]
 
 #: categories a cross-rank pass reads (host operators only where they are collectives; rows
@@ -134,6 +135,38 @@ def _without_unread_columns(table: EventTable) -> EventTable:
     strings = dict(table.strings)
     strings["clock_domain"] = [""]
     return EventTable(columns, strings, dict(table.meta))
+
+
+#: the columns the critical path's walk reads (its edges, labels, names, launches)
+WALK_COLUMNS = frozenset(
+    {"start_ns", "end_ns", "rank", "category", "stream", "tid", "device", "name", "source",
+     "correlation"}
+)  # fmt: skip
+
+
+def walk_rows(table: EventTable, rows: np.ndarray) -> EventTable:
+    """``table``'s rows ``rows`` with only the columns the walk reads (:data:`WALK_COLUMNS`);
+    the others constant, as the table has unknown values (code 0 of a string column is the
+    empty string): what a kept or walked copy of the walk rows weighs.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 1, rank=0, coll_seq=s,
+    ...     category=C.KERNEL_COMM, host="h") for s in (0, 5)])
+    >>> w = walk_rows(t, np.array([1]))
+    >>> w["start_ns"].tolist(), w["coll_seq"].tolist(), w.string("host", 0)
+    ([5], [-1], '')
+    """
+    n = len(rows)
+    columns = {}
+    for name, column in table.columns.items():
+        if name in WALK_COLUMNS:
+            columns[name] = column[rows]
+        elif name in NUMERIC_COLUMNS:
+            dtype, default = NUMERIC_COLUMNS[name]
+            columns[name] = constant_column(default, dtype, n)
+        else:  # a string column's codes
+            columns[name] = constant_column(0, column.dtype, n)
+    return EventTable(columns, table.strings, dict(table.meta))
 
 
 def _with_envelope(table: EventTable, keep: np.ndarray) -> np.ndarray:
@@ -287,7 +320,7 @@ def per_rank_tables(
         reduced=reduced,
         reduced_positions=reduced_positions,
         # walk rows that are all among the reduced rows are walked from those, not kept twice
-        walk=None if travels else table.select(walk),
+        walk=None if travels else walk_rows(table, walk),
         walk_keys=None if travels else keys,
         walk_travels=travels,
     )
@@ -448,7 +481,7 @@ def walk_of_aligned(
         sel &= np.isin(aligned["rank"], np.asarray(sorted(ranks), dtype=np.int64))
     rows = np.flatnonzero(sel)
     return walk_pieces(
-        aligned.select(rows),
+        walk_rows(aligned, rows),
         keys[rows],
         peers,
         device_bound_share=device_bound_share,
