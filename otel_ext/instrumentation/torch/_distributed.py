@@ -423,6 +423,20 @@ class _Metrics:
             self.time.add(seconds, attrs, context=ctx)
 
 
+def _call_attributes(
+    attrs: dict[str, Any], dtype: Any, peer: Any, async_op: Any, t0: int, t1: int
+) -> None:
+    """The attributes every collective's span takes from its own call (the record's)."""
+    if dtype is not None:
+        attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
+    if peer is not None:
+        attrs[ACCEL_COLLECTIVE_PEER] = peer
+    if async_op is not None:
+        attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
+    attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
+    attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+
+
 class _Entry:
     """One collective between the tracker and the materialiser."""
 
@@ -495,14 +509,7 @@ class _Entry:
         if seq >= 0:
             attrs[ACCEL_COLLECTIVE_SEQ] = seq
             attrs[ACCEL_COLLECTIVE_ID] = cid
-        if dtype is not None:
-            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
-        if peer is not None:
-            attrs[ACCEL_COLLECTIVE_PEER] = peer
-        if async_op is not None:
-            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        _call_attributes(attrs, dtype, peer, async_op, t0, t1)
         attrs.update(identity)
         e = cls()
         e.attrs, e.ctx, e.start, e.t1, e.op = attrs, ctx, t0, t1, op
@@ -819,14 +826,7 @@ class _State:
                 if src is not None
                 else collective_id(tpl.group, seq)
             )
-        if dtype is not None:
-            attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
-        if peer is not None:
-            attrs[ACCEL_COLLECTIVE_PEER] = peer
-        if async_op is not None:
-            attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
-        attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+        _call_attributes(attrs, dtype, peer, async_op, t0, t1)
         attrs.update(tpl.identity)
         if device_ns is not None and device_ns >= 0 and uncertainty is not None:
             start = end - device_ns  # as _native_device_timing
