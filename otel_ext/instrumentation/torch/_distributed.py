@@ -364,16 +364,25 @@ class _Metrics:
         """Count one completed op: the duration histogram now, in its span's context
         (exemplars link to the span); the three counters added up until :meth:`add_counted`."""
         key = (op, group, device)
+        attrs = self._attributes(key)
+        ctx = trace.set_span_in_context(span)
+        seconds = ns / 1e9
+        self.duration.record(seconds, attrs, context=ctx)
+        self._count(key, nbytes, bus_factor(op, size), seconds, ctx)
+
+    def _attributes(self, key: tuple[str, str, str | None]) -> dict[str, Any]:
+        """The metric attributes of (op, group, device), made once and shared."""
         attrs = self._attrs.get(key)
         if attrs is None:
+            op, group, device = key
             attrs = {ACCEL_COLLECTIVE_OP: op, ACCEL_COLLECTIVE_GROUP: group}
             if device is not None:
                 attrs[ACCEL_DEVICE_ID] = device
             self._attrs[key] = attrs
-        factor = bus_factor(op, size)
-        ctx = trace.set_span_in_context(span)
-        seconds = ns / 1e9
-        self.duration.record(seconds, attrs, context=ctx)
+        return attrs
+
+    def _count(self, key: Any, nbytes: int, factor: float, seconds: float, ctx: Any) -> None:
+        """Add one op to what :meth:`add_counted` adds next (its context the latest)."""
         sums = self._pending.get(key)
         if sums is None:
             self._pending[key] = [nbytes, nbytes * factor, seconds, ctx]
@@ -387,12 +396,7 @@ class _Metrics:
         """What :meth:`record_in` needs for (op, group, device) on ``size`` ranks, made once:
         the same attribute dict :meth:`record` uses (shared) and the bus factor."""
         key = (op, group, device)
-        attrs = self._attrs.get(key)
-        if attrs is None:
-            attrs = {ACCEL_COLLECTIVE_OP: op, ACCEL_COLLECTIVE_GROUP: group}
-            if device is not None:
-                attrs[ACCEL_DEVICE_ID] = device
-            self._attrs[key] = attrs
+        attrs = self._attributes(key)
         bound = self._bound.get(key)
         if bound is None:
             bound = self._bound[key] = BoundHistogram(self.duration, attrs)
@@ -403,14 +407,7 @@ class _Metrics:
         histogram through its :class:`BoundHistogram` (the same point, a third cheaper)."""
         seconds = ns / 1e9
         slot.duration.record(seconds, ctx)
-        sums = self._pending.get(slot.key)
-        if sums is None:
-            self._pending[slot.key] = [nbytes, nbytes * slot.factor, seconds, ctx]
-        else:
-            sums[0] += nbytes
-            sums[1] += nbytes * slot.factor
-            sums[2] += seconds
-            sums[3] = ctx
+        self._count(slot.key, nbytes, slot.factor, seconds, ctx)
 
     def add_counted(self) -> None:
         """Add what :meth:`record` counted since the last call: one ``add`` per counter and
