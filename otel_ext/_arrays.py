@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["distinct", "distinct_rows", "group_median", "median", "percentile"]
+__all__ = [
+    "distinct",
+    "distinct_rows",
+    "group_median",
+    "median",
+    "percentile",
+    "weighted_group_median",
+]
 
 
 def _flat(values: Any) -> np.ndarray:
@@ -147,5 +154,37 @@ def group_median(values: Any, groups: Any, n_groups: int) -> np.ndarray:
     sv = v[order]
     lo = sv[(starts + (counts - 1) // 2)[has]]
     hi = sv[(starts + counts // 2)[has]]
+    out[has] = (lo + hi) / 2
+    return out
+
+
+def weighted_group_median(values: Any, weights: Any, groups: Any, n_groups: int) -> np.ndarray:
+    """:func:`group_median` of values that each stand for ``weights`` equal copies.
+
+    Exactly what :func:`group_median` returns on the expanded values (``np.repeat(values,
+    weights)``): per group, the values sorted, the elements at positions ``(n - 1) // 2`` and
+    ``n // 2`` of the ``n`` copies found from the cumulative counts, ``(lo + hi) / 2``. NaN
+    values (and zero weights) are left out; NaN where a group has none.
+
+    >>> weighted_group_median([5.0, 1.0, 3.0, 2.0, 9.0], [1, 3, 1, 2, 2], [0, 0, 0, 2, 2], 3)
+    array([1. , nan, 5.5])
+    """
+    v = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.int64)
+    g = np.asarray(groups, dtype=np.int64)
+    ok = ~np.isnan(v) & (w > 0)
+    v, w, g = v[ok], w[ok], g[ok]
+    out = np.full(n_groups, np.nan)
+    if v.size == 0:
+        return out
+    order = np.lexsort((v, g))
+    sv, cum = v[order], np.cumsum(w[order])
+    counts = np.bincount(g, weights=w, minlength=n_groups).astype(np.int64)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    has = counts > 0
+    # the element holding copy p (0-based, over all groups) is the first whose cumulative
+    # count exceeds p
+    lo = sv[np.searchsorted(cum, (starts + (counts - 1) // 2)[has], side="right")]
+    hi = sv[np.searchsorted(cum, (starts + counts // 2)[has], side="right")]
     out[has] = (lo + hi) / 2
     return out

@@ -159,8 +159,39 @@ def _per_name_in(
     return out
 
 
+def _compute_totals(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks with compute kernels (ascending) and each one's summed kernel time (float64,
+    summed in row order)."""
+    sel = (table["category"] == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
+    if not sel.any():
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    r = table["rank"][sel]
+    d = (table["end_ns"] - table["start_ns"])[sel].astype(np.float64)
+    ur, inv = np.unique(r, return_inverse=True)
+    tot = np.zeros(len(ur))
+    np.add.at(tot, inv.reshape(-1), d)
+    return ur, tot
+
+
+def _given_totals(totals: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_compute_totals` from rank -> (summed ns, rows): ranks with no rows left out.
+
+    The float64 sums of integer durations that the rows give are exact (below 2**53 ns, 104
+    days, per rank), so they equal the exact integer sums converted once.
+    """
+    ranks = sorted(r for r, (_, n) in totals.items() if n > 0)
+    return (
+        np.array(ranks, dtype=np.int64),
+        np.array([float(totals[r][0]) for r in ranks], dtype=np.float64),
+    )
+
+
 def load_imbalance(
-    table: EventTable, *, limit: int = 50, groups: dict[int, int] | None = None
+    table: EventTable,
+    *,
+    limit: int = 50,
+    groups: dict[int, int] | None = None,
+    compute_totals: dict[int, tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Per-step, per-layer and compute imbalance across ranks (within peer groups).
 
@@ -169,6 +200,9 @@ def load_imbalance(
         limit: at most this many step and layer rows, most imbalanced first.
         groups: rank -> peer-group id (ranks that meet at collectives); None or empty
             compares all ranks together.
+        compute_totals: rank -> (summed compute-kernel ns, kernel rows) when the caller has
+            them (:meth:`~otel_ext.analysis.compute_samples.ComputeSamples.rank_totals`);
+            else the table's compute kernels are summed.
 
     Returns:
         ``{"steps": [...], "layers": [...], "compute": {...} | None, "steps_test",
@@ -178,14 +212,12 @@ def load_imbalance(
     tests: dict[str, Any] = {}
     steps = _per_name(table, Category.STEP, limit=limit, groups=groups, tests=tests, key="steps")
     layers = _per_name(table, Category.LAYER, limit=limit, groups=groups, tests=tests, key="layers")
-    sel = (table["category"] == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
+    if compute_totals is None:
+        ur, tot = _compute_totals(table)
+    else:
+        ur, tot = _given_totals(compute_totals)
     compute = None
-    if sel.any():
-        r = table["rank"][sel]
-        d = (table["end_ns"] - table["start_ns"])[sel].astype(np.float64)
-        ur, inv = np.unique(r, return_inverse=True)
-        tot = np.zeros(len(ur))
-        np.add.at(tot, inv.reshape(-1), d)
+    if len(ur):
         gcode = _group_codes(ur, groups)
         for g in distinct(gcode):
             m = gcode == g

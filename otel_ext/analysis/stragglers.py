@@ -35,8 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import distinct, distinct_rows, group_median, median
+from otel_ext._arrays import distinct, group_median, median
 from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.compute_samples import (
+    ComputeRatios,
+    ComputeSamples,
+    ratio_stats,
+    samples_of,
+)
 from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.significance import adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
@@ -49,6 +55,7 @@ __all__ = [
     "find_stragglers",
     "rank_devices",
     "rank_devices_from_counts",
+    "window_edges",
 ]
 
 
@@ -162,76 +169,42 @@ def compute_ratios(
     return stats.overall, stats.by_window
 
 
-@dataclass
-class ComputeRatios:
-    """Per-rank compute speed against the same work on the other ranks.
-
-    Attributes:
-        overall: the rank's median duration ratio.
-        by_window: the same per time window (``None`` where it ran nothing comparable).
-        slower, faster: how many of its comparable kernels ran slower / faster than the
-            median of the same work (the sign test's counts).
-    """
-
-    overall: dict[int, float]
-    by_window: dict[int, list[float | None]]
-    slower: dict[int, int]
-    faster: dict[int, int]
-
-
 def compute_ratio_stats(table: EventTable, edges: np.ndarray) -> ComputeRatios:
-    """:func:`compute_ratios` with the sign-test counts, in one linear pass."""
-    empty = ComputeRatios({}, {}, {}, {})
-    cat = table["category"]
-    sel = (cat == Category.KERNEL_COMPUTE) & (table["rank"] >= 0)
-    if not sel.any():
-        sel = (cat == Category.LAYER) & (table["rank"] >= 0)
-    rows = np.flatnonzero(sel)
-    if len(rows) == 0:
-        return empty
-    # same-named work is compared among ranks of the same host when hosts are known (the
-    # chips of a host form a tensor-parallel group; other hosts may run other phases)
-    # ... and in the same time window (the work behind a name may change over the run)
-    n_win = max(len(edges) - 1, 1)
-    win = np.clip(np.searchsorted(edges, table["start_ns"][rows], side="right") - 1, 0, None)
-    win = np.minimum(win, n_win - 1)
-    host = table["host"][rows].astype(np.int64)
-    # ... and only among ranks of one run: separate captures never ran together
-    runs = rank_runs(table)
-    if len(set(runs.values())) > 1:
-        rk = np.array(sorted(runs), dtype=np.int64)
-        rv = np.array([runs[r] for r in rk.tolist()], dtype=np.int64)
-        r_rows = table["rank"][rows].astype(np.int64)
-        run_of = rv[np.clip(np.searchsorted(rk, r_rows), 0, len(rk) - 1)]
-        host = host + (len(table.strings["host"]) + 1) * run_of
-    n_host = int(host.max()) + 1 if len(host) else 1
-    name = (table["name"][rows].astype(np.int64) * n_host + host) * n_win + win
-    dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
-    rank = table["rank"][rows].astype(np.int64)
-    uname, pos = np.unique(name, return_inverse=True)
-    pos = pos.reshape(-1)
-    med_of_row = group_median(dur, pos, len(uname))[pos]
-    # names seen on at least two ranks
-    pair = distinct_rows(np.stack([pos.astype(np.int64), rank], axis=1))
-    ranks_per_name = np.bincount(pair[:, 0], minlength=len(uname))
-    usable = (med_of_row > 0) & (ranks_per_name[pos] >= 2)
-    ratio = np.where(usable, dur / np.where(med_of_row > 0, med_of_row, 1), np.nan)
-    ranks = distinct(rank)
-    rpos = np.searchsorted(ranks, rank)
-    finite = np.isfinite(ratio)
-    overall_m = group_median(ratio, rpos, len(ranks))
-    by_w = group_median(ratio, rpos * n_win + win, len(ranks) * n_win).reshape(len(ranks), n_win)
-    slower = np.bincount(rpos[finite & (ratio > 1.0)], minlength=len(ranks))
-    faster = np.bincount(rpos[finite & (ratio < 1.0)], minlength=len(ranks))
-    out = ComputeRatios({}, {}, {}, {})
-    for i, r in enumerate(ranks.tolist()):
-        if np.isnan(overall_m[i]):
-            continue
-        out.overall[r] = float(overall_m[i])
-        out.by_window[r] = [None if np.isnan(v) else float(v) for v in by_w[i].tolist()]
-        out.slower[r] = int(slower[i])
-        out.faster[r] = int(faster[i])
-    return out
+    """:func:`compute_ratios` with the sign-test counts, in one linear pass.
+
+    The ratios of :func:`~otel_ext.analysis.compute_samples.ratio_stats` over the samples of
+    the table's compute kernels (of its layer spans when it has no compute kernels).
+
+    >>> from otel_ext.analysis.table import Category, EventTable
+    >>> t = EventTable.from_rows([dict(start_ns=0, end_ns=d, rank=r, name="gemm",
+    ...     category=Category.LAYER) for r, d in [(0, 10), (1, 10), (2, 40)]])
+    >>> compute_ratio_stats(t, window_edges(t, 1)).overall
+    {0: 1.0, 1: 1.0, 2: 4.0}
+    """
+    samples = samples_of(table, edges)
+    if samples.rows == 0:
+        samples = samples_of(table, edges, category=Category.LAYER)
+    if samples.rows == 0:
+        return ComputeRatios({}, {}, {}, {})
+    return ratio_stats(samples, rank_runs(table), max(len(edges) - 1, 1))
+
+
+def window_edges(table: EventTable, windows: int) -> np.ndarray:
+    """The edges of ``windows`` equal time slices of the run: from the earliest start to the
+    latest end of the rows with a rank (``[0, 1]`` sliced when there are none).
+
+    >>> t = EventTable.from_rows([dict(start_ns=100, end_ns=150, rank=0),
+    ...                           dict(start_ns=130, end_ns=300, rank=1), dict(end_ns=900)])
+    >>> window_edges(t, 4).tolist()
+    [100, 150, 200, 250, 300]
+    """
+    dev_rows = table["rank"] >= 0
+    if dev_rows.any():
+        lo = int(table["start_ns"][dev_rows].min())
+        hi = int(table["end_ns"][dev_rows].max())
+    else:
+        lo = hi = 0
+    return np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
 
 
 def _self_lateness(
@@ -284,6 +257,7 @@ def find_stragglers(
     *,
     windows: int = 8,
     devices: dict[int, tuple[str, str]] | None = None,
+    compute: ComputeSamples | None = None,
 ) -> StragglerReport:
     """Score every rank as a straggler candidate, with the statistics a verdict needs.
 
@@ -304,6 +278,10 @@ def find_stragglers(
         windows: how many equal time slices persistence and compute ratios are measured over.
         devices: rank -> (host, device) names when the caller has them (else
             :func:`rank_devices`).
+        compute: the compute kernels' samples, joined over the ranks and computed with
+            this run's :func:`window_edges` (``windows`` of them), when the caller has
+            them (else the table's compute rows are sampled); with no rows in them, the
+            table's layer spans are compared instead, as without them.
 
     Returns:
         A :class:`StragglerReport`, rows sorted most likely first.
@@ -313,14 +291,13 @@ def find_stragglers(
     nr = len(ranks)
     if devices is None:
         devices = rank_devices(table)
-    dev_rows = table["rank"] >= 0
-    if dev_rows.any():
-        lo = int(table["start_ns"][dev_rows].min())
-        hi = int(table["end_ns"][dev_rows].max())
+    edges = window_edges(table, windows)
+    if compute is None:
+        cr = compute_ratio_stats(table, edges)
     else:
-        lo = hi = 0
-    edges = np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
-    cr = compute_ratio_stats(table, edges)
+        if compute.rows == 0:
+            compute = samples_of(table, edges, category=Category.LAYER)
+        cr = ratio_stats(compute, rank_runs(table), max(len(edges) - 1, 1))
     late = np.zeros(nr, dtype=np.int64)
     blame = np.zeros(nr, dtype=np.int64)
     last_count = np.zeros(nr, dtype=np.int64)
