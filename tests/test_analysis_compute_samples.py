@@ -11,6 +11,7 @@ not a tolerance (the analysis report must not change by one byte).
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -173,9 +174,15 @@ def test_samples_of_a_split_joined_equal_the_whole(
     assert bool((whole.count > 0).all())
     runs, n_win = rank_runs(t), max(len(edges) - 1, 1)
     assert ratio_stats(joined, runs, n_win) == ratio_stats(whole, runs, n_win)
-    # positions given: the same rows, in another order, sample the same
-    pos = np.random.default_rng(seed).permutation(len(t))
-    assert samples_of(t, edges, rows=pos) == whole
+    # positions given: the same rows, in another order, sample the same; and the positions
+    # of a split by rank, sampled on the whole table's codes, join to the whole too
+    rng = np.random.default_rng(seed)
+    assert samples_of(t, edges, rows=rng.permutation(len(t))) == whole
+    part_of = rng.integers(0, parts, size=int(t["rank"].max()) + 2)[t["rank"] + 1]
+    by_pos = [samples_of(t, edges, rows=np.flatnonzero(part_of == k)) for k in range(parts)]
+    assert ComputeSamples.join(by_pos) == whole
+    # what travels to the client: a pickled copy is the same samples
+    assert pickle.loads(pickle.dumps(joined)) == whole
 
 
 def _decoded(s: ComputeSamples) -> tuple[list[Any], ...]:
