@@ -5,10 +5,12 @@
 
 For each path (a folder or file; default: DLRM, every real profiler trace and the simulated
 4×8 run ``benchmarks/analysis_dask.py`` writes), in process: the rows of the per-rank
-phase's table, the reduced rows (what a cluster sends to the client) and those by category,
+phase's table, the reduced rows (what a cluster sends to the client: its partitions hold
+the device rows unless a file has request or serving rows) and those by category,
 the rows the critical path's walk reads where the per-rank phase ran (device rows and
-runtime calls: they stay there), and two baselines computed in the same run: the reduction
-keeping the runtime calls (the rule before the walk moved to the workers) and keeping also the
+runtime calls: they stay there), and three baselines computed in the same run: the reduction
+keeping the device rows (as in process, and on a cluster before they stayed), keeping the
+runtime calls too (the rule before the walk moved to the workers) and keeping also the
 rows of no category (the rule before those stayed behind). A reduction of the cross-rank
 passes is worth what its category holds here.
 
@@ -52,16 +54,22 @@ def census(paths: list[Path]) -> None:
     formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
     whole, _ = separate_captures(load.table, formats=formats, one_run=False)
     whole, _ = select_steps(whole, DEFAULT_STEPS)
-    per = per_rank_tables(whole)
+    per = per_rank_tables(whole, hold=True)  # as a cluster's partitions: device rows held
     reduced = per.reduced[0]
     walk = 0 if per.walk is None else len(per.walk)
+    device = len(per_rank_tables(whole).reduced[0])
     with mock.patch.object(per_rank, "cross_rank_mask", _keeping_runtime):
         runtime = len(per_rank.per_rank_tables(whole).reduced[0])
+    print_held = per.held_rows
     with mock.patch.object(per_rank, "cross_rank_mask", _keeping_uncategorised):
         before = len(per_rank.per_rank_tables(whole).reduced[0])
     name = paths[0].name if len(paths) == 1 else f"{len(paths)} paths"
     print(f"{name}: {len(whole)} rows; reduced {len(reduced)} ({len(reduced) / len(whole):.3f})")
     print(f"  walk rows (stay where the per-rank phase ran): {walk}")
+    print(
+        f"  keeping the device rows (before they stayed; in process): {device}; held "
+        f"{print_held} ({print_held / max(device, 1):.1%})"
+    )
     print(
         f"  keeping the runtime calls (before the walk split): {runtime}; saved "
         f"{runtime - len(reduced)} ({(runtime - len(reduced)) / max(runtime, 1):.1%})"

@@ -19,11 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import require
 
 from otel_ext.analysis import dask_backend
 from otel_ext.analysis.engine import analyze, to_json
+from otel_ext.analysis.per_rank import HELD_CATEGORIES
 from otel_ext.cli import main
 from otel_ext.errors import ConfigError, InputError, OtelExtError
 
@@ -159,8 +161,42 @@ def test_only_compact_tables_travel(shared_traces: Path, address: str, folder: s
     assert len(phase.load.table) <= 2 * n_files * max(1, ranks)  # the sketches, not the events
     assert phase.ranks.events == doc["run"]["events"] <= events
     assert len(phase.reduced) < 0.6 * phase.ranks.events  # host operators stayed behind
+    # the device rows stayed too, but each file's and rank's first and last
+    assert phase.holds and phase.ranks.held_rows > 0
+    device = np.isin(phase.reduced["category"], [int(c) for c in HELD_CATEGORIES])
+    pairs = np.stack([phase.reduced["source"], phase.reduced["rank"]], 1)[device]
+    assert np.unique(pairs.astype(np.int64), axis=0, return_counts=True)[1].max(initial=0) <= 2
     assert [r.as_dict() for r in phase.ranks.temporal] == doc["temporal_breakdown"]
     assert 0 < received < 0.65 * sent_before
+
+
+@needs_dask
+def test_a_repair_fetches_the_held_device_rows(
+    shared_traces: Path, address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the alignment calls for the event-level causality repair, which reads every
+    device row, the client fetches the rows the partitions held and aligns again with them:
+    the in-process report. No real set calls for the repair, so this run is told it does."""
+    from otel_ext.analysis import engine
+
+    real = engine.align_ranks
+    calls: list[tuple[bool, int]] = []
+
+    def told(table: Any, match: Any, *, repair: bool = True, **options: Any) -> Any:
+        alignment = real(table, match, repair=repair, **options)
+        calls.append((repair, len(table)))
+        if not repair:
+            alignment.repair_skipped = True
+        return alignment
+
+    paths = [shared_traces / "param_dlrm_v100_8rank"]
+    monkeypatch.setattr(engine, "align_ranks", told)
+    with dask_backend.connect(address) as cluster:
+        remote = analyze(paths, scheduler=cluster)
+    monkeypatch.undo()
+    assert [repair for repair, _ in calls] == [False, True]
+    assert calls[1][1] > calls[0][1]  # aligned again with the held rows back
+    assert to_json(remote) == to_json(analyze(paths, workers=1, scheduler=""))
 
 
 @needs_dask

@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from otel_ext.analysis import breakdown, overlap
 from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.per_rank import (
+    HELD_CATEGORIES,
     cross_rank_mask,
+    held_samples,
     merge_rank_tables,
     name_counts,
     per_rank_tables,
@@ -32,6 +34,7 @@ from otel_ext.analysis.per_rank_jobs import (
     KeptFile,
     RankDecision,
     decide_ranks,
+    for_client,
     partition_pass,
     piece_of,
     rank_partitions,
@@ -75,10 +78,13 @@ def file_sets(draw: Any) -> list[EventTable]:
     return files
 
 
-def _split(files: list[EventTable], parts: int) -> tuple[Any, Any]:
+def _split(
+    files: list[EventTable], parts: int, *, hold: bool = False, restore: bool = False
+) -> tuple[Any, Any]:
     """The cluster's per-rank phase without the cluster: the files' ranks in ``parts``
     partitions, each file's rows of a partition taken as a piece, the per-rank passes per
-    partition, merged; each file's reduced rows reassembled from its pieces."""
+    partition (holding device rows with ``hold``; put back with ``restore``, as the client
+    fetches them), merged; each file's reduced rows reassembled from its pieces."""
     from otel_ext.analysis.loaders import FileResult
 
     whole = EventTable.concat(files)
@@ -94,9 +100,19 @@ def _split(files: list[EventTable], parts: int) -> tuple[Any, Any]:
             [piece_of(kept[i], {}, p.ranks, i in p.owned, offsets[i]) for i in p.files],
             split=[holders[i] > 1 for i in p.files],
             owned=[i in p.owned for i in p.files],
+            hold=hold,
         )
         for p in plan
     ]
+    if restore:
+        results = [
+            for_client(
+                r.with_held(),
+                split=[holders[i] > 1 for i in p.files],
+                owned=[i in p.owned for i in p.files],
+            )
+            for p, r in zip(plan, results)
+        ]
     codes = {s: i for i, s in enumerate(whole.strings["source"])}
     merged = merge_rank_tables(results, source_code=codes)
     by_file: dict[int, list[Any]] = {}
@@ -129,6 +145,85 @@ def test_partitions_merge_to_the_whole(files: list[EventTable], parts: int) -> N
     assert joined.strings == mine.strings  # whole dictionaries: the same codes
     for column in mine.columns:
         assert joined[column].tolist() == mine[column].tolist(), column
+
+
+@settings(max_examples=200, deadline=None)
+@given(file_sets(), st.integers(1, 4))
+def test_held_rows_put_back_give_the_whole(files: list[EventTable], parts: int) -> None:
+    """Partitions that hold their device rows, the held rows put back (what the client
+    fetches for the causality repair): the reduced rows of the whole, code for code."""
+    whole, merged = _split(files, parts, hold=True, restore=True)
+    joined = EventTable.concat(merged.reduced)
+    mine = per_rank_tables(whole).reduced[0]
+    assert joined.strings == mine.strings
+    for column in mine.columns:
+        assert joined[column].tolist() == mine[column].tolist(), column
+
+
+_HELD = [int(c) for c in HELD_CATEGORIES]
+
+
+@settings(max_examples=200, deadline=None)
+@given(file_sets(), st.integers(1, 4))
+def test_held_rows_stay_and_each_ranks_span_travels(files: list[EventTable], parts: int) -> None:
+    """What partitions that hold send: no device row of a rank but each file's and rank's
+    first and last, every other cross-rank row, each rank's span; the held rows and the
+    sent ones are the whole's reduced rows."""
+    whole, merged = _split(files, parts, hold=True)
+    sent = EventTable.concat(merged.reduced)
+    ref = per_rank_tables(whole).reduced[0]
+    assert merged.held_rows == len(ref) - len(sent)
+    held = np.isin(ref["category"], _HELD) & (ref["rank"] >= 0)
+    other = cross_rank_mask(ref) & ~held
+    assert int(
+        (cross_rank_mask(sent) & ~(np.isin(sent["category"], _HELD) & (sent["rank"] >= 0))).sum()
+    ) == int(other.sum())
+    device = np.isin(sent["category"], _HELD) & (sent["rank"] >= 0)
+    pairs = np.stack([sent["source"][device], sent["rank"][device]], 1) if device.any() else None
+    if pairs is not None:  # at most the first and the last row of each file and rank
+        _, counts = np.unique(pairs.astype(np.int64), axis=0, return_counts=True)
+        assert counts.max() <= 2
+    for r in np.unique(whole["rank"]).tolist():
+        w, k = whole["rank"] == r, sent["rank"] == r
+        assert whole["start_ns"][w].min() == sent["start_ns"][k].min()
+        assert whole["end_ns"][w].max() == sent["end_ns"][k].max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(file_sets(), st.integers(1, 4), st.integers(1, 8))
+def test_held_samples_and_the_sent_rows_samples_are_the_wholes(
+    files: list[EventTable], parts: int, windows: int
+) -> None:
+    """The samples of the partitions' held compute rows (taken where they are) joined with
+    the samples of the compute rows that travelled: the samples of every compute row."""
+    from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.compute_samples import ComputeSamples, samples_of
+    from otel_ext.analysis.loaders import FileResult
+
+    whole = EventTable.concat(files)
+    lo, hi = int(whole["start_ns"].min(initial=0)), int(whole["end_ns"].max(initial=1))
+    edges = np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
+    ranks = {i: {int(r) for r in np.unique(f["rank"]) if r >= 0} for i, f in enumerate(files)}
+    decision = RankDecision([], {}, {}, ranks)
+    offsets = np.cumsum([0] + [len(f) for f in files]).tolist()
+    kept = [KeptFile(FileResult(f"/set/f{i}.json", "kineto", f), {}, None, None)
+            for i, f in enumerate(files)]  # fmt: skip
+    plan = rank_partitions(decision, list(range(len(files))), parts=parts)
+    results = [
+        partition_pass(
+            [piece_of(kept[i], {}, p.ranks, i in p.owned, offsets[i]) for i in p.files],
+            hold=True,
+        )
+        for p in plan
+    ]
+    # held: named by codes of their file's dictionary, which the client has (the file's)
+    held = [
+        h.resolved(files[p.files[h.part]].strings["name"])
+        for p, r in zip(plan, results)
+        for h in held_samples(r, RankClocks(), edges)
+    ]
+    sent = [samples_of(t, edges) for r in results for t in r.reduced]
+    assert ComputeSamples.join(held + sent) == samples_of(whole, edges)
 
 
 @settings(max_examples=150, deadline=None)

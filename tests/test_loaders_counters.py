@@ -36,7 +36,7 @@ def _scan_series(points: Any, name: str, column: str, value: str) -> tuple[np.nd
 
 
 @pytest.fixture(scope="module")
-def sim_metrics(tmp_path_factory: pytest.TempPathFactory) -> MetricPoints:
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sim")
     subprocess.run(
         [sys.executable, "-m", "otel_ext.cli", "simulate", "--hosts", "2", "--chips", "4",
@@ -44,7 +44,60 @@ def sim_metrics(tmp_path_factory: pytest.TempPathFactory) -> MetricPoints:
          "--out", str(out)],
         check=True, timeout=300,
     )  # fmt: skip
-    return load_paths([Path(out) / "metrics.jsonl"], workers=1).metrics
+    return Path(out)
+
+
+@pytest.fixture(scope="module")
+def sim_metrics(sim_run: Path) -> MetricPoints:
+    return load_paths([sim_run / "metrics.jsonl"], workers=1).metrics
+
+
+def test_the_read_metrics_alone_give_the_same_report(sim_run: Path) -> None:
+    """Only the metrics an analysis reads travel from a cluster's workers (``READ_METRICS``):
+    the report from them alone is the report from every point, counter evidence included."""
+    from otel_ext.analysis.engine import analyze, to_json
+
+    load = load_paths([sim_run], workers=1)
+    whole = to_json(analyze(load, workers=1))
+    every = load.metrics
+    load.metrics = every.only_names(counters.READ_METRICS)
+    assert 0 < len(load.metrics) < 0.5 * len(every)  # most points are of metrics not read
+    assert load.metrics.total == len(every)
+    doc = analyze(load, workers=1)
+    assert to_json(doc) == whole
+    assert any("counters" in f["evidence"] for f in doc["findings"])  # the throttled chip's
+    assert doc["requests"]["accounting"]["energy_steps"] > 0  # from the energy counters
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    parts=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(["hw.power", "hw.energy", "accel.collective.io", "x"]),
+                      st.sampled_from(["h0/chip0", "h0/chip1", ""]), st.integers(0, 9)),
+            max_size=12,
+        ),
+        min_size=1, max_size=4,
+    ),
+    names=st.sets(st.sampled_from(["hw.power", "hw.energy", "x"])),
+)  # fmt: skip
+def test_points_left_out_are_counted_and_the_codes_kept(
+    parts: list[list[tuple[str, str, int]]], names: set[str]
+) -> None:
+    """Each file's points of some metrics, joined: the points and codes of joining every
+    point and then choosing, and every point counted."""
+    files = [
+        MetricPoints.from_rows(dict(name=n, device=d, time_ns=t) for n, d, t in rows)
+        for rows in parts
+    ]
+    chosen = MetricPoints.concat([f.only_names(names) for f in files])
+    ref = MetricPoints.concat(files)
+    keep = np.isin(np.asarray([ref.string("name", i) for i in range(len(ref))]), list(names))
+    assert chosen.total == len(ref) and len(chosen) == int(keep.sum())
+    assert chosen.strings == ref.strings
+    for column in ("name", "device"):
+        assert chosen.codes[column].tolist() == ref.codes[column][keep].tolist()
+    assert chosen.time_ns.tolist() == ref.time_ns[keep].tolist()
 
 
 def test_every_series_equals_the_scan(sim_metrics: MetricPoints) -> None:

@@ -100,6 +100,9 @@ class Alignment:
         clocks: the per-domain correction, to move other rows of the same ranks alike.
         repaired_rows: the rows of the input table whose times the event-level repair changed
             (after :attr:`clocks`): ``table``'s times there are the repair's.
+        repair_skipped: violations beyond the bounds called for the event-level repair, and
+            ``repair=False`` left it out (a caller without every device row asks again with
+            them).
     """
 
     table: EventTable
@@ -121,6 +124,7 @@ class Alignment:
     consistent: bool = True
     clocks: RankClocks = field(default_factory=RankClocks)
     repaired_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    repair_skipped: bool = False
 
     def causality(self) -> dict[str, Any]:
         """The JSON ``causality`` object."""
@@ -566,4 +570,5 @@ def align_ranks(
         estimate_ns=estimate, status=status, clock_of=clock_name,
         violations_within_bound=max(after_align - beyond, 0), moved_by_rank=by_rank,
         consistent=consistent, clocks=clocks, repaired_rows=repaired_rows,
+        repair_skipped=bool(beyond and consistent and not repair),
     )  # fmt: skip

@@ -36,6 +36,7 @@ __all__ = [
     "DEVICE_METRICS",
     "LINK_METRICS",
     "NIC_METRICS",
+    "READ_METRICS",
     "change_point",
     "correlate_counters",
     "series_of",
@@ -66,6 +67,13 @@ NIC_METRICS = (
     M.METRIC_HW_ERRORS,
 )
 _COUNTS = (M.METRIC_ACCEL_LINK_ERRORS, M.METRIC_ACCEL_LINK_REPLAYS, M.METRIC_HW_ERRORS)
+
+#: every metric an analysis reads the points of: the counter correlation's (chips, links,
+#: network ports; a port's errors for the findings) and the energy accounting's cumulative
+#: energy (:func:`~otel_ext.analysis.requests.step_energy`). Only these travel from a
+#: cluster's workers (:meth:`~otel_ext.analysis.loaders.metrics.MetricPoints.only_names`);
+#: the others are counted.
+READ_METRICS = frozenset({*DEVICE_METRICS, *LINK_METRICS, *NIC_METRICS, M.METRIC_HW_ENERGY})
 
 
 def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | None:

@@ -59,6 +59,7 @@ from otel_ext.errors import ConfigError, OtelExtError
 
 if TYPE_CHECKING:
     from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.compute_samples import ComputeSamples
     from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
     from otel_ext.analysis.per_rank import RankTables, RepairedRows
@@ -221,7 +222,7 @@ def _summary_or_raised(kept: Any) -> Any:
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
 
-def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool]) -> Any:
+def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool], hold: bool) -> Any:
     """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
     error, passed on)."""
     from otel_ext.analysis.per_rank_jobs import partition_pass
@@ -230,7 +231,7 @@ def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool]) -> Any
         if isinstance(p, _Raised):
             return p
     try:
-        return partition_pass(pieces, split=split, owned=owned)
+        return partition_pass(pieces, split=split, owned=owned, hold=hold)
     except OtelExtError as e:
         return _Raised(e)
 
@@ -249,12 +250,26 @@ def _tables_of(kept: Any) -> Any:
     return out, packed
 
 
-def _walk_pass(kept: Any, clocks: Any, repaired: Any, peers: Any, device_bound_share: float) -> Any:
+def _walk_pass(
+    kept: Any, clocks: Any, repaired: Any, peers: Any, device_bound_share: float, edges: Any
+) -> Any:
     """Run on the worker that keeps a partition's walk rows: its ranks' critical-path
-    pieces."""
-    from otel_ext.analysis.per_rank import walk_of
+    pieces, and (with ``edges``) the samples of its held compute work on the aligned
+    timeline (:func:`~otel_ext.analysis.per_rank.held_samples`), or None."""
+    from otel_ext.analysis.per_rank import held_samples, walk_of
 
-    return walk_of(kept, clocks, repaired, peers, device_bound_share=device_bound_share)
+    pieces = walk_of(kept, clocks, repaired, peers, device_bound_share=device_bound_share)
+    held = None if edges is None or not kept.holds else held_samples(kept, clocks, edges)
+    return pieces, held
+
+
+def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
+    """Run on the worker that keeps a partition: its reduced rows with the held rows back,
+    as :func:`_tables_of` sends them."""
+    from otel_ext.analysis.per_rank_jobs import PackedPositions, for_client
+
+    out = for_client(kept.with_held(), split=split, owned=owned)
+    return [PackedPositions.of(w) for w in out.reduced_positions], out.reduced
 
 
 def _pickled_size(value: Any) -> int:
@@ -325,6 +340,13 @@ class PerRankPhase:
         walks: per partition, its ranks, the cluster's future of its per-rank results with
             the walk rows, kept on the worker for :meth:`DaskCluster.walk_phase`, and whether
             its walk rows all travelled with the reduced rows (then the client walks them).
+        holds: some partition kept device rows back (:attr:`RankTables.full`): they are
+            sampled in :meth:`DaskCluster.walk_phase`, or fetched by
+            :meth:`DaskCluster.restore_held`.
+        name_strings: each file's name dictionary (as its reduced rows brought it), which
+            the held rows' samples name their work by.
+        joining: what joins the partitions' reduced rows again (their files, owners and
+            the rank decision), for :meth:`DaskCluster.restore_held`.
     """
 
     load: LoadResult
@@ -335,6 +357,9 @@ class PerRankPhase:
     keys: Any
     received_bytes: int = 0
     walks: list[tuple[frozenset[int], Any, bool]] = field(default_factory=list)
+    holds: bool = False
+    joining: Any = None
+    name_strings: dict[int, list[str]] = field(default_factory=dict)
 
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -361,6 +386,34 @@ def _worker_version() -> str:
     from otel_ext import __version__
 
     return __version__
+
+
+def _joined(
+    joining: Any, parts: Sequence[tuple[list[EventTable], list[np.ndarray]]]
+) -> tuple[EventTable, np.ndarray]:
+    """The partitions' reduced rows (one table per piece, with the pieces' positions) as one
+    table in file order, and its rows' keys (ascending)."""
+    from otel_ext.analysis import per_rank_jobs as jobs
+    from otel_ext.analysis.table import EventTable
+
+    plan, rank_runs = joining
+    by_file: dict[int, list[tuple[EventTable, Any]]] = {}
+    for part, (tables, positions) in zip(plan, parts):
+        for i, t, where in zip(part.files, tables, positions):
+            if i in part.owned:  # the owner's piece (first) carries the dictionaries
+                by_file.setdefault(i, []).insert(0, (t, where))
+            elif len(t):
+                by_file.setdefault(i, []).append((t, where))
+    files = [jobs.reassemble(by_file[i]) for i in sorted(by_file)]
+    keys = np.concatenate(
+        [np.sort(np.concatenate([w for _, w in by_file[i]])) for i in sorted(by_file)]
+        or [np.zeros(0, dtype=np.int64)]
+    ).astype(np.int64)
+    joined = EventTable.concat(files) if files else EventTable.empty()
+    meta = dict(joined.meta)
+    if rank_runs:
+        meta["rank_runs"] = rank_runs
+    return EventTable(dict(joined.columns), joined.strings, meta), keys
 
 
 class DaskCluster:
@@ -444,6 +497,8 @@ class DaskCluster:
             n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
             n_parts = max(1, n_parts)
             plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
+            # device rows stay on the workers unless a pass joins other rows with them by time
+            hold = not any(summaries[i].joins_by_time for i in with_table)
             walks: list[tuple[frozenset[int], Any, bool]] = []
             with self._worker_errors():
                 futures = []
@@ -465,7 +520,7 @@ class DaskCluster:
                     owned = [i in part.owned for i in part.files]
                     # every reduced row's position comes back: the keys of the walk
                     kept_part = self.client.submit(
-                        _pieces_pass, pieces, [True] * len(pieces), owned, pure=False
+                        _pieces_pass, pieces, [True] * len(pieces), owned, hold, pure=False
                     )
                     walks.append((part.ranks, kept_part, False))
                     futures.append(self.client.submit(_tables_of, kept_part, pure=False))
@@ -488,23 +543,15 @@ class DaskCluster:
         if self.measure:
             received += answers_bytes
         self.received_bytes = received
-        by_file: dict[int, list[tuple[EventTable, Any]]] = {}
-        for part, tables in zip(plan, parts):
-            for i, t, where in zip(part.files, tables.reduced, tables.reduced_positions):
-                if i in part.owned:  # the owner's piece (first) carries the dictionaries
-                    by_file.setdefault(i, []).insert(0, (t, where))
-                elif len(t):
-                    by_file.setdefault(i, []).append((t, where))
-        files = [jobs.reassemble(by_file[i]) for i in sorted(by_file)]
-        keys = np.concatenate(
-            [np.sort(np.concatenate([w for _, w in by_file[i]])) for i in sorted(by_file)]
-            or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
-        joined = EventTable.concat(files) if files else EventTable.empty()
-        meta = dict(joined.meta)
-        if decision.rank_runs:
-            meta["rank_runs"] = decision.rank_runs
-        reduced = EventTable(dict(joined.columns), joined.strings, meta)
+        joining = (plan, decision.rank_runs)
+        sent = [(t.reduced, t.reduced_positions) for t in parts]
+        reduced, keys = _joined(joining, sent)
+        name_strings = {
+            i: t.strings["name"]
+            for part, (tables, _) in zip(plan, sent)
+            for i, t in zip(part.files, tables)
+            if i in part.owned
+        }
         self.reduced_rows = len(reduced)
         codes = {s: i for i, s in enumerate(reduced.strings["source"])}
         if parts:
@@ -512,8 +559,36 @@ class DaskCluster:
         else:
             ranks = per_rank_tables(EventTable.empty())
         return PerRankPhase(
-            load, decision.captures, record, ranks, reduced, keys, received, walks=walks
+            load, decision.captures, record, ranks, reduced, keys, received, walks=walks,
+            holds=any(p.held_rows for p in parts), joining=joining, name_strings=name_strings,
+        )  # fmt: skip
+
+    def restore_held(self, phase: PerRankPhase) -> tuple[EventTable, Any]:
+        """The reduced rows and their keys with every partition's held rows back: what the
+        per-rank phase gives without holding, for the passes that read every device row
+        (the causality repair, the request and serving joins). The partitions' held rows
+        stay where they are (their walk still runs there); only their samples are not
+        asked for afterwards (``phase.holds`` becomes False).
+        """
+        plan, _ = phase.joining
+        futures = []
+        with self._worker_errors():
+            for part, (_, kept, _) in zip(plan, phase.walks):
+                owned = [i in part.owned for i in part.files]
+                futures.append(
+                    self.client.submit(
+                        _held_pass, kept, [True] * len(part.files), owned, pure=False
+                    )
+                )
+            answers = [f.result() for f in futures]
+        if self.measure:
+            self.received_bytes += sum(_pickled_size(a) for a in answers)
+        reduced, keys = _joined(
+            phase.joining, [(tables, [p.unpack() for p in packed]) for packed, tables in answers]
         )
+        self.reduced_rows = len(reduced)
+        phase.reduced, phase.keys, phase.holds = reduced, keys, False
+        return reduced, keys
 
     def walk_phase(
         self,
@@ -525,7 +600,8 @@ class DaskCluster:
         aligned: EventTable,
         keys: Any,
         device_bound_share: float = 0.9,
-    ) -> WalkPieces:
+        edges: Any = None,
+    ) -> tuple[WalkPieces, list[ComputeSamples]]:
         """The critical path's walk of every partition, on the worker that keeps its walk
         rows; each partition gets the clock correction and only its ranks' repaired rows and
         peer edges (those of its members and those into its rows). A partition whose walk
@@ -536,29 +612,50 @@ class DaskCluster:
             phase: the per-rank phase (its kept partitions).
             clocks, repaired, peers: what the alignment and the match decided here.
             aligned: the aligned reduced rows, ``keys`` their keys (ascending).
+            edges: the stragglers' time windows: with them, the partitions that hold
+                compute rows send those rows' samples on the aligned timeline too.
+
+        Returns:
+            The pieces, and the held rows' samples (one per partition that sent some).
         """
         from otel_ext.analysis.critical_path_walk import WalkPieces
         from otel_ext.analysis.per_rank import WalkShares, walk_of_aligned
 
         shares = WalkShares(keys, aligned["rank"], repaired, peers)
         here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
+        plan, _ = phase.joining
         futures = []
+        walked = []  # the partitions walked on the workers
         try:
             with self._worker_errors():
-                for ranks, kept, travels in phase.walks:
+                for part, (ranks, kept, travels) in zip(plan, phase.walks):
                     if travels:
                         continue
                     rep, sub = shares.of(ranks)
+                    walked.append(part)
                     futures.append(
                         self.client.submit(
-                            _walk_pass, kept, clocks, rep, sub, device_bound_share, pure=False
+                            _walk_pass,
+                            kept,
+                            clocks,
+                            rep,
+                            sub,
+                            device_bound_share,
+                            edges if phase.holds else None,
+                            pure=False,
                         )
                     )
-                parts = [f.result() for f in futures]
+                answers = [f.result() for f in futures]
         finally:
             phase.walks = []  # the workers let the walk rows go
         if self.measure:
-            self.received_bytes += sum(_pickled_size(p) for p in parts)
+            self.received_bytes += sum(_pickled_size(a) for a in answers)
+        parts = [pieces for pieces, _ in answers]
+        samples = [  # the names from the files' dictionaries, which came with the rows
+            h.resolved(phase.name_strings[part.files[h.part]])
+            for part, (_, held) in zip(walked, answers)
+            for h in held or ()
+        ]
         if here:
             _, sub = shares.of(here)
             parts.append(
@@ -566,7 +663,7 @@ class DaskCluster:
                     aligned, keys, sub, ranks=here, device_bound_share=device_bound_share
                 )
             )
-        return WalkPieces.join(parts)
+        return WalkPieces.join(parts), samples
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:
         """``fn(paths)`` computed one path per job on the workers: for functions whose answer

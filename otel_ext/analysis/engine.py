@@ -44,12 +44,13 @@ from otel_ext.analysis.collectives import (
     port_stats,
     sampled_fraction,
 )
-from otel_ext.analysis.critical_path import CriticalPath, peer_edges, stitch
+from otel_ext.analysis.critical_path import peer_edges, stitch
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.per_rank import (
     RankTables,
     RepairedRows,
+    joins_by_time,
     merge_name_counts,
     name_counts,
     per_rank_tables,
@@ -66,10 +67,12 @@ from otel_ext.analysis.requests import (
 from otel_ext.analysis.roofline import roofline
 from otel_ext.analysis.runs import runs_summary
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
-from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_counts
+from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_counts, window_edges
 from otel_ext.analysis.table import Category, EventTable
 
 if TYPE_CHECKING:
+    from otel_ext.analysis.compute_samples import ComputeSamples
+    from otel_ext.analysis.critical_path_walk import WalkPieces
     from otel_ext.analysis.dask_backend import DaskCluster, PerRankPhase
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
@@ -113,7 +116,7 @@ def _device_model(load: Any) -> str | None:
 
     known = set(device_table())
     metrics = getattr(load, "metrics", None)
-    if metrics is not None and len(metrics):
+    if metrics is not None and metrics.total:  # the dictionaries are whole
         for text in metrics.strings.get("attrs", []):
             if ACCEL_DEVICE_MODEL in text:
                 try:
@@ -224,6 +227,19 @@ def _call_sizes(paths: list[str]) -> list[dict[tuple[str, int], int]]:
     return [comm_calls.input_bytes_by_external_id(p) for p in paths]
 
 
+def _serving_marks(table: EventTable) -> list[int]:
+    """The name codes of the rows that name a serving engine's requests or stages."""
+    from otel_ext.analysis import serving
+
+    return [
+        i
+        for i, n in enumerate(table.strings["name"])
+        if n == serving.VLLM_REQUEST_SPAN
+        or n.startswith("Req ")
+        or n in serving.SGLANG_STAGE_PHASES
+    ]
+
+
 def _serving_requests(
     table: EventTable, inputs: list[dict[str, Any]], *, cluster: DaskCluster | None = None
 ) -> tuple[EventTable, dict[str, Any] | None]:
@@ -235,14 +251,7 @@ def _serving_requests(
     """
     from otel_ext.analysis import serving
 
-    names = table.strings["name"]
-    marks = [
-        i
-        for i, n in enumerate(names)
-        if n == serving.VLLM_REQUEST_SPAN
-        or n.startswith("Req ")
-        or n in serving.SGLANG_STAGE_PHASES
-    ]
+    marks = _serving_marks(table)
     if not marks or not len(table):
         return table, None
     src = distinct(table["source"][np.isin(table["name"], np.asarray(marks))])
@@ -389,32 +398,37 @@ def analyze(
     return _analyze(source, cluster=None, **options)
 
 
-def _critical_path(
+def _walk(
     alignment: Alignment,
     keys: np.ndarray,
     per: RankTables,
     phase: PerRankPhase | None,
     *,
     cluster: DaskCluster | None,
-    straggler_rank: int | None,
-    steps: int | None,
-) -> CriticalPath:
-    """The critical path: each rank's walk where its rows are (here, or on the workers that
-    keep them), after the alignment decided here; the pieces stitched here
-    (``docs/analysis.md``, "Per-rank and cross-rank passes")."""
+    edges: np.ndarray,
+) -> tuple[WalkPieces, ComputeSamples | None]:
+    """The critical path's pieces: each rank's walk where its rows are (here, or on the
+    workers that keep them), after the alignment decided here; stitched here
+    (``docs/analysis.md``, "Per-rank and cross-rank passes"). On a cluster whose partitions
+    hold compute rows, also the samples of every compute row on the aligned timeline (the
+    held rows' from the workers, in the same round, and the reduced rows'), else None."""
     aligned, amatch = alignment.table, alignment.match
     peers = peer_edges(aligned, amatch, keys)
     rep = alignment.repaired_rows
     repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
     if phase is not None and cluster is not None:
-        pieces = cluster.walk_phase(
-            phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys
+        holds = phase.holds
+        pieces, held = cluster.walk_phase(
+            phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys, edges=edges
         )
-    elif per.walk_travels:  # the walk rows are the aligned rows here
-        pieces = walk_of_aligned(aligned, keys, peers, every_rank=True)
-    else:
-        pieces = walk_of(per, alignment.clocks, repaired, peers, every_rank=True)
-    return stitch(pieces, amatch, straggler_rank=straggler_rank, steps=steps)
+        if not holds:
+            return pieces, None
+        from otel_ext.analysis.compute_samples import ComputeSamples, samples_of
+
+        return pieces, ComputeSamples.join([samples_of(aligned, edges), *held])
+    if per.walk_travels:  # the walk rows are the aligned rows here
+        return walk_of_aligned(aligned, keys, peers, every_rank=True), None
+    return walk_of(per, alignment.clocks, repaired, peers, every_rank=True), None
 
 
 def _analyze(
@@ -458,6 +472,8 @@ def _analyze(
         del whole
         if _is_paths(source):  # loaded here: past the per-rank phase its rows are not needed
             load = _without_events(load)
+    if phase is not None and cluster is not None and phase.holds and joins_by_time(table):
+        table, keys = cluster.restore_held(phase)
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     if len(table) > n_reduced:  # the serving engines' request rows: keys after every row's
@@ -484,10 +500,18 @@ def _analyze(
     kernel_doc["launch"] = _rows(per.launch)
 
     match = match_collectives(table)
-    alignment = align_ranks(table, match, clock_of=clock_of)
+    # the partitions' held device rows are fetched only if the event-level repair is needed
+    holds = phase is not None and cluster is not None and phase.holds
+    alignment = align_ranks(table, match, clock_of=clock_of, repair=not holds)
+    if holds and alignment.repair_skipped and phase is not None and cluster is not None:
+        table, keys = cluster.restore_held(phase)
+        match = match_collectives(table)
+        alignment = align_ranks(table, match, clock_of=clock_of)
     aligned, amatch = alignment.table, alignment.match
     names = _rank_names(counts, aligned)
-    strag = find_stragglers(aligned, amatch, windows=windows, devices=names)
+    edges = window_edges(aligned, windows)
+    pieces, compute = _walk(alignment, keys, per, phase, cluster=cluster, edges=edges)
+    strag = find_stragglers(aligned, amatch, windows=windows, devices=names, compute=compute)
     n_steps = None
     step_rows = aligned["category"] == Category.STEP
     if step_rows.any():
@@ -497,14 +521,8 @@ def _analyze(
     th = thresholds or Thresholds()
     # the what-if is asked only of a rank whose lateness is a verdict, not of a chance leader
     verdicts = straggler_verdicts(strag, th, amatch)
-    cp = _critical_path(
-        alignment,
-        keys,
-        per,
-        phase,
-        cluster=cluster,
-        straggler_rank=verdicts[0]["rank"] if verdicts else None,
-        steps=n_steps,
+    cp = stitch(
+        pieces, amatch, straggler_rank=verdicts[0]["rank"] if verdicts else None, steps=n_steps
     )
     if cp.straggler is not None:
         # the what-if is measured on the traced collectives; a profiler schedule (or the
@@ -540,7 +558,9 @@ def _analyze(
     if not peers and len(run_list) > 1:
         # ranks of separate runs are never compared with each other
         peers = {r: run["run"] for run in run_list for r in run["ranks"]}
-    imb = load_imbalance(aligned, groups=peers)
+    imb = load_imbalance(
+        aligned, groups=peers, compute_totals=None if compute is None else compute.rank_totals()
+    )
     roof = roofline(aligned, device_model=model)
     reqs = request_latency(aligned)
     reqs["accounting"] = _request_accounting(getattr(load, "inputs", []), metrics, cluster=cluster)
@@ -609,7 +629,7 @@ def _analyze(
             "end_ns": run_end,
             "duration_ns": run_ns,
             "events": n_events,
-            "metric_points": len(metrics) if metrics is not None else 0,
+            "metric_points": metrics.total if metrics is not None else 0,
             "device_model": model,
             "steps": step_record,
         },

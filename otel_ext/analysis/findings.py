@@ -303,7 +303,7 @@ def build_findings(
         host, dev = names.get(rank, ("", ""))
         return dev or (f"{host}/rank{rank}" if host else f"rank{rank}")
 
-    have_metrics = metrics is not None and len(metrics) > 0
+    have_metrics = metrics is not None and metrics.total > 0  # some may be left out
     # ---- slow ranks: straggler or throttle -------------------------------------------
     compute_ns = {int(t["rank"]): int(t.get("compute_ns", 0)) for t in temporal}
     for r in straggler_verdicts(stragglers, th, match):

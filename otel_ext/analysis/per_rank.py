@@ -53,14 +53,18 @@ from otel_ext.analysis.table import NUMERIC_COLUMNS, Category, EventTable, const
 
 if TYPE_CHECKING:
     from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.compute_samples import ComputeSamples
     from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
 
 __all__ = [
+    "HeldSamples",
     "RankTables",
     "RepairedRows",
     "WalkShares",
     "aligned_walk",
     "cross_rank_mask",
+    "held_samples",
+    "joins_by_time",
     "merge_name_counts",
     "merge_rank_tables",
     "name_counts",
@@ -88,6 +92,18 @@ CROSS_RANK_CATEGORIES = (
 )
 
 
+#: device categories whose rows a partition may keep where it runs (:func:`per_rank_tables`'
+#: ``hold``): besides the critical path's walk, which runs there too, only the causality
+#: repair, the request and serving joins (which then fetch them: :meth:`RankTables.with_held`)
+#: and two passes that take compact samples of them instead
+#: (:mod:`otel_ext.analysis.compute_samples`) read them
+HELD_CATEGORIES = (Category.KERNEL_COMPUTE, Category.MEMCPY, Category.MEMSET)
+
+#: categories whose rows make a partition send every device row (the request and serving
+#: joins read device activity by time)
+_REQUEST_CATEGORIES = (Category.REQUEST, Category.PHASE)
+
+
 def _serving_mark(name: str) -> bool:
     """A row name :mod:`otel_ext.analysis.serving` looks for (a request or stage span)."""
     from otel_ext.analysis import serving
@@ -97,6 +113,23 @@ def _serving_mark(name: str) -> bool:
         or name.startswith("Req ")
         or name in serving.SGLANG_STAGE_PHASES
     )
+
+
+def joins_by_time(table: EventTable) -> bool:
+    """Whether ``table`` has rows that a pass joins with the device rows by time: request
+    and phase rows (request latency's device busy time) or rows naming a serving engine's
+    requests (the serving join). Then no partition holds device rows (``hold``).
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> joins_by_time(EventTable.from_rows([dict(category=C.KERNEL_COMPUTE, name="gemm")]))
+    False
+    >>> joins_by_time(EventTable.from_rows([dict(category=C.CPU_OP, name="Req 7")]))
+    True
+    """
+    if np.isin(table["category"], _codes(_REQUEST_CATEGORIES)).any():
+        return True
+    marks = [i for i, n in enumerate(table.strings["name"]) if i and _serving_mark(n)]
+    return bool(marks) and bool(np.isin(table["name"], np.asarray(marks, dtype=np.int32)).any())
 
 
 def cross_rank_mask(table: EventTable) -> np.ndarray:
@@ -256,6 +289,11 @@ class RankTables:
             the rank's first and last rows: an OTLP run); then ``walk`` is None and these
             ranks are walked from the aligned reduced rows (:func:`walk_of_aligned`), where
             they are in process and on a cluster's client alike.
+        full, full_positions: with ``hold``, when rows were held: the reduced rows as they
+            are without holding (one table per part, and their positions), which the held
+            rows are the rest of; None otherwise. They stay where the per-rank phase ran.
+        held: for each ``full`` table, which of its rows are held (not in ``reduced``).
+        held_rows: how many rows were held (it travels; ``full`` does not).
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -270,10 +308,36 @@ class RankTables:
     walk: EventTable | None = None
     walk_keys: np.ndarray | None = None
     walk_travels: bool = False
+    full: list[EventTable] | None = None
+    full_positions: list[np.ndarray] = field(default_factory=list)
+    held: list[np.ndarray] = field(default_factory=list)
+    held_rows: int = 0
+
+    @property
+    def holds(self) -> bool:
+        """Whether rows were held back (see ``full``)."""
+        return self.full is not None
 
     def without_walk(self) -> RankTables:
-        """These results without the walk rows (what travels to the client)."""
-        return replace(self, walk=None, walk_keys=None)
+        """These results without the walk rows and the held rows (what travels to the
+        client)."""
+        return replace(self, walk=None, walk_keys=None, full=None, full_positions=[], held=[])
+
+    def with_held(self) -> RankTables:
+        """These results with the held rows back among the reduced rows (what the reduced
+        rows are without holding); themselves when nothing was held."""
+        if self.full is None:
+            return self
+        return replace(
+            self, reduced=list(self.full), reduced_positions=list(self.full_positions),
+            full=None, full_positions=[], held=[],
+        )  # fmt: skip
+
+    def held_tables(self) -> list[EventTable]:
+        """The held rows, one table per part (none when nothing was held)."""
+        if self.full is None:
+            return []
+        return [t.select(h) for t, h in zip(self.full, self.held) if h.any()]
 
 
 def per_rank_tables(
@@ -281,6 +345,7 @@ def per_rank_tables(
     *,
     parts: Sequence[EventTable] | None = None,
     positions: np.ndarray | None = None,
+    hold: bool = False,
 ) -> RankTables:
     """Run the per-rank passes over ``table`` (every row of the ranks it holds).
 
@@ -291,21 +356,45 @@ def per_rank_tables(
             them gives the codes the whole set has); default: ``table`` itself.
         positions: each row's position in the whole set (rows numbered through the files in
             order); default: its row number.
+        hold: keep the ranks' rows of :data:`HELD_CATEGORIES` out of the reduced rows (each
+            file's and rank's first and last rows stay in) unless :func:`joins_by_time`:
+            what a cluster's partition does, so that they do not travel (they stay in
+            :attr:`RankTables.full`); in process nothing travels, and nothing is held.
     """
     from otel_ext.analysis.critical_path_walk import walk_mask
 
     whole = [table] if parts is None else list(parts)
-    keep = _with_envelope(table, cross_rank_mask(table))
+    wanted = cross_rank_mask(table)
+    keep = _with_envelope(table, wanted)
+    full_keep = None
+    if hold and not joins_by_time(table):
+        kept = wanted & ~(
+            np.isin(table["category"], _codes(HELD_CATEGORIES)) & (table["rank"] >= 0)
+        )
+        if not np.array_equal(kept, wanted):
+            full_keep, keep = keep, _with_envelope(table, kept)
     walk = np.flatnonzero(walk_mask(table))
     keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
     travels = bool(keep[walk].all())
     reduced = []
     reduced_positions = []
+    full: list[EventTable] | None = None if full_keep is None else []
+    full_positions: list[np.ndarray] = []
+    held: list[np.ndarray] = []
     at = 0
     for part in whole:
         n = len(part)
         sel = keep[at : at + n]
-        reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
+        if full is not None and full_keep is not None:
+            every = full_keep[at : at + n]
+            whole_part = _without_unread_columns(part if every.all() else part.select(every))
+            full.append(whole_part)
+            held.append(~sel[every])
+            reduced.append(whole_part.select(sel[every]))
+            if positions is not None:
+                full_positions.append(positions[at : at + n][every])
+        else:
+            reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
         if positions is not None:
             reduced_positions.append(positions[at : at + n][sel])
         at += n
@@ -323,7 +412,15 @@ def per_rank_tables(
         walk=None if travels else walk_rows(table, walk),
         walk_keys=None if travels else keys,
         walk_travels=travels,
+        full=full,
+        full_positions=full_positions,
+        held=held,
+        held_rows=sum(int(h.sum()) for h in held),
     )
+
+
+def _codes(categories: Iterable[Category]) -> np.ndarray:
+    return np.asarray([int(c) for c in categories], dtype=np.int8)
 
 
 def _group_key(row: Any, source_code: Mapping[str, int]) -> int:
@@ -361,6 +458,7 @@ def merge_rank_tables(parts: Sequence[RankTables], *, source_code: Mapping[str, 
         reduced=[t for p in parts for t in p.reduced],
         reduced_positions=[x for p in parts for x in p.reduced_positions],
         walk_travels=all(p.walk_travels for p in parts),
+        held_rows=sum(p.held_rows for p in parts),
         **_joined_walks(parts),
     )
 
@@ -517,3 +615,56 @@ def walk_of(
         device_bound_share=device_bound_share,
         entries="reachable" if every_rank else "every",
     )
+
+
+@dataclass
+class HeldSamples:
+    """The samples of one part's held compute rows as they travel: their names as codes of
+    the part's file's name dictionary, which the client has already (the reduced rows carry
+    it), instead of the names themselves (long kernel names would be most of the bytes).
+
+    Attributes:
+        part: the part's index among the partition's parts (its files, in order).
+        samples: the samples, their ``names`` left empty.
+        name_codes: for each of the samples' names (in their order), its code in the file's
+            name dictionary.
+    """
+
+    part: int
+    samples: ComputeSamples
+    name_codes: np.ndarray
+
+    def resolved(self, names: Sequence[str]) -> ComputeSamples:
+        """The samples with their names, ``names`` the file's name dictionary."""
+        return replace(self.samples, names=[names[c] for c in self.name_codes.tolist()])
+
+
+def held_samples(tables: RankTables, clocks: RankClocks, edges: np.ndarray) -> list[HeldSamples]:
+    """The samples (:mod:`otel_ext.analysis.compute_samples`) of ``tables``' held compute
+    rows on the aligned timeline (the clock correction the alignment applied; a held row is
+    never among the repaired ones: a repair fetches every held row first), in the
+    stragglers' time windows ``edges``: one per part that holds some.
+
+    >>> from otel_ext.analysis.alignment import RankClocks
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 4, rank=0, name=n,
+    ...     category=C.KERNEL_COMPUTE) for s, n in [(0, "a"), (9, "b"), (20, "b"), (30, "c")]])
+    >>> (h,) = held_samples(per_rank_tables(t, hold=True), RankClocks(), np.array([0, 40]))
+    >>> h.resolved(t.strings["name"]).names, h.samples.count.tolist()
+    (['b'], [2])
+    """
+    from otel_ext.analysis.compute_samples import samples_of
+
+    out = []
+    for i, (table, held) in enumerate(zip(tables.full or [], tables.held)):
+        if not held.any():
+            continue
+        rows = table.select(held)
+        samples = samples_of(clocks.apply(rows), edges)
+        if samples.rows == 0:
+            continue
+        strings = rows.strings["name"]
+        code_of = {strings[c]: c for c in np.unique(rows["name"]).tolist()}
+        codes = np.asarray([code_of[n] for n in samples.names], dtype=np.int32)
+        out.append(HeldSamples(i, replace(samples, names=[]), codes))
+    return out

@@ -41,7 +41,7 @@ import numpy as np
 from otel_ext.analysis._intervals import group_slices
 from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.loaders import FileResult
-from otel_ext.analysis.per_rank import RankTables, per_rank_tables
+from otel_ext.analysis.per_rank import RankTables, joins_by_time, per_rank_tables
 from otel_ext.analysis.steps import parse_steps, select_steps
 from otel_ext.analysis.table import STRING_COLUMNS, EventTable, constant_column
 from otel_ext.errors import OtelExtError
@@ -94,24 +94,33 @@ def sketch(table: EventTable) -> EventTable:
 @dataclass
 class KeptFile:
     """What a worker keeps of one file: its load result (the table with the selected steps),
-    the file's record as loaded, its step record and the sketch of its table as loaded."""
+    the file's record as loaded, its step record and the sketch of its table as loaded;
+    whether its rows are joined with device rows by time
+    (:func:`~otel_ext.analysis.per_rank.joins_by_time`: then no partition holds any)."""
 
     result: FileResult
     info: dict[str, Any]
     steps: dict[str, Any] | None
     sketch: EventTable | None
+    joins_by_time: bool = False
 
 
 class FileSummary(FileResult):
     """The client's view of a kept file: its record (as :meth:`FileResult.info` gives it),
-    skipped records and metric points; ``table`` is the file's sketch (:func:`sketch`)."""
+    skipped records and the points of the metrics an analysis reads
+    (:data:`~otel_ext.analysis.counters.READ_METRICS`; the others counted); ``table`` is the
+    file's sketch (:func:`sketch`)."""
 
     def __init__(self, kept: KeptFile) -> None:
+        from otel_ext.analysis.counters import READ_METRICS
+
         r = kept.result
-        super().__init__(r.path, r.format, kept.sketch, r.metrics, list(r.skipped), r.note)
+        points = None if r.metrics is None else r.metrics.only_names(READ_METRICS)
+        super().__init__(r.path, r.format, kept.sketch, points, list(r.skipped), r.note)
         self._info = dict(kept.info)
         self.steps = kept.steps
         self.rows = 0 if r.table is None else len(r.table)
+        self.joins_by_time = kept.joins_by_time
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)
@@ -134,7 +143,7 @@ def load_and_keep(load: Any, args: Any, steps: str) -> KeptFile:
     table, record = select_steps(result.table, steps, none_ok=True)
     kept = FileResult(result.path, result.format, table, result.metrics, result.skipped)
     kept.note = result.note
-    return KeptFile(kept, info, record, before)
+    return KeptFile(kept, info, record, before, joins_by_time(table))
 
 
 def summary_of(kept: KeptFile) -> FileSummary:
@@ -304,6 +313,7 @@ def partition_pass(
     *,
     split: Sequence[bool] | None = None,
     owned: Sequence[bool] | None = None,
+    hold: bool = False,
 ) -> RankTables:
     """Run on a worker: the per-rank passes over a partition's pieces (in file order); the
     reduced rows come back one table per piece.
@@ -315,14 +325,26 @@ def partition_pass(
         owned: for each piece, whether this partition owns its file: only the owner's piece
             carries the file's string dictionaries (the others' are empty; the client puts
             the owner's back, :func:`reassemble`); default: all carry them.
+        hold: keep the device rows the cross-rank passes take samples of here
+            (:func:`~otel_ext.analysis.per_rank.per_rank_tables`' ``hold``); the client
+            says no when some file :func:`~otel_ext.analysis.per_rank.joins_by_time`.
     """
     tables = [p.table for p in pieces]
     table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
     positions = np.concatenate([p.positions for p in pieces])
-    out = per_rank_tables(table, parts=tables, positions=positions)
+    out = per_rank_tables(table, parts=tables, positions=positions, hold=hold)
+    return for_client(out, split=split, owned=owned)
+
+
+def for_client(
+    out: RankTables, *, split: Sequence[bool] | None, owned: Sequence[bool] | None
+) -> RankTables:
+    """``out``'s reduced rows as the client takes them (:func:`partition_pass`' ``split``
+    and ``owned``): positions only of pieces of cut files, string dictionaries only in the
+    owner's piece. The held rows (:attr:`RankTables.full`) keep theirs, as the worker reads
+    them; :meth:`RankTables.with_held` passes through here again before it travels."""
     if split is not None:
         out.reduced_positions = [w if s else w[:0] for w, s in zip(out.reduced_positions, split)]
-
     if owned is not None:
         out.reduced = [
             t if o else EventTable(t.columns, {k: [] for k in t.strings}, t.meta)

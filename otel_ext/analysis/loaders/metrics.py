@@ -40,7 +40,8 @@ _STR_COLS = ("name", "kind", "device", "host", "link", "attrs", "source")
 class MetricPoints:
     """Metric data points in columns: ``time_ns``, ``start_time_ns``, ``values``, ``count``
     (numpy) and dictionary-encoded ``name``, ``kind``, ``device``, ``host``, ``link``,
-    ``attrs``, ``source``."""
+    ``attrs``, ``source``; ``left_out``: how many points of the files these came from were
+    left where they were read (:meth:`only_names`), counted in :attr:`total`."""
 
     time_ns: np.ndarray
     start_time_ns: np.ndarray
@@ -48,9 +49,33 @@ class MetricPoints:
     count: np.ndarray
     codes: dict[str, np.ndarray]
     strings: dict[str, list[str]] = field(default_factory=dict)
+    left_out: int = 0
 
     def __len__(self) -> int:
         return int(self.time_ns.shape[0])
+
+    @property
+    def total(self) -> int:
+        """The points these stand for: those here and those left out."""
+        return len(self) + self.left_out
+
+    def only_names(self, names: Iterable[str]) -> MetricPoints:
+        """The points of the metrics ``names`` (the others counted in ``left_out``), with
+        every string dictionary whole, so that joining them gives the codes joining all the
+        points gives.
+
+        >>> p = MetricPoints.from_rows([dict(name=n, time_ns=t) for n, t in
+        ...     [("hw.power", 1), ("hw.energy", 2), ("hw.power", 3)]])
+        >>> q = p.only_names({"hw.energy"})
+        >>> len(q), q.total, q.strings["name"] == p.strings["name"]
+        (1, 3, True)
+        """
+        chosen = set(names)
+        wanted = [i for i, s in enumerate(self.strings.get("name", [])) if s in chosen]
+        keep = np.isin(self.codes["name"], np.asarray(wanted, dtype=np.int32))
+        out = self.select(keep)
+        out.left_out = self.left_out + int(len(self) - keep.sum())
+        return out
 
     def string(self, column: str, row: int) -> str:
         return self.strings[column][int(self.codes[column][row])]
@@ -64,6 +89,7 @@ class MetricPoints:
             self.count[mask],
             {k: v[mask] for k, v in self.codes.items()},
             dict(self.strings),
+            self.left_out,
         )
 
     def where(self, column: str, value: str) -> np.ndarray:
@@ -123,6 +149,7 @@ class MetricPoints:
             np.concatenate([p.count for p in parts]),
             codes,
             strings,
+            sum(p.left_out for p in parts),
         )
 
 
