@@ -152,6 +152,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             peak = dc.client.run(_worker_peak)
             received = dc.received_bytes
             reduced_rows = dc.reduced_rows
+            walked = (dc.pieces_fetched, dc.walked_partitions)
     finally:
         cluster.close()
     t_cold, doc_cold = _timed(
@@ -169,7 +170,8 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
     print(f"  same report: {same}")
     print(
         f"  rows the cross-rank passes read (sent): {reduced_rows} of "
-        f"{doc_local['run']['events']} events"
+        f"{doc_local['run']['events']} events; critical-path pieces from {walked[0]} of "
+        f"{walked[1]} partitions walked on the workers (those the path can reach)"
     )
     print(
         f"  in process {t_local:.2f} s; Dask local:{workers} warm {t_warm:.2f} s "

@@ -237,6 +237,43 @@ def test_find_stragglers_from_samples_equal_from_rows(
     assert got.window_edges_ns == want.window_edges_ns
 
 
+@SETTINGS
+@given(tables(), st.integers(0, 2**32 - 1), st.integers(1, 4))
+def test_ranks_alone_in_their_run_counted_in_total_give_the_same(
+    case: tuple[list[dict[str, Any]], int], seed: int, parts: int
+) -> None:
+    """A rank alone in its run has nothing to compare its work with: its kernels travel as
+    a total (``held_samples``' ``alone``), and the stragglers and the imbalance are those
+    from every row."""
+    from otel_ext.analysis.alignment import RankClocks
+    from otel_ext.analysis.per_rank import held_samples, per_rank_tables
+
+    rows, windows = case
+    t = EventTable.from_rows(rows)
+    m = match_collectives(t)
+    edges = window_edges(t, windows)
+    runs = rank_runs(t)
+    alone = {r for r, run in runs.items() if list(runs.values()).count(run) == 1}
+    parts_samples = []
+    for part in _split(rows, seed, parts):
+        pt = EventTable.from_rows(part)
+        held = held_samples(per_rank_tables(pt, hold=True), RankClocks(), edges, alone=alone)
+        parts_samples += [h.resolved(pt.strings["name"]) for h in held]
+        sent = per_rank_tables(pt, hold=True).reduced[0]
+        parts_samples.append(samples_of(sent, edges))
+    compute = ComputeSamples.join(parts_samples)
+    assert compute.rows == samples_of(t, edges).rows
+    # only ranks alone in their run are in total only (their first and last rows, which
+    # travel, are sampled where they arrive)
+    assert set(compute.totals_only) <= alone
+    assert compute.rank_totals() == samples_of(t, edges).rank_totals()
+    want = find_stragglers(t, m, windows=windows)
+    got = find_stragglers(t, m, windows=windows, compute=compute)
+    assert json.dumps(got.rows, sort_keys=True) == json.dumps(want.rows, sort_keys=True)
+    totals = compute.rank_totals()
+    assert load_imbalance(t, compute_totals=totals) == load_imbalance(t)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

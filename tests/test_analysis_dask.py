@@ -171,6 +171,25 @@ def test_only_compact_tables_travel(shared_traces: Path, address: str, folder: s
 
 
 @needs_dask
+def test_only_the_partitions_the_path_reaches_send_pieces(
+    shared_traces: Path, address: str
+) -> None:
+    """Separate captures analysed together (DLRM, two_rank, v100_train: no collective joins
+    them): the critical path starts in one run and never leaves it, so only the pieces of
+    that run's partitions travel; the report is the in-process one."""
+    paths = [shared_traces / f for f in ("param_dlrm_v100_8rank", "two_rank", "v100_train")]
+    with dask_backend.connect(address) as cluster:
+        doc = analyze(paths, scheduler=cluster)
+        walked, fetched = cluster.walked_partitions, cluster.pieces_fetched
+    assert to_json(doc) == to_json(analyze(paths, workers=1, scheduler=""))
+    assert len(doc["runs"]) == 3
+    on_path = {s["rank"] for s in doc["critical_path"]["segments"]}
+    run_of = {r["rank"]: r["run"] for r in doc["ranks"]}
+    assert len({run_of[r] for r in on_path}) == 1
+    assert walked == 11 and 1 <= fetched < walked  # one partition per file
+
+
+@needs_dask
 def test_a_repair_fetches_the_held_device_rows(
     shared_traces: Path, address: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

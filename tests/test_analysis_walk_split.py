@@ -226,3 +226,63 @@ def test_repaired_rows_take_the_repairs_times(table: EventTable, data: Any) -> N
         want_start[at[k]], want_end[at[k]] = s0, e0
     assert moved["start_ns"].tolist() == want_start.tolist()
     assert moved["end_ns"].tolist() == want_end.tolist()
+
+
+def _second_run(table: EventTable, *, rank_shift: int, time_shift: int) -> EventTable:
+    """``table`` as another, unconnected run: its ranks renumbered, its times moved, its
+    collective group and files renamed (no collective joins it to the first)."""
+    columns = dict(table.columns)
+    columns["rank"] = table["rank"] + rank_shift
+    columns["start_ns"] = table["start_ns"] + time_shift
+    columns["end_ns"] = table["end_ns"] + time_shift
+    strings = dict(table.strings)
+    strings["coll_group"] = [s and f"{s}-b" for s in table.strings["coll_group"]]
+    strings["source"] = [s and f"{s}.b" for s in table.strings["source"]]
+    return EventTable(columns, strings, dict(table.meta))
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs(), runs(), st.integers(-(10**9), 10**9), st.data())
+def test_only_the_reachable_ranks_pieces_are_needed(
+    first: EventTable, second: EventTable, shift: int, data: Any
+) -> None:
+    """Two runs no collective joins (a cluster's client fetches only the pieces of the
+    partitions the path can reach, ``DaskCluster.walk_phase``): the ranks the peer edges lead
+    to from the global start are one run's, and their partitions' pieces alone stitch the
+    path every partition's pieces give."""
+    from otel_ext.analysis.dask_backend import _global_start_rank
+
+    table = EventTable.concat([first, _second_run(second, rank_shift=10, time_shift=shift)])
+    ranks = sorted({int(r) for r in table["rank"].tolist()})
+    parts: list[list[int]] = [[ranks[0]]]
+    for r in ranks[1:]:
+        if data.draw(st.booleans()):
+            parts.append([r])
+        else:
+            parts[-1].append(r)
+    results = []
+    for p in parts:
+        rows = np.flatnonzero(np.isin(table["rank"], p))
+        results.append(per_rank_tables(table.select(rows), positions=rows.astype(np.int64)))
+    keys = np.concatenate([r.reduced_positions[0] for r in results])
+    order = np.argsort(keys, kind="stable")
+    reduced = EventTable.concat([r.reduced[0] for r in results]).select(order)
+    keys = keys[order]
+    alignment = align_ranks(reduced, match_collectives(reduced))
+    aligned = alignment.table
+    peers = peer_edges(aligned, alignment.match, keys)
+    shares = WalkShares(keys, aligned["rank"], RepairedRows.none(), peers)
+    walked = []
+    for r, p in zip(results, parts):
+        _, sub = shares.of(p)
+        if r.walk_travels:
+            walked.append(walk_of_aligned(aligned, keys, sub, ranks=p))
+        else:
+            walked.append(walk_of(r, alignment.clocks, RepairedRows.none(), sub))
+    start = _global_start_rank(walked, [])
+    reach = shares.reachable(start)
+    assert reach <= ({r for r in ranks if r < 10} if start < 10 else {r for r in ranks if r >= 10})
+    wanted = [w for w, p in zip(walked, parts) if reach & set(p)]
+    want = stitch(WalkPieces.join(walked), alignment.match)
+    got = stitch(WalkPieces.join(wanted), alignment.match)
+    assert got.as_dict(max_segments=10**9) == want.as_dict(max_segments=10**9)

@@ -29,7 +29,7 @@ merged by value.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -70,6 +70,11 @@ class ComputeSamples:
         duration_ns: the key's duration (end − start, int64).
         count: how many rows have exactly that key (int64, > 0).
         category: the :class:`~otel_ext.analysis.table.Category` the rows came from.
+        totals_only: rank -> (summed duration ns, rows) of ranks whose rows are counted here
+            only in total: ranks alone in their run, whose work no other rank ran with them
+            (no ratio can compare it; :func:`~otel_ext.analysis.per_rank.held_samples`' ``alone``).
+            They count in :attr:`rows` and :meth:`rank_totals`, not in :func:`ratio_stats`,
+            which would find nothing comparable in them anyway.
     """
 
     names: list[str]
@@ -81,6 +86,7 @@ class ComputeSamples:
     duration_ns: np.ndarray
     count: np.ndarray
     category: int
+    totals_only: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.count)
@@ -101,13 +107,14 @@ class ComputeSamples:
     @property
     def rows(self) -> int:
         """How many rows the samples stand for."""
-        return int(self.count.sum())
+        return int(self.count.sum()) + sum(n for _, n in self.totals_only.values())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ComputeSamples):
             return NotImplemented
         return (
             self.category == other.category
+            and self.totals_only == other.totals_only
             and self.names == other.names
             and self.hosts == other.hosts
             and all(
@@ -154,7 +161,9 @@ class ComputeSamples:
         window = np.concatenate([p.window for p in parts])
         duration = np.concatenate([p.duration_ns for p in parts])
         count = np.concatenate([p.count for p in parts]).astype(np.int64)
-        return _reduced(names, hosts, name, host, rank, window, duration, count, category)
+        out = _reduced(names, hosts, name, host, rank, window, duration, count, category)
+        out.totals_only = _added([p.totals_only for p in parts])
+        return out
 
     def rank_totals(self) -> dict[int, tuple[int, int]]:
         """Per rank: (summed duration in ns, row count), ranks ascending.
@@ -166,17 +175,28 @@ class ComputeSamples:
         {0: (14, 2), 2: (11, 5)}
         """
         if len(self.count) == 0:
-            return {}
+            return dict(sorted(self.totals_only.items()))
         ranks = distinct(self.rank)
         pos = np.searchsorted(ranks, self.rank)
         total = np.zeros(len(ranks), dtype=np.int64)
         rows = np.zeros(len(ranks), dtype=np.int64)
         np.add.at(total, pos, self.duration_ns.astype(np.int64) * self.count)
         np.add.at(rows, pos, self.count)
-        return {
+        sampled = {
             int(r): (int(t), int(n))
             for r, t, n in zip(ranks.tolist(), total.tolist(), rows.tolist(), strict=True)
         }
+        return dict(sorted(_added([sampled, self.totals_only]).items()))
+
+
+def _added(parts: Sequence[dict[int, tuple[int, int]]]) -> dict[int, tuple[int, int]]:
+    """Rank totals added together, rank by rank."""
+    out: dict[int, tuple[int, int]] = {}
+    for p in parts:
+        for r, (t, n) in p.items():
+            t0, n0 = out.get(r, (0, 0))
+            out[r] = (t0 + t, n0 + n)
+    return out
 
 
 def window_of(start_ns: np.ndarray, edges: np.ndarray) -> np.ndarray:

@@ -98,6 +98,7 @@ __all__ = [
     "critical_path",
     "peer_edges",
     "runtime_label",
+    "start_of",
     "stitch",
     "straggler_saving",
     "walk_mask",
@@ -159,6 +160,16 @@ def straggler_saving(match: CollectiveMatch, rank: int) -> int:
     return int(np.minimum(gap, lateness)[last].clip(0).sum())
 
 
+def start_of(key: np.ndarray, end: np.ndarray) -> int:
+    """Which of the ranks' starts (their keys and ends) the path starts at: the one that ends
+    last; ties: the smallest key.
+
+    >>> start_of(np.array([7, 3, 5]), np.array([10, 10, 9]))
+    1
+    """
+    return int(np.lexsort((key, -end))[0])
+
+
 def stitch(
     pieces: WalkPieces,
     match: CollectiveMatch,
@@ -177,7 +188,7 @@ def stitch(
     p = pieces
     if p.start_key.shape[0] == 0:
         return CriticalPath([], 0, {}, {}, None)
-    first = np.lexsort((p.start_key, -p.start_end))[0]
+    first = start_of(p.start_key, p.start_end)
     g = int(p.start_step[first])
     entry: dict[tuple[int, int], int] = {}
     for k, a, s in zip(p.entry_key.tolist(), p.entry_allow.tolist(), p.entry_step.tolist()):

@@ -336,6 +336,10 @@ class WalkPieces:
             z.astype(np.int32), z, z, z, z, z, z, z, z.astype(np.int32), z.astype(np.int32), z, z,
         )  # fmt: skip
 
+    def starts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each rank's start: (rank, key, end), what the global start is chosen from."""
+        return self.start_rank, self.start_key, self.start_end
+
     @property
     def n_steps(self) -> int:
         """Steps stored over all pieces."""

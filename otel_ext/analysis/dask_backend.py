@@ -251,7 +251,13 @@ def _tables_of(kept: Any) -> Any:
 
 
 def _walk_pass(
-    kept: Any, clocks: Any, repaired: Any, peers: Any, device_bound_share: float, edges: Any
+    kept: Any,
+    clocks: Any,
+    repaired: Any,
+    peers: Any,
+    device_bound_share: float,
+    edges: Any,
+    alone: Any = (),
 ) -> Any:
     """Run on the worker that keeps a partition's walk rows: its ranks' critical-path
     pieces, and (with ``edges``) the samples of its held compute work on the aligned
@@ -259,8 +265,22 @@ def _walk_pass(
     from otel_ext.analysis.per_rank import held_samples, walk_of
 
     pieces = walk_of(kept, clocks, repaired, peers, device_bound_share=device_bound_share)
-    held = None if edges is None or not kept.holds else held_samples(kept, clocks, edges)
+    held = None
+    if edges is not None and kept.holds:
+        held = held_samples(kept, clocks, edges, alone=alone)
     return pieces, held
+
+
+def _walk_starts(walked: Any) -> Any:
+    """Run where a partition's walk is kept: its ranks' starts and its held samples (the
+    pieces stay until the client knows whether the path can reach its ranks)."""
+    pieces, held = walked
+    return pieces.starts(), held
+
+
+def _walk_pieces_of(walked: Any) -> Any:
+    """Run where a partition's walk is kept: its pieces."""
+    return walked[0]
 
 
 def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
@@ -388,6 +408,23 @@ def _worker_version() -> str:
     return __version__
 
 
+def _global_start_rank(
+    pieces: Sequence[WalkPieces], starts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> int:
+    """The rank the critical path starts at (:func:`~otel_ext.analysis.critical_path.start_of`
+    over every rank's start: those of ``pieces`` walked here and the workers' ``starts``);
+    -1 without ranks."""
+    from otel_ext.analysis.critical_path import start_of
+
+    every = [p.starts() for p in pieces] + list(starts)
+    rank = np.concatenate([r for r, _, _ in every] or [np.zeros(0, np.int64)])
+    if len(rank) == 0:
+        return -1
+    key = np.concatenate([k for _, k, _ in every])
+    end = np.concatenate([e for _, _, e in every])
+    return int(rank[start_of(key, end)])
+
+
 def _joined(
     joining: Any, parts: Sequence[tuple[list[EventTable], list[np.ndarray]]]
 ) -> tuple[EventTable, np.ndarray]:
@@ -433,6 +470,10 @@ class DaskCluster:
         self.received_bytes = 0
         #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
         self.reduced_rows = 0
+        #: of the last :meth:`walk_phase`: the partitions walked on the workers, and those
+        #: whose pieces the path can reach (only theirs travelled)
+        self.walked_partitions = 0
+        self.pieces_fetched = 0
 
     @property
     def slots(self) -> int:
@@ -601,6 +642,7 @@ class DaskCluster:
         keys: Any,
         device_bound_share: float = 0.9,
         edges: Any = None,
+        alone: frozenset[int] = frozenset(),
     ) -> tuple[WalkPieces, list[ComputeSamples]]:
         """The critical path's walk of every partition, on the worker that keeps its walk
         rows; each partition gets the clock correction and only its ranks' repaired rows and
@@ -614,6 +656,7 @@ class DaskCluster:
             aligned: the aligned reduced rows, ``keys`` their keys (ascending).
             edges: the stragglers' time windows: with them, the partitions that hold
                 compute rows send those rows' samples on the aligned timeline too.
+            alone: the ranks alone in their run, whose compute rows are sent in total only.
 
         Returns:
             The pieces, and the held rows' samples (one per partition that sent some).
@@ -624,45 +667,46 @@ class DaskCluster:
         shares = WalkShares(keys, aligned["rank"], repaired, peers)
         here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
         plan, _ = phase.joining
-        futures = []
-        walked = []  # the partitions walked on the workers
-        try:
-            with self._worker_errors():
-                for part, (ranks, kept, travels) in zip(plan, phase.walks):
-                    if travels:
-                        continue
-                    rep, sub = shares.of(ranks)
-                    walked.append(part)
-                    futures.append(
-                        self.client.submit(
-                            _walk_pass,
-                            kept,
-                            clocks,
-                            rep,
-                            sub,
-                            device_bound_share,
-                            edges if phase.holds else None,
-                            pure=False,
-                        )
-                    )
-                answers = [f.result() for f in futures]
-        finally:
-            phase.walks = []  # the workers let the walk rows go
-        if self.measure:
-            self.received_bytes += sum(_pickled_size(a) for a in answers)
-        parts = [pieces for pieces, _ in answers]
-        samples = [  # the names from the files' dictionaries, which came with the rows
-            h.resolved(phase.name_strings[part.files[h.part]])
-            for part, (_, held) in zip(walked, answers)
-            for h in held or ()
-        ]
-        if here:
+        walks = []  # (the partition, its ranks, its walk kept on the worker)
+        parts = []
+        if here:  # walked here: its pieces do not travel
             _, sub = shares.of(here)
             parts.append(
                 walk_of_aligned(
                     aligned, keys, sub, ranks=here, device_bound_share=device_bound_share
                 )
             )
+        try:
+            with self._worker_errors():
+                for part, (ranks, kept, travels) in zip(plan, phase.walks):
+                    if travels:
+                        continue
+                    rep, sub = shares.of(ranks)
+                    walked = self.client.submit(
+                        _walk_pass, kept, clocks, rep, sub, device_bound_share,
+                        edges if phase.holds else None, frozenset(alone & set(ranks)),
+                        pure=False,
+                    )  # fmt: skip
+                    walks.append((part, ranks, walked))
+                # first the ranks' starts: the path reaches only the ranks the peer edges
+                # lead to from the global start, and only their pieces travel
+                starts = [self.client.submit(_walk_starts, w, pure=False) for _, _, w in walks]
+                answers = [f.result() for f in starts]
+                reach = shares.reachable(_global_start_rank(parts, [a for a, _ in answers]))
+                wanted = [w for _, ranks, w in walks if reach & set(ranks)]
+                fetched = [self.client.submit(_walk_pieces_of, w, pure=False) for w in wanted]
+                self.walked_partitions, self.pieces_fetched = len(walks), len(wanted)
+                parts.extend(f.result() for f in fetched)
+        finally:
+            phase.walks = []  # the workers let the walk rows go
+        if self.measure:
+            self.received_bytes += sum(_pickled_size(a) for a in answers)
+            self.received_bytes += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
+        samples = [  # the names from the files' dictionaries, which came with the rows
+            h.resolved(phase.name_strings[part.files[h.part]])
+            for (part, _, _), (_, held) in zip(walks, answers)
+            for h in held or ()
+        ]
         return WalkPieces.join(parts), samples
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:

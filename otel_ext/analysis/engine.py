@@ -28,6 +28,7 @@ The text and HTML reports are functions of this document alone.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ from otel_ext.analysis.requests import (
     request_latency,
 )
 from otel_ext.analysis.roofline import roofline
-from otel_ext.analysis.runs import runs_summary
+from otel_ext.analysis.runs import rank_runs, runs_summary
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_counts, window_edges
 from otel_ext.analysis.table import Category, EventTable
@@ -418,9 +419,12 @@ def _walk(
     repaired = RepairedRows(keys[rep], aligned["start_ns"][rep], aligned["end_ns"][rep])
     if phase is not None and cluster is not None:
         holds = phase.holds
+        runs = rank_runs(aligned)
+        sizes = Counter(runs.values())
         pieces, held = cluster.walk_phase(
-            phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys, edges=edges
-        )
+            phase, alignment.clocks, repaired, peers, aligned=aligned, keys=keys, edges=edges,
+            alone=frozenset(r for r, run in runs.items() if sizes[run] == 1),
+        )  # fmt: skip
         if not holds:
             return pieces, None
         from otel_ext.analysis.compute_samples import ComputeSamples, samples_of

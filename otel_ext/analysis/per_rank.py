@@ -511,6 +511,26 @@ class WalkShares:
         self._member_rank = _ranks_at(keys, rank_of_key, peers.member_key)
         self._target_rank = _ranks_at(keys, rank_of_key, peers.target_key)
 
+    def reachable(self, start_rank: int) -> set[int]:
+        """The ranks a walk from ``start_rank`` can reach: the walk leaves a rank only
+        through a peer edge (a collective member to the last arriver's row), so these are
+        the ranks the edges lead to from it, transitively; the critical path needs no other
+        rank's pieces.
+
+        >>> from otel_ext.analysis.critical_path_walk import PeerEdges
+        >>> keys, ranks = np.arange(4), np.array([0, 1, 2, 3])
+        >>> edges = PeerEdges(np.array([0, 1]), np.array([1, 2]), np.array([5, 6]))
+        >>> sorted(WalkShares(keys, ranks, RepairedRows.none(), edges).reachable(0))
+        [0, 1, 2]
+        """
+        seen = {int(start_rank)}
+        frontier = np.asarray([start_rank], dtype=np.int64)
+        while len(frontier):
+            led = np.unique(self._target_rank[np.isin(self._member_rank, frontier)])
+            frontier = np.asarray([r for r in led.tolist() if r not in seen], dtype=np.int64)
+            seen.update(frontier.tolist())
+        return seen
+
     def of(self, ranks: Iterable[int]) -> tuple[RepairedRows, PeerEdges]:
         """The share of a partition of ``ranks``."""
         from otel_ext.analysis.critical_path_walk import PeerEdges
@@ -639,11 +659,19 @@ class HeldSamples:
         return replace(self.samples, names=[names[c] for c in self.name_codes.tolist()])
 
 
-def held_samples(tables: RankTables, clocks: RankClocks, edges: np.ndarray) -> list[HeldSamples]:
+def held_samples(
+    tables: RankTables,
+    clocks: RankClocks,
+    edges: np.ndarray,
+    *,
+    alone: Iterable[int] = (),
+) -> list[HeldSamples]:
     """The samples (:mod:`otel_ext.analysis.compute_samples`) of ``tables``' held compute
     rows on the aligned timeline (the clock correction the alignment applied; a held row is
     never among the repaired ones: a repair fetches every held row first), in the
-    stragglers' time windows ``edges``: one per part that holds some.
+    stragglers' time windows ``edges``: one per part that holds some. The rows of ranks in
+    ``alone`` (each the only rank of its run: nothing to compare their work with) are
+    counted in total only (``ComputeSamples.totals_only``).
 
     >>> from otel_ext.analysis.alignment import RankClocks
     >>> from otel_ext.analysis.table import Category as C
@@ -655,12 +683,16 @@ def held_samples(tables: RankTables, clocks: RankClocks, edges: np.ndarray) -> l
     """
     from otel_ext.analysis.compute_samples import samples_of
 
+    lone = np.asarray(sorted(alone), dtype=np.int64)
     out = []
     for i, (table, held) in enumerate(zip(tables.full or [], tables.held)):
         if not held.any():
             continue
-        rows = table.select(held)
-        samples = samples_of(clocks.apply(rows), edges)
+        rows = clocks.apply(table.select(held))
+        apart = np.isin(rows["rank"], lone)
+        totals = _compute_totals(rows, apart)
+        samples = samples_of(rows, edges, rows=np.flatnonzero(~apart) if apart.any() else None)
+        samples.totals_only = totals
         if samples.rows == 0:
             continue
         strings = rows.strings["name"]
@@ -668,3 +700,19 @@ def held_samples(tables: RankTables, clocks: RankClocks, edges: np.ndarray) -> l
         codes = np.asarray([code_of[n] for n in samples.names], dtype=np.int32)
         out.append(HeldSamples(i, replace(samples, names=[]), codes))
     return out
+
+
+def _compute_totals(rows: EventTable, among: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per rank, the summed duration and the count of the compute rows where ``among``."""
+    sel = among & (rows["category"] == Category.KERNEL_COMPUTE) & (rows["rank"] >= 0)
+    if not sel.any():
+        return {}
+    rank = rows["rank"][sel].astype(np.int64)
+    dur = (rows["end_ns"] - rows["start_ns"])[sel].astype(np.int64)
+    ranks, pos = np.unique(rank, return_inverse=True)
+    total = np.bincount(pos.reshape(-1), weights=None, minlength=len(ranks))
+    sums = np.zeros(len(ranks), dtype=np.int64)
+    np.add.at(sums, pos.reshape(-1), dur)
+    return {
+        int(r): (int(t), int(n)) for r, t, n in zip(ranks.tolist(), sums.tolist(), total.tolist())
+    }
