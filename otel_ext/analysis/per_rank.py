@@ -333,12 +333,6 @@ class RankTables:
             full=None, full_positions=[], held=[],
         )  # fmt: skip
 
-    def held_tables(self) -> list[EventTable]:
-        """The held rows, one table per part (none when nothing was held)."""
-        if self.full is None:
-            return []
-        return [t.select(h) for t, h in zip(self.full, self.held) if h.any()]
-
 
 def per_rank_tables(
     table: EventTable,
