@@ -648,7 +648,14 @@ class DaskCluster:
         rows; each partition gets the clock correction and only its ranks' repaired rows and
         peer edges (those of its members and those into its rows). A partition whose walk
         rows all came with its reduced rows (an OTLP run: no runtime calls) is walked here,
-        from the aligned rows, and its pieces do not travel. The walk rows are let go after.
+        from the aligned rows, and its pieces do not travel. The other pieces stay on the
+        workers at first: each partition sends its ranks' starts, and only the partitions
+        holding a rank the path can reach from the global start
+        (:meth:`~otel_ext.analysis.per_rank.WalkShares.reachable`) send their pieces
+        (:attr:`walked_partitions`, :attr:`pieces_fetched`). The walk rows are let go after.
+
+        Returns the pieces of the partitions the path can reach (a stitch of them is the
+        stitch of every partition's pieces).
 
         Args:
             phase: the per-rank phase (its kept partitions).
