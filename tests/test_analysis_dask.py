@@ -99,6 +99,22 @@ def test_simulated_run_same_report(simulated: Path, address: str) -> None:
     assert {Path(s["path"]).name for s in doc["skipped"]} == {"timeline.json", "truth.json"}
 
 
+@needs_dask
+def test_simulated_requests_read_the_held_rows_busy_time(simulated: Path, address: str) -> None:
+    """An OTLP run with requests: the partitions hold their device rows and send each
+    device's busy intervals (their union per rank), which request latency reads after the
+    clock correction; the report is the in-process one, device busy times included."""
+    paths = [simulated]
+    with dask_backend.connect(address) as cluster:
+        phase = cluster.per_rank_phase(paths, steps="complete", one_run=False)
+        assert phase.holds and phase.ranks.device_busy
+        held = sum(len(s) for spans in phase.ranks.device_busy.values() for _, s, _ in spans)
+        assert 0 < held <= phase.ranks.held_rows  # merged: no more intervals than rows
+        doc = analyze(paths, scheduler=cluster)
+    assert to_json(doc) == to_json(analyze(paths, workers=1, scheduler=""))
+    assert any(r.get("ttft_devices_ns") for r in doc["requests"]["requests"])
+
+
 def _shifted_copy(folder: Path, out: Path, ranks: set[int], shift_us: int) -> Path:
     """The profiler files of ``folder`` with the ``workerN`` files of ``ranks`` stamped
     ``shift_us`` later (one host whose clock is off)."""

@@ -76,6 +76,15 @@ class RankClocks:
     estimate: Any = None
     base: int = 0
 
+    def move(self, rank: int, times: np.ndarray) -> np.ndarray:
+        """Times of rows of ``rank``, moved as :meth:`apply` moves that rank's rows."""
+        if self.estimate is None or self.rank_domain.get(rank) not in self.applied:
+            return times
+        dom = np.full(len(times), self.rank_domain[rank], dtype=np.int64)
+        out = np.array(times, dtype=np.int64)  # assigned into, as _apply_domains' columns
+        out[:] = self.estimate.to_reference_ns(dom, out - self.base) + self.base
+        return out
+
     def apply(self, table: EventTable) -> EventTable:
         """``table`` with the rows of the applied domains' ranks moved (a copy of the two time
         columns; the same table when nothing moves)."""

@@ -399,6 +399,21 @@ def analyze(
     return _analyze(source, cluster=None, **options)
 
 
+def _held_busy(
+    per: RankTables, alignment: Alignment
+) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """The held device rows' busy intervals per device (their unions, sent by the
+    partitions), moved by the clock correction; None when nothing was held."""
+    if not per.device_busy:
+        return None
+    out = {}
+    for name, spans in per.device_busy.items():
+        starts = [alignment.clocks.move(r, s) for r, s, _ in spans]
+        ends = [alignment.clocks.move(r, e) for r, _, e in spans]
+        out[name] = (np.concatenate(starts), np.concatenate(ends))
+    return out
+
+
 def _walk(
     alignment: Alignment,
     keys: np.ndarray,
@@ -478,6 +493,7 @@ def _analyze(
             load = _without_events(load)
     if phase is not None and cluster is not None and phase.holds and joins_by_time(table):
         table, keys = cluster.restore_held(phase)
+        per.device_busy = {}
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     if len(table) > n_reduced:  # the serving engines' request rows: keys after every row's
@@ -509,6 +525,7 @@ def _analyze(
     alignment = align_ranks(table, match, clock_of=clock_of, repair=not holds)
     if holds and alignment.repair_skipped and phase is not None and cluster is not None:
         table, keys = cluster.restore_held(phase)
+        per.device_busy = {}  # every device row is here now
         match = match_collectives(table)
         alignment = align_ranks(table, match, clock_of=clock_of)
     aligned, amatch = alignment.table, alignment.match
@@ -566,7 +583,7 @@ def _analyze(
         aligned, groups=peers, compute_totals=None if compute is None else compute.rank_totals()
     )
     roof = roofline(aligned, device_model=model)
-    reqs = request_latency(aligned)
+    reqs = request_latency(aligned, busy=_held_busy(per, alignment))
     reqs["accounting"] = _request_accounting(getattr(load, "inputs", []), metrics, cluster=cluster)
     dev = aligned["rank"] >= 0
     run_start = int(aligned["start_ns"][dev].min()) if dev.any() else 0

@@ -63,6 +63,7 @@ __all__ = [
     "WalkShares",
     "aligned_walk",
     "cross_rank_mask",
+    "device_busy",
     "held_samples",
     "joins_by_time",
     "merge_name_counts",
@@ -99,10 +100,6 @@ CROSS_RANK_CATEGORIES = (
 #: (:mod:`otel_ext.analysis.compute_samples`) read them
 HELD_CATEGORIES = (Category.KERNEL_COMPUTE, Category.MEMCPY, Category.MEMSET)
 
-#: categories whose rows make a partition send every device row (the request and serving
-#: joins read device activity by time)
-_REQUEST_CATEGORIES = (Category.REQUEST, Category.PHASE)
-
 
 def _serving_mark(name: str) -> bool:
     """A row name :mod:`otel_ext.analysis.serving` looks for (a request or stage span)."""
@@ -116,9 +113,11 @@ def _serving_mark(name: str) -> bool:
 
 
 def joins_by_time(table: EventTable) -> bool:
-    """Whether ``table`` has rows that a pass joins with the device rows by time: request
-    and phase rows (request latency's device busy time) or rows naming a serving engine's
-    requests (the serving join). Then no partition holds device rows (``hold``).
+    """Whether ``table`` has rows that a pass joins with the device rows by time, row by
+    row: rows naming a serving engine's requests (the serving join counts the otel-ext rows
+    inside each request). Then no partition holds device rows (``hold``). (Request latency
+    reads only each device's busy time, which the partitions send as merged intervals:
+    :attr:`RankTables.device_busy`.)
 
     >>> from otel_ext.analysis.table import Category as C
     >>> joins_by_time(EventTable.from_rows([dict(category=C.KERNEL_COMPUTE, name="gemm")]))
@@ -126,8 +125,6 @@ def joins_by_time(table: EventTable) -> bool:
     >>> joins_by_time(EventTable.from_rows([dict(category=C.CPU_OP, name="Req 7")]))
     True
     """
-    if np.isin(table["category"], _codes(_REQUEST_CATEGORIES)).any():
-        return True
     marks = [i for i, n in enumerate(table.strings["name"]) if i and _serving_mark(n)]
     return bool(marks) and bool(np.isin(table["name"], np.asarray(marks, dtype=np.int32)).any())
 
@@ -294,6 +291,12 @@ class RankTables:
             rows are the rest of; None otherwise. They stay where the per-rank phase ran.
         held: for each ``full`` table, which of its rows are held (not in ``reduced``).
         held_rows: how many rows were held (it travels; ``full`` does not).
+        device_busy: per device name (as the rows say it, '' for none), per rank, the union
+            of its held rows' intervals (merged: start and end arrays, as recorded): what
+            request latency reads of them (each device's busy time inside a window), exact
+            after the clock correction, which moves a rank's times by one increasing
+            function (a union of unions is the union; the rows that also travel count
+            once). It travels.
     """
 
     temporal: list[breakdown.TemporalBreakdownRow]
@@ -312,6 +315,7 @@ class RankTables:
     full_positions: list[np.ndarray] = field(default_factory=list)
     held: list[np.ndarray] = field(default_factory=list)
     held_rows: int = 0
+    device_busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
@@ -330,7 +334,7 @@ class RankTables:
             return self
         return replace(
             self, reduced=list(self.full), reduced_positions=list(self.full_positions),
-            full=None, full_positions=[], held=[],
+            full=None, full_positions=[], held=[], held_rows=0, device_busy={},
         )  # fmt: skip
 
 
@@ -367,6 +371,7 @@ def per_rank_tables(
         )
         if not np.array_equal(kept, wanted):
             full_keep, keep = keep, _with_envelope(table, kept)
+    busy = {} if full_keep is None else device_busy(table, full_keep & ~keep)
     walk = np.flatnonzero(walk_mask(table))
     keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
     travels = bool(keep[walk].all())
@@ -410,7 +415,40 @@ def per_rank_tables(
         full_positions=full_positions,
         held=held,
         held_rows=sum(int(h.sum()) for h in held),
+        device_busy=busy,
     )
+
+
+def device_busy(
+    table: EventTable, rows: np.ndarray
+) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
+    """Per device name and rank, the union of ``table``'s ``rows`` (a mask) intervals as
+    merged intervals (:attr:`RankTables.device_busy`).
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=e, rank=0, device="d",
+    ...     category=C.KERNEL_COMPUTE) for s, e in [(0, 10), (5, 12), (20, 30)]])
+    >>> [(r, s.tolist(), e.tolist()) for r, s, e in device_busy(t, np.ones(3, bool))["d"]]
+    [(0, [0, 20], [12, 30])]
+    """
+    from otel_ext.analysis.requests import union_of
+
+    sel = np.flatnonzero(rows & (table["rank"] >= 0))
+    out: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    if len(sel) == 0:
+        return out
+    dev = table["device"][sel].astype(np.int64)
+    rank = table["rank"][sel].astype(np.int64)
+    key = dev * (int(rank.max()) + 1) + rank
+    order, _, slices = group_slices(key)
+    start, end, names = table["start_ns"], table["end_ns"], table.strings["device"]
+    for sl in slices:
+        at = sel[order[sl]]
+        s, e = union_of(start[at], end[at])
+        out.setdefault(names[int(table["device"][at[0]])], []).append(
+            (int(table["rank"][at[0]]), s, e)
+        )
+    return out
 
 
 def _codes(categories: Iterable[Category]) -> np.ndarray:
@@ -453,8 +491,19 @@ def merge_rank_tables(parts: Sequence[RankTables], *, source_code: Mapping[str, 
         reduced_positions=[x for p in parts for x in p.reduced_positions],
         walk_travels=all(p.walk_travels for p in parts),
         held_rows=sum(p.held_rows for p in parts),
+        device_busy=_joined_busy(parts),
         **_joined_walks(parts),
     )
+
+
+def _joined_busy(
+    parts: Sequence[RankTables],
+) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
+    out: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    for p in parts:
+        for name, spans in p.device_busy.items():
+            out.setdefault(name, []).extend(spans)
+    return out
 
 
 def _joined_walks(parts: Sequence[RankTables]) -> dict[str, Any]:

@@ -125,6 +125,17 @@ class _Coverage:
         return np.where((b > a) & (j > i), np.maximum(total, 0), 0)
 
 
+def union_of(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals ``[start, end)`` as sorted disjoint intervals (the
+    coverage :func:`request_latency` queries), their starts and ends.
+
+    >>> [x.tolist() for x in union_of(np.array([5, 0, 20]), np.array([12, 10, 30]))]
+    [[0, 20], [12, 30]]
+    """
+    c = _Coverage(np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64))
+    return c.s.copy(), c.e.copy()
+
+
 def _groups(codes: np.ndarray, rows: np.ndarray) -> dict[int, np.ndarray]:
     """``rows`` grouped by their ``codes`` (each group in ascending row order), in one sort.
 
@@ -158,12 +169,20 @@ def _pct(values: list[int], q: float) -> int | None:
     return int(percentile(values, q)) if values else None
 
 
-def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
+def request_latency(
+    table: EventTable,
+    *,
+    limit: int = 200,
+    busy: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
+) -> dict[str, Any]:
     """TTFT and TPOT per request, with their breakdown.
 
     Args:
         table: the (aligned) event table.
         limit: at most this many per-request rows in the output (slowest TTFT first).
+        busy: per device name, more busy intervals of it (starts, ends on the table's
+            timeline): device rows that are not in ``table`` (a cluster's workers keep them
+            and send their union); joined with the table's rows of the device by union.
 
     Returns:
         ``{"count", "summary", "requests"}``; an empty table gives ``count`` 0.
@@ -188,8 +207,19 @@ def request_latency(table: EventTable, *, limit: int = 200) -> dict[str, Any]:
     dev_sel = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
     devices: dict[str, _Coverage] = {}
     dev_rows = np.flatnonzero(dev_sel)
-    for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
-        devices[table.strings["device"][code] or "?"] = _Coverage(start[rows], end[rows])
+    if busy:  # the rows kept elsewhere, as unions: the union of both is the device's
+        spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
+            spans[table.strings["device"][code] or "?"] = [(start[rows], end[rows])]
+        for name, (s, e) in busy.items():
+            spans.setdefault(name or "?", []).append((s, e))
+        for name, got in spans.items():
+            devices[name] = _Coverage(
+                np.concatenate([s for s, _ in got]), np.concatenate([e for _, e in got])
+            )
+    else:
+        for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
+            devices[table.strings["device"][code] or "?"] = _Coverage(start[rows], end[rows])
     # rows of each trace, for attribution from the request's own trace
     traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
     traced_rows = np.flatnonzero(traced) if layer_or_coll.any() else np.zeros(0, dtype=np.int64)
