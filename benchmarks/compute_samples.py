@@ -27,31 +27,22 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _reference_compute_ratios as reference  # noqa: E402
+from _timing import best_of  # noqa: E402
 
 from otel_ext.analysis.compute_samples import ComputeSamples, ratio_stats, samples_of  # noqa: E402
 from otel_ext.analysis.loaders import load_file  # noqa: E402
 from otel_ext.analysis.runs import rank_runs  # noqa: E402
 from otel_ext.analysis.stragglers import window_edges  # noqa: E402
 from otel_ext.analysis.table import Category, EventTable  # noqa: E402
-
-
-def _best(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def _rows(table: EventTable, edges: Any) -> Any:
@@ -87,9 +78,9 @@ def main() -> None:
         edges = window_edges(table, 8)
         runs, n_win = rank_runs(table), max(len(edges) - 1, 1)
 
-        t_rows, (want, _) = _best(partial(_rows, table, edges), args.repeats)
-        t_files, samples = _best(partial(_per_file, parts, edges), args.repeats)
-        t_client, (got, _) = _best(partial(_client, samples, runs, n_win), args.repeats)
+        t_rows, (want, _) = best_of(args.repeats, partial(_rows, table, edges))
+        t_files, samples = best_of(args.repeats, partial(_per_file, parts, edges))
+        t_client, (got, _) = best_of(args.repeats, partial(_client, samples, runs, n_win))
         if got != want:
             raise SystemExit(f"{folder}: the samples' ratios differ from the rows'")
         kernels = [_kernels(p) for p in parts]

@@ -22,17 +22,17 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _reference_critical_path as reference  # noqa: E402
 from _critical_path_inputs import engine_inputs  # noqa: E402
+from _timing import best_of  # noqa: E402
 
 from otel_ext.analysis.critical_path import (  # noqa: E402
     WalkPieces,
@@ -43,15 +43,6 @@ from otel_ext.analysis.critical_path import (  # noqa: E402
     walk_pieces,
 )
 from otel_ext.analysis.table import Category, EventTable, is_constant  # noqa: E402
-
-
-def best_of(repeats: int, fn: Any) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def column_bytes(table: EventTable, mask: np.ndarray) -> int:

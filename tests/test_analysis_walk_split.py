@@ -115,9 +115,10 @@ def runs(draw: Any) -> EventTable:
     return _run(_Picks(draw=draw))
 
 
-def _pieces_by_partition(table: EventTable, parts: list[list[int]]) -> tuple[Any, Any]:
+def _walked_by_partition(table: EventTable, parts: list[list[int]]) -> tuple[Any, Any, Any]:
     """The per-rank phase per partition (its rows only, keyed by their row numbers in the
-    whole table), the alignment over the joined reduced rows, the walk per partition."""
+    whole table), the alignment over the joined reduced rows, the walk per partition: the
+    alignment, the partitions' shares and each partition's pieces."""
     results = []
     for ranks in parts:
         rows = np.flatnonzero(np.isin(table["rank"], ranks))
@@ -139,6 +140,12 @@ def _pieces_by_partition(table: EventTable, parts: list[list[int]]) -> tuple[Any
             walked.append(walk_of_aligned(aligned, keys, sub, ranks=ranks))
         else:
             walked.append(walk_of(r, alignment.clocks, rep, sub))
+    return alignment, shares, walked
+
+
+def _pieces_by_partition(table: EventTable, parts: list[list[int]]) -> tuple[Any, Any]:
+    """:func:`_walked_by_partition`'s alignment and every partition's pieces joined."""
+    alignment, _, walked = _walked_by_partition(table, parts)
     return alignment, WalkPieces.join(walked)
 
 
@@ -260,25 +267,7 @@ def test_only_the_reachable_ranks_pieces_are_needed(
             parts.append([r])
         else:
             parts[-1].append(r)
-    results = []
-    for p in parts:
-        rows = np.flatnonzero(np.isin(table["rank"], p))
-        results.append(per_rank_tables(table.select(rows), positions=rows.astype(np.int64)))
-    keys = np.concatenate([r.reduced_positions[0] for r in results])
-    order = np.argsort(keys, kind="stable")
-    reduced = EventTable.concat([r.reduced[0] for r in results]).select(order)
-    keys = keys[order]
-    alignment = align_ranks(reduced, match_collectives(reduced))
-    aligned = alignment.table
-    peers = peer_edges(aligned, alignment.match, keys)
-    shares = WalkShares(keys, aligned["rank"], RepairedRows.none(), peers)
-    walked = []
-    for r, p in zip(results, parts):
-        _, sub = shares.of(p)
-        if r.walk_travels:
-            walked.append(walk_of_aligned(aligned, keys, sub, ranks=p))
-        else:
-            walked.append(walk_of(r, alignment.clocks, RepairedRows.none(), sub))
+    alignment, shares, walked = _walked_by_partition(table, parts)
     start = _global_start_rank(walked, [])
     reach = shares.reachable(start)
     assert reach <= ({r for r in ranks if r < 10} if start < 10 else {r for r in ranks if r >= 10})
