@@ -55,6 +55,7 @@ from otel_ext.analysis.per_rank import (
     merge_name_counts,
     name_counts,
     per_rank_tables,
+    serving_mark_codes,
     walk_of,
     walk_of_aligned,
 )
@@ -228,19 +229,6 @@ def _call_sizes(paths: list[str]) -> list[dict[tuple[str, int], int]]:
     return [comm_calls.input_bytes_by_external_id(p) for p in paths]
 
 
-def _serving_marks(table: EventTable) -> list[int]:
-    """The name codes of the rows that name a serving engine's requests or stages."""
-    from otel_ext.analysis import serving
-
-    return [
-        i
-        for i, n in enumerate(table.strings["name"])
-        if n == serving.VLLM_REQUEST_SPAN
-        or n.startswith("Req ")
-        or n in serving.SGLANG_STAGE_PHASES
-    ]
-
-
 def _serving_requests(
     table: EventTable, inputs: list[dict[str, Any]], *, cluster: DaskCluster | None = None
 ) -> tuple[EventTable, dict[str, Any] | None]:
@@ -252,7 +240,7 @@ def _serving_requests(
     """
     from otel_ext.analysis import serving
 
-    marks = _serving_marks(table)
+    marks = serving_mark_codes(table)
     if not marks or not len(table):
         return table, None
     src = distinct(table["source"][np.isin(table["name"], np.asarray(marks))])

@@ -70,6 +70,7 @@ __all__ = [
     "merge_rank_tables",
     "name_counts",
     "per_rank_tables",
+    "serving_mark_codes",
     "walk_of",
     "walk_of_aligned",
     "walk_rows",
@@ -112,6 +113,16 @@ def _serving_mark(name: str) -> bool:
     )
 
 
+def serving_mark_codes(table: EventTable) -> list[int]:
+    """The ``name`` codes of ``table``'s dictionary that name a serving engine's requests or
+    stages (:mod:`otel_ext.analysis.serving`).
+
+    >>> serving_mark_codes(EventTable.from_rows([dict(name="gemm"), dict(name="Req 7")]))
+    [2]
+    """
+    return [i for i, n in enumerate(table.strings["name"]) if i and _serving_mark(n)]
+
+
 def joins_by_time(table: EventTable) -> bool:
     """Whether ``table`` has rows that a pass joins with the device rows by time, row by
     row: rows naming a serving engine's requests (the serving join counts the otel-ext rows
@@ -125,7 +136,7 @@ def joins_by_time(table: EventTable) -> bool:
     >>> joins_by_time(EventTable.from_rows([dict(category=C.CPU_OP, name="Req 7")]))
     True
     """
-    marks = [i for i, n in enumerate(table.strings["name"]) if i and _serving_mark(n)]
+    marks = serving_mark_codes(table)
     return bool(marks) and bool(np.isin(table["name"], np.asarray(marks, dtype=np.int32)).any())
 
 
