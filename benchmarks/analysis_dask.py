@@ -151,6 +151,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             )
             peak = dc.client.run(_worker_peak)
             received = dc.received_bytes
+            rounds = dict(dc.received_by_round)
             reduced_rows = dc.reduced_rows
             walked = (dc.pieces_fetched, dc.walked_partitions)
     finally:
@@ -177,8 +178,9 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"  in process {t_local:.2f} s; Dask local:{workers} warm {t_warm:.2f} s "
         f"(x{t_warm / t_local:.2f}), cold {t_cold:.2f} s (x{t_cold / t_local:.2f})"
     )
+    by_round = ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in rounds.items())
     print(
-        f"  to the client now: {received / 1e6:.2f} MB ({received / disk:.2f}x on disk, "
+        f"  to the client now: {received / 1e6:.2f} MB [{by_round}] ({received / disk:.2f}x on disk, "
         f"{received / sum(inflated):.3f}x inflated); loaded tables (before): "
         f"{sent / 1e6:.1f} MB ({sent / sum(inflated):.2f}x inflated); now / before "
         f"{received / sent:.3f}"

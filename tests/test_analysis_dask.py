@@ -179,6 +179,7 @@ def test_only_compact_tables_travel(shared_traces: Path, address: str, folder: s
     assert len(phase.reduced) < 0.6 * phase.ranks.events  # host operators stayed behind
     # the device rows stayed too, but each file's and rank's first and last
     assert phase.holds and phase.ranks.held_rows > 0
+    assert not phase.ranks.device_busy  # no requests: no busy intervals travel
     device = np.isin(phase.reduced["category"], [int(c) for c in HELD_CATEGORIES])
     pairs = np.stack([phase.reduced["source"], phase.reduced["rank"]], 1)[device]
     assert np.unique(pairs.astype(np.int64), axis=0, return_counts=True)[1].max(initial=0) <= 2

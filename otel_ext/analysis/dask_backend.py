@@ -222,7 +222,9 @@ def _summary_or_raised(kept: Any) -> Any:
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
 
-def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool], hold: bool) -> Any:
+def _pieces_pass(
+    pieces: list[Any], split: list[bool], owned: list[bool], hold: bool, busy: bool
+) -> Any:
     """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
     error, passed on)."""
     from otel_ext.analysis.per_rank_jobs import partition_pass
@@ -231,7 +233,7 @@ def _pieces_pass(pieces: list[Any], split: list[bool], owned: list[bool], hold: 
         if isinstance(p, _Raised):
             return p
     try:
-        return partition_pass(pieces, split=split, owned=owned, hold=hold)
+        return partition_pass(pieces, split=split, owned=owned, hold=hold, busy=busy)
     except OtelExtError as e:
         return _Raised(e)
 
@@ -466,8 +468,11 @@ class DaskCluster:
         self.address = str(client.scheduler.address)
         #: measure what travels to the client (pickled bytes) in :meth:`per_rank_phase`
         self.measure = False
-        #: what travelled in the last :meth:`per_rank_phase` (when measured)
+        #: what travelled to the client in the last analysis (when measured), in all and
+        #: by round: "per-rank" (the files' summaries, the per-rank tables and reduced
+        #: rows), "walk" (starts, samples, pieces), "restore" (held rows fetched)
         self.received_bytes = 0
+        self.received_by_round: dict[str, int] = {}
         #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
         self.reduced_rows = 0
         #: of the last :meth:`walk_phase`: the partitions walked on the workers, and those
@@ -540,6 +545,8 @@ class DaskCluster:
             plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
             # device rows stay on the workers unless a pass joins other rows with them by time
             hold = not any(summaries[i].joins_by_time for i in with_table)
+            # ... and their busy intervals travel only for request latency
+            busy = any(summaries[i].requests for i in with_table)
             walks: list[tuple[frozenset[int], Any, bool]] = []
             with self._worker_errors():
                 futures = []
@@ -561,7 +568,7 @@ class DaskCluster:
                     owned = [i in part.owned for i in part.files]
                     # every reduced row's position comes back: the keys of the walk
                     kept_part = self.client.submit(
-                        _pieces_pass, pieces, [True] * len(pieces), owned, hold, pure=False
+                        _pieces_pass, pieces, [True] * len(pieces), owned, hold, busy, pure=False
                     )
                     walks.append((part.ranks, kept_part, False))
                     futures.append(self.client.submit(_tables_of, kept_part, pure=False))
@@ -584,6 +591,7 @@ class DaskCluster:
         if self.measure:
             received += answers_bytes
         self.received_bytes = received
+        self.received_by_round = {"per-rank": received}
         joining = (plan, decision.rank_runs)
         sent = [(t.reduced, t.reduced_positions) for t in parts]
         reduced, keys = _joined(joining, sent)
@@ -623,7 +631,9 @@ class DaskCluster:
                 )
             answers = [f.result() for f in futures]
         if self.measure:
-            self.received_bytes += sum(_pickled_size(a) for a in answers)
+            got = sum(_pickled_size(a) for a in answers)
+            self.received_bytes += got
+            self.received_by_round["restore"] = self.received_by_round.get("restore", 0) + got
         reduced, keys = _joined(
             phase.joining, [(tables, [p.unpack() for p in packed]) for packed, tables in answers]
         )
@@ -707,8 +717,10 @@ class DaskCluster:
         finally:
             phase.walks = []  # the workers let the walk rows go
         if self.measure:
-            self.received_bytes += sum(_pickled_size(a) for a in answers)
-            self.received_bytes += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
+            got = sum(_pickled_size(a) for a in answers)
+            got += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
+            self.received_bytes += got
+            self.received_by_round["walk"] = got
         samples = [  # the names from the files' dictionaries, which came with the rows
             h.resolved(phase.name_strings[part.files[h.part]])
             for (part, _, _), (_, held) in zip(walks, answers)

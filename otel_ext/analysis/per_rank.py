@@ -355,6 +355,7 @@ def per_rank_tables(
     parts: Sequence[EventTable] | None = None,
     positions: np.ndarray | None = None,
     hold: bool = False,
+    busy: bool = True,
 ) -> RankTables:
     """Run the per-rank passes over ``table`` (every row of the ranks it holds).
 
@@ -369,6 +370,9 @@ def per_rank_tables(
             file's and rank's first and last rows stay in) unless :func:`joins_by_time`:
             what a cluster's partition does, so that they do not travel (they stay in
             :attr:`RankTables.full`); in process nothing travels, and nothing is held.
+        busy: with ``hold``, also the held rows' busy intervals per device
+            (:attr:`RankTables.device_busy`; only request latency reads them: the client
+            says no when no file has requests).
     """
     from otel_ext.analysis.critical_path_walk import walk_mask
 
@@ -382,7 +386,7 @@ def per_rank_tables(
         )
         if not np.array_equal(kept, wanted):
             full_keep, keep = keep, _with_envelope(table, kept)
-    busy = {} if full_keep is None else device_busy(table, full_keep & ~keep)
+    intervals = {} if full_keep is None or not busy else device_busy(table, full_keep & ~keep)
     walk = np.flatnonzero(walk_mask(table))
     keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
     travels = bool(keep[walk].all())
@@ -426,15 +430,16 @@ def per_rank_tables(
         full_positions=full_positions,
         held=held,
         held_rows=sum(int(h.sum()) for h in held),
-        device_busy=busy,
+        device_busy=intervals,
     )
 
 
 def device_busy(
     table: EventTable, rows: np.ndarray
 ) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
-    """Per device name and rank, the union of ``table``'s ``rows`` (a mask) intervals as
-    merged intervals (:attr:`RankTables.device_busy`).
+    """Per device name and rank, the union of the intervals of ``table``'s device rows
+    (:data:`HELD_CATEGORIES`) among ``rows`` (a mask), as merged intervals
+    (:attr:`RankTables.device_busy`).
 
     >>> from otel_ext.analysis.table import Category as C
     >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=e, rank=0, device="d",
@@ -444,7 +449,10 @@ def device_busy(
     """
     from otel_ext.analysis.requests import union_of
 
-    sel = np.flatnonzero(rows & (table["rank"] >= 0))
+    # device rows only: the held rows can include a file's and rank's first or last row of
+    # another kind, which a held device row displaced from the rows that travel
+    device = np.isin(table["category"], _codes(HELD_CATEGORIES))
+    sel = np.flatnonzero(rows & device & (table["rank"] >= 0))
     out: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
     if len(sel) == 0:
         return out

@@ -43,7 +43,7 @@ from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.loaders import FileResult
 from otel_ext.analysis.per_rank import RankTables, joins_by_time, per_rank_tables
 from otel_ext.analysis.steps import parse_steps, select_steps
-from otel_ext.analysis.table import STRING_COLUMNS, EventTable, constant_column
+from otel_ext.analysis.table import STRING_COLUMNS, Category, EventTable, constant_column
 from otel_ext.errors import OtelExtError
 
 __all__ = [
@@ -96,13 +96,16 @@ class KeptFile:
     """What a worker keeps of one file: its load result (the table with the selected steps),
     the file's record as loaded, its step record and the sketch of its table as loaded;
     whether its rows are joined with device rows by time
-    (:func:`~otel_ext.analysis.per_rank.joins_by_time`: then no partition holds any)."""
+    (:func:`~otel_ext.analysis.per_rank.joins_by_time`: then no partition holds any), and
+    whether it has request or phase rows (then the partitions send their held rows' busy
+    intervals)."""
 
     result: FileResult
     info: dict[str, Any]
     steps: dict[str, Any] | None
     sketch: EventTable | None
     joins_by_time: bool = False
+    requests: bool = False
 
 
 class FileSummary(FileResult):
@@ -121,6 +124,7 @@ class FileSummary(FileResult):
         self.steps = kept.steps
         self.rows = 0 if r.table is None else len(r.table)
         self.joins_by_time = kept.joins_by_time
+        self.requests = kept.requests
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)
@@ -143,7 +147,9 @@ def load_and_keep(load: Any, args: Any, steps: str) -> KeptFile:
     table, record = select_steps(result.table, steps, none_ok=True)
     kept = FileResult(result.path, result.format, table, result.metrics, result.skipped)
     kept.note = result.note
-    return KeptFile(kept, info, record, before, joins_by_time(table))
+    cat = table["category"]
+    requests = bool(((cat == Category.REQUEST) | (cat == Category.PHASE)).any())
+    return KeptFile(kept, info, record, before, joins_by_time(table), requests)
 
 
 def summary_of(kept: KeptFile) -> FileSummary:
@@ -314,6 +320,7 @@ def partition_pass(
     split: Sequence[bool] | None = None,
     owned: Sequence[bool] | None = None,
     hold: bool = False,
+    busy: bool = True,
 ) -> RankTables:
     """Run on a worker: the per-rank passes over a partition's pieces (in file order); the
     reduced rows come back one table per piece.
@@ -328,11 +335,13 @@ def partition_pass(
         hold: keep the device rows the cross-rank passes take samples of here
             (:func:`~otel_ext.analysis.per_rank.per_rank_tables`' ``hold``); the client
             says no when some file :func:`~otel_ext.analysis.per_rank.joins_by_time`.
+        busy: with ``hold``, also the held rows' busy intervals (the client says no when no
+            file has request rows).
     """
     tables = [p.table for p in pieces]
     table = tables[0] if len(tables) == 1 else EventTable.concat(tables)
     positions = np.concatenate([p.positions for p in pieces])
-    out = per_rank_tables(table, parts=tables, positions=positions, hold=hold)
+    out = per_rank_tables(table, parts=tables, positions=positions, hold=hold, busy=busy)
     return for_client(out, split=split, owned=owned)
 
 
