@@ -51,7 +51,6 @@ from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.per_rank import (
     RankTables,
     RepairedRows,
-    joins_by_time,
     merge_name_counts,
     name_counts,
     per_rank_tables,
@@ -479,9 +478,6 @@ def _analyze(
         del whole
         if _is_paths(source):  # loaded here: past the per-rank phase its rows are not needed
             load = _without_events(load)
-    if phase is not None and cluster is not None and phase.holds and joins_by_time(table):
-        table, keys = cluster.restore_held(phase)
-        per.device_busy = {}
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     if len(table) > n_reduced:  # the serving engines' request rows: keys after every row's

@@ -367,9 +367,10 @@ def per_rank_tables(
         positions: each row's position in the whole set (rows numbered through the files in
             order); default: its row number.
         hold: keep the ranks' rows of :data:`HELD_CATEGORIES` out of the reduced rows (each
-            file's and rank's first and last rows stay in) unless :func:`joins_by_time`:
-            what a cluster's partition does, so that they do not travel (they stay in
-            :attr:`RankTables.full`); in process nothing travels, and nothing is held.
+            file's and rank's first and last rows stay in): what a cluster's partition does,
+            so that they do not travel (they stay in :attr:`RankTables.full`); the client
+            asks for it unless some file :func:`joins_by_time`. In process nothing
+            travels, and nothing is held.
         busy: with ``hold``, also the held rows' busy intervals per device
             (:attr:`RankTables.device_busy`; only request latency reads them: the client
             says no when no file has requests).
@@ -380,7 +381,7 @@ def per_rank_tables(
     wanted = cross_rank_mask(table)
     keep = _with_envelope(table, wanted)
     full_keep = None
-    if hold and not joins_by_time(table):
+    if hold:
         kept = wanted & ~(
             np.isin(table["category"], _codes(HELD_CATEGORIES)) & (table["rank"] >= 0)
         )
@@ -752,9 +753,9 @@ def held_samples(
             continue
         rows = clocks.apply(table.select(held))
         apart = np.isin(rows["rank"], lone)
-        totals = _compute_totals(rows, apart)
         samples = samples_of(rows, edges, rows=np.flatnonzero(~apart) if apart.any() else None)
-        samples.totals_only = totals
+        if apart.any():
+            samples.totals_only = samples_of(rows, edges, rows=np.flatnonzero(apart)).rank_totals()
         if samples.rows == 0:
             continue
         strings = rows.strings["name"]
@@ -762,19 +763,3 @@ def held_samples(
         codes = np.asarray([code_of[n] for n in samples.names], dtype=np.int32)
         out.append(HeldSamples(i, replace(samples, names=[]), codes))
     return out
-
-
-def _compute_totals(rows: EventTable, among: np.ndarray) -> dict[int, tuple[int, int]]:
-    """Per rank, the summed duration and the count of the compute rows where ``among``."""
-    sel = among & (rows["category"] == Category.KERNEL_COMPUTE) & (rows["rank"] >= 0)
-    if not sel.any():
-        return {}
-    rank = rows["rank"][sel].astype(np.int64)
-    dur = (rows["end_ns"] - rows["start_ns"])[sel].astype(np.int64)
-    ranks, pos = np.unique(rank, return_inverse=True)
-    total = np.bincount(pos.reshape(-1), weights=None, minlength=len(ranks))
-    sums = np.zeros(len(ranks), dtype=np.int64)
-    np.add.at(sums, pos.reshape(-1), dur)
-    return {
-        int(r): (int(t), int(n)) for r, t, n in zip(ranks.tolist(), sums.tolist(), total.tolist())
-    }

@@ -207,19 +207,15 @@ def request_latency(
     dev_sel = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
     devices: dict[str, _Coverage] = {}
     dev_rows = np.flatnonzero(dev_sel)
-    if busy:  # the rows kept elsewhere, as unions: the union of both is the device's
-        spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-        for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
-            spans[table.strings["device"][code] or "?"] = [(start[rows], end[rows])]
-        for name, (s, e) in busy.items():
-            spans.setdefault(name or "?", []).append((s, e))
-        for name, got in spans.items():
-            devices[name] = _Coverage(
-                np.concatenate([s for s, _ in got]), np.concatenate([e for _, e in got])
-            )
-    else:
-        for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
-            devices[table.strings["device"][code] or "?"] = _Coverage(start[rows], end[rows])
+    spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
+        spans[table.strings["device"][code] or "?"] = [(start[rows], end[rows])]
+    for name, (s, e) in (busy or {}).items():  # rows kept elsewhere, as unions: joined by union
+        spans.setdefault(name or "?", []).append((s, e))
+    for name, got in spans.items():
+        devices[name] = _Coverage(
+            np.concatenate([s for s, _ in got]), np.concatenate([e for _, e in got])
+        )
     # rows of each trace, for attribution from the request's own trace
     traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
     traced_rows = np.flatnonzero(traced) if layer_or_coll.any() else np.zeros(0, dtype=np.int64)
