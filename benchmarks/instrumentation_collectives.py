@@ -47,6 +47,16 @@ shared machine only adds time, so the fastest windows are the least disturbed).
 (GIL released, one thread) and then the collective, bare against ``traced+metrics``: the
 wall added per collective when the background work has the compute to run beside.
 
+``--paired BLOCKS`` (with ``--block-iters N``) measures the native hook the other way: one
+``instrument()`` for the whole run, and windows of N calls alternating between the recording
+kernels in the dispatcher and taken out of it (``_State.set_native_kernels``; the original
+kernels run, the hook's threads and ring stay), ``BLOCKS`` pairs in the order bare-first,
+instrumented-first, ... so a slow drift of the machine falls on both sides alike. Each pair
+gives one difference; the figure is their median with its 95 % interval. The background
+threads run in both windows of a pair, so this is the hot path's own cost (the recording
+kernel, the context read, the push), the figure the issue names; with the drain running
+(``traced+metrics``) the drain's GIL time falls on whichever window it lands in, bare or not.
+
 Last, **Python hot path alone**: the Python recording kernel called directly in a loop, with a
 stub in place of the original kernel and a consumer that discards the records (the fallback's
 own code, without the dispatcher's boxing and without background threads).
@@ -177,13 +187,42 @@ class _Bench:
 
 
 def _rank(
-    rank: int, world: int, port: int, iters: int, rounds: int, only: str, compute: float
+    rank: int,
+    world: int,
+    port: int,
+    iters: int,
+    rounds: int,
+    only: str,
+    compute: float,
+    paired: int,
+    block_iters: int,
 ) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     bench = _Bench(iters)
+    if paired > 0:
+        configs = [c.strip() for c in only.split(",") if c.strip()]
+        for t in (torch.ones(n) for n in SIZES.values()):
+            for _ in range(50):
+                dist.all_reduce(t)
+        for config in configs:
+            if config not in ("traced+metrics", "drain held", "traced", "no-op providers"):
+                raise SystemExit(f"--paired: {config!r} is not a native-hook configuration")
+            dist.barrier()
+            out = _paired(bench, config, paired, block_iters)
+            if rank == 0:
+                _print_paired(config, paired, block_iters, out)
+        if rank == 0 and bench.background:
+            print(
+                f"background cost (the flush after the held run, thread-CPU per collective): "
+                f"{bench.background[0]:.1f} us"
+            )
+        dist.destroy_process_group()
+        bench.provider.shutdown()
+        bench.meters.shutdown()
+        return
     names = ["bare", *[c.strip() for c in only.split(",") if c.strip() and c.strip() != "bare"]]
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for label, n in SIZES.items():
@@ -214,6 +253,84 @@ def _rank(
     dist.destroy_process_group()
     bench.provider.shutdown()
     bench.meters.shutdown()
+
+
+def _paired(
+    bench: _Bench, config: str, blocks: int, block_iters: int
+) -> dict[str, list[tuple[tuple[float, float], tuple[float, float]]]]:
+    """Per payload and call kind, ``blocks`` pairs of (bare window, instrumented window) in
+    one ``instrument()`` (see the module doc, ``--paired``)."""
+    opts = dict(bench.options[config] or {})
+    opts["capacity"] = max(1 << 16, 2 * blocks * block_iters * 2 * len(SIZES))
+    bench.inst.instrument(**opts)
+    state = bench.inst._state
+    if state is None or not bench.inst.native:
+        raise SystemExit("native hook unavailable: " + str(_native_status()))
+    out: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
+    for label, n in SIZES.items():
+        t = torch.ones(n)
+
+        def call(t: torch.Tensor = t) -> None:
+            dist.all_reduce(t)
+
+        def issue(t: torch.Tensor = t) -> tuple[int, int]:
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            work = dist.all_reduce(t, async_op=True)
+            c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+            work.wait()
+            return w1 - w0, c1 - c0
+
+        for kind, fn in ((label, call), (f"{label} issue", issue)):
+            rows = out.setdefault(kind, [])
+            for i in range(blocks):
+                got: dict[bool, tuple[float, float]] = {}
+                for on in (False, True) if i % 2 == 0 else (True, False):
+                    state.set_native_kernels(on)
+                    for _ in range(10):  # the dispatcher's tables settle after the change
+                        fn()
+                    got[on] = _window(fn, block_iters)
+                rows.append((got[False], got[True]))
+    state.set_native_kernels(True)
+    c0 = time.thread_time_ns()
+    bench.inst.flush(120)
+    flushed = (time.thread_time_ns() - c0) / 1e3
+    bench.inst.uninstrument()
+    bench.exporter.clear()
+    if config == "drain held":
+        recorded = blocks * block_iters * 2 * len(SIZES)
+        bench.background.append(flushed / recorded)
+    return out
+
+
+def _print_paired(
+    config: str,
+    blocks: int,
+    block_iters: int,
+    out: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]],
+) -> None:
+    print(
+        f"paired windows, {config}: {blocks} pairs of {block_iters}-call windows per row, "
+        "kernels in and out of the dispatcher within one instrument(); "
+        "added = median of (instrumented - bare) over the pairs, [95% CI]"
+    )
+    print(
+        f"{'payload':14s} {'bare wall us':>12s} {'wall added [95% CI]':>24s} "
+        f"{'bare CPU us':>11s} {'thread-CPU added [95% CI]':>26s}"
+    )
+    for kind, rows in out.items():
+        wb = statistics.median(b[0] for b, _ in rows)
+        cb = statistics.median(b[1] for b, _ in rows)
+        dw = median_ci([m[0] - b[0] for b, m in rows])
+        dc = median_ci([m[1] - b[1] for b, m in rows])
+        print(f"{kind:14s} {wb:12.1f} {_fmt(dw):>24s} {cb:11.1f} {_fmt(dc):>26s}")
+    for kind, rows in out.items():
+        for what, i in (("thread-CPU", 1), ("wall", 0)):
+            med, _, hi = median_ci([m[i] - b[i] for b, m in rows])
+            met = "met" if hi <= TARGET_US else ("not met" if med > TARGET_US else "not shown")
+            print(
+                f"target <= {TARGET_US:g} us {what}, {kind}, {config} (paired): {met} "
+                f"(median {med:.2f} us, upper 95% bound {hi:.2f} us)"
+            )
 
 
 def _step_model(bench: _Bench, compute_us: float, rounds: int) -> dict[str, object]:
@@ -373,13 +490,30 @@ def main() -> None:
     parser.add_argument(
         "--compute-us", type=float, default=0.0, help="also run the step model (0: off)"
     )
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        help="pairs of bare/instrumented windows within one instrument() (0: the rounds mode); "
+        "--configs then names native-hook configurations, e.g. 'drain held,traced+metrics'",
+    )
+    parser.add_argument("--block-iters", type=int, default=50, help="calls per paired window")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(
         _rank,
-        args=(args.world, port, args.iters, args.rounds, args.configs, args.compute_us),
+        args=(
+            args.world,
+            port,
+            args.iters,
+            args.rounds,
+            args.configs,
+            args.compute_us,
+            args.paired,
+            args.block_iters,
+        ),
         nprocs=args.world,
         join=True,
     )

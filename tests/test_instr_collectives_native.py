@@ -440,3 +440,60 @@ def test_drain_interval_is_checked() -> None:
         with pytest.raises(ConfigError, match="drain_interval_s"):
             inst.instrument(drain_interval_s=bad)
         assert not inst.is_instrumented_by_opentelemetry
+
+
+_TOGGLE_SCRIPT = textwrap.dedent(
+    """
+    import json, socket
+    import torch, torch.distributed as dist
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(tracer_provider=provider)
+    native = inst.native
+    t = torch.ones(8)
+    state = inst._state
+    dist.all_reduce(t)
+    state.set_native_kernels(False)
+    state.set_native_kernels(False)  # twice: still out, no error
+    for _ in range(3):
+        dist.all_reduce(t)
+    t.fill_(2.0); dist.all_reduce(t); out_value = t.tolist()
+    state.set_native_kernels(True)
+    state.set_native_kernels(True)  # twice: registered once
+    dist.all_reduce(t); dist.all_reduce(t, async_op=True).wait()
+    inst.flush(20)
+    seqs = [s.attributes["accel.collective.seq"] for s in exporter.get_finished_spans()]
+    inst.uninstrument()
+    print(json.dumps({"native": native, "seqs": seqs, "out_value": out_value}))
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_kernels_taken_out_record_nothing_and_put_back_record_again() -> None:
+    """``_State.set_native_kernels`` (the paired benchmark's bare windows): with the kernels
+    out the collectives run as uninstrumented (same result) and are neither recorded nor
+    sequenced; put back, recording goes on from the next sequence number."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _TOGGLE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    require(got["native"], f"native hook not loaded: {_c10d_native.STATUS}")
+    assert got["out_value"] == [2.0] * 8
+    assert got["seqs"] == [0, 1, 2]

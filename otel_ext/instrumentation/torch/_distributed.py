@@ -547,6 +547,9 @@ class _State:
         self.native_install: Any = None
         self.native_specs: list[_Op] = []
         self.native_ops: list[str] = []  # "namespace::op" of each native recording kernel
+        #: what :meth:`set_native_kernels` re-registers: (module, ops with their keys, functional)
+        self.native_registration: tuple[Any, list[tuple[str, str, list[str]]], list[str]] | None
+        self.native_registration = None
         #: the drain's per-(op, group, size, rank, device) templates (:meth:`_emit_native`)
         self.templates: dict[tuple[Any, ...], _Template] = {}
         #: False: native records go through :meth:`_native_entry` and :meth:`_emit` (the
@@ -709,6 +712,7 @@ class _State:
                 hook, names, _functional_ops(), list(_DISPATCH_KEYS)
             )
             self.native_ops = [f"{ns}::{name}" for ns, name, _ in names]
+            self.native_registration = (module, names, _functional_ops())
         except Exception as exc:
             log_once("torch.distributed.native", "%s: %s", type(exc).__name__, exc)
             self.native_specs.clear()
@@ -873,6 +877,25 @@ class _State:
         if err_type is not None:
             e.error = _NativeFailure(err_type, err_msg or "")
         return e
+
+    def set_native_kernels(self, installed: bool) -> None:
+        """Take the native recording kernels out of the dispatcher (the original kernels run:
+        nothing is recorded or sequenced) or put them back, keeping the hook, its threads and
+        what waits in its ring. For ``benchmarks/instrumentation_collectives.py --paired``,
+        which alternates short bare and instrumented windows in one process; a rank that
+        calls collectives while another has the kernels out loses the id agreement."""
+        if self.native is None or self.native_registration is None:
+            raise RuntimeError("the native recording kernels are not installed")
+        if not installed:
+            if self.native_install is not None:
+                self.native_install.uninstall()
+                self.native_install = None
+            return
+        if self.native_install is None:
+            module, names, functional = self.native_registration
+            self.native_install = module.Installation(
+                self.native, names, functional, list(_DISPATCH_KEYS)
+            )
 
     def uninstall(self) -> None:
         if self.native_install is not None:
