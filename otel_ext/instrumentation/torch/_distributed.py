@@ -67,29 +67,31 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_ext.errors import ConfigError
 from otel_ext.instrumentation._common import (
-    INSTRUMENTATION_NAME,
     device_attributes,
     get_tracer,
     local_device,
     log_once,
 )
-from otel_ext.instrumentation.bound_histogram import BoundHistogram
+from otel_ext.instrumentation.collective_records import (
+    DEFAULT_GROUP_NAME,
+    CollectiveMetrics,
+    NativeRecordEmitter,
+    _Template,
+    call_attributes,
+)
 from otel_ext.instrumentation.collectives import (
-    COLLECTIVE_DURATION_BOUNDS_S,
     SequenceCounter,
     bandwidths,
-    bus_factor,
     collective_id,
     p2p_id,
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
-from otel_ext.instrumentation.finished_spans import FinishedSpans, SpanWriter
+from otel_ext.instrumentation.finished_spans import FinishedSpans
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
@@ -97,12 +99,8 @@ from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_RAW_START_TICKS,
     ACCEL_CLOCK_UNCERTAINTY_NS,
     ACCEL_COLLECTIVE_ALGBW,
-    ACCEL_COLLECTIVE_ASYNC,
     ACCEL_COLLECTIVE_BUSBW,
     ACCEL_COLLECTIVE_BYTES,
-    ACCEL_COLLECTIVE_DTYPE,
-    ACCEL_COLLECTIVE_ENQUEUE_END_NS,
-    ACCEL_COLLECTIVE_ENQUEUE_START_NS,
     ACCEL_COLLECTIVE_GROUP,
     ACCEL_COLLECTIVE_GROUP_SIZE,
     ACCEL_COLLECTIVE_ID,
@@ -114,19 +112,13 @@ from otel_ext.semconv.attributes import (
     ACCEL_DEVICE_ID,
     ERROR_TYPE,
 )
-from otel_ext.semconv.metrics import (
-    METRIC_ACCEL_COLLECTIVE_BUS_IO,
-    METRIC_ACCEL_COLLECTIVE_DURATION,
-    METRIC_ACCEL_COLLECTIVE_IO,
-    METRIC_ACCEL_COLLECTIVE_TIME,
-    METRIC_SPECS,
-)
 from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE
 
 __all__ = ["DEFAULT_GROUP_NAME", "HOOKED_OPS", "TorchDistributedInstrumentor"]
 
-#: The ``accel.collective.group`` of the default process group.
-DEFAULT_GROUP_NAME = "default_pg"
+#: the per-record metrics and attributes now live beside the emitter (torch-free)
+_Metrics = CollectiveMetrics
+_call_attributes = call_attributes
 _POLL_S = 0.0005
 _DEVICE_DEADLINE_NS = 120 * 10**9
 _GIVE_UP_NS = 300 * 10**9
@@ -217,8 +209,6 @@ _EXIT_FLUSH_S = 2.0
 _DRAIN_BATCH = 4096
 #: the drain gives the GIL away after this many records (about 0.3 ms of span work)
 _DRAIN_YIELD_EVERY = 16
-#: the drain's templates kept at most (one per op, group, size, rank and device seen)
-_TEMPLATES_MAX = 4096
 
 
 class _NativeFailure(NamedTuple):
@@ -299,139 +289,6 @@ def _first_tensor(args: tuple[Any, ...]) -> Any:
         if isinstance(first, list):
             first = first[0] if first else None
     return first
-
-
-class _MetricSlot(NamedTuple):
-    """One (op, group, device)'s metric attributes, bus factor and bound duration histogram
-    (:meth:`_Metrics.slot`)."""
-
-    key: tuple[str, str, str | None]
-    attrs: dict[str, Any]
-    factor: float
-    duration: BoundHistogram
-
-
-class _Template(NamedTuple):
-    """What every native record of one (op, group, group size, rank, device) shares."""
-
-    op: str
-    group: str
-    head: dict[str, Any]  # op, group, group size, rank: copied, then the record's added
-    identity: dict[str, Any]
-    factor: float  # bus_factor(op, size)
-    metric: _MetricSlot
-    domain: str  # accel.clock.domain of a device-timed record
-
-
-class _Metrics:
-    """The collective instruments, from one meter; :meth:`record` never raises."""
-
-    def __init__(self, meter_provider: Any):
-        meter = metrics.get_meter(INSTRUMENTATION_NAME, "0.1.0", meter_provider=meter_provider)
-
-        def unit(name: str) -> str:
-            return str(METRIC_SPECS[name]["unit"])
-
-        self.io = meter.create_counter(
-            METRIC_ACCEL_COLLECTIVE_IO,
-            unit=unit(METRIC_ACCEL_COLLECTIVE_IO),
-            description="Payload bytes of completed collectives.",
-        )
-        self.bus = meter.create_counter(
-            METRIC_ACCEL_COLLECTIVE_BUS_IO,
-            unit=unit(METRIC_ACCEL_COLLECTIVE_BUS_IO),
-            description="Payload bytes times the op's bus-bandwidth factor.",
-        )
-        self.time = meter.create_counter(
-            METRIC_ACCEL_COLLECTIVE_TIME,
-            unit=unit(METRIC_ACCEL_COLLECTIVE_TIME),
-            description="Time spent in collectives (device time where timed).",
-        )
-        self.duration = meter.create_histogram(
-            METRIC_ACCEL_COLLECTIVE_DURATION,
-            unit=unit(METRIC_ACCEL_COLLECTIVE_DURATION),
-            description="Duration of one member's part in a collective.",
-            explicit_bucket_boundaries_advisory=list(COLLECTIVE_DURATION_BOUNDS_S),
-        )
-        self._attrs: dict[tuple[str, str, str | None], dict[str, Any]] = {}
-        self._bound: dict[tuple[str, str, str | None], BoundHistogram] = {}
-        #: per (op, group, device): bytes, bus bytes, seconds, the last span's context
-        self._pending: dict[tuple[str, str, str | None], list[Any]] = {}
-
-    def record(
-        self, span: Any, op: str, group: str, device: str | None, nbytes: int, size: int, ns: int
-    ) -> None:
-        """Count one completed op: the duration histogram now, in its span's context
-        (exemplars link to the span); the three counters added up until :meth:`add_counted`."""
-        key = (op, group, device)
-        attrs = self._attributes(key)
-        ctx = trace.set_span_in_context(span)
-        seconds = ns / 1e9
-        self.duration.record(seconds, attrs, context=ctx)
-        self._count(key, nbytes, bus_factor(op, size), seconds, ctx)
-
-    def _attributes(self, key: tuple[str, str, str | None]) -> dict[str, Any]:
-        """The metric attributes of (op, group, device), made once and shared."""
-        attrs = self._attrs.get(key)
-        if attrs is None:
-            op, group, device = key
-            attrs = {ACCEL_COLLECTIVE_OP: op, ACCEL_COLLECTIVE_GROUP: group}
-            if device is not None:
-                attrs[ACCEL_DEVICE_ID] = device
-            self._attrs[key] = attrs
-        return attrs
-
-    def _count(self, key: Any, nbytes: int, factor: float, seconds: float, ctx: Any) -> None:
-        """Add one op to what :meth:`add_counted` adds next (its context the latest)."""
-        sums = self._pending.get(key)
-        if sums is None:
-            self._pending[key] = [nbytes, nbytes * factor, seconds, ctx]
-        else:
-            sums[0] += nbytes
-            sums[1] += nbytes * factor
-            sums[2] += seconds
-            sums[3] = ctx
-
-    def slot(self, op: str, group: str, device: str | None, size: int) -> _MetricSlot:
-        """What :meth:`record_in` needs for (op, group, device) on ``size`` ranks, made once:
-        the same attribute dict :meth:`record` uses (shared) and the bus factor."""
-        key = (op, group, device)
-        attrs = self._attributes(key)
-        bound = self._bound.get(key)
-        if bound is None:
-            bound = self._bound[key] = BoundHistogram(self.duration, attrs)
-        return _MetricSlot(key, attrs, bus_factor(op, size), bound)
-
-    def record_in(self, slot: _MetricSlot, ctx: Any, nbytes: int, ns: int) -> None:
-        """:meth:`record` with the lookups done (``slot``) and the span's context made: the
-        histogram through its :class:`BoundHistogram` (the same point, a third cheaper)."""
-        seconds = ns / 1e9
-        slot.duration.record(seconds, ctx)
-        self._count(slot.key, nbytes, slot.factor, seconds, ctx)
-
-    def add_counted(self) -> None:
-        """Add what :meth:`record` counted since the last call: one ``add`` per counter and
-        (op, group, device), in the context of the last span counted (its exemplar)."""
-        pending, self._pending = self._pending, {}
-        for key, (nbytes, bus, seconds, ctx) in pending.items():
-            attrs = self._attrs[key]
-            self.io.add(nbytes, attrs, context=ctx)
-            self.bus.add(bus, attrs, context=ctx)
-            self.time.add(seconds, attrs, context=ctx)
-
-
-def _call_attributes(
-    attrs: dict[str, Any], dtype: Any, peer: Any, async_op: Any, t0: int, t1: int
-) -> None:
-    """The attributes every collective's span takes from its own call (the record's)."""
-    if dtype is not None:
-        attrs[ACCEL_COLLECTIVE_DTYPE] = dtype
-    if peer is not None:
-        attrs[ACCEL_COLLECTIVE_PEER] = peer
-    if async_op is not None:
-        attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
-    attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
-    attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
 
 
 class _Entry:
@@ -550,13 +407,18 @@ class _State:
         #: what :meth:`set_native_kernels` re-registers: (module, ops with their keys, functional)
         self.native_registration: tuple[Any, list[tuple[str, str, list[str]]], list[str]] | None
         self.native_registration = None
-        #: the drain's per-(op, group, size, rank, device) templates (:meth:`_emit_native`)
-        self.templates: dict[tuple[Any, ...], _Template] = {}
+        #: the drain's records to spans and metrics (its templates: :attr:`templates`)
+        self.emitter = NativeRecordEmitter(
+            self.tracer,
+            self.metrics,
+            op_of=lambda idx: self.native_specs[idx].op,
+            default_name=None,  # set below (default_name)
+            identity=self._identity_by_name,
+            link_provider=link_provider,
+        )
         #: False: native records go through :meth:`_native_entry` and :meth:`_emit` (the
         #: Python hook's path, kept as the reference the drain's output is tested against)
         self.native_templates = True
-        self.drain_context: Any = None
-        self.write_span: SpanWriter = self.spans.writer(owned=True)
         self.drainer: threading.Thread | None = None
         self.drain_lock = threading.Lock()
         self.drain_wake = threading.Event()  # set by close(): the drain stops waiting
@@ -574,9 +436,7 @@ class _State:
         self.device_pending: list[tuple[_Entry, int]] = []
         self.closed = False
         try:
-            self.default_name: str | None = str(
-                dist.distributed_c10d._get_default_group().group_name
-            )
+            self.default_name = str(dist.distributed_c10d._get_default_group().group_name)
         except Exception:
             self.default_name = None
         self.materialiser = BoundedHandoff(
@@ -767,10 +627,7 @@ class _State:
             return 0
         emit = self._emit_native if self.native_templates else self._emit_native_entry
         with self.drain_lock:
-            # this thread's context, for the metrics' span contexts (nothing in the drain
-            # attaches one): what set_span_in_context(span) would copy, looked up once
-            self.drain_context = otel_context.get_current()
-            self.write_span = self.spans.writer(owned=True)  # this batch's span writer
+            self.emitter.begin()
             batch = hook.drain(_DRAIN_BATCH, wait_s)
             for i, record in enumerate(batch):
                 if i % _DRAIN_YIELD_EVERY == _DRAIN_YIELD_EVERY - 1:
@@ -784,80 +641,27 @@ class _State:
             self._add_counted()
         return len(batch)
 
+    @property
+    def default_name(self) -> str | None:
+        """The raw name of the default process group (``default_pg`` in spans)."""
+        return self.emitter.default_name
+
+    @default_name.setter
+    def default_name(self, raw: str | None) -> None:
+        self.emitter.default_name = raw
+
+    @property
+    def templates(self) -> dict[tuple[Any, ...], _Template]:
+        """The drain's per-(op, group, size, rank, device) templates."""
+        return self.emitter.templates
+
+    def _emit_native(self, record: tuple[Any, ...]) -> None:
+        """One native record's span and metrics (:meth:`NativeRecordEmitter.emit`)."""
+        self.emitter.emit(record)
+
     def _emit_native_entry(self, record: tuple[Any, ...]) -> None:
         """A native record through the Python hook's path (:class:`_Entry`, :meth:`_emit`)."""
         self._emit(self._native_entry(record), _native_device_timing(record))
-
-    def _native_template(self, key: tuple[Any, ...]) -> _Template:
-        idx, raw, gsize, grank, device = key
-        op = self.native_specs[idx].op
-        gname = DEFAULT_GROUP_NAME if raw == self.default_name else raw
-        head: dict[str, Any] = {
-            ACCEL_COLLECTIVE_OP: op,
-            ACCEL_COLLECTIVE_GROUP: gname,
-            ACCEL_COLLECTIVE_GROUP_SIZE: gsize,
-            ACCEL_COLLECTIVE_RANK: grank,
-        }
-        identity = self._identity_by_name(device or "cpu")
-        metric = self.metrics.slot(op, gname, identity.get(ACCEL_DEVICE_ID), gsize)
-        tpl = _Template(op, gname, head, identity, bus_factor(op, gsize), metric,
-                        f"{device}/nccl-work-events")  # fmt: skip
-        if len(self.templates) >= _TEMPLATES_MAX:
-            self.templates.clear()
-        self.templates[key] = tpl
-        return tpl
-
-    def _emit_native(self, record: tuple[Any, ...]) -> None:
-        """One native record's span and metrics: what :meth:`_emit_native_entry` makes (the
-        same attributes in the same order, ids, times, status, links, histogram point and
-        counter sums), with what records of one op, group and device share made once."""
-        (
-            idx, raw, gsize, grank, seq, src, dst, peer, nbytes, dtype, device,
-            async_op, t0, t1, end, uncertainty, enqueue_only, err_type, err_msg, ctx, device_ns,
-        ) = record  # fmt: skip
-        tpl = self.templates.get((idx, raw, gsize, grank, device))
-        if tpl is None:
-            tpl = self._native_template((idx, raw, gsize, grank, device))
-        attrs = tpl.head.copy()
-        attrs[ACCEL_COLLECTIVE_BYTES] = nbytes
-        if seq >= 0:
-            attrs[ACCEL_COLLECTIVE_SEQ] = seq
-            attrs[ACCEL_COLLECTIVE_ID] = (
-                p2p_id(tpl.group, src, dst, seq)
-                if src is not None
-                else collective_id(tpl.group, seq)
-            )
-        _call_attributes(attrs, dtype, peer, async_op, t0, t1)
-        attrs.update(tpl.identity)
-        if device_ns is not None and device_ns >= 0 and uncertainty is not None:
-            start = end - device_ns  # as _native_device_timing
-            attrs[ACCEL_COLLECTIVE_TIMING] = "device"
-            attrs[ACCEL_CLOCK_DOMAIN] = tpl.domain
-            attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(uncertainty)
-            attrs[ACCEL_CLOCK_RAW_START_TICKS] = 0
-            attrs[ACCEL_CLOCK_RAW_END_TICKS] = int(device_ns)
-        else:
-            start, end = t0, max(end or t1, t0)
-            attrs[ACCEL_COLLECTIVE_TIMING] = "enqueue" if enqueue_only else "host"
-            if uncertainty is not None:
-                attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = float(uncertainty)
-        ns = end - start
-        if ns > 0:  # as bandwidths()
-            algbw = nbytes * 1e9 / ns
-            attrs[ACCEL_COLLECTIVE_ALGBW] = algbw
-            attrs[ACCEL_COLLECTIVE_BUSBW] = algbw * tpl.factor
-        else:
-            attrs[ACCEL_COLLECTIVE_ALGBW] = attrs[ACCEL_COLLECTIVE_BUSBW] = 0.0
-        status = None
-        if err_type is not None:
-            attrs[ERROR_TYPE] = err_type
-            status = Status(StatusCode.ERROR, err_msg or "")
-        provider = self.link_provider
-        links = provider(tpl.op, tpl.group, seq) if provider is not None and seq >= 0 else ()
-        span = self.write_span(SPAN_ACCEL_COLLECTIVE, ctx, attrs, links, start, end, status)
-        if err_type is None:
-            ctx = trace.set_span_in_context(span, self.drain_context)
-            self.metrics.record_in(tpl.metric, ctx, nbytes, ns)
 
     def _native_entry(self, record: tuple[Any, ...]) -> _Entry:
         (
