@@ -129,6 +129,10 @@ def _sim(folder: Path, size: str, requests: int) -> Path:
     return out
 
 
+#: kinds of the per-rank round that are not reduced rows
+_NOT_ROWS = ("summaries", "metric points (of the summaries)", "per-rank results", "positions")
+
+
 def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
     import distributed
 
@@ -152,6 +156,8 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             peak = dc.client.run(_worker_peak)
             received = dc.received_bytes
             rounds = dict(dc.received_by_round)
+            by_kind = {k: list(v) for k, v in dc.received_by_category.items()}
+            unpacked = dc.unpacked_row_bytes
             reduced_rows = dc.reduced_rows
             walked = (dc.pieces_fetched, dc.walked_partitions)
     finally:
@@ -184,6 +190,18 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"{received / sum(inflated):.3f}x inflated); loaded tables (before): "
         f"{sent / 1e6:.1f} MB ({sent / sum(inflated):.2f}x inflated); now / before "
         f"{received / sent:.3f}"
+    )
+    rows_now = sum(b for k, (_, b) in by_kind.items() if k not in _NOT_ROWS)
+    print(
+        "  per-rank round by kind (rows, MB): "
+        + ", ".join(
+            f"{k} {n} {b / 1e6:.3f}"
+            for k, (n, b) in sorted(by_kind.items(), key=lambda kv: -kv[1][1])
+        )
+    )
+    print(
+        f"  reduced rows packed {rows_now / 1e6:.2f} MB, as EventTable pickles them (before "
+        f"the packing) {unpacked / 1e6:.2f} MB: packed / before {rows_now / max(unpacked, 1):.3f}"
     )
     print(
         f"  worker peak RSS growth: {growth_mb:.0f} MB (largest of {workers}); "

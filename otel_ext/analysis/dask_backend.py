@@ -240,16 +240,18 @@ def _pieces_pass(
 
 def _tables_of(kept: Any) -> Any:
     """Run on a worker: a partition's per-rank results without the walk rows, which stay
-    there for the critical path, and with the reduced rows' positions packed (or the
-    partition's error, passed on)."""
-    from otel_ext.analysis.per_rank_jobs import PackedPositions
+    there for the critical path, with the reduced rows' positions and the rows themselves
+    packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`: lossless), or the
+    partition's error, passed on."""
+    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable
 
     if isinstance(kept, _Raised):
         return kept
     out = kept.without_walk()
     packed = [PackedPositions.of(w) for w in out.reduced_positions]
-    out.reduced_positions = []
-    return out, packed
+    rows = [PackedTable.of(t) for t in out.reduced]
+    out.reduced_positions, out.reduced = [], []
+    return out, packed, rows
 
 
 def _walk_pass(
@@ -288,16 +290,35 @@ def _walk_pieces_of(walked: Any) -> Any:
 def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
     """Run on the worker that keeps a partition: its reduced rows with the held rows back,
     as :func:`_tables_of` sends them."""
-    from otel_ext.analysis.per_rank_jobs import PackedPositions, for_client
+    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable, for_client
 
     out = for_client(kept.with_held(), split=split, owned=owned)
-    return [PackedPositions.of(w) for w in out.reduced_positions], out.reduced
+    return (
+        [PackedPositions.of(w) for w in out.reduced_positions],
+        [PackedTable.of(t) for t in out.reduced],
+    )
 
 
 def _pickled_size(value: Any) -> int:
     import pickle
 
     return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _count_rows(into: dict[str, list[int]], tables: Sequence[Any]) -> None:
+    """Add the rows and pickled bytes of each category of ``tables`` (packed reduced rows,
+    :class:`~otel_ext.analysis.per_rank_jobs.PackedTable`) and of their string
+    dictionaries to ``into`` (name -> [rows, bytes])."""
+    from otel_ext.analysis.table import Category
+
+    for t in tables:
+        counts = dict(zip(*np.unique(t.category, return_counts=True)))
+        for code, size in t.category_bytes().items():
+            got = into.setdefault(Category(code).name.lower(), [0, 0])
+            got[0] += int(counts.get(code, 0))
+            got[1] += size
+        rest = _pickled_size(t) - sum(t.category_bytes().values())
+        into.setdefault("rows' strings and category", [0, 0])[1] += rest
 
 
 class _KeepingExecutor(concurrent.futures.Executor):
@@ -313,6 +334,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
         self.kept: list[Any] = []
         self.summaries: list[Future[Any]] = []
         self.received_bytes = 0
+        self.metric_bytes = 0
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         from otel_ext.analysis.per_rank_jobs import load_and_keep
@@ -341,6 +363,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
 
     def _count(self, answer: Any) -> None:
         self.received_bytes += _pickled_size(answer)
+        self.metric_bytes += _pickled_size(answer.metrics)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
@@ -473,6 +496,15 @@ class DaskCluster:
         #: rows), "walk" (starts, samples, pieces), "restore" (held rows fetched)
         self.received_bytes = 0
         self.received_by_round: dict[str, int] = {}
+        #: of the last per-rank round (when measured), what travelled by kind: name ->
+        #: [rows, pickled bytes]: "summaries" (files' records, sketches, metric points),
+        #: "metric points" (of the summaries), "per-rank results" (breakdowns, kernel
+        #: statistics, busy intervals), "positions", and each category of reduced rows
+        self.received_by_category: dict[str, list[int]] = {}
+        #: of the last per-rank round (when measured), the reduced rows' pickled bytes as
+        #: :class:`~otel_ext.analysis.table.EventTable` pickles them (how they travelled
+        #: before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable`)
+        self.unpacked_row_bytes = 0
         #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
         self.reduced_rows = 0
         #: of the last :meth:`walk_phase`: the partitions walked on the workers, and those
@@ -509,6 +541,8 @@ class DaskCluster:
         from otel_ext.analysis.table import EventTable
 
         executor = _KeepingExecutor(self.client, steps, measure=self.measure)
+        self.received_by_category = {}
+        self.unpacked_row_bytes = 0
         try:
             with self._worker_errors():
                 load = load_paths(
@@ -580,8 +614,16 @@ class DaskCluster:
                         raise answer.error
                     if self.measure:
                         answers_bytes += _pickled_size(answer)
-                    tables, packed = answer
+                    tables, packed, rows = answer
+                    if self.measure:
+                        by = self.received_by_category
+                        _count_rows(by, rows)
+                        by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(tables)
+                        by.setdefault("positions", [0, 0])[1] += _pickled_size(packed)
                     tables.reduced_positions = [p.unpack() for p in packed]
+                    tables.reduced = [t.unpack() for t in rows]
+                    if self.measure:  # the reference: the rows as they travelled unpacked
+                        self.unpacked_row_bytes += sum(_pickled_size(t) for t in tables.reduced)
                     parts.append(tables)
                 walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
         finally:
@@ -590,6 +632,11 @@ class DaskCluster:
         received = executor.received_bytes
         if self.measure:
             received += answers_bytes
+            self.received_by_category["summaries"] = [len(summaries), executor.received_bytes]
+            self.received_by_category["metric points (of the summaries)"] = [
+                sum(len(s.metrics) for s in summaries if s is not None and s.metrics is not None),
+                executor.metric_bytes,
+            ]
         self.received_bytes = received
         self.received_by_round = {"per-rank": received}
         joining = (plan, decision.rank_runs)
@@ -635,7 +682,11 @@ class DaskCluster:
             self.received_bytes += got
             self.received_by_round["restore"] = self.received_by_round.get("restore", 0) + got
         reduced, keys = _joined(
-            phase.joining, [(tables, [p.unpack() for p in packed]) for packed, tables in answers]
+            phase.joining,
+            [
+                ([t.unpack() for t in rows], [p.unpack() for p in packed])
+                for packed, rows in answers
+            ],
         )
         self.reduced_rows = len(reduced)
         phase.reduced, phase.keys, phase.holds = reduced, keys, False

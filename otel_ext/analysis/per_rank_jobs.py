@@ -49,7 +49,9 @@ from otel_ext.errors import OtelExtError
 __all__ = [
     "FileSummary",
     "KeptFile",
+    "PackedPoints",
     "PackedPositions",
+    "PackedTable",
     "Partition",
     "Piece",
     "RankDecision",
@@ -128,6 +130,17 @@ class FileSummary(FileResult):
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)
+
+    def __getstate__(self) -> dict[str, Any]:  # the metric points travel packed
+        state = dict(self.__dict__)
+        if self.metrics is not None:
+            state["metrics"] = PackedPoints.of(self.metrics)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state.get("metrics"), PackedPoints):
+            state = dict(state, metrics=state["metrics"].unpack())
+        self.__dict__.update(state)
 
 
 def load_and_keep(load: Any, args: Any, steps: str) -> KeptFile:
@@ -312,6 +325,270 @@ class PackedPositions:
         if self.count == 0:
             return np.zeros(0, dtype=np.int64)
         return np.flatnonzero(np.unpackbits(self.bits)).astype(np.int64) + self.first
+
+
+#: the widths an integer column may travel at, narrowest first (its values less their least)
+_WIDTHS = (np.uint8, np.uint16, np.uint32)
+
+
+@dataclass(frozen=True)
+class _Offsets:
+    """An integer column as its least value and each value's excess over it, at the
+    narrowest width that holds them; with ``first``, the column's first value and the
+    steps from each value to the next (their least and excesses), which a running sum in
+    64-bit arithmetic undoes exactly (wrapping as the steps did), the few steps too long
+    for 32 bits (from one rank's rows to the next's) apart: at ``patch_at``, ``patch``."""
+
+    dtype: str
+    least: int
+    excess: np.ndarray
+    first: int | None = None
+    patch_at: np.ndarray | None = None
+    patch: np.ndarray | None = None
+
+    def unpack(self) -> np.ndarray:
+        dtype = np.dtype(self.dtype)
+        values = self.excess.astype(dtype) + np.asarray(self.least).astype(dtype)
+        if self.first is None:
+            return values
+        if self.patch_at is not None and self.patch is not None:
+            values[self.patch_at] = self.patch
+        return np.cumsum(np.r_[np.asarray(self.first, dtype=dtype), values], dtype=dtype)
+
+
+#: at most this share of an int64 column's steps may be too long for 32 bits (each costs
+#: 16 bytes apart) for the steps to travel at 32 bits
+_PATCH_SHARE = 0.01
+
+
+def _offsets(column: np.ndarray, *, delta: bool = False) -> np.ndarray | _Offsets:
+    """``column`` (integers, two or more) at the narrowest width its spread allows (with
+    ``delta``, an int64 column's steps'), or as it is."""
+    first = at = patch = None
+    values = column
+    if delta:
+        first = int(column[0])
+        with np.errstate(over="ignore"):
+            values = np.diff(column)
+        fits = (values >= -(2**31)) & (values < 2**31)
+        if not fits.all() and (~fits).sum() <= _PATCH_SHARE * len(values):
+            at = np.flatnonzero(~fits)
+            patch = values[at]
+            values = np.where(fits, values, 0)
+    least, most = int(values.min()), int(values.max())
+    for width in _WIDTHS:
+        if most - least <= np.iinfo(width).max:
+            excess = (values - np.asarray(least).astype(values.dtype)).astype(width)
+            return _Offsets(column.dtype.str, least, excess, first, at, patch)
+    return column
+
+
+def _packed_column(column: np.ndarray, *, delta: bool = False) -> Any:
+    """One column of rows of one category, as it travels: one value when they all hold it,
+    integers at the width their spread needs (floats that are all whole numbers below
+    2**53, none a negative zero, as such integers), else as it is."""
+    n = len(column)
+    if n == 0:
+        return column
+    first = column[0]
+    if column.dtype.kind == "f":
+        whole = np.isfinite(column).all() and (np.abs(column) < 2.0**53).all()
+        if (
+            whole
+            and (np.trunc(column) == column).all()
+            and not np.signbit(column[column == 0]).any()
+        ):
+            ints = column.astype(np.int64)
+            if (ints == first).all():
+                return _Same(first.item(), column.dtype.str, n)
+            return _Whole(column.dtype.str, _packed_column(ints))
+        return column
+    if (column == first).all():
+        return _Same(first.item(), column.dtype.str, n)
+    if column.dtype.kind in "iu" and column.dtype.itemsize > 1:
+        packed = _offsets(column, delta=delta and column.dtype == np.int64)
+        if isinstance(packed, _Offsets) or len(column) < 2 * 256:
+            return packed
+        return _distinct(column)
+    return column
+
+
+def _distinct(column: np.ndarray) -> np.ndarray | _Distinct:
+    """``column`` as its distinct values and each row's index among them (one byte a row),
+    when it has at most 256 distinct values (a few far-apart ones: 0 and epoch times), else
+    as it is."""
+    values, index = np.unique(column, return_inverse=True)
+    if len(values) > 256:
+        return column
+    return _Distinct(values, index.astype(np.uint8))
+
+
+@dataclass(frozen=True)
+class _Distinct:
+    """A column as its distinct values and each row's index among them."""
+
+    values: np.ndarray
+    index: np.ndarray
+
+    def unpack(self) -> np.ndarray:
+        return self.values[self.index]
+
+
+@dataclass(frozen=True)
+class _Same:
+    """A column whose rows all hold one value."""
+
+    value: Any
+    dtype: str
+    n: int
+
+    def unpack(self) -> np.ndarray:
+        return np.full(self.n, self.value, dtype=np.dtype(self.dtype))
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """A float column whose values are all whole numbers below 2**53, as integers."""
+
+    dtype: str
+    ints: Any
+
+    def unpack(self) -> np.ndarray:
+        return _unpacked(self.ints).astype(np.dtype(self.dtype))
+
+
+def _unpacked(packed: Any) -> np.ndarray:
+    return packed if isinstance(packed, np.ndarray) else packed.unpack()
+
+
+@dataclass(frozen=True)
+class PackedTable:
+    """A table of reduced rows as it travels to the client, category by category: in each
+    category's rows, a column they all hold one value of travels as that value, an integer
+    column at the width its spread needs (start times as the steps from one row to the
+    next, end times as durations), a float column of whole numbers as integers; a column
+    constant in the whole table as one value, as :class:`EventTable` pickles it. Lossless:
+    :meth:`unpack` gives the table back, value for value and dtype for dtype (the
+    constant columns constant), so every pass on the client reads what it would have read.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(start_ns=10**12 + 7 * i, end_ns=10**12 + 7 * i + 3,
+    ...     category=C.LAYER if i % 2 else C.COLLECTIVE, rank=i % 4, flops=2.0e9 * i,
+    ...     name="mlp") for i in range(1000)])
+    >>> p = PackedTable.of(t)
+    >>> back = p.unpack()
+    >>> all(np.array_equal(back[k], t[k]) and back[k].dtype == t[k].dtype for k in t.columns)
+    True
+    >>> import pickle
+    >>> len(pickle.dumps(p)) < len(pickle.dumps(t)) / 2
+    True
+    """
+
+    n: int
+    order: tuple[str, ...]
+    category: np.ndarray
+    blocks: dict[int, dict[str, Any]]
+    constant: dict[str, tuple[Any, str]]
+    strings: dict[str, list[str]]
+    meta: dict[str, Any]
+    empty: EventTable | None = None
+
+    @classmethod
+    def of(cls, table: EventTable) -> PackedTable:
+        from otel_ext.analysis.table import is_constant
+
+        n = len(table)
+        if n == 0:
+            return cls(0, (), table["category"], {}, {}, {}, {}, empty=table)
+        category = np.asarray(table["category"])
+        constant = {
+            k: (v[0].item(), v.dtype.str)
+            for k, v in table.columns.items()
+            if n and is_constant(v) and k != "category"
+        }
+        blocks: dict[int, dict[str, Any]] = {}
+        for code in np.unique(category).tolist():
+            rows = np.flatnonzero(category == code)
+            block: dict[str, Any] = {}
+            for k, v in table.columns.items():
+                if k in constant or k == "category":
+                    continue
+                if k == "end_ns":  # durations: narrower than the ends
+                    with np.errstate(over="ignore"):
+                        v = v - table["start_ns"]
+                block[k] = _packed_column(v[rows], delta=k == "start_ns")
+            blocks[int(code)] = block
+        order = tuple(table.columns)
+        return cls(n, order, category.copy(), blocks, constant, table.strings, table.meta)
+
+    def unpack(self) -> EventTable:
+        from otel_ext.analysis.table import constant_column
+
+        if self.empty is not None:
+            return self.empty
+        columns: dict[str, np.ndarray] = {}
+        for k, (value, dtype) in self.constant.items():
+            columns[k] = constant_column(value, np.dtype(dtype), self.n)
+        for code, block in self.blocks.items():
+            rows = np.flatnonzero(self.category == code)
+            for k, packed in block.items():
+                values = _unpacked(packed)
+                if k not in columns:
+                    columns[k] = np.empty(self.n, dtype=values.dtype)
+                columns[k][rows] = values
+        if "end_ns" in columns and "end_ns" not in self.constant:
+            with np.errstate(over="ignore"):
+                columns["end_ns"] = columns["end_ns"] + columns["start_ns"]
+        columns["category"] = self.category
+        return EventTable({k: columns[k] for k in self.order}, self.strings, self.meta)
+
+    def category_bytes(self) -> dict[int, int]:
+        """Per category, the pickled bytes of its rows' columns (for the benchmark)."""
+        import pickle
+
+        return {
+            c: len(pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL))
+            for c, b in self.blocks.items()
+        }
+
+
+@dataclass(frozen=True)
+class PackedPoints:
+    """Metric points as they travel to the client: each column as :class:`PackedTable`
+    packs one category's (lossless: :meth:`unpack` gives the points back, value for value
+    and dtype for dtype).
+
+    >>> from otel_ext.analysis.loaders import MetricPoints
+    >>> m = MetricPoints.from_rows([dict(name="hw.power", time_ns=10**18 + 5 * i,
+    ...     value=300.5 + i, device=f"d{i % 3}") for i in range(600)])
+    >>> back = PackedPoints.of(m).unpack()
+    >>> np.array_equal(back.time_ns, m.time_ns), back.codes["device"].dtype.name
+    (True, 'int32')
+    """
+
+    arrays: dict[str, Any]
+    codes: dict[str, Any]
+    strings: dict[str, list[str]]
+    left_out: int
+
+    @classmethod
+    def of(cls, points: Any) -> PackedPoints:
+        arrays = {
+            k: _packed_column(getattr(points, k), delta=k == "time_ns")
+            for k in ("time_ns", "start_time_ns", "values", "count")
+        }
+        codes = {k: _packed_column(v) for k, v in points.codes.items()}
+        return cls(arrays, codes, points.strings, points.left_out)
+
+    def unpack(self) -> Any:
+        from otel_ext.analysis.loaders import MetricPoints
+
+        a = {k: _unpacked(v) for k, v in self.arrays.items()}
+        codes = {k: _unpacked(v) for k, v in self.codes.items()}
+        return MetricPoints(
+            a["time_ns"], a["start_time_ns"], a["values"], a["count"], codes, self.strings,
+            self.left_out,
+        )  # fmt: skip
 
 
 def partition_pass(

@@ -1,0 +1,192 @@
+"""The reduced rows and metric points as they travel to a Dask client
+(:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`,
+:class:`~otel_ext.analysis.per_rank_jobs.PackedPoints`): lossless, value for value and dtype
+for dtype, whatever the columns hold (extremes, wrapping steps, negative zeros, NaN), and
+smaller than the rows as :class:`EventTable` pickles them on a real simulated run."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otel_ext.analysis.per_rank_jobs import PackedPoints, PackedTable
+from otel_ext.analysis.table import (
+    NUMERIC_COLUMNS,
+    Category,
+    EventTable,
+    constant_column,
+    is_constant,
+)
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+def _same_table(back: EventTable, table: EventTable) -> None:
+    assert list(back.columns) == list(table.columns)
+    for k, v in table.columns.items():
+        got = back[k]
+        assert got.dtype == v.dtype, k
+        # constant columns stay constant (an empty one travels as EventTable pickles it)
+        assert is_constant(got) == is_constant(v) or len(v) == 0, k
+        if v.dtype.kind == "f":  # NaN in the same places, zeros with their signs
+            assert np.array_equal(got, v, equal_nan=True), k
+            assert np.array_equal(np.signbit(got), np.signbit(v)), k
+        else:
+            assert np.array_equal(got, v), k
+    assert back.strings == table.strings
+    assert back.meta == table.meta
+
+
+def _column(draw: st.DrawFn, dtype: np.dtype, n: int) -> np.ndarray:
+    """A column of ``n`` values of ``dtype``: anything the dtype holds, clustered values,
+    a few far-apart ones, sorted runs, or one value throughout."""
+    kind = draw(st.sampled_from(["any", "near", "few", "runs", "same"]))
+    if dtype.kind == "f":
+        special = st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -1.0, 2.0**53, 1.5])
+        whole = st.integers(-(2**60), 2**60).map(float)
+        base = st.one_of(whole, st.floats(allow_nan=True), special)
+        values = [draw(base) for _ in range(n)] if kind == "any" else None
+        if values is None:
+            pool = [draw(st.one_of(whole, special)) for _ in range(draw(st.integers(1, 4)))]
+            values = [pool[draw(st.integers(0, len(pool) - 1))] for _ in range(n)]
+        return np.asarray(values, dtype=dtype)
+    info = np.iinfo(dtype)
+    ints = st.integers(int(info.min), int(info.max))
+    if kind == "same":
+        return np.full(n, draw(ints), dtype=dtype)
+    if kind == "few":
+        pool = [draw(ints) for _ in range(draw(st.integers(1, 5)))]
+        return np.asarray([pool[draw(st.integers(0, len(pool) - 1))] for _ in range(n)], dtype)
+    if kind in ("near", "runs"):
+        centre = draw(ints)
+        spread = draw(st.sampled_from([1, 200, 60_000, 2**31, 2**40]))
+        lo, hi = max(int(info.min), centre - spread), min(int(info.max), centre + spread)
+        values = sorted(draw(st.integers(lo, hi)) for _ in range(n))
+        if kind == "runs" and n > 2:  # a sorted run per rank: a long step back between
+            cut = draw(st.integers(1, n - 1))
+            values = values[cut:] + values[:cut]
+        return np.asarray(values, dtype=dtype)
+    return np.asarray([draw(ints) for _ in range(n)], dtype=dtype)
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> EventTable:
+    n = draw(st.integers(0, 1200))
+    categories = draw(st.lists(st.sampled_from(list(Category)), min_size=1, max_size=4))
+    columns: dict[str, np.ndarray] = {}
+    for name, (dtype, default) in NUMERIC_COLUMNS.items():
+        if name == "category":
+            picks = [int(categories[draw(st.integers(0, len(categories) - 1))]) for _ in range(n)]
+            columns[name] = np.asarray(picks, dtype=np.int8)
+        elif draw(st.integers(0, 3)) == 0:
+            columns[name] = constant_column(default, dtype, n)
+        else:
+            columns[name] = _column(draw, np.dtype(dtype), n)
+    strings = {"name": ["", "gemm", "mlp"]}
+    return EventTable(columns, strings, {"rank_runs": {0: 0}})
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables())
+def test_a_packed_table_unpacks_to_the_table(table: EventTable) -> None:
+    packed = PackedTable.of(table)
+    _same_table(pickle.loads(pickle.dumps(packed)).unpack(), table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(INT64, min_size=2, max_size=400), st.integers(0, 2**40))
+def test_steps_that_wrap_unpack_exactly(values: list[int], shift: int) -> None:
+    """Start times whose steps overflow 64 bits (a -1 next to an epoch time) or 32 bits
+    (one rank's rows after another's) come back exactly."""
+    start = np.asarray(sorted(values), dtype=np.int64)
+    start = np.r_[start, start[:1] + np.int64(shift % 2**62)]
+    t = EventTable(
+        {"start_ns": start, "end_ns": start.copy(), "category": np.zeros(len(start), np.int8)},
+        {},
+        {},
+    )
+    _same_table(PackedTable.of(t).unpack(), t)
+
+
+def test_long_steps_are_patched_not_widened() -> None:
+    """Sorted runs of 32 ranks, 10 s each: 31 steps back too long for 32 bits, each kept
+    apart; the others travel at 4 bytes."""
+    rng = np.random.default_rng(0)
+    runs = [np.sort(rng.integers(0, 10**10, 1000)) + 10**18 for _ in range(32)]
+    start = np.concatenate(runs).astype(np.int64)
+    n = len(start)
+    t = EventTable(
+        {"start_ns": start, "end_ns": start + 5, "category": np.full(n, 8, np.int8)}, {}, {}
+    )
+    packed = PackedTable.of(t)
+    _same_table(packed.unpack(), t)
+    assert len(pickle.dumps(packed.blocks[8]["start_ns"])) < 4.2 * n
+
+
+@st.composite
+def points(draw: st.DrawFn) -> object:
+    from otel_ext.analysis.loaders import MetricPoints
+
+    n = draw(st.integers(0, 800))
+    i64, i32 = np.dtype(np.int64), np.dtype(np.int32)
+    codes = {k: _column(draw, i32, n) for k in ("name", "kind", "device", "host", "link")}
+    return MetricPoints(
+        _column(draw, i64, n),
+        _column(draw, i64, n),
+        _column(draw, np.dtype(np.float64), n),
+        _column(draw, i64, n),
+        codes,
+        {"name": ["", "hw.power"]},
+        draw(st.integers(0, 10)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(points())
+def test_packed_points_unpack_to_the_points(p: object) -> None:
+    back = pickle.loads(pickle.dumps(PackedPoints.of(p))).unpack()
+    for k in ("time_ns", "start_time_ns", "values", "count"):
+        a, b = getattr(back, k), getattr(p, k)
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), k
+        assert np.array_equal(np.signbit(a), np.signbit(b)), k
+    assert set(back.codes) == set(p.codes)  # type: ignore[attr-defined]
+    for k, v in p.codes.items():  # type: ignore[attr-defined]
+        assert back.codes[k].dtype == v.dtype and np.array_equal(back.codes[k], v), k
+    assert back.strings == p.strings and back.left_out == p.left_out  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from otel_ext.cli import main
+
+    out = tmp_path_factory.mktemp("packed-sim") / "run"
+    args = ["simulate", "--hosts", "2", "--chips", "4", "--requests", "60", "--seed", "5",
+            "--no-timeline", "--out", str(out), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    return out
+
+
+def test_a_simulated_runs_reduced_rows_pack_to_under_half(simulated: Path) -> None:
+    """An OTLP run's reduced rows (layers, collectives, communication kernels, links,
+    requests, phases: nearly every row) as they leave a partition: the same rows back, in
+    under half the bytes; its metric points too."""
+    from otel_ext.analysis.counters import READ_METRICS
+    from otel_ext.analysis.loaders import load_paths
+    from otel_ext.analysis.per_rank import per_rank_tables
+
+    load = load_paths([simulated], workers=1)
+    per = per_rank_tables(load.table, hold=True)
+    (rows,) = per.reduced
+    cats = set(np.unique(rows["category"]).tolist())
+    assert {int(Category.LAYER), int(Category.COLLECTIVE), int(Category.LINK_TRANSFER)} <= cats
+    packed = PackedTable.of(rows)
+    _same_table(pickle.loads(pickle.dumps(packed)).unpack(), rows)
+    assert len(pickle.dumps(packed)) < 0.5 * len(pickle.dumps(rows))
+    metrics = load.metrics.only_names(READ_METRICS)
+    assert len(metrics) > 0
+    assert len(pickle.dumps(PackedPoints.of(metrics))) < 0.5 * len(pickle.dumps(metrics))
