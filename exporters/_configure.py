@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,7 @@ __all__ = [
     "configure",
     "register_metrics_exporter",
     "register_span_exporter",
+    "telemetry_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -211,6 +213,8 @@ class Telemetry:
         self.span_exporters = dict(span_exporters or {})
         self.metric_readers = dict(metric_readers or {})
         self.drops = drops or DropCounter()
+        #: configure()'s arguments (JSON values; ``None`` when not made by configure())
+        self.arguments: dict[str, Any] | None = None
         self._shut = False
 
     def dropped(self) -> dict[str, int]:
@@ -722,6 +726,7 @@ def configure(
         ConfigError: an unknown exporter, protocol or compression, or an unreadable
             certificate file.
     """
+    arguments = _arguments(locals())
     env = os.environ if env is None else env
     if disabled is None:
         disabled = bool(_bool(env, "OTEL_SDK_DISABLED"))
@@ -811,7 +816,7 @@ def configure(
     if set_global:
         trace_api.set_tracer_provider(tracer_provider)
         metrics_api.set_meter_provider(meter_provider)
-    return Telemetry(
+    telemetry = Telemetry(
         tracer_provider,
         meter_provider,
         resource,
@@ -822,3 +827,36 @@ def configure(
         active_spans=publisher,
         shutdown_timeout_s=timeout_s,
     )
+    telemetry.arguments = arguments
+    _BY_TRACER_PROVIDER[tracer_provider] = telemetry
+    return telemetry
+
+
+#: configure()'s handles by their tracer provider (:func:`telemetry_of`)
+_BY_TRACER_PROVIDER: weakref.WeakKeyDictionary[Any, Telemetry] = weakref.WeakKeyDictionary()
+
+
+def telemetry_of(tracer_provider: Any) -> Telemetry | None:
+    """The :class:`Telemetry` whose tracer provider ``tracer_provider`` is, when
+    :func:`configure` made it (else ``None``)."""
+    try:
+        return _BY_TRACER_PROVIDER.get(tracer_provider)
+    except TypeError:  # not weak-referenceable: not ours
+        return None
+
+
+def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """configure()'s arguments as given, as JSON values (what another process needs to
+    call it the same way: the collective drain process)."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None or name == "set_global":
+            continue
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        elif isinstance(value, Mapping):
+            value = {str(k): v for k, v in value.items()}
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out

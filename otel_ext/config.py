@@ -263,6 +263,14 @@ TORCH_NATIVE_HOOK = _declare(
         "Native (C++) collective recording kernels: `auto` (built once when needed, then loaded), `cached` (loaded only when already built), `off` (the Python hook).",
     )
 )
+COLLECTIVE_DRAIN = _declare(
+    EnvVar(
+        "OTEL_EXT_COLLECTIVE_DRAIN",
+        str,
+        "thread",
+        "Where the native collective records become spans and metrics: `thread` (a background thread of the workload process) or `process` (a drain process of its own, off the workload's GIL; needs providers from `otel_ext.configure()`). The `drain=` argument of `instrument()` wins.",
+    )
+)
 NATIVE_CACHE = _declare(
     EnvVar(
         "OTEL_EXT_NATIVE_CACHE",

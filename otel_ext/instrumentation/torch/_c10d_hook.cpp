@@ -16,6 +16,14 @@
 // Completed records wait in a done queue; Python drains it (`Hook.drain`) on its own
 // background thread and makes the spans and metrics there.
 //
+// Process drain (`set_sink`): instead of the done queue, the poller encodes each completed
+// record into a bounded byte buffer and sends it, without the GIL and without blocking, on a
+// Unix socket to a drain process that makes the spans and metrics there (see
+// otel_ext/instrumentation/collective_drain_process.py). The OpenTelemetry context is then
+// reduced to its span context (trace id, span id, flags, remote, trace state) in the kernel's
+// GIL section, once per distinct context object (the last one is remembered), and no Python
+// object outlives the kernel. A full buffer or a drain process gone drops the record, counted.
+//
 // Threading contract: `record` may run on any thread (the workload's, the autograd engine's,
 // DDP's); it never blocks on anything but the GIL for the context read and never throws
 // anything but the original kernel's exception. `drain`, `flush_window`, `shutdown` are called
@@ -35,6 +43,11 @@
 #include <torch/library.h>
 
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <chrono>
@@ -87,6 +100,15 @@ struct Failure {
   std::string message;
 };
 
+// The parent span's context as the drain process needs it (process drain only).
+struct Parent {
+  bool valid = false;
+  uint64_t trace_hi = 0, trace_lo = 0, span_id = 0;
+  uint8_t flags = 0;
+  bool remote = false;
+  std::string trace_state;  // the W3C header form; empty: none
+};
+
 struct Record {
   int32_t op = -1;
   int64_t n = 0;
@@ -105,6 +127,7 @@ struct Record {
   std::unique_ptr<Failure> failure;
   c10::intrusive_ptr<c10d::Work> work;
   PyObject* ctx = nullptr;  // strong reference (taken and released with the GIL)
+  Parent parent;            // process drain: ctx reduced to its span context
 };
 
 const char* dtype_name(int8_t t) {
@@ -320,6 +343,26 @@ class Hook : public std::enable_shared_from_this<Hook> {
     return out;
   }
 
+  // The process drain: completed records go to `fd` (a dup the hook owns and closes), at
+  // most `max_bytes` unsent; `span_key` is OpenTelemetry's context key of the current span.
+  // Before the kernels are installed (GIL held).
+  void set_sink(int fd, py::object span_key, size_t max_bytes) {
+    if (fd < 0) throw std::invalid_argument("set_sink: a socket descriptor is needed");
+    if (pushed_.load() != 0) throw std::logic_error("set_sink: records were already taken");
+    span_key_ = span_key.release().ptr();
+    out_max_ = std::max<size_t>(max_bytes, 4096);
+    sink_fd_ = fd;
+    sink_.store(true);
+  }
+
+  // Process drain: ask for a marker frame after every record completed so far; the drain
+  // process answers with `token` once it has made their spans and metrics and flushed them.
+  void request_marker(int64_t token) { marker_requested_.store(token); }
+  // Process drain: bytes encoded but not yet handed to the socket.
+  int64_t unsent() const { return unsent_.load(); }
+  // Process drain: whether the socket failed (the drain process is gone).
+  bool sink_broken() const { return sink_broken_.load(); }
+
   // flush(): works issued before `before` and still open at `after` are given up on.
   void flush_window(int64_t before, int64_t after) {
     give_up_before_.store(before);
@@ -357,6 +400,18 @@ class Hook : public std::enable_shared_from_this<Hook> {
     for (auto& x : rest) Py_XDECREF(x.ctx), x.ctx = nullptr;
     Py_XDECREF(ctxvar_);
     ctxvar_ = nullptr;
+    Py_XDECREF(last_ctx_);
+    last_ctx_ = nullptr;
+    Py_XDECREF(span_key_);
+    span_key_ = nullptr;
+    if (sink_fd_ >= 0) {
+      if (!forked()) {
+        py::gil_scoped_release nogil;
+        pump(true);  // what the poller left unsent, with a short bound
+      }
+      ::close(sink_fd_);
+      sink_fd_ = -1;
+    }
   }
 
  private:
@@ -488,6 +543,11 @@ class Hook : public std::enable_shared_from_this<Hook> {
           PyErr_Clear();
           ctx = nullptr;
         }
+        if (sink_.load(std::memory_order_relaxed)) {
+          r.parent = parent_of(ctx);
+          Py_XDECREF(ctx);
+          ctx = nullptr;
+        }
         r.ctx = ctx;
         if (ring_.push(std::move(r))) {
           pushed_.fetch_add(1, std::memory_order_relaxed);
@@ -526,6 +586,10 @@ class Hook : public std::enable_shared_from_this<Hook> {
   // The drain is woken only when the done queue passes a quarter of the capacity; otherwise
   // it takes what is there when its own wait times out (batches, few GIL handoffs).
   void complete(Record&& r) {
+    if (sink_.load(std::memory_order_relaxed)) {
+      encode(r);
+      return;
+    }
     std::lock_guard<std::mutex> lk(done_mu_);
     done_.push_back(std::move(r));
     if (done_.size() == std::max<size_t>(capacity_ / 4, 1)) done_cv_.notify_one();
@@ -538,6 +602,7 @@ class Hook : public std::enable_shared_from_this<Hook> {
 
   void poll_loop() {
     while (!stopping_.load()) {
+      if (sink_.load(std::memory_order_relaxed)) pump(false);
       Record r;
       size_t held = watching_.size() + done_size();
       while (!paused_.load() && held < capacity_ && ring_.pop(r)) {
@@ -608,6 +673,161 @@ class Hook : public std::enable_shared_from_this<Hook> {
     }
   }
 
+  // -- process drain ------------------------------------------------------------------------
+  // The span context of `ctx` (GIL held): OpenTelemetry's Context is a dict whose entry at the
+  // current-span key is the span; get_span_context() gives ids, flags and trace state.
+  Parent parent_of(PyObject* ctx) {
+    if (ctx == last_ctx_ && ctx != nullptr) return last_parent_;
+    Parent p;
+    if (ctx != nullptr && span_key_ != nullptr && PyDict_Check(ctx)) {
+      PyObject* span = PyDict_GetItemWithError(ctx, span_key_);  // borrowed
+      PyObject* sc = span ? PyObject_CallMethod(span, "get_span_context", nullptr) : nullptr;
+      if (sc != nullptr) {
+        auto attr = [sc](const char* name) { return PyObject_GetAttrString(sc, name); };
+        PyObject* valid = attr("is_valid");
+        if (valid != nullptr && PyObject_IsTrue(valid) == 1) {
+          PyObject* tid = attr("trace_id");
+          PyObject* sid = attr("span_id");
+          PyObject* flags = attr("trace_flags");
+          PyObject* remote = attr("is_remote");
+          PyObject* state = attr("trace_state");
+          PyObject* shift = PyLong_FromLong(64);
+          PyObject* hi = (tid && shift) ? PyNumber_Rshift(tid, shift) : nullptr;
+          if (tid && sid && flags && hi) {
+            p.valid = true;
+            p.trace_lo = PyLong_AsUnsignedLongLongMask(tid);
+            p.trace_hi = PyLong_AsUnsignedLongLongMask(hi);
+            p.span_id = PyLong_AsUnsignedLongLongMask(sid);
+            p.flags = static_cast<uint8_t>(PyLong_AsUnsignedLongMask(flags) & 0xff);
+            p.remote = remote != nullptr && PyObject_IsTrue(remote) == 1;
+            if (state != nullptr && PyObject_Length(state) > 0) {
+              PyObject* header = PyObject_CallMethod(state, "to_header", nullptr);
+              Py_ssize_t n = 0;
+              const char* text = header ? PyUnicode_AsUTF8AndSize(header, &n) : nullptr;
+              if (text != nullptr) p.trace_state.assign(text, static_cast<size_t>(n));
+              Py_XDECREF(header);
+            }
+          }
+          Py_XDECREF(hi);
+          Py_XDECREF(shift);
+          Py_XDECREF(state);
+          Py_XDECREF(remote);
+          Py_XDECREF(flags);
+          Py_XDECREF(sid);
+          Py_XDECREF(tid);
+        }
+        Py_XDECREF(valid);
+        Py_DECREF(sc);
+      }
+      if (PyErr_Occurred()) PyErr_Clear();
+    }
+    Py_XINCREF(ctx);  // remembered: the object cannot be freed and its address reused
+    Py_XDECREF(last_ctx_);
+    last_ctx_ = ctx;
+    last_parent_ = p;
+    return p;
+  }
+
+  template <typename T>
+  static void put(std::string& out, T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  static void put_text(std::string& out, const char* text, size_t n) {
+    put<uint32_t>(out, static_cast<uint32_t>(n));
+    out.append(text, n);
+  }
+  static void put_none(std::string& out) { put<uint32_t>(out, 0xffffffffu); }
+
+  // One completed record as a frame (native byte order; the reader is on this host):
+  // u32 body length, u8 kind 1, then collective_drain_process._RECORD and six strings.
+  void encode(Record& r) {
+    delivered_.fetch_add(1, std::memory_order_relaxed);
+    if (sink_broken_.load() || out_.size() - out_sent_ >= out_max_) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const size_t at = out_.size();
+    put<uint32_t>(out_, 0);
+    put<uint8_t>(out_, 1);
+    put<int32_t>(out_, r.op);
+    for (int64_t v : {r.gsize, r.grank, r.seq, r.src, r.dst, r.peer, r.nbytes, r.t0, r.t1,
+                      r.end, r.device_ns})
+      put<int64_t>(out_, v);
+    put<double>(out_, r.uncertainty);
+    put<int8_t>(out_, r.async_op);
+    put<uint8_t>(out_, r.enqueue_only ? 1 : 0);
+    put<uint8_t>(out_, r.parent.valid ? 1 : 0);
+    put<uint8_t>(out_, r.parent.flags);
+    put<uint8_t>(out_, r.parent.remote ? 1 : 0);
+    put<uint64_t>(out_, r.parent.trace_hi);
+    put<uint64_t>(out_, r.parent.trace_lo);
+    put<uint64_t>(out_, r.parent.span_id);
+    put_text(out_, r.group.data(), r.group.size());
+    if (r.dtype >= 0) {
+      const char* dt = dtype_name(r.dtype);
+      const std::string name = dt ? std::string(dt)
+                                  : std::string(c10::toString(static_cast<c10::ScalarType>(r.dtype)));
+      put_text(out_, name.data(), name.size());
+    } else {
+      put_none(out_);
+    }
+    if (r.device_type >= 0) {
+      const std::string dev = c10::Device(static_cast<c10::DeviceType>(r.device_type),
+                                          static_cast<c10::DeviceIndex>(r.device_index))
+                                  .str();
+      put_text(out_, dev.data(), dev.size());
+    } else {
+      put_none(out_);
+    }
+    if (r.failure) {
+      put_text(out_, r.failure->type.data(), r.failure->type.size());
+      put_text(out_, r.failure->message.data(), r.failure->message.size());
+    } else {
+      put_none(out_);
+      put_none(out_);
+    }
+    put_text(out_, r.parent.trace_state.data(), r.parent.trace_state.size());
+    const uint32_t body = static_cast<uint32_t>(out_.size() - at - sizeof(uint32_t));
+    std::memcpy(&out_[at], &body, sizeof(body));
+  }
+
+  // Sends what is encoded (poller thread; at shutdown, after the poller stopped). Never
+  // blocks: a full socket keeps the bytes for the next look; `final` retries for up to 2 s.
+  void pump(bool final) {
+    const int64_t m = marker_requested_.load();
+    if (m != marker_written_) {
+      put<uint32_t>(out_, 1 + sizeof(int64_t));
+      put<uint8_t>(out_, 2);
+      put<int64_t>(out_, m);
+      marker_written_ = m;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (out_sent_ < out_.size() && !sink_broken_.load()) {
+      const ssize_t n = ::send(sink_fd_, out_.data() + out_sent_, out_.size() - out_sent_,
+                               MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        out_sent_ += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!final || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      } else {
+        sink_broken_.store(true);  // the drain process is gone: what is left is dropped
+        out_.clear();
+        out_sent_ = 0;
+      }
+    }
+    if (out_sent_ == out_.size()) {
+      out_.clear();
+      out_sent_ = 0;
+    } else if (out_sent_ >= (size_t(1) << 20)) {
+      out_.erase(0, out_sent_);
+      out_sent_ = 0;
+    }
+    unsent_.store(static_cast<int64_t>(out_.size() - out_sent_));
+  }
+
   void sequence_any_source(Record& e) {
     try {
       const int64_t src = e.work->sourceRank();
@@ -636,6 +856,17 @@ class Hook : public std::enable_shared_from_this<Hook> {
   std::condition_variable done_cv_;
   std::deque<Record> done_;
   std::thread poller_;
+  // process drain (set_sink); out_, out_sent_, marker_written_: poller thread only
+  std::atomic<bool> sink_{false}, sink_broken_{false};
+  int sink_fd_ = -1;
+  size_t out_max_ = 0;
+  std::string out_;
+  size_t out_sent_ = 0;
+  std::atomic<int64_t> marker_requested_{0}, unsent_{0};
+  int64_t marker_written_ = 0;
+  PyObject* span_key_ = nullptr;  // GIL
+  PyObject* last_ctx_ = nullptr;  // GIL
+  Parent last_parent_;            // GIL
 };
 
 class RecordingKernel final : public c10::OperatorKernel {
@@ -742,6 +973,11 @@ PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
       .def("issued", &Hook::issued)
       .def("pause", &Hook::pause)
       .def("forked", &Hook::forked)
+      .def("set_sink", &Hook::set_sink, py::arg("fd"), py::arg("span_key"),
+           py::arg("max_bytes"))
+      .def("request_marker", &Hook::request_marker)
+      .def("unsent", &Hook::unsent)
+      .def("sink_broken", &Hook::sink_broken)
       .def("shutdown", &Hook::shutdown);
   py::class_<Installation>(m, "Installation")
       .def(py::init<std::shared_ptr<Hook>,

@@ -67,6 +67,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 from opentelemetry import context as otel_context
+from opentelemetry import metrics
+from opentelemetry import trace as otel_trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.trace import Link, Status, StatusCode
 
@@ -386,8 +388,17 @@ class _State:
         timer: CollectiveTimer | None,
         capacity: int,
         drain_interval_s: float = 0.05,
+        drain: str = "thread",
+        telemetry: Any = None,
     ):
         self.tracer = get_tracer(tracer_provider)
+        self.tracer_provider_given = tracer_provider
+        self.drain_mode = drain
+        self.telemetry = telemetry
+        self.meter_provider = meter_provider
+        #: the drain process (drain="process", once started; else None)
+        self.drain_process: Any = None
+        self.markers = 0
         self.spans = FinishedSpans(self.tracer)
         self.drain_interval_s = drain_interval_s
         self.metrics = _Metrics(meter_provider)
@@ -568,6 +579,8 @@ class _State:
             self.native_specs.append(_Op(symm.op, -1, symm.payload, "t", None, None))
         try:
             hook = module.Hook(specs, self.capacity, _otel_context_var())
+            if self.drain_mode == "process":
+                self._start_drain_process(hook)
             self.native_install = module.Installation(
                 hook, names, _functional_ops(), list(_DISPATCH_KEYS)
             )
@@ -578,16 +591,56 @@ class _State:
             self.native_specs.clear()
             return False
         self.native = hook
-        self.drainer = threading.Thread(
-            target=self._drain_loop, name="otel-ext-collective-drain", daemon=True
-        )
-        self.drainer.start()
+        if self.drain_process is None:
+            self.drainer = threading.Thread(
+                target=self._drain_loop, name="otel-ext-collective-drain", daemon=True
+            )
+            self.drainer.start()
         # Before the interpreter finalises: the records still in flight become spans (while
         # the SDK, whose own exit hook runs after this one, can still export them), and the
         # drain thread stops. A daemon thread still inside the native drain at finalisation
         # is torn down by the interpreter in the middle of C++ code, which aborts the process.
         atexit.register(self.close_at_exit)
         return True
+
+    def _start_drain_process(self, hook: Any) -> None:
+        """drain="process": start the drain process and point the hook's completed records at
+        it; when it cannot start, say why (once) and drain in this process."""
+        from opentelemetry.trace.propagation import _SPAN_KEY
+
+        from otel_ext.exporters._configure import telemetry_of
+        from otel_ext.instrumentation.collective_drain_process import (
+            DrainProcess,
+            DrainProcessError,
+            drain_configuration,
+        )
+
+        provider = self.tracer_provider_given or otel_trace.get_tracer_provider()
+        telemetry = self.telemetry or telemetry_of(provider)
+        meters = self.meter_provider or metrics.get_meter_provider()
+        try:
+            if telemetry is None or telemetry.tracer_provider is not provider:
+                raise DrainProcessError(
+                    "drain='process' needs the tracer provider of an otel_ext.configure() "
+                    "Telemetry (the drain process builds the same providers); "
+                    "pass telemetry= or configure() first"
+                )
+            config = drain_configuration(
+                telemetry,
+                metrics=meters is telemetry.meter_provider,
+                ops=[spec.op for spec in self.native_specs],
+                default_name=self.default_name,
+                device=self.device,
+                host_id=self.host_id,
+                rank=dist.get_rank() if dist.is_initialized() else None,
+                drain_interval_s=self.drain_interval_s,
+            )
+            process = DrainProcess.start(config)
+        except DrainProcessError as exc:
+            log_once("torch.distributed.drain_process", "%s; draining in this process", exc)
+            return
+        hook.set_sink(process.descriptor(), _SPAN_KEY, max(self.capacity, 1024) * 256)
+        self.drain_process = process
 
     def close_at_exit(self) -> None:
         """:meth:`close` with a short bound, once (the interpreter is exiting)."""
@@ -623,7 +676,7 @@ class _State:
 
     def _drain_once(self, wait_s: float) -> int:
         hook = self.native
-        if hook is None:
+        if hook is None or self.drain_process is not None:
             return 0
         emit = self._emit_native if self.native_templates else self._emit_native_entry
         with self.drain_lock:
@@ -997,6 +1050,8 @@ class _State:
             return False
         began = time.time_ns()
         hook.flush_window(began, began + _FLUSH_GRACE_NS)
+        if self.drain_process is not None:
+            return self._flush_drain_process(hook, left)
         while True:
             if self._drain_once(0.0) == 0:
                 if hook.in_flight() <= 0:
@@ -1005,6 +1060,20 @@ class _State:
                 if remaining is not None and remaining <= 0:
                     return False
                 time.sleep(0.001)
+
+    def _flush_drain_process(self, hook: Any, left: Callable[[], float | None]) -> bool:
+        """Every record completed, sent, made into spans and metrics by the drain process and
+        flushed by its providers (its acknowledgement of a marker sent after them)."""
+        while hook.in_flight() > 0:
+            remaining = left()
+            if (remaining is not None and remaining <= 0) or hook.sink_broken():
+                return False
+            time.sleep(0.001)
+        if hook.sink_broken() or not self.drain_process.alive():
+            return False
+        self.markers += 1
+        hook.request_marker(self.markers)
+        return bool(self.drain_process.wait_ack(self.markers, left()))
 
     def close(self, timeout: float | None = 30.0) -> None:
         atexit.unregister(self.close_at_exit)
@@ -1016,6 +1085,11 @@ class _State:
                 self.drainer.join(timeout)
             with self.drain_lock:
                 self.native.shutdown()
+            if self.drain_process is not None and not self.drain_process.close(timeout):
+                log_once(
+                    "torch.distributed.drain_process.exit",
+                    "the collective drain process did not finish cleanly",
+                )
         self.poll_wake.set()
         self.tracker.close(timeout)
         self.materialiser.close(timeout)
@@ -1041,6 +1115,25 @@ def _drain_interval(value: Any) -> float:
     return seconds
 
 
+def _drain_mode(value: Any) -> str:
+    """``drain=`` (else ``OTEL_EXT_COLLECTIVE_DRAIN``) checked: ``thread`` or ``process``.
+
+    >>> _drain_mode("process")
+    'process'
+    >>> _drain_mode("elsewhere")
+    Traceback (most recent call last):
+    ...
+    otel_ext.errors.ConfigError: drain='elsewhere': must be 'thread' or 'process'
+    """
+    from otel_ext import config
+
+    raw = config.resolve(config.COLLECTIVE_DRAIN, value)
+    mode = str(raw).strip().lower()
+    if mode not in ("thread", "process"):
+        raise ConfigError(f"drain={raw!r}: must be 'thread' or 'process'")
+    return mode
+
+
 class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Spans and metrics for every process-group operation (a singleton; see the module doc).
 
@@ -1054,8 +1147,13 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     (``False``: the Python kernels even when the native ones load; see the module doc);
     ``drain_interval_s`` (how often the background thread turns completed records into
     spans and metrics, in seconds; default 0.05: longer batches cost the process less per
-    collective and delay the spans more; a quarter of ``capacity`` completed wakes it early).
-    Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
+    collective and delay the spans more; a quarter of ``capacity`` completed wakes it early);
+    ``drain`` (``"thread"``, the default, or ``"process"``: the records become spans and
+    metrics in a drain process of their own, off this process's GIL; see
+    :mod:`otel_ext.instrumentation.collective_drain_process`; else
+    ``OTEL_EXT_COLLECTIVE_DRAIN``); ``telemetry`` (the :class:`~otel_ext.exporters.Telemetry`
+    of ``otel_ext.configure()``: its providers, and what the drain process builds; by default
+    the one whose tracer provider is in use). Sequence numbers restart at 0 with each ``instrument()``; instrument on every rank before
     the first collective so they agree. :meth:`flush` waits until every op issued so far has
     completed and its span has been made; ``uninstrument()`` flushes first.
 
@@ -1097,6 +1195,16 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     @staticmethod
     def _make_state(kwargs: dict[str, Any], timer: CollectiveTimer | None) -> _State:
+        drain = _drain_mode(kwargs.get("drain"))
+        if drain == "process" and kwargs.get("link_provider") is not None:
+            raise ConfigError(
+                "drain='process' cannot call link_provider (a callable of this process): "
+                "use drain='thread'"
+            )
+        telemetry = kwargs.get("telemetry")
+        if telemetry is not None:
+            kwargs.setdefault("tracer_provider", telemetry.tracer_provider)
+            kwargs.setdefault("meter_provider", telemetry.meter_provider)
         return _State(
             tracer_provider=kwargs.get("tracer_provider"),
             meter_provider=kwargs.get("meter_provider"),
@@ -1106,6 +1214,8 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             timer=timer,
             capacity=int(kwargs.get("capacity", 1 << 16)),
             drain_interval_s=_drain_interval(kwargs.get("drain_interval_s", _DRAIN_WAIT_S)),
+            drain=drain,
+            telemetry=telemetry,
         )
 
     def _uninstrument(self, **kwargs: Any) -> None:
