@@ -28,7 +28,11 @@ round, so no configuration always follows another):
 * ``python hook+metrics``: ``traced+metrics`` with ``native=False`` (the fallback without a
   compiler);
 * ``traced``: the SDK tracer with a no-op meter (instrumented without metrics);
-* on request (``--configs``): ``no-op providers`` (no-op tracer and meter).
+* on request (``--configs``): ``no-op providers`` (no-op tracer and meter); ``configure
+  thread`` and ``configure process``: the providers of ``otel_ext.configure()`` (OTLP-JSON
+  files in a temporary folder, its bounded batch processor), drained by the background thread
+  or by the drain process (``drain="process"``: spans and metrics made in another process,
+  off this one's GIL).
 
 Each round instruments, runs ``--iters`` calls unmeasured (the pipeline fills, the drain
 reaches its rhythm), then measures ``--iters`` calls, then flushes and uninstruments.
@@ -44,8 +48,10 @@ and adds the difference between the configuration's and bare's fastest windows (
 shared machine only adds time, so the fastest windows are the least disturbed).
 
 ``--compute-us N`` adds a step model: each iteration runs a matrix product of about N µs
-(GIL released, one thread) and then the collective, bare against ``traced+metrics``: the
-wall added per collective when the background work has the compute to run beside.
+(GIL released, one thread) and then the collective, bare against each of ``--step-configs``
+(default ``traced+metrics``): the wall added per collective when the background work has the
+compute to run beside. ``--python-us N`` makes the step's compute a pure-Python loop of about
+N µs instead (it holds the GIL: what a Python-bound workload loses to a drain that needs it).
 
 ``--paired BLOCKS`` (with ``--block-iters N``) measures the native hook the other way: one
 ``instrument()`` for the whole run, and windows of N calls alternating between the recording
@@ -66,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import socket
 import statistics
 import time
@@ -105,11 +112,14 @@ def median_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, floa
     return med, xs[k - 1], xs[n - k]
 
 
-def _window(fn: Callable[[], object], iters: int) -> tuple[float, float]:
-    """``(wall us, thread-CPU us)`` per call over ``iters`` calls; when ``fn`` times a part
-    of itself (it returns ``(wall ns, thread-CPU ns)``), per call of that part."""
+def _window(fn: Callable[[], object], iters: int) -> tuple[float, float, float]:
+    """``(wall us, thread-CPU us, process-CPU us)`` per call over ``iters`` calls; when
+    ``fn`` times a part of itself (it returns ``(wall ns, thread-CPU ns)``), the first two
+    per call of that part. Process CPU is every thread of this process (the drain and the
+    pollers too) over the whole window."""
     inner_w = inner_c = 0
     inner = False
+    p0 = time.process_time_ns()
     w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
     for _ in range(iters):
         got = fn()
@@ -118,9 +128,17 @@ def _window(fn: Callable[[], object], iters: int) -> tuple[float, float]:
             inner_c += got[1]  # type: ignore[index]
             inner = True
     c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+    p = (time.process_time_ns() - p0) / iters / 1e3
     if inner:
-        return inner_w / iters / 1e3, inner_c / iters / 1e3
-    return (w1 - w0) / iters / 1e3, (c1 - c0) / iters / 1e3
+        return inner_w / iters / 1e3, inner_c / iters / 1e3, p
+    return (w1 - w0) / iters / 1e3, (c1 - c0) / iters / 1e3, p
+
+
+def _process_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far (``/proc/PID/stat``: user + system, in ticks)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Bench:
@@ -153,10 +171,36 @@ class _Bench:
             "drain held": {**sdk, "drain_interval_s": 3600.0},
             "python hook+metrics": {**sdk, "native": False},
         }
+        import tempfile
+
+        from otel_ext.exporters import configure
+
+        self.folder = tempfile.TemporaryDirectory(prefix="otel-ext-bench-")
+        self.telemetry = configure(
+            traces_exporter="file",
+            metrics_exporter="file",
+            file_dir=self.folder.name,
+            metric_export_interval_s=3600,
+            max_queue_size=1 << 17,  # no span dropped at these rates: the whole cost is paid
+            schedule_delay_s=1.0,
+            publish_active_spans=False,
+            env={},
+            set_global=False,
+        )
+        self.options["configure thread"] = {"telemetry": self.telemetry, "drain": "thread"}
+        self.options["configure process"] = {"telemetry": self.telemetry, "drain": "process"}
         self.inst = TorchDistributedInstrumentor()
         self.background: list[float] = []  # drain held: flush thread-CPU per collective
+        #: drain process: its CPU per collective (both windows and the flush), per config
+        self.drain_cpu: dict[str, list[float]] = {}
 
-    def measure(self, name: str, call: Callable[[], object]) -> tuple[float, float]:
+    def close(self) -> None:
+        self.provider.shutdown()
+        self.meters.shutdown()
+        self.telemetry.shutdown()
+        self.folder.cleanup()
+
+    def measure(self, name: str, call: Callable[[], object]) -> tuple[float, float, float]:
         opts = self.options[name]
         if name == "kernel only":
             lib = passthrough_allreduce_kernel()
@@ -170,7 +214,17 @@ class _Bench:
         self.inst.instrument(**opts)
         if opts.get("native", True) and not self.inst.native:
             raise SystemExit("native hook unavailable: " + str(_native_status()))
+        state = self.inst._state
+        drain_pid = None
+        if opts.get("drain") == "process":
+            if state is None or state.drain_process is None:
+                raise SystemExit("the drain process did not start (see the log above)")
+            drain_pid = state.drain_process.proc.pid
         _window(call, self.iters)
+        if drain_pid is not None:
+            # the warm-up's spans made: the drain process's CPU from here is the window's
+            self.inst.flush(60)
+            drain0 = _process_cpu_s(drain_pid)
         if name == "drain held":
             # the warm-up's spans made and exported: the window starts with an empty ring and
             # an idle batch processor
@@ -179,10 +233,15 @@ class _Bench:
         got = _window(call, self.iters)
         c0 = time.thread_time_ns()
         self.inst.flush(60)
+        if drain_pid is not None:
+            drain_cpu = _process_cpu_s(drain_pid)
         if name == "drain held":
             self.background.append((time.thread_time_ns() - c0) / self.iters / 1e3)
         self.inst.uninstrument()
         self.exporter.clear()
+        if drain_pid is not None:
+            spent = drain_cpu - drain0
+            self.drain_cpu.setdefault(name, []).append(spent / self.iters * 1e6)
         return got
 
 
@@ -196,6 +255,8 @@ def _rank(
     compute: float,
     paired: int,
     block_iters: int,
+    python_us: float = 0.0,
+    step_configs: str = "traced+metrics",
 ) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -208,7 +269,14 @@ def _rank(
             for _ in range(50):
                 dist.all_reduce(t)
         for config in configs:
-            if config not in ("traced+metrics", "drain held", "traced", "no-op providers"):
+            if config not in (
+                "traced+metrics",
+                "drain held",
+                "traced",
+                "no-op providers",
+                "configure thread",
+                "configure process",
+            ):
                 raise SystemExit(f"--paired: {config!r} is not a native-hook configuration")
             dist.barrier()
             out = _paired(bench, config, paired, block_iters)
@@ -220,11 +288,10 @@ def _rank(
                 f"{bench.background[0]:.1f} us"
             )
         dist.destroy_process_group()
-        bench.provider.shutdown()
-        bench.meters.shutdown()
+        bench.close()
         return
     names = ["bare", *[c.strip() for c in only.split(",") if c.strip() and c.strip() != "bare"]]
-    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for label, n in SIZES.items():
         t = torch.ones(n)
 
@@ -246,13 +313,16 @@ def _rank(
                 for name in order:
                     dist.barrier()
                     results.setdefault((kind, name), []).append(bench.measure(name, fn))
-    step = _step_model(bench, compute, rounds) if compute > 0 else None
+    step = (
+        _step_model(bench, compute, python_us, rounds, step_configs)
+        if compute > 0 or python_us > 0
+        else None
+    )
     if rank == 0:
-        _print(world, iters, rounds, names, results, bench.background, step)
+        _print(world, iters, rounds, names, results, bench.background, step, bench.drain_cpu)
         _hot_path_alone(bench.provider, iters * rounds)
     dist.destroy_process_group()
-    bench.provider.shutdown()
-    bench.meters.shutdown()
+    bench.close()
 
 
 def _paired(
@@ -333,36 +403,58 @@ def _print_paired(
             )
 
 
-def _step_model(bench: _Bench, compute_us: float, rounds: int) -> dict[str, object]:
-    """Wall per iteration of (matrix product, then a 1 KiB all_reduce): bare vs traced."""
-    size = 64
-    while True:  # a product of about compute_us (GIL released inside torch), timed warm
-        a = torch.randn(size, size)
-        for _ in range(5):
-            a @ a
-        times = []
-        for _ in range(7):
-            t0 = time.perf_counter_ns()
-            a @ a
-            times.append((time.perf_counter_ns() - t0) / 1e3)
-        per = statistics.median(times)
-        if per >= compute_us or size >= 2048:
-            break
-        size = int(size * 1.25) + 1
+def _step_model(
+    bench: _Bench, compute_us: float, python_us: float, rounds: int, configs: str
+) -> dict[str, object]:
+    """Wall per iteration of (compute, then a 1 KiB all_reduce): bare vs each config."""
     t = torch.ones(256)
+    if python_us > 0:
+        n = 16
+        while True:  # a pure-Python loop of about python_us (it holds the GIL)
+            times = []
+            for _ in range(7):
+                t0 = time.perf_counter_ns()
+                sum(i * i for i in range(n))
+                times.append((time.perf_counter_ns() - t0) / 1e3)
+            per = statistics.median(times)
+            if per >= python_us or n >= 1 << 22:
+                break
+            n = int(n * 1.25) + 1
+        what = f"pure-Python loop of {n} items, {per:.0f} us"
 
-    def iteration() -> None:
-        a @ a
-        dist.all_reduce(t)
+        def iteration() -> None:
+            sum(i * i for i in range(n))
+            dist.all_reduce(t)
+    else:
+        size = 64
+        while True:  # a product of about compute_us (GIL released inside torch), timed warm
+            a = torch.randn(size, size)
+            for _ in range(5):
+                a @ a
+            times = []
+            for _ in range(7):
+                t0 = time.perf_counter_ns()
+                a @ a
+                times.append((time.perf_counter_ns() - t0) / 1e3)
+            per = statistics.median(times)
+            if per >= compute_us or size >= 2048:
+                break
+            size = int(size * 1.25) + 1
+        what = f"{size}x{size} product, {per:.0f} us"
+
+        def iteration() -> None:
+            a @ a
+            dist.all_reduce(t)
 
     for _ in range(50):
         iteration()
-    rows: dict[str, list[tuple[float, float]]] = {"bare": [], "traced+metrics": []}
+    names = ["bare", *[c.strip() for c in configs.split(",") if c.strip()]]
+    rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in ["bare", "traced+metrics"] if r % 2 == 0 else ["traced+metrics", "bare"]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             dist.barrier()
             rows[name].append(bench.measure(name, iteration))
-    return {"size": size, "product_us": per, "rows": rows}
+    return {"what": what, "rows": rows}
 
 
 def _fmt(ci: tuple[float, float, float]) -> str:
@@ -375,16 +467,20 @@ def _print(
     iters: int,
     rounds: int,
     names: list[str],
-    results: dict[tuple[str, str], list[tuple[float, float]]],
+    results: dict[tuple[str, str], list[tuple[float, float, float]]],
     background: list[float],
     step: dict[str, object] | None,
+    drain_cpu: dict[str, list[float]] | None = None,
 ) -> None:
     print(
         f"gloo all_reduce (sync), {world} rank(s), {iters} calls per window x {rounds} rounds; "
         "added = median over rounds of (config - bare) in the same round, [95% CI of it]"
     )
     head = f"{'payload':14s} {'config':20s} {'wall us':>8s} {'wall added [95% CI]':>24s}"
-    print(f"{head} {'ratio':>6s} {'CPU us':>7s} {'thread-CPU added [95% CI]':>26s}")
+    print(
+        f"{head} {'ratio':>6s} {'CPU us':>7s} {'thread-CPU added [95% CI]':>26s} "
+        f"{'process-CPU added [95% CI]':>27s}"
+    )
     verdicts = []
     for label in dict.fromkeys(k for k, _ in results):
         base = results[(label, "bare")]
@@ -394,9 +490,11 @@ def _print(
             c = statistics.median(r[1] for r in mine)
             dw = median_ci([m[0] - b[0] for m, b in zip(mine, base, strict=True)])
             dc = median_ci([m[1] - b[1] for m, b in zip(mine, base, strict=True)])
+            dp = median_ci([m[2] - b[2] for m, b in zip(mine, base, strict=True)])
             ratio = w / statistics.median(r[0] for r in base)
             print(
-                f"{label:14s} {name:20s} {w:8.1f} {_fmt(dw):>24s} {ratio:5.2f}x {c:7.1f} {_fmt(dc):>26s}"
+                f"{label:14s} {name:20s} {w:8.1f} {_fmt(dw):>24s} {ratio:5.2f}x {c:7.1f} "
+                f"{_fmt(dc):>26s} {_fmt(dp):>27s}"
             )
             if name in ("traced+metrics", "drain held"):
                 lowest = min(r[1] for r in mine) - min(r[1] for r in base)
@@ -414,18 +512,30 @@ def _print(
             f"background cost (spans + metrics made by the flush, thread-CPU per collective): "
             f"{med:.1f} us [{lo:.1f}, {hi:.1f}] over {len(background)} windows"
         )
+    for name, values in (drain_cpu or {}).items():
+        med, lo, hi = median_ci(values)
+        print(
+            f"drain process CPU ({name}, spans + metrics + export, in the other process): "
+            f"{med:.1f} us [{lo:.1f}, {hi:.1f}] per collective over {len(values)} windows"
+        )
     if step is not None:
         rows = step["rows"]
         assert isinstance(rows, dict)
-        bare, traced = rows["bare"], rows["traced+metrics"]
-        dw = median_ci([m[0] - b[0] for m, b in zip(traced, bare, strict=True)])
-        dc = median_ci([m[1] - b[1] for m, b in zip(traced, bare, strict=True)])
+        bare = rows["bare"]
         wb = statistics.median(r[0] for r in bare)
         print(
-            f"step model ({step['size']}x{step['size']} product, {step['product_us']:.0f} us, then a "
-            f"1 KiB all_reduce): bare {wb:.1f} us per iteration; traced+metrics adds wall "
-            f"{_fmt(dw).strip()} us, thread-CPU {_fmt(dc).strip()} us per collective"
+            f"step model ({step['what']}, then a 1 KiB all_reduce): bare {wb:.1f} us per iteration"
         )
+        for name, mine in rows.items():
+            if name == "bare":
+                continue
+            dw = median_ci([m[0] - b[0] for m, b in zip(mine, bare, strict=True)])
+            dc = median_ci([m[1] - b[1] for m, b in zip(mine, bare, strict=True)])
+            dp = median_ci([m[2] - b[2] for m, b in zip(mine, bare, strict=True)])
+            print(
+                f"  {name}: adds wall {_fmt(dw).strip()} us, thread-CPU {_fmt(dc).strip()} us, "
+                f"process-CPU {_fmt(dp).strip()} us per collective"
+            )
 
 
 def _native_status() -> dict[str, str]:
@@ -498,6 +608,14 @@ def main() -> None:
         "--configs then names native-hook configurations, e.g. 'drain held,traced+metrics'",
     )
     parser.add_argument("--block-iters", type=int, default=50, help="calls per paired window")
+    parser.add_argument(
+        "--python-us", type=float, default=0.0, help="step model with a pure-Python compute"
+    )
+    parser.add_argument(
+        "--step-configs",
+        default="traced+metrics",
+        help="configurations the step model compares with bare (comma-separated)",
+    )
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -513,6 +631,8 @@ def main() -> None:
             args.compute_us,
             args.paired,
             args.block_iters,
+            args.python_us,
+            args.step_configs,
         ),
         nprocs=args.world,
         join=True,
