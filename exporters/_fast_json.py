@@ -173,6 +173,21 @@ def _any_value(value: Any) -> str:
     raise UnsupportedValue(f"attribute value of type {kind.__name__}")
 
 
+#: encoded ``KeyValue`` messages by (key, value type, value) for ``str``, ``bool`` and ``int``
+#: values, which repeat from span to span (op, group, device, sizes); floats are left out
+#: (``0.0 == -0.0`` with different text). Bounded: cleared when full.
+_KV_MEMO: dict[tuple[Any, type, Any], str] = {}
+_KV_MEMO_MAX = 8192
+
+
+def _key_value(key: Any, value: Any) -> str:
+    if type(key) is not str:
+        raise UnsupportedValue(f"attribute key of type {type(key).__name__}")
+    if key:
+        return '{"key":' + _quote(key) + ',"value":' + _any_value(value) + "}"
+    return '{"value":' + _any_value(value) + "}"
+
+
 def _key_values(attributes: Mapping[Any, Any]) -> str:
     """The comma-separated ``KeyValue`` messages of a non-empty attribute mapping."""
     parts = []
@@ -180,13 +195,20 @@ def _key_values(attributes: Mapping[Any, Any]) -> str:
     items = (
         attributes._dict.items() if type(attributes) is BoundedAttributes else attributes.items()
     )
+    memo = _KV_MEMO
     for key, value in items:
-        if type(key) is not str:
-            raise UnsupportedValue(f"attribute key of type {type(key).__name__}")
-        if key:
-            parts.append('{"key":' + _quote(key) + ',"value":' + _any_value(value) + "}")
+        kind = type(value)
+        if kind is str or kind is int or kind is bool:
+            memo_key = (key, kind, value)
+            text = memo.get(memo_key)
+            if text is None:
+                text = _key_value(key, value)
+                if len(memo) >= _KV_MEMO_MAX:
+                    memo.clear()
+                memo[memo_key] = text
+            parts.append(text)
         else:
-            parts.append('{"value":' + _any_value(value) + "}")
+            parts.append(_key_value(key, value))
     return ",".join(parts)
 
 

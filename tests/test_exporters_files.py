@@ -511,6 +511,20 @@ def test_direct_span_encoding_is_the_reference_encoding(spans):
     assert reference_spans_to_otlp_dict(spans) == json.loads(fast)
 
 
+def test_memoised_attributes_keep_types_and_signed_zeros_apart():
+    """The encoder's memo of repeated attribute values (str, bool, int) never answers for an
+    equal value of another type (``True == 1``), and floats stay out of it (``0.0 == -0.0``
+    print differently): the same spans encoded twice, memo warm, are the reference's bytes."""
+    ctx = SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(1))
+    maps = [{"k": True}, {"k": 1}, {"k": 1.0}, {"k": "1"}, {"k": 0.0}, {"k": -0.0}, {"k": False},
+            {"k": 0}, {"k": [1, True]}, {"j": 1, "k": 1}]  # fmt: skip
+    spans = [
+        ReadableSpan(name="s", context=ctx, attributes=m, start_time=1, end_time=2) for m in maps
+    ]
+    for _ in range(2):
+        assert (spans_to_json(spans) + "\n").encode("utf-8") == reference_encode_spans_json(spans)
+
+
 def _points(draw, make):
     return draw(st.lists(st.builds(make), max_size=3))
 
