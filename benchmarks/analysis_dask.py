@@ -130,7 +130,8 @@ def _sim(folder: Path, size: str, requests: int) -> Path:
 
 
 #: kinds of the per-rank round that are not reduced rows
-_NOT_ROWS = ("summaries", "metric points (of the summaries)", "per-rank results", "positions")
+_NOT_ROWS = ("summaries", "metric points (of the summaries)", "per-rank results", "positions",
+             "busy intervals")  # fmt: skip
 
 
 def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
@@ -158,6 +159,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             rounds = dict(dc.received_by_round)
             by_kind = {k: list(v) for k, v in dc.received_by_category.items()}
             unpacked = dc.unpacked_row_bytes
+            walk_unpacked = dc.unpacked_walk_bytes
             reduced_rows = dc.reduced_rows
             walked = (dc.pieces_fetched, dc.walked_partitions)
     finally:
@@ -192,6 +194,8 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"{received / sent:.3f}"
     )
     rows_now = sum(b for k, (_, b) in by_kind.items() if k not in _NOT_ROWS)
+    rows_now += by_kind.get("metric points (of the summaries)", [0, 0])[1]
+    rows_now += by_kind.get("busy intervals", [0, 0])[1]
     print(
         "  per-rank round by kind (rows, MB): "
         + ", ".join(
@@ -200,8 +204,10 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         )
     )
     print(
-        f"  reduced rows packed {rows_now / 1e6:.2f} MB, as EventTable pickles them (before "
-        f"the packing) {unpacked / 1e6:.2f} MB: packed / before {rows_now / max(unpacked, 1):.3f}"
+        f"  reduced rows, metric points and busy intervals packed {rows_now / 1e6:.2f} MB, as "
+        f"they pickle unpacked (before the packing) {unpacked / 1e6:.2f} MB: packed / "
+        f"before {rows_now / max(unpacked, 1):.3f}; the walk round {rounds.get('walk', 0) / 1e6:.2f} MB "
+        f"packed, {walk_unpacked / 1e6:.2f} MB unpacked"
     )
     print(
         f"  worker peak RSS growth: {growth_mb:.0f} MB (largest of {workers}); "

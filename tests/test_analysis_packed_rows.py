@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.per_rank_jobs import PackedPoints, PackedTable
+from otel_ext.analysis.per_rank_jobs import PackedFields, PackedPoints, PackedTable
 from otel_ext.analysis.table import (
     NUMERIC_COLUMNS,
     Category,
@@ -87,7 +87,15 @@ def tables(draw: st.DrawFn) -> EventTable:
             columns[name] = constant_column(default, dtype, n)
         else:
             columns[name] = _column(draw, np.dtype(dtype), n)
-    strings = {"name": ["", "gemm", "mlp"]}
+    if n and draw(st.booleans()):  # parents that are other rows' spans, and some not
+        span = columns["span_id"]
+        picks = np.asarray([draw(st.integers(0, n - 1)) for _ in range(n)])
+        parent = np.asarray(span)[picks].copy()
+        lost = [draw(st.integers(0, n - 1)) for _ in range(draw(st.integers(0, 5)))]
+        parent[lost] = [draw(st.integers(0, 2**64 - 1)) for _ in lost]
+        columns["parent_span_id"] = parent
+    names = ["", *(f"k{i}" for i in range(draw(st.integers(0, 300))))]
+    strings = {"name": names, "trace_id": ["", "\udc80", "\x00 a"]}
     return EventTable(columns, strings, {"rank_runs": {0: 0}})
 
 
@@ -190,3 +198,51 @@ def test_a_simulated_runs_reduced_rows_pack_to_under_half(simulated: Path) -> No
     metrics = load.metrics.only_names(READ_METRICS)
     assert len(metrics) > 0
     assert len(pickle.dumps(PackedPoints.of(metrics))) < 0.5 * len(pickle.dumps(metrics))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_packed_fields_unpack_to_the_object(data: st.DataObject) -> None:
+    """The walk's pieces and the held samples travel as :class:`PackedFields`: every array
+    back value for value and dtype for dtype, the other fields untouched."""
+    from otel_ext.analysis.critical_path_walk import WalkPieces
+
+    pieces = WalkPieces.empty()
+    for name, value in list(vars(pieces).items()):
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+            n = data.draw(st.integers(0, 120))
+            setattr(pieces, name, _drawn(data, value, n))
+    back = pickle.loads(pickle.dumps(PackedFields.of(pieces))).unpack()
+    assert type(back) is WalkPieces
+    assert set(vars(back)) == set(vars(pieces))
+    for name, value in vars(pieces).items():
+        got = getattr(back, name)
+        if isinstance(value, np.ndarray):
+            assert got.dtype == value.dtype, name
+            assert np.array_equal(got, value, equal_nan=value.dtype.kind == "f"), name
+            if value.dtype.kind == "f":
+                assert np.array_equal(np.signbit(got), np.signbit(value)), name
+        else:
+            assert got == value, name
+
+
+def _drawn(data: st.DataObject, like: np.ndarray, n: int) -> np.ndarray:
+    return data.draw(st.composite(lambda draw: _column(draw, like.dtype, n))())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(INT64, INT64), max_size=300), st.integers(-1, 4096))
+def test_packed_busy_intervals_unpack_exactly(pairs: list[tuple[int, int]], rank: int) -> None:
+    """The held rows' busy intervals: starts as steps, ends as lengths (wrapping where the
+    values are extremes), back exactly."""
+    from otel_ext.analysis.per_rank_jobs import packed_busy, unpacked_busy
+
+    start = np.asarray([a for a, _ in pairs], dtype=np.int64)
+    end = np.asarray([b for _, b in pairs], dtype=np.int64)
+    busy = {"h0/chip1": [(rank, start, end)], "": [(rank, np.sort(start), np.sort(end))]}
+    back = unpacked_busy(pickle.loads(pickle.dumps(packed_busy(busy))))
+    assert list(back) == list(busy)
+    for name, spans in busy.items():
+        for (r, s, e), (r2, s2, e2) in zip(spans, back[name]):
+            assert r2 == r and s2.dtype == s.dtype and e2.dtype == e.dtype
+            assert s2.tolist() == s.tolist() and e2.tolist() == e.tolist()

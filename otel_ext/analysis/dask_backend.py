@@ -243,15 +243,16 @@ def _tables_of(kept: Any) -> Any:
     there for the critical path, with the reduced rows' positions and the rows themselves
     packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`: lossless), or the
     partition's error, passed on."""
-    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable
+    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable, packed_busy
 
     if isinstance(kept, _Raised):
         return kept
     out = kept.without_walk()
     packed = [PackedPositions.of(w) for w in out.reduced_positions]
     rows = [PackedTable.of(t) for t in out.reduced]
-    out.reduced_positions, out.reduced = [], []
-    return out, packed, rows
+    busy = packed_busy(out.device_busy)
+    out.reduced_positions, out.reduced, out.device_busy = [], [], {}
+    return out, packed, rows, busy
 
 
 def _walk_pass(
@@ -276,15 +277,33 @@ def _walk_pass(
 
 
 def _walk_starts(walked: Any) -> Any:
-    """Run where a partition's walk is kept: its ranks' starts and its held samples (the
-    pieces stay until the client knows whether the path can reach its ranks)."""
+    """Run where a partition's walk is kept: its ranks' starts and its held samples, packed
+    (the pieces stay until the client knows whether the path can reach its ranks)."""
+    from dataclasses import replace
+
+    from otel_ext.analysis.per_rank_jobs import PackedFields
+
     pieces, held = walked
-    return pieces.starts(), held
+    if held is None:
+        return pieces.starts(), None
+    return pieces.starts(), [(replace(h, samples=None), PackedFields.of(h.samples)) for h in held]
 
 
 def _walk_pieces_of(walked: Any) -> Any:
-    """Run where a partition's walk is kept: its pieces."""
-    return walked[0]
+    """Run where a partition's walk is kept: its pieces, packed
+    (:class:`~otel_ext.analysis.per_rank_jobs.PackedFields`)."""
+    from otel_ext.analysis.per_rank_jobs import PackedFields
+
+    return PackedFields.of(walked[0])
+
+
+def _unpacked_held(packed: Any) -> Any:
+    """The held samples :func:`_walk_starts` packed."""
+    if packed is None:
+        return None
+    from dataclasses import replace
+
+    return [replace(h, samples=samples.unpack()) for h, samples in packed]
 
 
 def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
@@ -335,6 +354,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
         self.summaries: list[Future[Any]] = []
         self.received_bytes = 0
         self.metric_bytes = 0
+        self.unpacked_point_bytes = 0
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         from otel_ext.analysis.per_rank_jobs import load_and_keep
@@ -363,7 +383,11 @@ class _KeepingExecutor(concurrent.futures.Executor):
 
     def _count(self, answer: Any) -> None:
         self.received_bytes += _pickled_size(answer)
-        self.metric_bytes += _pickled_size(answer.metrics)
+        from otel_ext.analysis.per_rank_jobs import PackedPoints
+
+        if answer.metrics is not None:  # as they travelled (packed), and as they would have
+            self.metric_bytes += _pickled_size(PackedPoints.of(answer.metrics))
+            self.unpacked_point_bytes += _pickled_size(answer.metrics)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
@@ -499,12 +523,16 @@ class DaskCluster:
         #: of the last per-rank round (when measured), what travelled by kind: name ->
         #: [rows, pickled bytes]: "summaries" (files' records, sketches, metric points),
         #: "metric points" (of the summaries), "per-rank results" (breakdowns, kernel
-        #: statistics, busy intervals), "positions", and each category of reduced rows
+        #: statistics), "busy intervals", "positions", and each category of reduced rows
         self.received_by_category: dict[str, list[int]] = {}
-        #: of the last per-rank round (when measured), the reduced rows' pickled bytes as
-        #: :class:`~otel_ext.analysis.table.EventTable` pickles them (how they travelled
-        #: before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable`)
+        #: of the last per-rank round (when measured), the reduced rows' and metric points'
+        #: pickled bytes as :class:`~otel_ext.analysis.table.EventTable` and
+        #: :class:`~otel_ext.analysis.loaders.MetricPoints` pickle them (how they travelled
+        #: before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable` and
+        #: :class:`~otel_ext.analysis.per_rank_jobs.PackedPoints`)
         self.unpacked_row_bytes = 0
+        #: of the last walk round (when measured), what its answers weighed unpacked
+        self.unpacked_walk_bytes = 0
         #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
         self.reduced_rows = 0
         #: of the last :meth:`walk_phase`: the partitions walked on the workers, and those
@@ -614,16 +642,19 @@ class DaskCluster:
                         raise answer.error
                     if self.measure:
                         answers_bytes += _pickled_size(answer)
-                    tables, packed, rows = answer
+                    tables, packed, rows, busy = answer
                     if self.measure:
                         by = self.received_by_category
                         _count_rows(by, rows)
                         by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(tables)
                         by.setdefault("positions", [0, 0])[1] += _pickled_size(packed)
+                        by.setdefault("busy intervals", [0, 0])[1] += _pickled_size(busy)
                     tables.reduced_positions = [p.unpack() for p in packed]
                     tables.reduced = [t.unpack() for t in rows]
+                    tables.device_busy = jobs.unpacked_busy(busy)
                     if self.measure:  # the reference: the rows as they travelled unpacked
                         self.unpacked_row_bytes += sum(_pickled_size(t) for t in tables.reduced)
+                        self.unpacked_row_bytes += _pickled_size(tables.device_busy)
                     parts.append(tables)
                 walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
         finally:
@@ -637,6 +668,7 @@ class DaskCluster:
                 sum(len(s.metrics) for s in summaries if s is not None and s.metrics is not None),
                 executor.metric_bytes,
             ]
+            self.unpacked_row_bytes += executor.unpacked_point_bytes
         self.received_bytes = received
         self.received_by_round = {"per-rank": received}
         joining = (plan, decision.rank_runs)
@@ -759,19 +791,24 @@ class DaskCluster:
                 # first the ranks' starts: the path reaches only the ranks the peer edges
                 # lead to from the global start, and only their pieces travel
                 starts = [self.client.submit(_walk_starts, w, pure=False) for _, _, w in walks]
-                answers = [f.result() for f in starts]
+                packed_answers = [f.result() for f in starts]
+                answers = [(a, _unpacked_held(h)) for a, h in packed_answers]
                 reach = shares.reachable(_global_start_rank(parts, [a for a, _ in answers]))
                 wanted = [w for _, ranks, w in walks if reach & set(ranks)]
                 fetched = [self.client.submit(_walk_pieces_of, w, pure=False) for w in wanted]
                 self.walked_partitions, self.pieces_fetched = len(walks), len(wanted)
-                parts.extend(f.result() for f in fetched)
+                packed_pieces = [f.result() for f in fetched]
+                parts.extend(p.unpack() for p in packed_pieces)
         finally:
             phase.walks = []  # the workers let the walk rows go
         if self.measure:
-            got = sum(_pickled_size(a) for a in answers)
-            got += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
+            got = sum(_pickled_size(a) for a in packed_answers)
+            got += sum(_pickled_size(p) for p in packed_pieces)
             self.received_bytes += got
             self.received_by_round["walk"] = got
+            # the reference: what they weighed as they travelled unpacked
+            self.unpacked_walk_bytes = sum(_pickled_size(a) for a in answers)
+            self.unpacked_walk_bytes += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
         samples = [  # the names from the files' dictionaries, which came with the rows
             h.resolved(phase.name_strings[part.files[h.part]])
             for (part, _, _), (_, held) in zip(walks, answers)

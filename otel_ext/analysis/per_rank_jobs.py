@@ -49,6 +49,7 @@ from otel_ext.errors import OtelExtError
 __all__ = [
     "FileSummary",
     "KeptFile",
+    "PackedFields",
     "PackedPoints",
     "PackedPositions",
     "PackedTable",
@@ -57,12 +58,14 @@ __all__ = [
     "RankDecision",
     "decide_ranks",
     "load_and_keep",
+    "packed_busy",
     "partition_pass",
     "piece_of",
     "rank_partitions",
     "reassemble",
     "sketch",
     "summary_of",
+    "unpacked_busy",
 ]
 
 
@@ -386,7 +389,8 @@ def _offsets(column: np.ndarray, *, delta: bool = False) -> np.ndarray | _Offset
 def _packed_column(column: np.ndarray, *, delta: bool = False) -> Any:
     """One column of rows of one category, as it travels: one value when they all hold it,
     integers at the width their spread needs (floats that are all whole numbers below
-    2**53, none a negative zero, as such integers), else as it is."""
+    2**53, none a negative zero, as such integers), or as their distinct values and an index
+    (other floats by their bit patterns), else as it is."""
     n = len(column)
     if n == 0:
         return column
@@ -402,7 +406,12 @@ def _packed_column(column: np.ndarray, *, delta: bool = False) -> Any:
             if (ints == first).all():
                 return _Same(first.item(), column.dtype.str, n)
             return _Whole(column.dtype.str, _packed_column(ints))
-        return column
+        if len(column) < 2 * 256:
+            return column
+        if column.dtype != np.float64:
+            return column
+        bits = _distinct(np.ascontiguousarray(column).view(np.uint64))
+        return column if isinstance(bits, np.ndarray) else _Bits(column.dtype.str, bits)
     if (column == first).all():
         return _Same(first.item(), column.dtype.str, n)
     if column.dtype.kind in "iu" and column.dtype.itemsize > 1:
@@ -414,13 +423,16 @@ def _packed_column(column: np.ndarray, *, delta: bool = False) -> Any:
 
 
 def _distinct(column: np.ndarray) -> np.ndarray | _Distinct:
-    """``column`` as its distinct values and each row's index among them (one byte a row),
-    when it has at most 256 distinct values (a few far-apart ones: 0 and epoch times), else
-    as it is."""
+    """``column`` as its distinct values and each row's index among them (one or two bytes
+    a row), when that is smaller (a few far-apart values: 0 and epoch times; the FLOP counts
+    of a few hundred layer shapes), else as it is."""
     values, index = np.unique(column, return_inverse=True)
-    if len(values) > 256:
+    width = np.uint8 if len(values) <= 256 else np.uint16
+    if len(values) > 65536 or values.nbytes + len(column) * np.dtype(width).itemsize >= (
+        column.nbytes
+    ):
         return column
-    return _Distinct(values, index.astype(np.uint8))
+    return _Distinct(values, index.reshape(-1).astype(width))
 
 
 @dataclass(frozen=True)
@@ -457,6 +469,66 @@ class _Whole:
         return _unpacked(self.ints).astype(np.dtype(self.dtype))
 
 
+@dataclass(frozen=True)
+class _Bits:
+    """A float column as its values' bit patterns (distinct: NaN, -0.0 kept as they are)."""
+
+    dtype: str
+    bits: Any
+
+    def unpack(self) -> np.ndarray:
+        return _unpacked(self.bits).view(np.dtype(self.dtype))
+
+
+@dataclass(frozen=True)
+class _Zipped:
+    """A string dictionary, pickled and compressed (a run's trace ids, attribute texts)."""
+
+    data: bytes
+
+    def unpack(self) -> list[str]:
+        import pickle
+        import zlib
+
+        out: list[str] = pickle.loads(zlib.decompress(self.data))
+        return out
+
+
+#: string dictionaries of more entries than this travel compressed
+_ZIP_ENTRIES = 64
+
+
+def _packed_strings(strings: dict[str, list[str]]) -> dict[str, Any]:
+    import pickle
+    import zlib
+
+    return {
+        k: _Zipped(zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), 1))
+        if len(v) > _ZIP_ENTRIES
+        else v
+        for k, v in strings.items()
+    }
+
+
+def _unpacked_strings(strings: dict[str, Any]) -> dict[str, list[str]]:
+    return {k: v.unpack() if isinstance(v, _Zipped) else v for k, v in strings.items()}
+
+
+def _parent_rows(span: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``parent`` (span ids) as references to the rows of ``span`` that hold them: each
+    row's distance back to such a row (int64), and, apart, the rows whose parent no row
+    holds (positions, values)."""
+    n = len(span)
+    order = np.argsort(span, kind="stable")
+    at = np.clip(np.searchsorted(span[order], parent), 0, n - 1)
+    ref = order[at]
+    found = span[ref] == parent
+    rel = np.where(found, np.arange(n, dtype=np.int64) - ref, 0).astype(np.int64)
+    lost = np.flatnonzero(~found)
+    patch = (_packed_column(lost, delta=True), _packed_column(parent[lost])) if len(lost) else None
+    return rel, patch
+
+
 def _unpacked(packed: Any) -> np.ndarray:
     return packed if isinstance(packed, np.ndarray) else packed.unpack()
 
@@ -489,9 +561,12 @@ class PackedTable:
     category: np.ndarray
     blocks: dict[int, dict[str, Any]]
     constant: dict[str, tuple[Any, str]]
-    strings: dict[str, list[str]]
+    strings: dict[str, Any]
     meta: dict[str, Any]
     empty: EventTable | None = None
+    #: parent span ids as references to rows: the rows whose parent no row holds
+    #: (positions, values), or None when they travel as themselves
+    parents: Any = None
 
     @classmethod
     def of(cls, table: EventTable) -> PackedTable:
@@ -506,11 +581,22 @@ class PackedTable:
             for k, v in table.columns.items()
             if n and is_constant(v) and k != "category"
         }
+        columns = dict(table.columns)
+        parents = None
+        if (
+            "parent_span_id" in columns
+            and "parent_span_id" not in constant
+            and columns.get("span_id", np.zeros(0)).dtype == columns["parent_span_id"].dtype
+        ):
+            columns["parent_span_id"], parents = _parent_rows(
+                table["span_id"], table["parent_span_id"]
+            )
+            parents = parents or ()
         blocks: dict[int, dict[str, Any]] = {}
         for code in np.unique(category).tolist():
             rows = np.flatnonzero(category == code)
             block: dict[str, Any] = {}
-            for k, v in table.columns.items():
+            for k, v in columns.items():
                 if k in constant or k == "category":
                     continue
                 if k == "end_ns":  # durations: narrower than the ends
@@ -519,7 +605,8 @@ class PackedTable:
                 block[k] = _packed_column(v[rows], delta=k == "start_ns")
             blocks[int(code)] = block
         order = tuple(table.columns)
-        return cls(n, order, category.copy(), blocks, constant, table.strings, table.meta)
+        strings = _packed_strings(table.strings)
+        return cls(n, order, category.copy(), blocks, constant, strings, table.meta, None, parents)
 
     def unpack(self) -> EventTable:
         from otel_ext.analysis.table import constant_column
@@ -539,8 +626,16 @@ class PackedTable:
         if "end_ns" in columns and "end_ns" not in self.constant:
             with np.errstate(over="ignore"):
                 columns["end_ns"] = columns["end_ns"] + columns["start_ns"]
+        if self.parents is not None:  # each row's parent: the span id of the row it names
+            ref = np.arange(self.n, dtype=np.int64) - columns["parent_span_id"]
+            parent = np.asarray(columns["span_id"])[ref]
+            if self.parents:
+                lost, values = self.parents
+                parent[_unpacked(lost)] = _unpacked(values)
+            columns["parent_span_id"] = parent
         columns["category"] = self.category
-        return EventTable({k: columns[k] for k in self.order}, self.strings, self.meta)
+        strings = _unpacked_strings(self.strings)
+        return EventTable({k: columns[k] for k in self.order}, strings, self.meta)
 
     def category_bytes(self) -> dict[int, int]:
         """Per category, the pickled bytes of its rows' columns (for the benchmark)."""
@@ -568,7 +663,7 @@ class PackedPoints:
 
     arrays: dict[str, Any]
     codes: dict[str, Any]
-    strings: dict[str, list[str]]
+    strings: dict[str, Any]
     left_out: int
 
     @classmethod
@@ -578,7 +673,7 @@ class PackedPoints:
             for k in ("time_ns", "start_time_ns", "values", "count")
         }
         codes = {k: _packed_column(v) for k, v in points.codes.items()}
-        return cls(arrays, codes, points.strings, points.left_out)
+        return cls(arrays, codes, _packed_strings(points.strings), points.left_out)
 
     def unpack(self) -> Any:
         from otel_ext.analysis.loaders import MetricPoints
@@ -586,9 +681,93 @@ class PackedPoints:
         a = {k: _unpacked(v) for k, v in self.arrays.items()}
         codes = {k: _unpacked(v) for k, v in self.codes.items()}
         return MetricPoints(
-            a["time_ns"], a["start_time_ns"], a["values"], a["count"], codes, self.strings,
-            self.left_out,
+            a["time_ns"], a["start_time_ns"], a["values"], a["count"], codes,
+            _unpacked_strings(self.strings), self.left_out,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PackedFields:
+    """A dataclass of numpy arrays (the critical path's
+    :class:`~otel_ext.analysis.critical_path_walk.WalkPieces`, the held rows'
+    :class:`~otel_ext.analysis.compute_samples.ComputeSamples`) as it travels: each
+    one-dimensional integer or float array packed as :class:`PackedTable` packs a column
+    (integer arrays as steps when that is narrower), the other fields as they are;
+    :meth:`unpack` gives the object back as unpickling it would (its fields set, no
+    ``__init__`` run), value for value and dtype for dtype.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Two:
+    ...     key: np.ndarray
+    ...     names: list
+    >>> x = Two(np.arange(10**12, 10**12 + 5000, 3), ["a"])
+    >>> back = PackedFields.of(x).unpack()
+    >>> np.array_equal(back.key, x.key), back.key.dtype == x.key.dtype, back.names
+    (True, True, ['a'])
+    """
+
+    cls: type
+    fields: dict[str, Any]
+
+    @classmethod
+    def of(cls, obj: Any) -> PackedFields:
+        import pickle
+
+        fields: dict[str, Any] = {}
+        for k, v in vars(obj).items():
+            if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iuf" and len(v):
+                packed = _packed_column(v)
+                if v.dtype == np.int64 and len(v) > 1:  # steps, when narrower
+                    steps = _packed_column(v, delta=True)
+                    if len(pickle.dumps(steps)) < len(pickle.dumps(packed)):
+                        packed = steps
+                fields[k] = packed
+            else:
+                fields[k] = v
+        return cls(type(obj), fields)
+
+    def unpack(self) -> Any:
+        obj: Any = object.__new__(self.cls)
+        for k, v in self.fields.items():
+            packed = isinstance(v, (_Offsets, _Same, _Whole, _Bits, _Distinct))
+            obj.__dict__[k] = _unpacked(v) if packed else v
+        return obj
+
+
+def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> dict[str, Any]:
+    """The held rows' busy intervals (:attr:`~otel_ext.analysis.per_rank.RankTables.device_busy`)
+    as they travel: per device and rank the starts as steps, the ends as lengths, each at
+    the width it needs; :func:`unpacked_busy` gives them back exactly.
+
+    >>> busy = {"d": [(0, np.array([10**18, 10**18 + 50]), np.array([10**18 + 7, 10**18 + 60]))]}
+    >>> back = unpacked_busy(packed_busy(busy))
+    >>> [(r, s.tolist(), e.tolist()) for r, s, e in back["d"]] == [
+    ...     (r, s.tolist(), e.tolist()) for r, s, e in busy["d"]]
+    True
+    """
+    out: dict[str, Any] = {}
+    for name, spans in busy.items():
+        packed = []
+        for rank, start, end in spans:
+            with np.errstate(over="ignore"):
+                length = end - start
+            packed.append((rank, _packed_column(start, delta=True), _packed_column(length)))
+        out[name] = packed
+    return out
+
+
+def unpacked_busy(packed: dict[str, Any]) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
+    """The busy intervals :func:`packed_busy` packed."""
+    out: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    for name, spans in packed.items():
+        got = []
+        for rank, start, length in spans:
+            s = _unpacked(start)
+            with np.errstate(over="ignore"):
+                got.append((rank, s, s + _unpacked(length)))
+        out[name] = got
+    return out
 
 
 def partition_pass(
