@@ -129,11 +129,6 @@ def _sim(folder: Path, size: str, requests: int) -> Path:
     return out
 
 
-#: kinds of the per-rank round that are not reduced rows
-_NOT_ROWS = ("summaries", "metric points (of the summaries)", "per-rank results", "positions",
-             "busy intervals")  # fmt: skip
-
-
 def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
     import distributed
 
@@ -158,7 +153,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
             received = dc.received_bytes
             rounds = dict(dc.received_by_round)
             by_kind = {k: list(v) for k, v in dc.received_by_category.items()}
-            unpacked = dc.unpacked_row_bytes
+            unpacked = dc.unpacked_round_bytes
             walk_unpacked = dc.unpacked_walk_bytes
             reduced_rows = dc.reduced_rows
             walked = (dc.pieces_fetched, dc.walked_partitions)
@@ -193,21 +188,20 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"{sent / 1e6:.1f} MB ({sent / sum(inflated):.2f}x inflated); now / before "
         f"{received / sent:.3f}"
     )
-    rows_now = sum(b for k, (_, b) in by_kind.items() if k not in _NOT_ROWS)
-    rows_now += by_kind.get("metric points (of the summaries)", [0, 0])[1]
-    rows_now += by_kind.get("busy intervals", [0, 0])[1]
     print(
-        "  per-rank round by kind (rows, MB): "
+        "  per-rank round by kind (rows, MB; each kind pickled alone): "
         + ", ".join(
             f"{k} {n} {b / 1e6:.3f}"
             for k, (n, b) in sorted(by_kind.items(), key=lambda kv: -kv[1][1])
         )
     )
+    per_rank = rounds.get("per-rank", 0)
+    walk = rounds.get("walk", 0)
     print(
-        f"  reduced rows, metric points and busy intervals packed {rows_now / 1e6:.2f} MB, as "
-        f"they pickle unpacked (before the packing) {unpacked / 1e6:.2f} MB: packed / "
-        f"before {rows_now / max(unpacked, 1):.3f}; the walk round {rounds.get('walk', 0) / 1e6:.2f} MB "
-        f"packed, {walk_unpacked / 1e6:.2f} MB unpacked"
+        f"  packed / unpacked (before the packing, measured in this run): per-rank round "
+        f"{per_rank / 1e6:.2f} / {unpacked / 1e6:.2f} MB ({per_rank / max(unpacked, 1):.3f}), "
+        f"walk round {walk / 1e6:.2f} / {walk_unpacked / 1e6:.2f} MB "
+        f"({walk / max(walk_unpacked, 1):.3f})"
     )
     print(
         f"  worker peak RSS growth: {growth_mb:.0f} MB (largest of {workers}); "

@@ -21,7 +21,9 @@ cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
   activity, runtime calls, collectives, layers, requests, links; not the host operators);
   then the client runs matching, alignment, stragglers, critical path, imbalance, roofline,
   requests and findings over them, as in process (which runs the same two phases): the
-  report is the same document. The few passes that read a file again (engine steps of OTLP
+  report is the same document. The rows, the metric points, the busy intervals, the walk's
+  pieces and the held samples travel packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`
+  and its kin: lossless, unpacked on arrival to what was packed). The few passes that read a file again (engine steps of OTLP
   span files, vLLM/SGLang request spans, collective-call sizes of small profiler files) run
   on the workers too, one job per file.
 
@@ -238,21 +240,29 @@ def _pieces_pass(
         return _Raised(e)
 
 
-def _tables_of(kept: Any) -> Any:
+def _tables_of(kept: Any, measure: bool = False) -> Any:
     """Run on a worker: a partition's per-rank results without the walk rows, which stay
     there for the critical path, with the reduced rows' positions and the rows themselves
     packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`: lossless), or the
-    partition's error, passed on."""
+    partition's error, passed on. With ``measure``, also what the answer weighs unpacked
+    (the results with the rows as they are and the packed positions, pickled here: their
+    shared strings once, as one pickle of them keeps them), else 0."""
+    from dataclasses import replace
+
     from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable, packed_busy
 
     if isinstance(kept, _Raised):
         return kept
     out = kept.without_walk()
     packed = [PackedPositions.of(w) for w in out.reduced_positions]
-    rows = [PackedTable.of(t) for t in out.reduced]
-    busy = packed_busy(out.device_busy)
-    out.reduced_positions, out.reduced, out.device_busy = [], [], {}
-    return out, packed, rows, busy
+    unpacked = _pickled_size((replace(out, reduced_positions=[]), packed)) if measure else 0
+    # the packed rows and intervals in the results' place: one object, which Dask pickles
+    # as one (the elements of a tuple it pickles apart), so that the strings the rows and the
+    # kernel statistics share travel once
+    out.reduced = [PackedTable.of(t) for t in out.reduced]
+    out.device_busy = packed_busy(out.device_busy)
+    out.reduced_positions = []
+    return out, packed, unpacked
 
 
 def _walk_pass(
@@ -525,12 +535,13 @@ class DaskCluster:
         #: "metric points" (of the summaries), "per-rank results" (breakdowns, kernel
         #: statistics), "busy intervals", "positions", and each category of reduced rows
         self.received_by_category: dict[str, list[int]] = {}
-        #: of the last per-rank round (when measured), the reduced rows' and metric points'
-        #: pickled bytes as :class:`~otel_ext.analysis.table.EventTable` and
-        #: :class:`~otel_ext.analysis.loaders.MetricPoints` pickle them (how they travelled
-        #: before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable` and
-        #: :class:`~otel_ext.analysis.per_rank_jobs.PackedPoints`)
-        self.unpacked_row_bytes = 0
+        #: of the last per-rank round (when measured), what its answers weigh unpacked (the
+        #: rows as :class:`~otel_ext.analysis.table.EventTable` pickles them, the metric
+        #: points as :class:`~otel_ext.analysis.loaders.MetricPoints` does: how they
+        #: travelled before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable` and its
+        #: kin); the kinds of :attr:`received_by_category` are pickled one by one, so a
+        #: dictionary two kinds share counts in each
+        self.unpacked_round_bytes = 0
         #: of the last walk round (when measured), what its answers weighed unpacked
         self.unpacked_walk_bytes = 0
         #: the reduced rows (what the cross-rank passes read) of the last per-rank phase
@@ -562,6 +573,8 @@ class DaskCluster:
             InputError: the first bad file or record, unless ``keep_going`` (as in process).
             OtelExtError: a bad ``steps``; a worker died, or cannot import otel-ext.
         """
+        from dataclasses import replace
+
         from otel_ext.analysis import per_rank_jobs as jobs
         from otel_ext.analysis.loaders import load_paths
         from otel_ext.analysis.per_rank import merge_rank_tables, per_rank_tables
@@ -570,7 +583,7 @@ class DaskCluster:
 
         executor = _KeepingExecutor(self.client, steps, measure=self.measure)
         self.received_by_category = {}
-        self.unpacked_row_bytes = 0
+        self.unpacked_round_bytes = 0
         try:
             with self._worker_errors():
                 load = load_paths(
@@ -633,7 +646,9 @@ class DaskCluster:
                         _pieces_pass, pieces, [True] * len(pieces), owned, hold, busy, pure=False
                     )
                     walks.append((part.ranks, kept_part, False))
-                    futures.append(self.client.submit(_tables_of, kept_part, pure=False))
+                    futures.append(
+                        self.client.submit(_tables_of, kept_part, self.measure, pure=False)
+                    )
                 parts = []
                 answers_bytes = 0
                 for f in futures:
@@ -642,19 +657,19 @@ class DaskCluster:
                         raise answer.error
                     if self.measure:
                         answers_bytes += _pickled_size(answer)
-                    tables, packed, rows, busy = answer
+                    tables, packed, unpacked = answer
+                    rows, busy = tables.reduced, tables.device_busy
                     if self.measure:
                         by = self.received_by_category
                         _count_rows(by, rows)
-                        by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(tables)
+                        results = replace(tables, reduced=[], device_busy={})
+                        by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(results)
                         by.setdefault("positions", [0, 0])[1] += _pickled_size(packed)
                         by.setdefault("busy intervals", [0, 0])[1] += _pickled_size(busy)
                     tables.reduced_positions = [p.unpack() for p in packed]
                     tables.reduced = [t.unpack() for t in rows]
                     tables.device_busy = jobs.unpacked_busy(busy)
-                    if self.measure:  # the reference: the rows as they travelled unpacked
-                        self.unpacked_row_bytes += sum(_pickled_size(t) for t in tables.reduced)
-                        self.unpacked_row_bytes += _pickled_size(tables.device_busy)
+                    self.unpacked_round_bytes += unpacked
                     parts.append(tables)
                 walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
         finally:
@@ -668,7 +683,9 @@ class DaskCluster:
                 sum(len(s.metrics) for s in summaries if s is not None and s.metrics is not None),
                 executor.metric_bytes,
             ]
-            self.unpacked_row_bytes += executor.unpacked_point_bytes
+            self.unpacked_round_bytes += (
+                executor.received_bytes - executor.metric_bytes + executor.unpacked_point_bytes
+            )
         self.received_bytes = received
         self.received_by_round = {"per-rank": received}
         joining = (plan, decision.rank_runs)

@@ -18,7 +18,10 @@ on the workers:
 4. :func:`partition_pass` (one job per partition, on its pieces): join them and run
    :func:`~otel_ext.analysis.per_rank.per_rank_tables`; only its
    :class:`~otel_ext.analysis.per_rank.RankTables` travel to the client, which puts each
-   file's reduced rows back in order (:func:`reassemble`).
+   file's reduced rows back in order (:func:`reassemble`). The reduced rows travel as a
+   :class:`PackedTable` (category by category, each column at the width it needs), the
+   metric points as :class:`PackedPoints`, the busy intervals through :func:`packed_busy`,
+   the walk's pieces and held samples as :class:`PackedFields`: all lossless.
 
 The functions are plain (no Dask here): :mod:`otel_ext.analysis.dask_backend` submits them.
 
@@ -497,6 +500,11 @@ class _Zipped:
 #: string dictionaries of more entries than this travel compressed
 _ZIP_ENTRIES = 64
 
+#: ... but for these: the kernel statistics that travel with the rows name kernels by the
+#: same string objects, which one pickle of both sends once (compressed here, they would
+#: travel twice)
+_ZIP_SKIP = frozenset({"name"})
+
 
 def _packed_strings(strings: dict[str, list[str]]) -> dict[str, Any]:
     import pickle
@@ -504,7 +512,7 @@ def _packed_strings(strings: dict[str, list[str]]) -> dict[str, Any]:
 
     return {
         k: _Zipped(zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), 1))
-        if len(v) > _ZIP_ENTRIES
+        if len(v) > _ZIP_ENTRIES and k not in _ZIP_SKIP
         else v
         for k, v in strings.items()
     }
