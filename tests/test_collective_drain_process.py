@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.instrumentation.collective_drain_process import decode_frames
+from otel_ext.instrumentation.collective_drain_process import END, decode_frames
 
 torch = pytest.importorskip("torch")
 from conftest import require  # noqa: E402
@@ -93,13 +93,16 @@ def _records(draw: Any) -> tuple[Any, ...]:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    items=st.lists(st.one_of(_records(), st.integers(1, 2**62)), max_size=12),
+    items=st.lists(st.one_of(_records(), st.integers(1, 2**62), st.just(END)), max_size=12),
     cuts=st.lists(st.integers(0, 4000), max_size=6),
 )
 def test_frames_decode_to_what_was_encoded_whatever_the_pieces(
     items: list[Any], cuts: list[int]
 ) -> None:
-    stream = b"".join(_marker(i) if isinstance(i, int) else _encode(i) for i in items)
+    stream = b"".join(
+        _marker(i) if isinstance(i, int) else struct.pack("=IB", 1, 3) if i == END else _encode(i)
+        for i in items
+    )
     got: list[Any] = []
     buf = bytearray()
     last = 0
@@ -111,7 +114,9 @@ def test_frames_decode_to_what_was_encoded_whatever_the_pieces(
         del buf[:used]
     assert not buf
     want = [
-        i if isinstance(i, int) else (*i[:1], i[1] or "", *i[2:19], _parent(i[19]), i[20])
+        i
+        if isinstance(i, int) or i == END
+        else (*i[:1], i[1] or "", *i[2:19], _parent(i[19]), i[20])
         for i in items
     ]
     assert got == want
@@ -446,3 +451,46 @@ def test_configure_records_its_arguments_for_the_drain_process(tmp_path: Path) -
         assert "set_global" not in args
     finally:
         tel.shutdown()
+
+
+_FORKED = textwrap.dedent(
+    """
+    import json, os, signal, socket, sys, time
+    import torch, torch.distributed as dist
+    from otel_ext.exporters import configure
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    tel = configure(traces_exporter="file", metrics_exporter="none", file_dir=sys.argv[1],
+                    env={}, set_global=False)
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(telemetry=tel, drain="process")
+    process = inst._state.drain_process
+    child = os.fork()
+    if child == 0:  # a DataLoader-like worker: holds a copy of the socket, does nothing
+        time.sleep(60)
+        os._exit(0)
+    for _ in range(10):
+        dist.all_reduce(torch.ones(8))
+    t0 = time.monotonic(); inst.uninstrument(); took = time.monotonic() - t0
+    code = process.proc.returncode
+    os.kill(child, signal.SIGKILL); os.waitpid(child, 0)
+    tel.shutdown()
+    print(json.dumps({"took": took, "code": code}))
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_a_forked_child_holding_the_socket_does_not_keep_the_drain_process_waiting(
+    tmp_path: Path,
+) -> None:
+    got = _run([_FORKED, str(tmp_path)])
+    assert got["code"] == 0  # it exited by itself, on the end frame (not killed)
+    assert got["took"] < 10
+    from otel_ext.exporters import read_spans
+
+    names = [s.name for f in tmp_path.glob("traces*.jsonl") for s in read_spans(f)]
+    assert names.count("accel.collective") == 10

@@ -24,8 +24,10 @@ inherited descriptor, ``python -m otel_ext.instrumentation.collective_drain_proc
 * workload to drain: first a configuration (``u32`` length, JSON), then frames of ``u32``
   body length and ``u8`` kind: kind 1 a record (:data:`_RECORD`, then six strings of ``u32``
   length and UTF-8 bytes, ``0xffffffff`` for none: group, dtype, device, error type, error
-  message, trace state), kind 2 a flush marker (``i64`` token). Native byte order (both ends
-  are on one host).
+  message, trace state), kind 2 a flush marker (``i64`` token), kind 3 the end (sent by the
+  workload's Python side once the native hook has closed its descriptor: a forked child that
+  still holds a copy of the socket does not keep the drain process waiting). Native byte
+  order (both ends are on one host).
 * drain to workload: JSON lines: ``{"ready": true}`` once its providers are built (or
   ``{"error": "..."}`` and exit), ``{"ack": TOKEN}`` once every record before marker TOKEN
   is a span and a metric point and its providers have been flushed.
@@ -66,6 +68,9 @@ _NONE = 0xFFFFFFFF
 _NONE_INT = -(2**63)  # the C++ side's "no value" (INT64_MIN)
 _KIND_RECORD = 1
 _KIND_MARKER = 2
+_KIND_END = 3
+#: what :func:`decode_frames` gives for the end frame
+END = "end"
 #: socket buffer asked for on both ends (the kernel may grant less)
 _SOCKET_BYTES = 4 << 20
 #: the longest the drain process may take to start (import, providers) before the
@@ -80,8 +85,8 @@ class DrainProcessError(RuntimeError):
 def decode_frames(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Any], int]:
     """The frames in ``buf[start:]``: records as tuples (the layout of the native hook's
     ``drain``, with the parent as ``(valid, trace_id, span_id, flags, remote, trace_state)``
-    in place of the context) and markers as their ``int`` tokens; and the offset of the first
-    incomplete frame (where the next call starts).
+    in place of the context), markers as their ``int`` tokens and the end as :data:`END`;
+    and the offset of the first incomplete frame (where the next call starts).
 
     Raises:
         ValueError: a frame of an unknown kind or of an impossible length (the stream is
@@ -101,6 +106,8 @@ def decode_frames(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[
         at = pos + _FRAME.size
         if kind == _KIND_MARKER:
             out.append(_I64.unpack_from(view, at)[0])
+        elif kind == _KIND_END:
+            out.append(END)
         elif kind == _KIND_RECORD:
             f = _RECORD.unpack_from(view, at)
             at += _RECORD.size
@@ -285,7 +292,12 @@ class DrainProcess:
 
     def close(self, timeout_s: float | None) -> bool:
         """Close the workload's end (the drain process then finishes and exits) and wait for
-        it; killed when it takes longer than ``timeout_s``. Whether it exited cleanly."""
+        it; killed when it takes longer than ``timeout_s``. Whether it exited cleanly. Call it
+        after the native hook's shutdown (which closes the hook's descriptor)."""
+        try:
+            self.sock.sendall(_FRAME.pack(1, _KIND_END))
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:
@@ -426,7 +438,11 @@ def _serve(sock: socket.socket, config: dict[str, Any]) -> int:
             break
         del buf[:used]
         emitter.begin()
+        ended = False
         for item in items:
+            if item is END:
+                ended = True
+                break
             if type(item) is int:
                 emitter.add_counted()
                 telemetry.force_flush()
@@ -440,6 +456,8 @@ def _serve(sock: socket.socket, config: dict[str, Any]) -> int:
             except Exception as exc:
                 _LOG.debug("collective record: %s: %s", type(exc).__name__, exc)
         emitter.add_counted()
+        if ended:
+            break
         if interval > 0 and not any(type(i) is int for i in items):
             time.sleep(min(interval, 0.2))  # batch: fewer, larger reads
     emitter.add_counted()
