@@ -494,3 +494,55 @@ def test_a_forked_child_holding_the_socket_does_not_keep_the_drain_process_waiti
 
     names = [s.name for f in tmp_path.glob("traces*.jsonl") for s in read_spans(f)]
     assert names.count("accel.collective") == 10
+
+
+_OTLP = textwrap.dedent(
+    """
+    import json, socket, sys
+    import torch, torch.distributed as dist
+    from otel_ext.exporters import configure
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    tel = configure(traces_exporter="otlp", metrics_exporter="otlp", protocol="http/protobuf",
+                    endpoint=sys.argv[1], service_name="otlp-drain", env={}, set_global=False)
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(telemetry=tel, drain="process")
+    process = inst._state.drain_process is not None
+    with tel.tracer_provider.get_tracer("job").start_as_current_span("step"):
+        for _ in range(7):
+            dist.all_reduce(torch.ones(8))
+    flushed = inst.flush(30)
+    inst.uninstrument()
+    tel.shutdown()
+    print(json.dumps({"process": process, "flushed": flushed}))
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(200)
+def test_the_drain_process_exports_over_otlp_http_to_a_real_receiver() -> None:
+    """The drain process builds the workload's OTLP/HTTP exporters: a real receiver gets the
+    collective spans (with the workload's resource) and the collective metrics."""
+    from otlp_receivers import HttpOtlpReceiver
+
+    receiver = HttpOtlpReceiver()
+    receiver.start()
+    try:
+        got = _run([_OTLP, receiver.endpoint])
+        assert got["process"] is True and got["flushed"] is True
+        assert receiver.wait_for_spans({"accel.collective", "step"}, 20)
+        assert receiver.span_names().count("accel.collective") == 7
+        assert receiver.wait_for_metric("accel.collective.duration", 20)
+        services = {
+            kv.value.string_value
+            for request in receiver.store.trace_requests
+            for rs in request.resource_spans
+            for kv in rs.resource.attributes
+            if kv.key == "service.name"
+        }
+        assert services == {"otlp-drain"}
+    finally:
+        receiver.stop()
