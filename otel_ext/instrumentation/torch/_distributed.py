@@ -1069,11 +1069,12 @@ class _State:
             if (remaining is not None and remaining <= 0) or hook.sink_broken():
                 return False
             time.sleep(0.001)
-        if hook.sink_broken() or not self.drain_process.alive():
-            return False
-        self.markers += 1
-        hook.request_marker(self.markers)
-        return bool(self.drain_process.wait_ack(self.markers, left()))
+        with self.drain_lock:  # one marker and one reader of the answers at a time
+            if hook.sink_broken() or not self.drain_process.alive():
+                return False
+            self.markers += 1
+            hook.request_marker(self.markers)
+            return bool(self.drain_process.wait_ack(self.markers, left()))
 
     def close(self, timeout: float | None = 30.0) -> None:
         atexit.unregister(self.close_at_exit)
