@@ -546,3 +546,53 @@ def test_the_drain_process_exports_over_otlp_http_to_a_real_receiver() -> None:
         assert services == {"otlp-drain"}
     finally:
         receiver.stop()
+
+
+_UNKNOWN_THERE = textwrap.dedent(
+    """
+    import json, socket, logging
+    import torch, torch.distributed as dist
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from otel_ext.exporters import configure, register_span_exporter
+    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
+    logging.basicConfig(level=logging.WARNING)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    memory = InMemorySpanExporter()
+    register_span_exporter("in-this-process", lambda settings: memory)
+    tel = configure(traces_exporter="in-this-process", metrics_exporter="none", env={},
+                    set_global=False)
+    inst = TorchDistributedInstrumentor()
+    inst.instrument(telemetry=tel, drain="process")
+    process = inst._state.drain_process
+    for _ in range(4):
+        dist.all_reduce(torch.ones(4))
+    inst.flush(20)
+    tel.force_flush()
+    print(json.dumps({"process": process is not None,
+                      "spans": len(memory.get_finished_spans())}))
+    inst.uninstrument()
+    tel.shutdown()
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_drain_process_that_cannot_build_the_exporters_says_why_and_the_thread_drains() -> None:
+    """An exporter registered in the workload's code is unknown in the drain process: it
+    answers with the error, the workload logs it once and drains in process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _UNKNOWN_THERE],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"process": False, "spans": 4}
+    assert "drain process did not start" in proc.stderr
+    assert "in-this-process" in proc.stderr
+    assert "draining in this process" in proc.stderr

@@ -226,10 +226,14 @@ class DrainProcess:
                 except OSError:
                     pass
         try:
+            # the workload's import path, so the drain process imports the otel_ext it runs
+            # (a path added in code, not only through PYTHONPATH)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                [sys.executable or "python3", "-m", __name__, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
+                env=env,
             )
         except OSError as exc:
             ours.close()
