@@ -24,6 +24,10 @@ Printed per set:
   read), measured on the warm run; *loaded tables* what the loading-only backend sent
   before (each file's whole decoded table, metric points and skipped records), and the
   ratio now / loaded tables;
+* the per-rank round packed against its answers unpacked (what they weighed before the
+  packing, pickled on the workers in the same run) and by kind (each kind pickled alone, so a
+  dictionary two kinds share counts in each), the walk round packed and unpacked, and the
+  packing's own cost on the set's reduced rows in process;
 * worker memory: each worker's peak RSS growth over its RSS once the loaders are imported
   (``VmHWM`` after a reset through ``/proc/self/clear_refs``; a fresh ``LocalCluster`` per
   set), the larger of the workers, per GB of the set's largest inflated file (a worker
@@ -129,6 +133,39 @@ def _sim(folder: Path, size: str, requests: int) -> Path:
     return out
 
 
+def _pack_cost(paths: list[Path], keep_going: bool) -> str:
+    """The packing's own cost on the set's reduced rows as one partition leaves them (in
+    process, best of 5): ``PackedTable.of`` and ``unpack``, against pickling them."""
+    import numpy as np
+
+    from otel_ext.analysis.captures import separate_captures
+    from otel_ext.analysis.loaders import load_paths
+    from otel_ext.analysis.per_rank import per_rank_tables
+    from otel_ext.analysis.per_rank_jobs import PackedTable
+    from otel_ext.analysis.steps import select_steps
+
+    load = load_paths(paths, keep_going=keep_going, workers=1)
+    formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
+    whole, _ = separate_captures(load.table, formats=formats, one_run=False)
+    whole, _ = select_steps(whole, "complete")
+    (rows,) = per_rank_tables(whole, positions=np.arange(len(whole)), hold=True).reduced
+
+    def best(fn: Any) -> float:
+        out = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return min(out)
+
+    packed = PackedTable.of(rows)
+    return (
+        f"{len(rows)} rows: pack {best(lambda: PackedTable.of(rows)) * 1e3:.1f} ms, unpack "
+        f"{best(packed.unpack) * 1e3:.1f} ms (pickling them unpacked "
+        f"{best(lambda: pickle.dumps(rows, protocol=5)) * 1e3:.1f} ms)"
+    )
+
+
 def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
     import distributed
 
@@ -203,6 +240,7 @@ def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_goi
         f"walk round {walk / 1e6:.2f} / {walk_unpacked / 1e6:.2f} MB "
         f"({walk / max(walk_unpacked, 1):.3f})"
     )
+    print(f"  the packing alone, in process: {_pack_cost(paths, keep_going)}")
     print(
         f"  worker peak RSS growth: {growth_mb:.0f} MB (largest of {workers}); "
         f"{growth_mb / largest_gb / 1000:.2f} GB per GB of the largest file, "
