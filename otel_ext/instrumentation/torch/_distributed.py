@@ -639,7 +639,17 @@ class _State:
         except DrainProcessError as exc:
             log_once("torch.distributed.drain_process", "%s; draining in this process", exc)
             return
-        hook.set_sink(process.descriptor(), _SPAN_KEY, max(self.capacity, 1024) * 256)
+        try:
+            hook.set_sink(process.descriptor(), _SPAN_KEY, max(self.capacity, 1024) * 256)
+        except Exception as exc:  # never leave a drain process nobody sends to
+            process.kill()
+            log_once(
+                "torch.distributed.drain_process",
+                "%s: %s; draining in this process",
+                type(exc).__name__,
+                exc,
+            )
+            return
         self.drain_process = process
 
     def close_at_exit(self) -> None:
@@ -1181,6 +1191,11 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             state.close(1.0)
             from otel_ext.instrumentation.torch import _c10d_native
 
+            if state.drain_mode == "process":
+                log_once(
+                    "torch.distributed.drain_process",
+                    "drain='process' needs the native kernels; draining in this process",
+                )
             log_once(
                 "torch.distributed.native",
                 "native collective hook unavailable (%s); using the Python hook",
