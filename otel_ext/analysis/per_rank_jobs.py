@@ -575,9 +575,14 @@ class PackedTable:
     #: parent span ids as references to rows: the rows whose parent no row holds
     #: (positions, values), or None when they travel as themselves
     parents: Any = None
+    #: the rows whose parent row is in the table (no cycle leads back to them), as bits:
+    #: their integer columns may travel as differences from the parent row's
+    children: np.ndarray | None = None
 
     @classmethod
     def of(cls, table: EventTable) -> PackedTable:
+        import pickle
+
         from otel_ext.analysis.table import is_constant
 
         n = len(table)
@@ -591,6 +596,8 @@ class PackedTable:
         }
         columns = dict(table.columns)
         parents = None
+        child = np.zeros(n, dtype=bool)
+        ref = np.arange(n, dtype=np.int64)
         if (
             "parent_span_id" in columns
             and "parent_span_id" not in constant
@@ -599,38 +606,64 @@ class PackedTable:
             columns["parent_span_id"], parents = _parent_rows(
                 table["span_id"], table["parent_span_id"]
             )
+            ref = ref - columns["parent_span_id"]
+            child = _acyclic_children(ref, parents)
             parents = parents or ()
         blocks: dict[int, dict[str, Any]] = {}
         for code in np.unique(category).tolist():
-            rows = np.flatnonzero(category == code)
-            block: dict[str, Any] = {}
-            for k, v in columns.items():
-                if k in constant or k == "category":
+            for kid in (False, True):
+                rows = np.flatnonzero((category == code) & (child == kid))
+                if len(rows) == 0:
                     continue
-                if k == "end_ns":  # durations: narrower than the ends
-                    with np.errstate(over="ignore"):
-                        v = v - table["start_ns"]
-                block[k] = _packed_column(v[rows], delta=k == "start_ns")
-            blocks[int(code)] = block
+                block: dict[str, Any] = {}
+                for k, v in columns.items():
+                    if k in constant or k == "category":
+                        continue
+                    if k == "end_ns":  # durations: narrower than the ends
+                        with np.errstate(over="ignore"):
+                            v = v - table["start_ns"]
+                    packed = _packed_column(v[rows], delta=k == "start_ns")
+                    if kid and v.dtype.kind in "iu" and k not in _NOT_RELATIVE:
+                        with np.errstate(over="ignore"):
+                            diff = _packed_column(v[rows] - v[ref[rows]])
+                        if len(pickle.dumps(diff)) < len(pickle.dumps(packed)):
+                            packed = _FromParent(diff)
+                    block[k] = packed
+                blocks[2 * int(code) + kid] = block
         order = tuple(table.columns)
         strings = _packed_strings(table.strings)
-        return cls(n, order, category.copy(), blocks, constant, strings, table.meta, None, parents)
+        kids = np.packbits(child) if child.any() else None
+        return cls(
+            n, order, category.copy(), blocks, constant, strings, table.meta, None, parents, kids
+        )  # fmt: skip
 
     def unpack(self) -> EventTable:
         from otel_ext.analysis.table import constant_column
 
         if self.empty is not None:
             return self.empty
+        child = np.zeros(self.n, dtype=bool)
+        if self.children is not None:
+            child = np.unpackbits(self.children, count=self.n).astype(bool)
         columns: dict[str, np.ndarray] = {}
         for k, (value, dtype) in self.constant.items():
             columns[k] = constant_column(value, np.dtype(dtype), self.n)
-        for code, block in self.blocks.items():
-            rows = np.flatnonzero(self.category == code)
+        relative: dict[str, list[np.ndarray]] = {}
+        for key, block in self.blocks.items():
+            code, kid = divmod(key, 2)
+            rows = np.flatnonzero((self.category == code) & (child == bool(kid)))
             for k, packed in block.items():
+                if isinstance(packed, _FromParent):
+                    relative.setdefault(k, []).append(rows)
+                    packed = packed.diff
                 values = _unpacked(packed)
                 if k not in columns:
                     columns[k] = np.empty(self.n, dtype=values.dtype)
                 columns[k][rows] = values
+        if relative:  # each from its parent row's, parents first
+            ref = np.arange(self.n, dtype=np.int64) - columns["parent_span_id"]
+            for k, rows_of in relative.items():
+                _from_parents(columns[k], ref, np.concatenate(rows_of))
         if "end_ns" in columns and "end_ns" not in self.constant:
             with np.errstate(over="ignore"):
                 columns["end_ns"] = columns["end_ns"] + columns["start_ns"]
@@ -649,10 +682,57 @@ class PackedTable:
         """Per category, the pickled bytes of its rows' columns (for the benchmark)."""
         import pickle
 
-        return {
-            c: len(pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL))
-            for c, b in self.blocks.items()
-        }
+        out: dict[int, int] = {}
+        for key, b in self.blocks.items():
+            size = len(pickle.dumps(b, protocol=pickle.HIGHEST_PROTOCOL))
+            out[key // 2] = out.get(key // 2, 0) + size
+        return out
+
+
+#: columns that never travel as differences from the parent row's: the references
+#: themselves, the ends (durations already), the category (the blocks')
+_NOT_RELATIVE = frozenset({"span_id", "parent_span_id", "end_ns", "category"})
+
+
+@dataclass(frozen=True)
+class _FromParent:
+    """A child block's column as each row's difference from its parent row's value."""
+
+    diff: Any
+
+
+def _acyclic_children(ref: np.ndarray, lost: Any) -> np.ndarray:
+    """The rows whose parent row is another row of the table and whose chain of parents
+    ends at a row without one (none in a cycle): what may travel relative to its parent."""
+    n = len(ref)
+    found = np.ones(n, dtype=bool)
+    if lost:
+        found[_unpacked(lost[0])] = False
+    child = found & (ref != np.arange(n))
+    resolved = ~child
+    while True:
+        ready = child & ~resolved & resolved[ref]
+        if not ready.any():
+            break
+        resolved |= ready
+    return child & resolved
+
+
+def _from_parents(column: np.ndarray, ref: np.ndarray, rows: np.ndarray) -> None:
+    """``column``'s ``rows`` hold differences from their parent rows' values: add those,
+    each row after its parent (a parent that is itself among ``rows`` first)."""
+    pending = np.zeros(len(column), dtype=bool)
+    pending[rows] = True
+    for _ in range(len(rows) + 1):
+        ready = pending & ~pending[ref]
+        if not ready.any():
+            break
+        at = np.flatnonzero(ready)
+        with np.errstate(over="ignore"):
+            column[at] = column[at] + column[ref[at]]
+        pending[at] = False
+    if pending.any():
+        raise ValueError("a packed table's parent references form a cycle")
 
 
 @dataclass(frozen=True)
