@@ -701,16 +701,22 @@ class _FromParent:
     diff: Any
 
 
+#: a row this many parents or more below a row without one travels as itself (each level
+#: costs the client one pass over the table's rows)
+_MAX_DEPTH = 32
+
+
 def _acyclic_children(ref: np.ndarray, lost: Any) -> np.ndarray:
     """The rows whose parent row is another row of the table and whose chain of parents
-    ends at a row without one (none in a cycle): what may travel relative to its parent."""
+    ends, within :data:`_MAX_DEPTH` rows, at a row without one (none in a cycle): what may
+    travel relative to its parent."""
     n = len(ref)
     found = np.ones(n, dtype=bool)
     if lost:
         found[_unpacked(lost[0])] = False
     child = found & (ref != np.arange(n))
     resolved = ~child
-    while True:
+    for _ in range(_MAX_DEPTH):
         ready = child & ~resolved & resolved[ref]
         if not ready.any():
             break
@@ -736,6 +742,36 @@ def _from_parents(column: np.ndarray, ref: np.ndarray, rows: np.ndarray) -> None
 
 
 @dataclass(frozen=True)
+class _JointCodes:
+    """Metric points' string codes as one index per point into their distinct combinations
+    (a point's series: a few hundred for thousands of points)."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    combos: np.ndarray
+    index: Any
+
+    @classmethod
+    def of(cls, codes: dict[str, np.ndarray]) -> _JointCodes | None:
+        names = tuple(codes)
+        if not names or len(codes[names[0]]) == 0:
+            return None
+        columns = [np.asarray(codes[k]).astype(np.int64) for k in names]
+        combos, index = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        if len(combos) > 65536:
+            return None
+        dtypes = tuple(codes[k].dtype.str for k in names)
+        return cls(names, dtypes, combos, _packed_column(index.reshape(-1).astype(np.int64)))
+
+    def unpack(self) -> dict[str, np.ndarray]:
+        rows = self.combos[_unpacked(self.index)]
+        return {
+            k: rows[:, i].astype(np.dtype(d))
+            for i, (k, d) in enumerate(zip(self.names, self.dtypes))
+        }
+
+
+@dataclass(frozen=True)
 class PackedPoints:
     """Metric points as they travel to the client: each column as :class:`PackedTable`
     packs one category's (lossless: :meth:`unpack` gives the points back, value for value
@@ -756,18 +792,27 @@ class PackedPoints:
 
     @classmethod
     def of(cls, points: Any) -> PackedPoints:
+        import pickle
+
         arrays = {
             k: _packed_column(getattr(points, k), delta=k == "time_ns")
             for k in ("time_ns", "start_time_ns", "values", "count")
         }
-        codes = {k: _packed_column(v) for k, v in points.codes.items()}
+        codes: dict[str, Any] = {k: _packed_column(v) for k, v in points.codes.items()}
+        joint = _JointCodes.of(points.codes)
+        if joint is not None and len(pickle.dumps(joint)) < len(pickle.dumps(codes)):
+            codes = {"": joint}
         return cls(arrays, codes, _packed_strings(points.strings), points.left_out)
 
     def unpack(self) -> Any:
         from otel_ext.analysis.loaders import MetricPoints
 
         a = {k: _unpacked(v) for k, v in self.arrays.items()}
-        codes = {k: _unpacked(v) for k, v in self.codes.items()}
+        joint = self.codes.get("")
+        if isinstance(joint, _JointCodes):
+            codes = joint.unpack()
+        else:
+            codes = {k: _unpacked(v) for k, v in self.codes.items()}
         return MetricPoints(
             a["time_ns"], a["start_time_ns"], a["values"], a["count"], codes,
             _unpacked_strings(self.strings), self.left_out,
