@@ -289,3 +289,26 @@ def test_children_relative_to_their_parents_unpack_exactly(
     if n > 50:  # the children's starts and ranks travel from their parents'
         kinds = [type(v) for b in packed.blocks.values() for v in b.values()]
         assert jobs._FromParent in kinds
+
+
+def test_a_deep_chain_of_parents_is_bounded() -> None:
+    """A chain of 100 nested spans: the first 32 below the root travel from their parents,
+    the deeper ones as themselves (the client resolves at most 32 levels); all exact."""
+    from otel_ext.analysis import per_rank_jobs as jobs
+
+    n = 100
+    span = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(2**40 + 7)
+    parent = np.r_[np.uint64(0), span[:-1]]
+    start = np.arange(n, dtype=np.int64) * 3 + 10**18
+    rank = np.full(n, 5, np.int32)
+    rank[::7] = 6
+    t = EventTable(
+        {"start_ns": start, "end_ns": start + 100, "category": np.full(n, 8, np.int8),
+         "rank": rank, "span_id": span, "parent_span_id": parent},
+        {},
+        {},
+    )  # fmt: skip
+    packed = jobs.PackedTable.of(t)
+    _same_table(packed.unpack(), t)
+    assert packed.children is not None
+    assert int(np.unpackbits(packed.children, count=n).sum()) == jobs._MAX_DEPTH
