@@ -286,9 +286,34 @@ def test_children_relative_to_their_parents_unpack_exactly(
     )
     packed = jobs.PackedTable.of(t)
     _same_table(pickle.loads(pickle.dumps(packed)).unpack(), t)
-    if n > 50:  # the children's starts and ranks travel from their parents'
-        kinds = [type(v) for b in packed.blocks.values() for v in b.values()]
-        assert jobs._FromParent in kinds
+
+
+def test_kernels_travel_from_their_collectives() -> None:
+    """Communication kernels under collective spans of random ranks and times: their ranks
+    and starts travel as differences from their parents' (zero, and a few microseconds),
+    narrower than the values; exact."""
+    from otel_ext.analysis import per_rank_jobs as jobs
+
+    rng = np.random.default_rng(7)
+    m = 500
+    span = rng.integers(1, 2**62, 2 * m).astype(np.uint64)
+    start = np.r_[rng.integers(0, 2**50, m), np.zeros(m, np.int64)].astype(np.int64)
+    start[m:] = start[:m] + rng.integers(0, 5000, m)
+    rank = np.r_[rng.integers(0, 4096, m), np.zeros(m)].astype(np.int32)
+    rank[m:] = rank[:m]
+    parent = np.r_[np.zeros(m, np.uint64), span[:m]]
+    category = np.r_[np.full(m, int(Category.COLLECTIVE)), np.full(m, int(Category.KERNEL_COMM))]
+    t = EventTable(
+        {"start_ns": start, "end_ns": start + 40_000, "category": category.astype(np.int8),
+         "rank": rank, "span_id": span, "parent_span_id": parent},
+        {},
+        {},
+    )  # fmt: skip
+    packed = jobs.PackedTable.of(t)
+    _same_table(packed.unpack(), t)
+    kernels = packed.blocks[2 * int(Category.KERNEL_COMM) + 1]
+    assert isinstance(kernels["rank"], jobs._FromParent)
+    assert isinstance(kernels["start_ns"], jobs._FromParent)
 
 
 def test_a_deep_chain_of_parents_is_bounded() -> None:
