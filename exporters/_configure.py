@@ -35,7 +35,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +82,6 @@ __all__ = [
     "configure",
     "register_metrics_exporter",
     "register_span_exporter",
-    "telemetry_of",
 ]
 
 _log = logging.getLogger(__name__)
@@ -828,21 +826,10 @@ def configure(
         shutdown_timeout_s=timeout_s,
     )
     telemetry.arguments = arguments
-    _BY_TRACER_PROVIDER[tracer_provider] = telemetry
+    from otel_ext.instrumentation.collective_drain_process import remember_telemetry
+
+    remember_telemetry(telemetry)  # for instrument(drain="process"): the same providers there
     return telemetry
-
-
-#: configure()'s handles by their tracer provider (:func:`telemetry_of`)
-_BY_TRACER_PROVIDER: weakref.WeakKeyDictionary[Any, Telemetry] = weakref.WeakKeyDictionary()
-
-
-def telemetry_of(tracer_provider: Any) -> Telemetry | None:
-    """The :class:`Telemetry` whose tracer provider ``tracer_provider`` is, when
-    :func:`configure` made it (else ``None``)."""
-    try:
-        return _BY_TRACER_PROVIDER.get(tracer_provider)
-    except TypeError:  # not weak-referenceable: not ours
-        return None
 
 
 def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:

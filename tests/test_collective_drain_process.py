@@ -431,7 +431,7 @@ def test_drain_mode_and_link_provider_are_checked(monkeypatch: pytest.MonkeyPatc
 
 def test_configure_records_its_arguments_for_the_drain_process(tmp_path: Path) -> None:
     from otel_ext.exporters import configure
-    from otel_ext.exporters._configure import telemetry_of
+    from otel_ext.instrumentation.collective_drain_process import telemetry_of
 
     tel = configure(
         traces_exporter="file",

@@ -19,7 +19,7 @@ travel (nothing in the collective span uses them). ``link_provider`` (a Python c
 workload) cannot run there, so it needs the in-process drain.
 
 **Protocol** (one ``AF_UNIX`` stream socket pair; the drain process gets its end as an
-inherited descriptor, ``python -m otel_ext.instrumentation.collective_drain_process FD``):
+inherited descriptor, ``python -m otel_ext.exporters.collective_drain FD``):
 
 * workload to drain: first a configuration (``u32`` length, JSON), then frames of ``u32``
   body length and ``u8`` kind: kind 1 a record (:data:`_RECORD`, then six strings of ``u32``
@@ -50,10 +50,19 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["DrainProcess", "DrainProcessError", "decode_frames", "drain_configuration", "main"]
+__all__ = [
+    "DrainProcess",
+    "DrainProcessError",
+    "decode_frames",
+    "drain_configuration",
+    "remember_telemetry",
+    "run_drain_process",
+    "telemetry_of",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -76,10 +85,34 @@ _SOCKET_BYTES = 4 << 20
 #: the longest the drain process may take to start (import, providers) before the
 #: instrumentor gives up on it and drains in process
 START_TIMEOUT_S = 30.0
+#: the drain process's entry point (in the exporters: it builds providers with configure())
+_ENTRY = "otel_ext.exporters.collective_drain"
 
 
 class DrainProcessError(RuntimeError):
     """The drain process could not start (or said why it would not)."""
+
+
+#: configure()'s handles by their tracer provider (:func:`remember_telemetry`)
+_TELEMETRY: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def remember_telemetry(telemetry: Any) -> None:
+    """Called by :func:`otel_ext.configure` for each handle it returns, so that
+    ``instrument(drain="process")`` finds the arguments its providers were made with."""
+    try:
+        _TELEMETRY[telemetry.tracer_provider] = telemetry
+    except TypeError:  # a provider that cannot be weakly referenced: not found later
+        pass
+
+
+def telemetry_of(tracer_provider: Any) -> Any:
+    """The :class:`~otel_ext.exporters.Telemetry` whose tracer provider ``tracer_provider``
+    is, when :func:`otel_ext.configure` made it (else ``None``)."""
+    try:
+        return _TELEMETRY.get(tracer_provider)
+    except TypeError:  # not weak-referenceable: not ours
+        return None
 
 
 def decode_frames(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Any], int]:
@@ -230,7 +263,7 @@ class DrainProcess:
             # (a path added in code, not only through PYTHONPATH)
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             proc = subprocess.Popen(
-                [sys.executable or "python3", "-m", __name__, str(theirs.fileno())],
+                [sys.executable or "python3", "-m", _ENTRY, str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 env=env,
@@ -381,10 +414,9 @@ class _Contexts:
         return ctx
 
 
-def _serve(sock: socket.socket, config: dict[str, Any]) -> int:
+def _serve(sock: socket.socket, config: dict[str, Any], configure: Callable[..., Any]) -> int:
     from opentelemetry.metrics import NoOpMeterProvider
 
-    from otel_ext.exporters import configure
     from otel_ext.instrumentation._common import device_attributes, get_tracer, local_device
     from otel_ext.instrumentation.collective_records import CollectiveMetrics, NativeRecordEmitter
 
@@ -469,13 +501,15 @@ def _serve(sock: socket.socket, config: dict[str, Any]) -> int:
     return 0 if not lost else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m otel_ext.instrumentation.collective_drain_process FD``: serve the socket
-    ``FD`` (inherited from the instrumented process) until it closes."""
+def run_drain_process(argv: list[str] | None, configure: Callable[..., Any]) -> int:
+    """The drain process: serve the socket ``FD`` (``argv``'s one argument, inherited from the
+    instrumented process) until it ends, with providers from ``configure``
+    (:func:`otel_ext.configure`, handed in by ``python -m otel_ext.exporters.collective_drain``:
+    the instrumentation does not import the exporters)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or not args[0].isdigit():
         print(
-            "usage: python -m otel_ext.instrumentation.collective_drain_process FD "
+            f"usage: python -m {_ENTRY} FD "
             "(started by TorchDistributedInstrumentor with drain='process')",
             file=sys.stderr,
         )
@@ -486,8 +520,4 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"otel-ext collective drain: {exc}", file=sys.stderr)
         return 2
-    return _serve(sock, config)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return _serve(sock, config, configure)

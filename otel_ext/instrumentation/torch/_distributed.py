@@ -608,11 +608,11 @@ class _State:
         it; when it cannot start, say why (once) and drain in this process."""
         from opentelemetry.trace.propagation import _SPAN_KEY
 
-        from otel_ext.exporters._configure import telemetry_of
         from otel_ext.instrumentation.collective_drain_process import (
             DrainProcess,
             DrainProcessError,
             drain_configuration,
+            telemetry_of,
         )
 
         provider = self.tracer_provider_given or otel_trace.get_tracer_provider()
