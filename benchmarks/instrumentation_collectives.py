@@ -293,19 +293,7 @@ def _rank(
     names = ["bare", *[c.strip() for c in only.split(",") if c.strip() and c.strip() != "bare"]]
     results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for label, n in SIZES.items():
-        t = torch.ones(n)
-
-        def call(t: torch.Tensor = t) -> None:
-            dist.all_reduce(t)
-
-        def issue(t: torch.Tensor = t) -> tuple[int, int]:
-            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-            work = dist.all_reduce(t, async_op=True)
-            c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
-            work.wait()
-            return w1 - w0, c1 - c0
-
-        for kind, fn in ((label, call), (f"{label} issue", issue)):
+        for kind, fn in _call_kinds(label, n):
             for _ in range(50):
                 fn()
             for r in range(rounds):
@@ -325,6 +313,25 @@ def _rank(
     bench.close()
 
 
+def _call_kinds(label: str, n: int) -> list[tuple[str, Callable[[], object]]]:
+    """The two calls measured per payload of ``n`` float32: the whole sync ``all_reduce``
+    (``label``), and the issue of an async one (``label issue``: it times only the issuing
+    call, returning ``(wall ns, thread-CPU ns)``, then waits)."""
+    t = torch.ones(n)
+
+    def call() -> None:
+        dist.all_reduce(t)
+
+    def issue() -> tuple[int, int]:
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        work = dist.all_reduce(t, async_op=True)
+        c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+        work.wait()
+        return w1 - w0, c1 - c0
+
+    return [(label, call), (f"{label} issue", issue)]
+
+
 def _paired(
     bench: _Bench, config: str, blocks: int, block_iters: int
 ) -> dict[str, list[tuple[tuple[float, float], tuple[float, float]]]]:
@@ -338,19 +345,7 @@ def _paired(
         raise SystemExit("native hook unavailable: " + str(_native_status()))
     out: dict[str, list[tuple[tuple[float, float], tuple[float, float]]]] = {}
     for label, n in SIZES.items():
-        t = torch.ones(n)
-
-        def call(t: torch.Tensor = t) -> None:
-            dist.all_reduce(t)
-
-        def issue(t: torch.Tensor = t) -> tuple[int, int]:
-            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-            work = dist.all_reduce(t, async_op=True)
-            c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
-            work.wait()
-            return w1 - w0, c1 - c0
-
-        for kind, fn in ((label, call), (f"{label} issue", issue)):
+        for kind, fn in _call_kinds(label, n):
             rows = out.setdefault(kind, [])
             for i in range(blocks):
                 got: dict[bool, tuple[float, float]] = {}

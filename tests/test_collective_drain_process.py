@@ -142,19 +142,25 @@ def test_a_frame_of_an_unknown_kind_or_length_is_an_error_not_a_guess() -> None:
         decode_frames(bytes(bad) + b"xyz")
 
 
-_JOB = textwrap.dedent(
+#: what every job script starts with: its imports and a one-rank gloo group
+_PRELUDE = textwrap.dedent(
     """
-    import json, os, socket, sys, threading, time
+    import json, logging, os, signal, socket, sys, threading, time
     import torch, torch.distributed as dist
-    from opentelemetry import context, trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
     from otel_ext.exporters import configure
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-
-    mode, out = sys.argv[1], sys.argv[2]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    """
+)
+
+_JOB = _PRELUDE + textwrap.dedent(
+    """
+    from opentelemetry import context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    mode, out = sys.argv[1], sys.argv[2]
     tel = configure(traces_exporter="file", metrics_exporter="file", file_dir=out,
                     service_name="drain-test", env={}, set_global=False)
     inst = TorchDistributedInstrumentor()
@@ -198,9 +204,18 @@ _TIMING = {
 }
 
 
-def _run(args: list[str], timeout: float = 150) -> dict[str, Any]:
+def _run(
+    args: list[str], timeout: float = 150, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run a job script (``args``: it and its arguments) in a fresh interpreter; it must
+    succeed; its last line as JSON, with its ``stderr``."""
     proc = subprocess.run(
-        [sys.executable, "-c", *args], capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, "-c", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]), stderr=proc.stderr)
@@ -272,16 +287,8 @@ def test_the_drain_process_makes_the_spans_and_metrics_the_thread_drain_makes(
     assert any(k.startswith("accel.collective.duration") for k in totals)
 
 
-_KILLED = textwrap.dedent(
+_KILLED = _PRELUDE + textwrap.dedent(
     """
-    import json, socket, time
-    import torch, torch.distributed as dist
-    from otel_ext.exporters import configure
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-    import sys
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     tel = configure(traces_exporter="file", metrics_exporter="none", file_dir=sys.argv[1],
                     env={}, set_global=False)
     inst = TorchDistributedInstrumentor()
@@ -316,15 +323,8 @@ def test_a_killed_drain_process_costs_counted_drops_and_never_blocks(tmp_path: P
     assert got["loop_s"] < 60  # the workload went on (a blocked send would hang it)
 
 
-_DIES = textwrap.dedent(
+_DIES = _PRELUDE + textwrap.dedent(
     """
-    import json, os, socket, sys
-    import torch, torch.distributed as dist
-    from otel_ext.exporters import configure
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     tel = configure(traces_exporter="file", metrics_exporter="none", file_dir=sys.argv[1],
                     schedule_delay_s=3600, env={}, set_global=False)
     inst = TorchDistributedInstrumentor()
@@ -364,18 +364,12 @@ def test_a_workload_that_dies_leaves_a_drain_process_that_finishes_and_exits(
     assert not list(tmp_path.glob(f"*.{pid}.partial"))  # its file was finished, not left
 
 
-_FALLBACK = textwrap.dedent(
+_FALLBACK = _PRELUDE + textwrap.dedent(
     """
-    import json, socket, logging
-    import torch, torch.distributed as dist
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
     logging.basicConfig(level=logging.WARNING)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     exporter = InMemorySpanExporter()
     provider = TracerProvider(); provider.add_span_processor(SimpleSpanProcessor(exporter))
     inst = TorchDistributedInstrumentor()
@@ -395,21 +389,12 @@ _FALLBACK = textwrap.dedent(
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_without_configure_providers_it_says_why_and_drains_in_process() -> None:
-    env = dict(os.environ, OTEL_EXT_COLLECTIVE_DRAIN="process")
-    proc = subprocess.run(
-        [sys.executable, "-c", _FALLBACK],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _run([_FALLBACK], env=dict(os.environ, OTEL_EXT_COLLECTIVE_DRAIN="process"))
+    stderr = got.pop("stderr")
     require(got["native"], "native hook not loaded")
     assert got == {"process": False, "native": True, "spans": 3}
-    assert "needs the tracer provider of an otel_ext.configure() Telemetry" in proc.stderr
-    assert "draining in this process" in proc.stderr
+    assert "needs the tracer provider of an otel_ext.configure() Telemetry" in stderr
+    assert "draining in this process" in stderr
 
 
 def test_drain_mode_and_link_provider_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,15 +438,8 @@ def test_configure_records_its_arguments_for_the_drain_process(tmp_path: Path) -
         tel.shutdown()
 
 
-_FORKED = textwrap.dedent(
+_FORKED = _PRELUDE + textwrap.dedent(
     """
-    import json, os, signal, socket, sys, time
-    import torch, torch.distributed as dist
-    from otel_ext.exporters import configure
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     tel = configure(traces_exporter="file", metrics_exporter="none", file_dir=sys.argv[1],
                     env={}, set_global=False)
     inst = TorchDistributedInstrumentor()
@@ -496,15 +474,8 @@ def test_a_forked_child_holding_the_socket_does_not_keep_the_drain_process_waiti
     assert names.count("accel.collective") == 10
 
 
-_OTLP = textwrap.dedent(
+_OTLP = _PRELUDE + textwrap.dedent(
     """
-    import json, socket, sys
-    import torch, torch.distributed as dist
-    from otel_ext.exporters import configure
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     tel = configure(traces_exporter="otlp", metrics_exporter="otlp", protocol="http/protobuf",
                     endpoint=sys.argv[1], service_name="otlp-drain", env={}, set_global=False)
     inst = TorchDistributedInstrumentor()
@@ -548,17 +519,11 @@ def test_the_drain_process_exports_over_otlp_http_to_a_real_receiver() -> None:
         receiver.stop()
 
 
-_UNKNOWN_THERE = textwrap.dedent(
+_UNKNOWN_THERE = _PRELUDE + textwrap.dedent(
     """
-    import json, socket, logging
-    import torch, torch.distributed as dist
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from otel_ext.exporters import configure, register_span_exporter
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
     logging.basicConfig(level=logging.WARNING)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     memory = InMemorySpanExporter()
     register_span_exporter("in-this-process", lambda settings: memory)
     tel = configure(traces_exporter="in-this-process", metrics_exporter="none", env={},
@@ -583,16 +548,9 @@ _UNKNOWN_THERE = textwrap.dedent(
 def test_a_drain_process_that_cannot_build_the_exporters_says_why_and_the_thread_drains() -> None:
     """An exporter registered in the workload's code is unknown in the drain process: it
     answers with the error, the workload logs it once and drains in process."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _UNKNOWN_THERE],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _run([_UNKNOWN_THERE])
+    stderr = got.pop("stderr")
     assert got == {"process": False, "spans": 4}
-    assert "drain process did not start" in proc.stderr
-    assert "in-this-process" in proc.stderr
-    assert "draining in this process" in proc.stderr
+    assert "drain process did not start" in stderr
+    assert "in-this-process" in stderr
+    assert "draining in this process" in stderr

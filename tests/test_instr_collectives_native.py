@@ -379,7 +379,17 @@ def test_a_process_that_just_exits_keeps_its_spans_and_exits_cleanly(tmp_path: P
     assert [s.attributes["accel.collective.op"] for s in spans] == ["all_reduce"]
 
 
-_DRAIN_INTERVAL_SCRIPT = textwrap.dedent(
+def _last_json_line(script: str) -> Any:
+    """Run ``script`` in a fresh interpreter; it must succeed; its last line, as JSON."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=100, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: a one-rank gloo group, an in-memory span exporter and an instrumentor (``inst``)
+_ONE_RANK = textwrap.dedent(
     """
     import json, os, socket, sys, time
     import torch, torch.distributed as dist
@@ -395,6 +405,11 @@ _DRAIN_INTERVAL_SCRIPT = textwrap.dedent(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     inst = TorchDistributedInstrumentor()
+    """
+)
+
+_DRAIN_INTERVAL_SCRIPT = _ONE_RANK + textwrap.dedent(
+    """
     inst.instrument(tracer_provider=provider, drain_interval_s=3600)
     native = inst.native
     t = torch.ones(8)
@@ -416,15 +431,7 @@ def test_a_long_drain_interval_holds_spans_until_flush_and_never_blocks_it() -> 
     """``drain_interval_s``: records wait in the ring for the interval; ``flush()`` makes them
     at once (it used to wait for the drain thread, which held its lock while waiting, for the
     whole interval), and ``uninstrument()`` stops the drain without waiting for it."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _DRAIN_INTERVAL_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _last_json_line(_DRAIN_INTERVAL_SCRIPT)
     require(got["native"], f"native hook not loaded: {_c10d_native.STATUS}")
     assert got["before"] == 0
     assert got["flushed"] is True
@@ -442,22 +449,8 @@ def test_drain_interval_is_checked() -> None:
         assert not inst.is_instrumented_by_opentelemetry
 
 
-_TOGGLE_SCRIPT = textwrap.dedent(
+_TOGGLE_SCRIPT = _ONE_RANK + textwrap.dedent(
     """
-    import json, socket
-    import torch, torch.distributed as dist
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    inst = TorchDistributedInstrumentor()
     inst.instrument(tracer_provider=provider)
     native = inst.native
     t = torch.ones(8)
@@ -485,15 +478,7 @@ def test_kernels_taken_out_record_nothing_and_put_back_record_again() -> None:
     """``_State.set_native_kernels`` (the paired benchmark's bare windows): with the kernels
     out the collectives run as uninstrumented (same result) and are neither recorded nor
     sequenced; put back, recording goes on from the next sequence number."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _TOGGLE_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _last_json_line(_TOGGLE_SCRIPT)
     require(got["native"], f"native hook not loaded: {_c10d_native.STATUS}")
     assert got["out_value"] == [2.0] * 8
     assert got["seqs"] == [0, 1, 2]
