@@ -140,8 +140,8 @@ def _pack_cost(paths: list[Path], keep_going: bool) -> str:
 
     from otel_ext.analysis.captures import separate_captures
     from otel_ext.analysis.loaders import load_paths
+    from otel_ext.analysis.packed_rows import PackedTable
     from otel_ext.analysis.per_rank import per_rank_tables
-    from otel_ext.analysis.per_rank_jobs import PackedTable
     from otel_ext.analysis.steps import select_steps
 
     load = load_paths(paths, keep_going=keep_going, workers=1)

@@ -119,7 +119,7 @@ def test_simulated_requests_read_the_held_rows_busy_time(simulated: Path, addres
 @needs_dask
 def test_simulated_rows_travel_packed(simulated: Path, address: str) -> None:
     """An OTLP run's reduced rows (nearly every row of it) and metric points travel packed
-    (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`): the client unpacks the rows a
+    (:class:`~otel_ext.analysis.packed_rows.PackedTable`): the client unpacks the rows a
     partition computed, every category counted, the per-rank round in well under half the
     bytes it weighs unpacked; the report is the in-process one."""
     paths = [simulated]

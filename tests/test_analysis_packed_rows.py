@@ -1,6 +1,6 @@
 """The reduced rows and metric points as they travel to a Dask client
-(:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`,
-:class:`~otel_ext.analysis.per_rank_jobs.PackedPoints`): lossless, value for value and dtype
+(:class:`~otel_ext.analysis.packed_rows.PackedTable`,
+:class:`~otel_ext.analysis.packed_rows.PackedPoints`): lossless, value for value and dtype
 for dtype, whatever the columns hold (extremes, wrapping steps, negative zeros, NaN), and
 smaller than the rows as :class:`EventTable` pickles them on a real simulated run."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.per_rank_jobs import PackedFields, PackedPoints, PackedTable
+from otel_ext.analysis.packed_rows import PackedFields, PackedPoints, PackedTable
 from otel_ext.analysis.table import (
     NUMERIC_COLUMNS,
     Category,
@@ -235,7 +235,7 @@ def _drawn(data: st.DataObject, like: np.ndarray, n: int) -> np.ndarray:
 def test_packed_busy_intervals_unpack_exactly(pairs: list[tuple[int, int]], rank: int) -> None:
     """The held rows' busy intervals: starts as steps, ends as lengths (wrapping where the
     values are extremes), back exactly."""
-    from otel_ext.analysis.per_rank_jobs import packed_busy, unpacked_busy
+    from otel_ext.analysis.packed_rows import packed_busy, unpacked_busy
 
     start = np.asarray([a for a, _ in pairs], dtype=np.int64)
     end = np.asarray([b for _, b in pairs], dtype=np.int64)
@@ -256,7 +256,7 @@ def test_children_relative_to_their_parents_unpack_exactly(
     """Rows whose parent row is in the table (chains of them, some rows in a cycle, some
     pointing at themselves) travel as differences from the parent's values where that is
     narrower: the parents are resolved first, the rows in cycles travel as themselves."""
-    from otel_ext.analysis import per_rank_jobs as jobs
+    from otel_ext.analysis import packed_rows
 
     rng = np.random.default_rng(seed)
     span = rng.integers(1, 2**62, size=n, dtype=np.int64).astype(np.uint64)
@@ -284,7 +284,7 @@ def test_children_relative_to_their_parents_unpack_exactly(
         {},
         {},
     )
-    packed = jobs.PackedTable.of(t)
+    packed = packed_rows.PackedTable.of(t)
     _same_table(pickle.loads(pickle.dumps(packed)).unpack(), t)
 
 
@@ -292,7 +292,7 @@ def test_kernels_travel_from_their_collectives() -> None:
     """Communication kernels under collective spans of random ranks and times: their ranks
     and starts travel as differences from their parents' (zero, and a few microseconds),
     narrower than the values; exact."""
-    from otel_ext.analysis import per_rank_jobs as jobs
+    from otel_ext.analysis import packed_rows
 
     rng = np.random.default_rng(7)
     m = 500
@@ -309,17 +309,17 @@ def test_kernels_travel_from_their_collectives() -> None:
         {},
         {},
     )  # fmt: skip
-    packed = jobs.PackedTable.of(t)
+    packed = packed_rows.PackedTable.of(t)
     _same_table(packed.unpack(), t)
     kernels = packed.blocks[2 * int(Category.KERNEL_COMM) + 1]
-    assert isinstance(kernels["rank"], jobs._FromParent)
-    assert isinstance(kernels["start_ns"], jobs._FromParent)
+    assert isinstance(kernels["rank"], packed_rows._FromParent)
+    assert isinstance(kernels["start_ns"], packed_rows._FromParent)
 
 
 def test_a_deep_chain_of_parents_is_bounded() -> None:
     """A chain of 100 nested spans: the first 32 below the root travel from their parents,
     the deeper ones as themselves (the client resolves at most 32 levels); all exact."""
-    from otel_ext.analysis import per_rank_jobs as jobs
+    from otel_ext.analysis import packed_rows
 
     n = 100
     span = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(2**40 + 7)
@@ -333,7 +333,7 @@ def test_a_deep_chain_of_parents_is_bounded() -> None:
         {},
         {},
     )  # fmt: skip
-    packed = jobs.PackedTable.of(t)
+    packed = packed_rows.PackedTable.of(t)
     _same_table(packed.unpack(), t)
     assert packed.children is not None
-    assert int(np.unpackbits(packed.children, count=n).sum()) == jobs._MAX_DEPTH
+    assert int(np.unpackbits(packed.children, count=n).sum()) == packed_rows._MAX_DEPTH

@@ -22,7 +22,7 @@ cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
   then the client runs matching, alignment, stragglers, critical path, imbalance, roofline,
   requests and findings over them, as in process (which runs the same two phases): the
   report is the same document. The rows, the metric points, the busy intervals, the walk's
-  pieces and the held samples travel packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`
+  pieces and the held samples travel packed (:class:`~otel_ext.analysis.packed_rows.PackedTable`
   and its kin: lossless, unpacked on arrival to what was packed). The few passes that read a file again (engine steps of OTLP
   span files, vLLM/SGLang request spans, collective-call sizes of small profiler files) run
   on the workers too, one job per file.
@@ -243,13 +243,14 @@ def _pieces_pass(
 def _tables_of(kept: Any, measure: bool = False) -> Any:
     """Run on a worker: a partition's per-rank results without the walk rows, which stay
     there for the critical path, with the reduced rows' positions and the rows themselves
-    packed (:class:`~otel_ext.analysis.per_rank_jobs.PackedTable`: lossless), or the
+    packed (:class:`~otel_ext.analysis.packed_rows.PackedTable`: lossless), or the
     partition's error, passed on. With ``measure``, also what the answer weighs unpacked
     (the results with the rows as they are and the packed positions, pickled here: their
     shared strings once, as one pickle of them keeps them), else 0."""
     from dataclasses import replace
 
-    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable, packed_busy
+    from otel_ext.analysis.packed_rows import PackedTable, packed_busy
+    from otel_ext.analysis.per_rank_jobs import PackedPositions
 
     if isinstance(kept, _Raised):
         return kept
@@ -291,7 +292,7 @@ def _walk_starts(walked: Any) -> Any:
     (the pieces stay until the client knows whether the path can reach its ranks)."""
     from dataclasses import replace
 
-    from otel_ext.analysis.per_rank_jobs import PackedFields
+    from otel_ext.analysis.packed_rows import PackedFields
 
     pieces, held = walked
     if held is None:
@@ -301,8 +302,8 @@ def _walk_starts(walked: Any) -> Any:
 
 def _walk_pieces_of(walked: Any) -> Any:
     """Run where a partition's walk is kept: its pieces, packed
-    (:class:`~otel_ext.analysis.per_rank_jobs.PackedFields`)."""
-    from otel_ext.analysis.per_rank_jobs import PackedFields
+    (:class:`~otel_ext.analysis.packed_rows.PackedFields`)."""
+    from otel_ext.analysis.packed_rows import PackedFields
 
     return PackedFields.of(walked[0])
 
@@ -319,7 +320,8 @@ def _unpacked_held(packed: Any) -> Any:
 def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
     """Run on the worker that keeps a partition: its reduced rows with the held rows back,
     as :func:`_tables_of` sends them."""
-    from otel_ext.analysis.per_rank_jobs import PackedPositions, PackedTable, for_client
+    from otel_ext.analysis.packed_rows import PackedTable
+    from otel_ext.analysis.per_rank_jobs import PackedPositions, for_client
 
     out = for_client(kept.with_held(), split=split, owned=owned)
     return (
@@ -336,7 +338,7 @@ def _pickled_size(value: Any) -> int:
 
 def _count_rows(into: dict[str, list[int]], tables: Sequence[Any]) -> None:
     """Add the rows and pickled bytes of each category of ``tables`` (packed reduced rows,
-    :class:`~otel_ext.analysis.per_rank_jobs.PackedTable`) and of their string
+    :class:`~otel_ext.analysis.packed_rows.PackedTable`) and of their string
     dictionaries to ``into`` (name -> [rows, bytes])."""
     from otel_ext.analysis.table import Category
 
@@ -393,7 +395,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
 
     def _count(self, answer: Any) -> None:
         self.received_bytes += _pickled_size(answer)
-        from otel_ext.analysis.per_rank_jobs import PackedPoints
+        from otel_ext.analysis.packed_rows import PackedPoints
 
         if answer.metrics is not None:  # as they travelled (packed), and as they would have
             self.metric_bytes += _pickled_size(PackedPoints.of(answer.metrics))
@@ -538,7 +540,7 @@ class DaskCluster:
         #: of the last per-rank round (when measured), what its answers weigh unpacked (the
         #: rows as :class:`~otel_ext.analysis.table.EventTable` pickles them, the metric
         #: points as :class:`~otel_ext.analysis.loaders.MetricPoints` does: how they
-        #: travelled before :class:`~otel_ext.analysis.per_rank_jobs.PackedTable` and its
+        #: travelled before :class:`~otel_ext.analysis.packed_rows.PackedTable` and its
         #: kin); the kinds of :attr:`received_by_category` are pickled one by one, so a
         #: dictionary two kinds share counts in each
         self.unpacked_round_bytes = 0
@@ -577,6 +579,7 @@ class DaskCluster:
 
         from otel_ext.analysis import per_rank_jobs as jobs
         from otel_ext.analysis.loaders import load_paths
+        from otel_ext.analysis.packed_rows import unpacked_busy
         from otel_ext.analysis.per_rank import merge_rank_tables, per_rank_tables
         from otel_ext.analysis.steps import merge_step_records, parse_steps
         from otel_ext.analysis.table import EventTable
@@ -668,7 +671,7 @@ class DaskCluster:
                         by.setdefault("busy intervals", [0, 0])[1] += _pickled_size(busy)
                     tables.reduced_positions = [p.unpack() for p in packed]
                     tables.reduced = [t.unpack() for t in rows]
-                    tables.device_busy = jobs.unpacked_busy(busy)
+                    tables.device_busy = unpacked_busy(busy)
                     self.unpacked_round_bytes += unpacked
                     parts.append(tables)
                 walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
