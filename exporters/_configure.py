@@ -843,7 +843,5 @@ def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:
             value = os.fspath(value)
         elif isinstance(value, Mapping):
             value = {str(k): v for k, v in value.items()}
-        elif isinstance(value, tuple):
-            value = list(value)
         out[name] = value
     return out

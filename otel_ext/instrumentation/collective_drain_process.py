@@ -115,11 +115,24 @@ def telemetry_of(tracer_provider: Any) -> Any:
         return None
 
 
-def decode_frames(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[list[Any], int]:
+def _opt(v: int) -> int | None:
+    return None if v == _NONE_INT else v
+
+
+def _same(parent: tuple[Any, ...]) -> Any:
+    return parent
+
+
+def decode_frames(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    parent: Callable[[tuple[Any, ...]], Any] = _same,
+) -> tuple[list[Any], int]:
     """The frames in ``buf[start:]``: records as tuples (the layout of the native hook's
-    ``drain``, with the parent as ``(valid, trace_id, span_id, flags, remote, trace_state)``
-    in place of the context), markers as their ``int`` tokens and the end as :data:`END`;
-    and the offset of the first incomplete frame (where the next call starts).
+    ``drain``, with ``parent((valid, trace_id, span_id, flags, remote, trace_state))`` in
+    place of the context: the tuple itself by default), markers as their ``int`` tokens and
+    the end as :data:`END`; and the offset of the first incomplete frame (where the next call
+    starts).
 
     Raises:
         ValueError: a frame of an unknown kind or of an impossible length (the stream is
@@ -158,17 +171,14 @@ def decode_frames(buf: bytes | bytearray | memoryview, start: int = 0) -> tuple[
             (op, gsize, grank, seq, src, dst, peer, nbytes, t0, t1, rend, device_ns,
              uncertainty, async_op, enqueue_only, valid, flags, remote, hi, lo, span_id) = f  # fmt: skip
             group, dtype, device, err_type, err_msg, trace_state = texts
-
-            def opt(v: int) -> int | None:
-                return None if v == _NONE_INT else v
-
             out.append(
                 (
-                    op, group or "", gsize, grank, seq, opt(src), opt(dst), opt(peer), nbytes,
+                    op, group or "", gsize, grank, seq, _opt(src), _opt(dst), _opt(peer), nbytes,
                     dtype, device, None if async_op < 0 else bool(async_op), t0, t1, rend,
                     None if uncertainty < 0 else uncertainty, bool(enqueue_only), err_type,
                     err_msg,
-                    (bool(valid), (hi << 64) | lo, span_id, flags, bool(remote), trace_state or ""),
+                    parent((bool(valid), (hi << 64) | lo, span_id, flags, bool(remote),
+                            trace_state or "")),
                     device_ns,
                 )
             )  # fmt: skip
@@ -215,7 +225,7 @@ def drain_configuration(
     kwargs.update(
         traces_exporter=spans,
         metrics_exporter=(readers or ["none"]) if metrics else ["none"],
-        resource_attributes={k: _jsonable(v) for k, v in telemetry.resource.attributes.items()},
+        resource_attributes=dict(telemetry.resource.attributes),  # JSON: tuples become lists
         detect_accelerator=False,
         publish_active_spans=False,
         set_global=False,
@@ -229,10 +239,6 @@ def drain_configuration(
         "rank": rank,
         "drain_interval_s": drain_interval_s,
     }
-
-
-def _jsonable(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 class DrainProcess:
@@ -417,24 +423,20 @@ class _Contexts:
 def _serve(sock: socket.socket, config: dict[str, Any], configure: Callable[..., Any]) -> int:
     from opentelemetry.metrics import NoOpMeterProvider
 
-    from otel_ext.instrumentation._common import device_attributes, get_tracer, local_device
-    from otel_ext.instrumentation.collective_records import CollectiveMetrics, NativeRecordEmitter
+    from otel_ext.instrumentation._common import get_tracer
+    from otel_ext.instrumentation.collective_records import (
+        CollectiveMetrics,
+        DeviceIdentities,
+        NativeRecordEmitter,
+    )
 
     try:
         options = dict(config["configure"])
         metrics_on = options.get("metrics_exporter") != ["none"]
         telemetry = configure(**options)
         ops: list[str] = list(config["ops"])
-        identities: dict[str, dict[str, Any]] = {}
-
-        def identity(raw: str) -> dict[str, Any]:
-            attrs = identities.get(raw)
-            if attrs is None:
-                device = config.get("device") or local_device(raw)
-                attrs = identities[raw] = device_attributes(
-                    device, host_id=config.get("host_id"), rank=config.get("rank")
-                )
-            return attrs
+        rank = config.get("rank")
+        identity = DeviceIdentities(config.get("device"), config.get("host_id"), lambda: rank)
 
         meters = telemetry.meter_provider if metrics_on else NoOpMeterProvider()
         emitter = NativeRecordEmitter(
@@ -467,7 +469,7 @@ def _serve(sock: socket.socket, config: dict[str, Any], configure: Callable[...,
             break
         buf += chunk
         try:
-            items, used = decode_frames(buf)
+            items, used = decode_frames(buf, parent=contexts.of)
         except ValueError as exc:
             _LOG.error("otel-ext collective drain: %s; the rest of the stream is dropped", exc)
             lost += 1
@@ -485,10 +487,8 @@ def _serve(sock: socket.socket, config: dict[str, Any], configure: Callable[...,
                 _send(sock, {"ack": item})
                 emitter.begin()
                 continue
-            rec = list(item)
-            rec[19] = contexts.of(rec[19])
             try:
-                emitter.emit(tuple(rec))
+                emitter.emit(item)
             except Exception as exc:
                 _LOG.debug("collective record: %s: %s", type(exc).__name__, exc)
         emitter.add_counted()

@@ -20,7 +20,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, Status, StatusCode
 
-from otel_ext.instrumentation._common import INSTRUMENTATION_NAME, log_once
+from otel_ext.instrumentation._common import (
+    INSTRUMENTATION_NAME,
+    device_attributes,
+    local_device,
+    log_once,
+)
 from otel_ext.instrumentation.bound_histogram import BoundHistogram
 from otel_ext.instrumentation.collectives import (
     COLLECTIVE_DURATION_BOUNDS_S,
@@ -61,7 +66,13 @@ from otel_ext.semconv.metrics import (
 )
 from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE
 
-__all__ = ["DEFAULT_GROUP_NAME", "CollectiveMetrics", "NativeRecordEmitter", "call_attributes"]
+__all__ = [
+    "DEFAULT_GROUP_NAME",
+    "CollectiveMetrics",
+    "DeviceIdentities",
+    "NativeRecordEmitter",
+    "call_attributes",
+]
 
 #: The ``accel.collective.group`` of the default process group.
 DEFAULT_GROUP_NAME = "default_pg"
@@ -200,6 +211,34 @@ def call_attributes(
         attrs[ACCEL_COLLECTIVE_ASYNC] = async_op
     attrs[ACCEL_COLLECTIVE_ENQUEUE_START_NS] = t0
     attrs[ACCEL_COLLECTIVE_ENQUEUE_END_NS] = t1
+
+
+class DeviceIdentities:
+    """The identity attributes (device id, host, rank) of each raw device name a record
+    carries (``cuda:0``, ``cpu``), made once per name: ``device`` when given, else the
+    resource's rule (:func:`~otel_ext.instrumentation._common.local_device`).
+
+    Args:
+        device: the device name that overrides the record's.
+        host_id: the host as the cluster names it (default: this machine's name).
+        rank: the global rank, asked for at a name's first use (``None``: none).
+    """
+
+    def __init__(
+        self, device: str | None, host_id: str | None, rank: Callable[[], int | None]
+    ) -> None:
+        self.device = device
+        self.host_id = host_id
+        self.rank = rank
+        self._known: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, raw: str) -> dict[str, Any]:
+        attrs = self._known.get(raw)
+        if attrs is None:
+            device = self.device or local_device(raw)
+            attrs = device_attributes(device, host_id=self.host_id, rank=self.rank())
+            self._known[raw] = attrs
+        return attrs
 
 
 class NativeRecordEmitter:

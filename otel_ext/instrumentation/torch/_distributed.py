@@ -74,14 +74,13 @@ from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_ext.errors import ConfigError
 from otel_ext.instrumentation._common import (
-    device_attributes,
     get_tracer,
-    local_device,
     log_once,
 )
 from otel_ext.instrumentation.collective_records import (
     DEFAULT_GROUP_NAME,
     CollectiveMetrics,
+    DeviceIdentities,
     NativeRecordEmitter,
     _Template,
     call_attributes,
@@ -408,7 +407,10 @@ class _State:
         self.timer = timer
         self.seqs = SequenceCounter()
         self.groups: dict[str, tuple[str, int, int]] = {}
-        self.identity: dict[str, dict[str, Any]] = {}
+        #: the identity attributes per raw device name (rank asked for at first use)
+        self.identities = DeviceIdentities(
+            device, host_id, lambda: dist.get_rank() if dist.is_initialized() else None
+        )
         self.libraries: list[Any] = []
         self.capacity = capacity
         self.native: Any = None  # the native Hook when the C++ kernels are installed
@@ -815,12 +817,7 @@ class _State:
         return self._identity_by_name(raw)
 
     def _identity_by_name(self, raw: str) -> dict[str, Any]:
-        attrs = self.identity.get(raw)
-        if attrs is None:
-            device = self.device or local_device(raw)
-            rank = dist.get_rank() if dist.is_initialized() else None
-            attrs = self.identity[raw] = device_attributes(device, host_id=self.host_id, rank=rank)
-        return attrs
+        return self.identities(raw)
 
     def _track(self, batch: list[tuple[Any, ...]]) -> None:
         for record in batch:
