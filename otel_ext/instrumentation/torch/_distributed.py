@@ -92,7 +92,6 @@ from otel_ext.instrumentation.collectives import (
     p2p_id,
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
-from otel_ext.instrumentation.finished_spans import FinishedSpans
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
@@ -398,7 +397,6 @@ class _State:
         #: the drain process (drain="process", once started; else None)
         self.drain_process: Any = None
         self.markers = 0
-        self.spans = FinishedSpans(self.tracer)
         self.drain_interval_s = drain_interval_s
         self.metrics = _Metrics(meter_provider)
         self.link_provider = link_provider
@@ -429,6 +427,7 @@ class _State:
             identity=self._identity_by_name,
             link_provider=link_provider,
         )
+        self.spans = self.emitter.spans  # the Python hook's spans: the same short path
         #: False: native records go through :meth:`_native_entry` and :meth:`_emit` (the
         #: Python hook's path, kept as the reference the drain's output is tested against)
         self.native_templates = True
