@@ -136,9 +136,11 @@ def _window(fn: Callable[[], object], iters: int) -> tuple[float, float, float]:
 
 def _process_cpu_s(pid: int) -> float:
     """CPU seconds of process ``pid`` so far (``/proc/PID/stat``: user + system, in ticks)."""
+    from otel_ext.counters._host import parse_pid_stat
+
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        utime, stime = parse_pid_stat(f.read())
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 class _Bench:
