@@ -5,7 +5,8 @@ engine, one rank profiled several times, or unrelated single-device traces. Merg
 makes one timeline of days ("99.9 % idle") and compares work that never ran together. The
 rules, applied before any analysis:
 
-* every PyTorch-profiler (Kineto) file is one capture: one profiler session of one process;
+* every PyTorch-profiler (Kineto) or XPlane file is one capture: one profiler session of one
+  process;
 * captures join one run when their spans overlap or lie within :data:`RUN_GAP_NS` of each
   other and their ranks are distinct; a rank seen again (the same rank profiled twice) starts
   a new run;
@@ -45,6 +46,8 @@ __all__ = ["hosts_from_file_names", "separate_captures"]
 _HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
 
 _KINETO = "kineto"
+#: formats whose every file is one profiler capture (one session of one process)
+_CAPTURE_FORMATS = frozenset({_KINETO, "xplane"})
 
 
 def separate_captures(
@@ -91,7 +94,7 @@ def separate_captures(
         path = names[c]
         fmt = formats.get(path, "")
         ranks = ranks_of.get(c, [])
-        capture = fmt == _KINETO or (not fmt and len(ranks) <= 1)
+        capture = fmt in _CAPTURE_FORMATS or (not fmt and len(ranks) <= 1)
         if capture:
             units.append(
                 {"sources": [c], "ranks": ranks, "lo": int(lo[c]), "hi": int(hi[c]),

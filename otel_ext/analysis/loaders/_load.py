@@ -20,6 +20,7 @@ from otel_ext.analysis.loaders.kineto import (
     table_from_fast,
 )
 from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_pieces
+from otel_ext.analysis.loaders.xplane import looks_like_xspace
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
 
@@ -48,7 +49,9 @@ DERIVED_FORMATS = {
 #: ``progress(done, total, path)`` after each file
 ProgressCallback = Callable[[int, int, str], None]
 
-_CANDIDATE_SUFFIXES = (".json", ".json.gz", ".jsonl", ".jsonl.gz", ".html", ".htm", ".gz")
+_CANDIDATE_SUFFIXES = (
+    ".json", ".json.gz", ".jsonl", ".jsonl.gz", ".html", ".htm", ".gz", ".pb"
+)  # fmt: skip
 _HEAD = 65536
 _OUR_GENERATOR = re.compile(r'"generator"\s*:\s*"otel-ext"')
 
@@ -80,6 +83,8 @@ def detect_format(path: str | Path, head: str, tail: str = "") -> str:
         return "ground-truth"
     if name.endswith((".html", ".htm")):
         return "derived-report"
+    if looks_like_xspace(head):  # binary: before any whitespace is stripped
+        return "xplane"
     s = head.lstrip()
     if not s:
         return "empty"
@@ -181,6 +186,8 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     head_fmt, head_bytes, pieces = _open_stream(p)
     if head_fmt == "unknown":  # decided by the first characters: the rest need not be read
         raise InputError(NOT_TELEMETRY, path=ps, record="file")
+    if head_fmt == "xplane":
+        return _load_xplane(p, head_bytes, pieces, ctx)
     if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
@@ -301,6 +308,26 @@ def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:
     del data
     return FileResult(ps, fmt, table=load_jaeger_text(text, ctx=ctx, bad_positions=bad),
                       skipped=ctx.skipped)  # fmt: skip
+
+
+def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext) -> FileResult:
+    """An XPlane protobuf (one ``XSpace`` message): read whole, up to the record limit."""
+    from otel_ext.analysis.loaders.xplane import load_xplane_bytes
+    from otel_ext.config import MAX_RECORD_BYTES, resolve
+
+    limit = resolve(MAX_RECORD_BYTES)
+    data = bytearray(head)
+    for piece in pieces:
+        if len(data) + len(piece) > limit:
+            raise InputError(
+                f"an XPlane file larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: the "
+                "XSpace is one protobuf message, read whole)",
+                path=str(p),
+                record="file",
+            )
+        data += piece
+    table = load_xplane_bytes(data, ctx=ctx)
+    return FileResult(str(p), "xplane", table=table, skipped=ctx.skipped)
 
 
 #: the message of a file that is no telemetry format we read
