@@ -48,6 +48,7 @@ from otel_ext.analysis.collectives import (
 from otel_ext.analysis.critical_path import peer_edges, stitch
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
+from otel_ext.analysis.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
 from otel_ext.analysis.per_rank import (
     RankTables,
     RepairedRows,
@@ -437,6 +438,33 @@ def _walk(
     return walk_of(per, alignment.clocks, repaired, peers, every_rank=True), None
 
 
+def _network(
+    aligned: EventTable, amatch: CollectiveMatch, names: dict[int, tuple[str, str]], th: Thresholds
+) -> dict[str, Any]:
+    """The network model (:mod:`otel_ext.analysis.network_paths`): bandwidth per host path from
+    matched point-to-point transfers, or, where the trace names no peers, each rank's sends and
+    receives against the other ranks'."""
+    host_of = {r: (h or f"rank{r}") for r, (h, _) in names.items()}
+    transfers = p2p_transfers(aligned, amatch)
+    paths = path_stats(
+        transfers,
+        host_of,
+        slowness=th.path_slowness,
+        intra_factor=th.path_intra_factor,
+        alpha=th.alpha,
+    )
+    unpaired = (
+        []
+        if len(transfers)
+        else unpaired_transfer_stats(aligned, host_of, ratio=th.unpaired_ratio, alpha=th.alpha)
+    )
+    return {
+        "peers_known": bool(len(transfers)),
+        "paths": [p.as_dict() for p in paths],
+        "unpaired": [u.as_dict() for u in unpaired],
+    }
+
+
 def _analyze(
     source: Any,
     *,
@@ -558,6 +586,7 @@ def _analyze(
         port = by_host.get(row["host"]) if row["kind"] == "nic" else None
         if port is not None:
             row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
+    network = _network(aligned, amatch, names, th)
     peers = _peer_groups(amatch)
     run_list = runs_summary(aligned)
     if not peers and len(run_list) > 1:
@@ -593,6 +622,8 @@ def _analyze(
         run_of_rank={r: int(run["run"]) for run in run_list for r in run["ranks"]},
         rank_names=names,
         thresholds=th,
+        paths=network["paths"],
+        unpaired=network["unpaired"],
     )
     run_of = {r: run["run"] for run in run_list for r in run["ranks"]}
     ranks = []
@@ -648,6 +679,7 @@ def _analyze(
         "collectives": collectives,
         "links": links,
         "ports": ports,
+        "network": network,
         "stragglers": strag.rows,
         "critical_path": cp.as_dict(),
         "causality": alignment.causality(),

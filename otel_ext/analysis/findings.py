@@ -66,7 +66,14 @@ from otel_ext.semconv import metrics as M
 
 __all__ = ["CAUSE_KINDS", "Finding", "Thresholds", "build_findings", "straggler_verdicts"]
 
-CAUSE_KINDS = ("straggler", "throttle", "slow-link", "slow-nic")
+CAUSE_KINDS = (
+    "straggler",
+    "throttle",
+    "slow-link",
+    "slow-nic",
+    "slow-network-path",
+    "slow-transfers",
+)
 
 
 @dataclass
@@ -90,6 +97,9 @@ class Thresholds:
     host_wait_pct: float = 20.0
     imbalance: float = 0.1
     min_cause_pct: float = 0.5  # below this impact a cause ranks with the symptoms
+    path_slowness: float = 3.0  # a host path this much below its reference bandwidth is slow
+    path_intra_factor: float = 20.0  # inter-host paths may be this much slower than within
+    unpaired_ratio: float = 5.0  # a rank's sends/receives this much longer than the others'
 
 
 @dataclass
@@ -219,10 +229,18 @@ def straggler_verdicts(
         part_way = onset is not None and compute_sig
         share = r["blame_ns"] / total_blame if total_blame else 0.0
         effect = r.get("lateness_effect")
+        # significant by its last arrivals (pooled) or by the order of its self-caused
+        # lateness at one site (or pooled), with the effect of the test that carries it
+        by_last = r.get("p_last", 1.0) <= th.alpha and (
+            effect is None or effect >= th.lateness_effect
+        )
+        site_effect = r.get("site_effect")
+        by_site = r.get("site_p", 1.0) <= th.alpha and (
+            site_effect is None or site_effect >= th.lateness_effect
+        )
         late = (
             r.get("collectives", 0) >= th.min_collectives
-            and r.get("p_last", 1.0) <= th.alpha
-            and (effect is None or effect >= th.lateness_effect)
+            and (by_last or by_site)
             and share >= th.straggler_blame_share
             and r["score"] >= th.straggler_score
         )
@@ -259,6 +277,8 @@ def build_findings(
     thresholds: Thresholds | None = None,
     run_ns_of_rank: dict[int, int] | None = None,
     run_of_rank: dict[int, int] | None = None,
+    paths: Sequence[dict[str, Any]] = (),
+    unpaired: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Turn the analyses' outputs into ranked findings.
 
@@ -280,6 +300,8 @@ def build_findings(
         run_of_rank: each rank's run: ranks sharing a verdict are one finding per run.
         rank_names: rank -> (host, device) names.
         thresholds: where numbers become findings.
+        paths: :func:`~otel_ext.analysis.network_paths.path_stats`'s rows (as dicts).
+        unpaired: :func:`~otel_ext.analysis.network_paths.unpaired_transfer_stats`'s rows.
 
     Returns:
         Finding dicts, ranked (see the module docstring).
@@ -355,12 +377,38 @@ def build_findings(
         # the waits are measured on the traced collectives; say so when a schedule sampled
         in_traced = f" in the traced {frac:.0%} of the run" if frac < 0.999 else ""
         joined = evidence["collectives"]
-        lateness = (
+        site = r.get("site_test")
+        by_site = (
+            r["late"]
+            and site is not None
+            and r.get("site_p", 1.0) <= min(th.alpha, r.get("p_last", 1.0))
+        )
+        evidence.update(
+            site=r.get("site"),
+            site_p=r.get("site_p", 1.0),
+            site_effect=r.get("site_effect"),
+            site_test=site,
+            sites=r.get("sites", []),
+            basis="site" if by_site else "last-arrivals",
+        )
+        overall = (
             f"last at {r['last_arrivals']} of {joined} collectives (chance "
             f"{evidence['expected_last']:.1f}, p={_p(evidence['p_last'])})"
-            if joined
-            else "joined no collective"
         )
+        if by_site and site is not None:
+            nxt = site.get("next_lateness_ns")
+            where = "all its collectives" if site["site"] == "all" else site["site"]
+            lateness = (
+                f"latest by its own doing at {where}: last in {site['last']} of "
+                f"{site['instances']} (order test p={_p(site['p_adjusted'])}), median "
+                f"{_ms(site['median_lateness_ns'])} late"
+                + (f" (next: rank {site['next_rank']}, {_ms(nxt)})" if nxt is not None else "")
+                + f"; {overall}"
+            )
+        elif joined:
+            lateness = overall
+        else:
+            lateness = "joined no collective"
         compute = (
             f"compute {evidence['compute_ratio']:.2f}x the same work elsewhere "
             f"(slower in {evidence['compute_slower']} of "
@@ -489,6 +537,8 @@ def build_findings(
         findings.append(
             Finding("slow-nic", target, p["extra_ns"], pct(p["extra_ns"]), summary, evidence)
         )
+    findings.extend(network_path_findings(paths, pct, metrics if have_metrics else None))
+    findings.extend(unpaired_transfer_findings(unpaired, pct))
     # ---- collectives whose members disagree (a desync, or members that are not one) ----
     mism = match.mismatches()
     if mism:
@@ -641,6 +691,108 @@ def build_findings(
 
     findings.sort(key=key)
     return [f.as_dict() for f in findings]
+
+
+def _bw(x: float | None) -> str:
+    """Bytes per second as the report prints them."""
+    if x is None:
+        return "-"
+    return f"{x / 1e9:.2f} GB/s" if x >= 1e9 else f"{x / 1e6:.1f} MB/s"
+
+
+def network_path_findings(
+    paths: Sequence[dict[str, Any]], pct: Any, metrics: Any = None
+) -> list[Finding]:
+    """One ``slow-network-path`` finding per host pair with a slow direction (both directions
+    in one finding when both are slow), from :func:`~otel_ext.analysis.network_paths.path_stats`.
+
+    >>> row = dict(path="hA->hB", src_host="hA", dst_host="hB", slow=True, transfers=12,
+    ...     slower=12, p=2.9e-3, median_bw=12e6, reference_bw=100e6, slowness=8.3,
+    ...     reference="within-host transfers / 20", extra_ns=900_000_000, rank_pairs=["1->2"],
+    ...     median_transfer_ns=87e6, bytes=12 << 20, inter_host=True)
+    >>> f = network_path_findings([row], lambda ns: 0.0)[0]
+    >>> f.kind, f.target
+    ('slow-network-path', 'hA->hB')
+    """
+    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for p in paths:
+        if p.get("slow"):
+            a, b = sorted((p["src_host"], p["dst_host"]))
+            by_pair.setdefault((a, b), []).append(p)
+    out = []
+    for (a, b), rows in sorted(by_pair.items()):
+        target = rows[0]["path"] if len(rows) == 1 else f"{a}<->{b}"
+        extra = sum(int(r["extra_ns"]) for r in rows)
+        parts = [
+            f"{r['path']} transfers at {_bw(r['median_bw'])} (median of {r['transfers']}, "
+            f"ranks {', '.join(r['rank_pairs'])}), {r['slowness']:.1f}x below the "
+            f"{_bw(r['reference_bw'])} of {r['reference']}; {r['slower']} of {r['transfers']} "
+            f"slower (p={_p(r['p'])})"
+            for r in rows
+        ]
+        evidence: dict[str, Any] = {
+            "hosts": [a, b],
+            "directions": [dict(r) for r in rows],
+            "extra_transfer_ns": extra,
+            "test": "sign test of each transfer against the reference bandwidth",
+        }
+        if metrics is not None:
+            evidence["counters"] = {h: correlate_counters(metrics, h) for h in (a, b)}
+        summary = (
+            "; ".join(parts)
+            + f"; {_ms(extra)} spent beyond the reference rate; the ranks waiting on these "
+            "transfers are their victims, not stragglers"
+        )
+        out.append(Finding("slow-network-path", target, extra, pct(extra), summary, evidence))
+    return out
+
+
+def unpaired_transfer_findings(unpaired: Sequence[dict[str, Any]], pct: Any) -> list[Finding]:
+    """A ``slow-transfers`` finding when a trace without peers shows slow sends on some ranks
+    *and* slow receives on others: both ends busy for the whole transfer, so the transfers
+    themselves (a network path between those ranks) are slow, not a late peer. Slow receives
+    alone are not a finding: a late sender gives the same picture.
+
+    >>> rows = [dict(rank=1, host="hA", direction="send", slow=True, count=12, median_ns=8e7,
+    ...              peer_median_ns=6e5, ratio=133.0, slower=12, p=1e-3),
+    ...         dict(rank=2, host="hB", direction="recv", slow=True, count=12, median_ns=8e7,
+    ...              peer_median_ns=6e5, ratio=133.0, slower=12, p=1e-3)]
+    >>> f = unpaired_transfer_findings(rows, lambda ns: 0.0)[0]
+    >>> f.kind, f.target
+    ('slow-transfers', 'hA->hB')
+    """
+    sends = [u for u in unpaired if u.get("slow") and u["direction"] == "send"]
+    recvs = [u for u in unpaired if u.get("slow") and u["direction"] == "recv"]
+    if not sends or not recvs:
+        return []
+    src = sorted({u["host"] or f"rank{u['rank']}" for u in sends})
+    dst = sorted({u["host"] or f"rank{u['rank']}" for u in recvs})
+    target = f"{','.join(src)}->{','.join(dst)}"
+    extra = int(sum((u["median_ns"] - u["peer_median_ns"]) * u["count"] for u in recvs))
+
+    def say(rows: list[dict[str, Any]], what: str) -> str:
+        ranks = ", ".join(
+            f"rank {u['rank']} ({u['host']})" if u["host"] else f"rank {u['rank']}" for u in rows
+        )
+        worst = min(rows, key=lambda u: u["ratio"])
+        return (
+            f"{what} on {ranks} take {_ms(worst['median_ns'])} or more (median), "
+            f"{worst['ratio']:.0f}x the other ranks' {_ms(worst['peer_median_ns'])} "
+            f"({worst['slower']} of {worst['count']} slower, p={_p(worst['p'])})"
+        )
+
+    summary = (
+        f"{say(sends, 'sends')}; {say(recvs, 'receives')}: both ends of these transfers are "
+        "slow, so the path between them is, not a late peer; the trace names no peers, so the "
+        "path is not named exactly"
+    )
+    evidence = {
+        "peers_known": False,
+        "sends": [dict(u) for u in sends],
+        "receives": [dict(u) for u in recvs],
+        "extra_transfer_ns": extra,
+    }
+    return [Finding("slow-transfers", target, extra, pct(extra), summary, evidence)]
 
 
 #: kinds whose findings on several ranks are one pattern: one finding, with the spread

@@ -44,7 +44,15 @@ from otel_ext.analysis.compute_samples import (
     samples_of,
 )
 from otel_ext.analysis.runs import rank_runs
-from otel_ext.analysis.significance import adjusted, binomial_upper_tail
+from otel_ext.analysis.significance import ALPHA, adjusted, binomial_upper_tail
+from otel_ext.analysis.straggler_sites import (
+    SiteTest,
+    collective_sites,
+    self_caused_lateness,
+    site_tests,
+    step_of_instances,
+    wait_rows,
+)
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
@@ -207,33 +215,19 @@ def window_edges(table: EventTable, windows: int) -> np.ndarray:
     return np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
 
 
-def _self_lateness(
-    inst: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray, raw: np.ndarray
-) -> np.ndarray:
-    """Each member's lateness that it caused itself.
-
-    A member arrives late either because its own work since its previous collective took
-    longer (a slow chip) or because it left that previous collective late (some collectives,
-    such as a ring over host processes, release their members one after another). Only the
-    first is the member's doing: its *gap* (arrival minus its own previous exit) against the
-    median gap of the collective's members. Members with no previous collective keep their
-    raw lateness (arrival minus the median arrival). Linear: one sort, one grouped median.
-    """
-    out = raw.astype(np.float64)
-    order = np.lexsort((start, rank))
-    same = np.r_[False, rank[order][1:] == rank[order][:-1]]
-    gap = np.full(len(start), np.nan)
-    gap[order[same]] = (start[order][same] - end[order][:-1][same[1:]]).astype(np.float64)
-    ok = np.isfinite(gap)
-    if not ok.any():
-        return out
-    n = int(inst.max()) + 1
-    med = group_median(gap, inst, n)
-    have = np.bincount(inst[ok], minlength=n)
-    med[have < 2] = np.nan
-    use = ok & np.isfinite(med[inst])
-    out[use] = gap[use] - med[inst[use]]
-    return out
+def _site_fields(best: SiteTest | None, sites: list[SiteTest]) -> dict[str, Any]:
+    """A rank's site evidence as row keys: its best test (smallest adjusted p, then largest
+    effect) and its three latest sites."""
+    if best is None:
+        return {"site": None, "site_p": 1.0, "site_effect": None, "site_test": None, "sites": []}
+    top = sorted(sites, key=lambda t: (t.p_adjusted, -t.effect))[:3]
+    return {
+        "site": best.site,
+        "site_p": best.p_adjusted,
+        "site_effect": round(best.effect, 4) if np.isfinite(best.effect) else None,
+        "site_test": best.as_dict(),
+        "sites": [t.as_dict() for t in top],
+    }
 
 
 def _culprits(inst: np.ndarray, rank: np.ndarray, late: np.ndarray, n: int) -> np.ndarray:
@@ -258,6 +252,7 @@ def find_stragglers(
     windows: int = 8,
     devices: dict[int, tuple[str, str]] | None = None,
     compute: ComputeSamples | None = None,
+    alpha: float = ALPHA,
 ) -> StragglerReport:
     """Score every rank as a straggler candidate, with the statistics a verdict needs.
 
@@ -306,6 +301,8 @@ def find_stragglers(
     med_late = np.zeros(nr)
     persistence = np.zeros(nr)
     effect = np.zeros(nr)
+    best_site: dict[int, SiteTest] = {}
+    sites_of: dict[int, list[SiteTest]] = {}
     if match.n_instances and nr:
         inst = match.member_instance
         start = match.member_start_ns
@@ -317,7 +314,30 @@ def find_stragglers(
         med = lo_s + (hi_s - lo_s) // 2  # integer: a float64 loses ns at epoch times
         mrank = match.member_rank
         rpos = np.searchsorted(ranks_arr, mrank)
-        lateness = _self_lateness(inst, mrank, start, match.member_end_ns, start - med[inst])
+        waits = wait_rows(table, match.row_index)
+        lateness = self_caused_lateness(
+            inst,
+            mrank,
+            start,
+            match.member_end_ns,
+            start - med[inst],
+            wait_rank=table["rank"][waits],
+            wait_end=table["end_ns"][waits],
+        )
+        site_code, site_labels = collective_sites(
+            match.op,
+            match.group,
+            match.key,
+            match.bytes,
+            match.first_arrival_ns,
+            step_of_instance=step_of_instances(table, inst, mrank, start, match.n_instances),
+        )
+        for t in site_tests(inst, mrank, lateness, site_code, site_labels, alpha=alpha):
+            held = best_site.get(t.rank)
+            if held is None or (t.p_adjusted, -t.effect) < (held.p_adjusted, -held.effect):
+                best_site[t.rank] = t
+            if t.site != "all":
+                sites_of.setdefault(t.rank, []).append(t)
         gap = match.last_arrival_ns - match.second_last_arrival_ns
         inst_blame = gap * (match.n_ranks - 1)
         # the wait of a collective is blamed on the member that made itself late (its compute
@@ -384,6 +404,7 @@ def find_stragglers(
                 "compute_slower": int(slower[i]),
                 "compute_faster": int(faster[i]),
                 "compute_p": float(compute_p[i]),
+                **_site_fields(best_site.get(r), sites_of.get(r, [])),
             }
         )
     rows.sort(key=lambda x: (-x["score"], -x["blame_ns"], -x["late_ns"], x["rank"]))

@@ -1,0 +1,380 @@
+"""The network as a suspect: point-to-point transfers matched across ranks, bandwidth per path.
+
+**Transfers.** otel-ext's send and receive spans name their peer and size, and both ends carry
+the same collective id (``group:src->dst:seq``), so collective matching pairs them as one
+two-member instance. A transfer's time is the *shorter* of its two ends' durations, each read
+on its own rank's clock: the end that arrived later waited for nothing but the data, so its
+duration is the transfer itself, with no clock alignment between hosts in it (cross-host
+offsets are known only to within their bound, often more than a fast transfer takes). Its
+effective bandwidth is its bytes over that time.
+
+**Paths.** Transfers are grouped by the hosts of their two ends (``hostA->hostB``, hosts from
+the ranks' resources or file names): within a host, or between two. An inter-host path is
+*slow* when both hold:
+
+* its median bandwidth is ``slowness`` times below its reference: the median of the *other*
+  inter-host paths when there are some that are not themselves that slow, else the median of
+  the within-host transfers divided by ``intra_factor`` (links between hosts are expected to
+  be slower than those within one, NVLink against InfiniBand being about 9×, so only a path
+  slower than that margin is judged against within-host transfers);
+* more of its transfers are below the reference than chance allows: a sign test
+  (``P(X >= slower | n, 1/2)``) adjusted for the paths tested, at ``alpha``.
+
+Its cost is the time its transfers took beyond the reference rate. The two directions of one
+host pair are reported as one network path when both are slow.
+
+**No peers.** A profiler trace of gloo (``c10d::send``/``recv_`` and the ``gloo:send``/``recv``
+worker annotations) carries no peer. What can still be said: per rank, the median duration of
+its sends and of its receives against the other ranks'. Slow receives alone may be a late
+sender; slow receives on some ranks *and* slow sends on as many others mean the transfers
+themselves are slow (both ends busy for the whole transfer), a network path between them; the
+trace cannot say which.
+
+>>> import numpy as np
+>>> from otel_ext.analysis.table import Category, EventTable
+>>> rows = []
+>>> for k in range(12):
+...     for src, dst, dur in ((0, 1, 500_000), (1, 2, 80_000_000), (2, 3, 500_000),
+...                           (3, 0, 75_000_000)):
+...         cid = f"pg:{src}->{dst}:{k}"
+...         t0 = k * 100_000_000
+...         rows.append(dict(rank=src, category=Category.COLLECTIVE, coll_op="send", coll_id=cid,
+...                          coll_bytes=1 << 20, start_ns=t0, end_ns=t0 + dur))
+...         rows.append(dict(rank=dst, category=Category.COLLECTIVE, coll_op="recv", coll_id=cid,
+...                          coll_bytes=1 << 20, start_ns=t0, end_ns=t0 + dur))
+>>> t = EventTable.from_rows(rows)
+>>> from otel_ext.analysis.collectives import match_collectives
+>>> hosts = {0: "hA", 1: "hA", 2: "hB", 3: "hB"}
+>>> paths = path_stats(p2p_transfers(t, match_collectives(t)), hosts)
+>>> [(p.path, p.slow) for p in paths]
+[('hA->hA', False), ('hA->hB', True), ('hB->hA', True), ('hB->hB', False)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from otel_ext._arrays import median
+from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.significance import ALPHA, adjusted, binomial_upper_tail
+from otel_ext.analysis.table import Category, EventTable
+
+__all__ = [
+    "PathStat",
+    "RankTransferStat",
+    "Transfers",
+    "p2p_transfers",
+    "path_stats",
+    "unpaired_transfer_stats",
+]
+
+_SEND_NAMES = ("c10d::send", "gloo:send")
+_RECV_NAMES = ("c10d::recv_", "c10d::recv_any_source_", "gloo:recv")
+
+
+@dataclass
+class Transfers:
+    """Matched point-to-point transfers, one entry each."""
+
+    src_rank: np.ndarray
+    dst_rank: np.ndarray
+    nbytes: np.ndarray
+    transfer_ns: np.ndarray
+    start_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src_rank)
+
+
+@dataclass(frozen=True)
+class PathStat:
+    """One directed path between hosts (or within one)."""
+
+    path: str
+    src_host: str
+    dst_host: str
+    inter_host: bool
+    transfers: int
+    bytes: int
+    median_transfer_ns: float
+    median_bw: float | None  # bytes/s
+    reference_bw: float | None
+    reference: str
+    slowness: float | None
+    slower: int
+    p: float
+    slow: bool
+    extra_ns: int
+    rank_pairs: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RankTransferStat:
+    """One rank's unpaired sends or receives against the other ranks' (no peers known)."""
+
+    rank: int
+    host: str
+    direction: str  # "send" or "recv"
+    count: int
+    median_ns: float
+    peer_median_ns: float
+    ratio: float
+    slower: int
+    p: float
+    slow: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _row_is_send(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Per row: 1 for a send end, 0 for a receive end, -1 when it does not say."""
+    ops = table.strings["coll_op"]
+    names = table.strings["name"]
+    out = np.full(len(rows), -1, dtype=np.int64)
+    for i, (oc, nc) in enumerate(
+        zip(table["coll_op"][rows].tolist(), table["name"][rows].tolist())
+    ):
+        text = (ops[int(oc)] or names[int(nc)]).lower()
+        if "recv" in text:
+            out[i] = 0
+        elif "send" in text:
+            out[i] = 1
+    return out
+
+
+def p2p_transfers(table: EventTable, match: CollectiveMatch) -> Transfers:
+    """The matched instances that are point-to-point transfers (a ``src->dst`` key and two
+    members, one a send and one a receive), with their clock-free transfer times.
+
+    Args:
+        table: the table ``match`` was made from (its rows name each end's operation).
+        match: matched collectives (aligned or not: only each end's own duration is used).
+
+    Returns:
+        :class:`Transfers` (empty when the trace has none).
+    """
+    empty = Transfers(*(np.zeros(0, dtype=np.int64) for _ in range(5)))
+    if match.n_instances == 0:
+        return empty
+    is_p2p = np.array(
+        ["->" in k and n == 2 for k, n in zip(match.key, match.n_ranks.tolist())], dtype=bool
+    )
+    if not is_p2p.any():
+        return empty
+    mem = np.flatnonzero(is_p2p[match.member_instance])
+    inst = match.member_instance[mem]
+    send = _row_is_send(table, match.member_row[mem])
+    dur = (match.member_end_ns[mem] - match.member_start_ns[mem]).astype(np.int64)
+    # per instance: exactly one send end and one receive end
+    n = match.n_instances
+    n_send = np.bincount(inst, weights=send == 1, minlength=n)
+    n_recv = np.bincount(inst, weights=send == 0, minlength=n)
+    ok_inst = (n_send == 1) & (n_recv == 1)
+    keep = ok_inst[inst]
+    inst, send, dur, mem = inst[keep], send[keep], dur[keep], mem[keep]
+    if len(inst) == 0:
+        return empty
+    src = np.zeros(n, dtype=np.int64)
+    dst = np.zeros(n, dtype=np.int64)
+    src[inst[send == 1]] = match.member_rank[mem[send == 1]]
+    dst[inst[send == 0]] = match.member_rank[mem[send == 0]]
+    shortest = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(shortest, inst, np.maximum(dur, 0))
+    ids = np.flatnonzero(ok_inst)
+    return Transfers(
+        src_rank=src[ids],
+        dst_rank=dst[ids],
+        nbytes=match.bytes[ids].astype(np.int64),
+        transfer_ns=shortest[ids],
+        start_ns=match.first_arrival_ns[ids].astype(np.int64),
+    )
+
+
+def path_stats(
+    transfers: Transfers,
+    host_of_rank: dict[int, str],
+    *,
+    slowness: float = 3.0,
+    intra_factor: float = 20.0,
+    alpha: float = ALPHA,
+) -> list[PathStat]:
+    """Bandwidth per directed host path, and which inter-host paths are slow (see the module
+    docstring). Transfers without a size are counted but give no bandwidth.
+
+    Args:
+        transfers: :func:`p2p_transfers`'s output.
+        host_of_rank: each rank's host.
+        slowness: how far below its reference a slow path's median bandwidth is.
+        intra_factor: how much slower than within-host transfers an inter-host path may be
+            before it is judged against them.
+        alpha: the family-wise level of the sign test (Bonferroni over the paths tested).
+
+    Returns:
+        One :class:`PathStat` per path, sorted by path name.
+    """
+    if len(transfers) == 0:
+        return []
+    sh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.src_rank.tolist()]
+    dh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.dst_rank.tolist()]
+    keys = sorted(set(zip(sh, dh)))
+    code_of = {k: i for i, k in enumerate(keys)}
+    code = np.array([code_of[k] for k in zip(sh, dh)], dtype=np.int64)
+    secs = transfers.transfer_ns / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.where((transfers.nbytes > 0) & (secs > 0), transfers.nbytes / secs, np.nan)
+    inter = np.array([a != b for a, b in keys], dtype=bool)
+    med_bw = np.array([float(median(bw[(code == i) & np.isfinite(bw)])) for i in range(len(keys))])
+    intra_ref = float(median(bw[~inter[code] & np.isfinite(bw)]))
+    refs: list[tuple[float, str]] = []
+    for i in range(len(keys)):
+        if not inter[i]:
+            refs.append((np.nan, ""))
+            continue
+        others = [
+            j
+            for j in range(len(keys))
+            if inter[j] and j != i and keys[j] != (keys[i][1], keys[i][0])
+        ]
+        other_bw = med_bw[others]
+        other_bw = other_bw[np.isfinite(other_bw)]
+        healthy = other_bw[
+            other_bw * 1.0 >= (med_bw[i] if np.isfinite(med_bw[i]) else 0) * slowness
+        ]
+        if len(healthy) and len(healthy) * 2 >= len(other_bw):
+            refs.append((float(median(healthy)), "other inter-host paths"))
+        elif np.isfinite(intra_ref):
+            refs.append((intra_ref / intra_factor, f"within-host transfers / {intra_factor:g}"))
+        else:
+            refs.append((np.nan, "none"))
+    tested = [i for i in range(len(keys)) if inter[i] and np.isfinite(refs[i][0])]
+    slower = np.zeros(len(keys), dtype=np.int64)
+    counted = np.zeros(len(keys), dtype=np.int64)
+    for i in tested:
+        mine = (code == i) & np.isfinite(bw)
+        counted[i] = int(mine.sum())
+        slower[i] = int((bw[mine] < refs[i][0]).sum())
+    p_raw = binomial_upper_tail(slower, counted, np.full(len(keys), 0.5))
+    p_adj = adjusted(p_raw, max(len(tested), 1))
+    out = []
+    for i, (a, b) in enumerate(keys):
+        mine = code == i
+        ref, basis = refs[i]
+        has_ref = np.isfinite(ref) and np.isfinite(med_bw[i]) and med_bw[i] > 0
+        slow_by = float(ref / med_bw[i]) if has_ref else None
+        p = float(p_adj[i]) if i in tested else 1.0
+        slow = bool(i in tested and slow_by is not None and slow_by >= slowness and p <= alpha)
+        extra = 0
+        if has_ref:
+            ok = mine & np.isfinite(bw)
+            expected_ns = transfers.nbytes[ok] / ref * 1e9
+            extra = int(np.clip(transfers.transfer_ns[ok] - expected_ns, 0, None).sum())
+        pairs = sorted(
+            {
+                f"{int(s)}->{int(d)}"
+                for s, d in zip(
+                    transfers.src_rank[mine].tolist(), transfers.dst_rank[mine].tolist()
+                )
+            }
+        )
+        out.append(
+            PathStat(
+                path=f"{a}->{b}",
+                src_host=a,
+                dst_host=b,
+                inter_host=bool(inter[i]),
+                transfers=int(mine.sum()),
+                bytes=int(np.clip(transfers.nbytes[mine], 0, None).sum()),
+                median_transfer_ns=float(median(transfers.transfer_ns[mine])),
+                median_bw=float(med_bw[i]) if np.isfinite(med_bw[i]) else None,
+                reference_bw=float(ref) if np.isfinite(ref) else None,
+                reference=basis,
+                slowness=round(slow_by, 4) if slow_by is not None else None,
+                slower=int(slower[i]),
+                p=p,
+                slow=slow,
+                extra_ns=extra if slow else 0,
+                rank_pairs=pairs,
+            )
+        )
+    return out
+
+
+def unpaired_transfer_stats(
+    table: EventTable,
+    host_of_rank: dict[int, str],
+    *,
+    ratio: float = 5.0,
+    alpha: float = ALPHA,
+) -> list[RankTransferStat]:
+    """Per rank, its sends' and receives' median duration against the other ranks', for
+    traces whose point-to-point operations name no peer (see the module docstring).
+
+    The worker-side annotations (``gloo:send``/``gloo:recv``: they last until the data
+    moved) are used when the trace has them, else the caller's ``c10d::`` operations. A rank
+    is slow in one direction when its median is ``ratio`` times the other ranks' median and
+    more of its operations are above that median than chance allows (sign test, adjusted
+    for the ranks and directions tested).
+    """
+    cat = table["category"]
+    ranked = (cat == Category.CPU_OP) & (table["rank"] >= 0)
+    names = table.strings["name"]
+    out: list[RankTransferStat] = []
+    tests: list[dict[str, Any]] = []
+    for direction, family in (("send", _SEND_NAMES), ("recv", _RECV_NAMES)):
+        worker = [i for i, n in enumerate(names) if n in family and n.startswith("gloo:")]
+        caller = [i for i, n in enumerate(names) if n in family and not n.startswith("gloo:")]
+        codes = worker or caller
+        if not codes:
+            continue
+        rows = np.flatnonzero(ranked & np.isin(table["name"], np.asarray(codes)))
+        if len(rows) == 0:
+            continue
+        rank = table["rank"][rows].astype(np.int64)
+        dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
+        ranks = np.unique(rank)
+        if len(ranks) < 2:
+            continue
+        meds = {int(r): float(median(dur[rank == r])) for r in ranks.tolist()}
+        for r in ranks.tolist():
+            mine = dur[rank == r]
+            peer = float(median(np.array([v for q, v in meds.items() if q != r])))
+            tests.append(
+                {
+                    "rank": int(r),
+                    "direction": direction,
+                    "count": len(mine),
+                    "median": meds[int(r)],
+                    "peer": peer,
+                    "slower": int((mine > peer).sum()),
+                }
+            )
+    if not tests:
+        return out
+    p_raw = binomial_upper_tail(
+        [t["slower"] for t in tests], [t["count"] for t in tests], [0.5] * len(tests)
+    )
+    p_adj = adjusted(p_raw, len(tests))
+    for t, p in zip(tests, p_adj.tolist()):
+        rat = t["median"] / t["peer"] if t["peer"] > 0 else (np.inf if t["median"] > 0 else 1.0)
+        out.append(
+            RankTransferStat(
+                rank=t["rank"],
+                host=host_of_rank.get(t["rank"], ""),
+                direction=t["direction"],
+                count=t["count"],
+                median_ns=t["median"],
+                peer_median_ns=t["peer"],
+                ratio=round(float(rat), 4) if np.isfinite(rat) else float("inf"),
+                slower=t["slower"],
+                p=float(p),
+                slow=bool(rat >= ratio and p <= alpha),
+            )
+        )
+    return out
