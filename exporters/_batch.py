@@ -135,7 +135,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span`` for export, or drop and count it if the queue is full."""
         if self._shutdown:
-            self.drops.add(1, signal="traces")
+            self.drops.add(1, signal="traces", reason="after_shutdown")
             return
         with self._lock:
             if len(self._queue) >= self._max_queue_size:
@@ -145,7 +145,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 self._queue.append(span)
                 wake = len(self._queue) >= self._batch_size
         if full:
-            self.drops.add(1, signal="traces")
+            self.drops.add(1, signal="traces", reason="queue_full")
             _log.warning("span queue full (%d); dropping spans", self._max_queue_size)
         elif wake:
             self._wake.set()
@@ -189,11 +189,11 @@ class BoundedBatchSpanProcessor(SpanProcessor):
                 result = self._exporter.export(batch)
         except Exception:
             _log.warning("span export raised; %d spans dropped", len(batch), exc_info=True)
-            self.drops.add(len(batch), signal="traces")
+            self.drops.add(len(batch), signal="traces", reason="export_raised")
             return
         if result is not SpanExportResult.SUCCESS:
             _log.warning("span export failed; %d spans dropped", len(batch))
-            self.drops.add(len(batch), signal="traces")
+            self.drops.add(len(batch), signal="traces", reason="export_failed")
 
     # -- control -------------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -227,7 +227,7 @@ class BoundedBatchSpanProcessor(SpanProcessor):
         with self._lock:
             left = len(self._queue)
             self._queue.clear()
-        self.drops.add(left, signal="traces")
+        self.drops.add(left, signal="traces", reason="shutdown_timeout")
         try:
             self._exporter.shutdown()
         except Exception:
@@ -285,7 +285,7 @@ class GuardedMetricExporter(MetricExporter):
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
             _log.warning("metric export failed; data points dropped")
-            self._drops.add(_count_points(metrics_data), signal="metrics")
+            self._drops.add(_count_points(metrics_data), signal="metrics", reason="export_failed")
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:

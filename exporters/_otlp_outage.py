@@ -202,7 +202,7 @@ class OutageGuardSpanExporter(SpanExporter):
         self._drops = drops
 
     def _drop(self, n: int) -> SpanExportResult:
-        self._drops.add(n, signal="traces")
+        self._drops.add(n, signal="traces", reason="collector_unreachable")
         self.endpoint.count(n, "spans")
         return SpanExportResult.SUCCESS  # handled: dropped and counted here, logged once
 
@@ -269,7 +269,7 @@ class OutageGuardMetricExporter(MetricExporter):
 
     def _drop(self, data: MetricsData) -> MetricExportResult:
         n = _points(data)
-        self._drops.add(n, signal="metrics")
+        self._drops.add(n, signal="metrics", reason="collector_unreachable")
         self.endpoint.count(n, "metric points")
         return MetricExportResult.SUCCESS
 

@@ -86,6 +86,8 @@ __all__ = [
     "ACCEL_REQUEST_PHASE",
     "ACCEL_REQUEST_STEP",
     "ACCEL_SOURCE",
+    "ACCEL_TELEMETRY_COMPONENT",
+    "ACCEL_TELEMETRY_REASON",
     "ACCEL_TELEMETRY_SIGNAL",
     "ACCEL_WORLD_SIZE",
     "CPU_MODE",
@@ -100,6 +102,7 @@ __all__ = [
     "HW_TYPE",
     "K8S_NODE_NAME",
     "K8S_POD_NAME",
+    "NETWORK_INTERFACE_NAME",
     "NETWORK_IO_DIRECTION",
     "PROCESS_PID",
     "SYSTEM_MEMORY_STATE",
@@ -267,6 +270,10 @@ ACCEL_REQUEST_PHASE = 'accel.request.phase'
 ACCEL_REQUEST_STEP = 'accel.request.step'
 #: The counter source a metric point was read from.
 ACCEL_SOURCE = 'accel.source'
+#: The otel-ext component that dropped telemetry (its guard's name).
+ACCEL_TELEMETRY_COMPONENT = 'accel.telemetry.component'
+#: Why the component dropped telemetry (a short snake_case cause or call site).
+ACCEL_TELEMETRY_REASON = 'accel.telemetry.reason'
 #: The telemetry signal a drop or export statistic refers to.
 ACCEL_TELEMETRY_SIGNAL = 'accel.telemetry.signal'
 #: Number of ranks in the distributed job.
@@ -295,6 +302,8 @@ HW_TYPE = 'hw.type'
 K8S_NODE_NAME = 'k8s.node.name'
 #: Kubernetes pod name (OpenTelemetry `k8s.*`).
 K8S_POD_NAME = 'k8s.pod.name'
+#: Name of the network interface, as the kernel names it (OpenTelemetry `network.*`).
+NETWORK_INTERFACE_NAME = 'network.interface.name'
 #: Direction of network traffic (OpenTelemetry `network.*`).
 NETWORK_IO_DIRECTION = 'network.io.direction'
 #: Process identifier (OpenTelemetry `process.*`).

@@ -66,8 +66,10 @@ __all__ = [
     "METRIC_HW_GPU_MEMORY_LIMIT",
     "METRIC_HW_GPU_MEMORY_USAGE",
     "METRIC_HW_GPU_UTILIZATION",
+    "METRIC_HW_NETWORK_BANDWIDTH_LIMIT",
     "METRIC_HW_NETWORK_IO",
     "METRIC_HW_NETWORK_PACKETS",
+    "METRIC_HW_NETWORK_UP",
     "METRIC_HW_POWER",
     "METRIC_HW_TEMPERATURE",
     "METRIC_PROCESS_CPU_TIME",
@@ -175,7 +177,7 @@ METRIC_ACCEL_NIC_BANDWIDTH = 'accel.nic.bandwidth'
 METRIC_ACCEL_PCIE_IO = 'accel.pcie.io'
 #: PCIe throughput of the device as the driver samples it over a short window, per direction.
 METRIC_ACCEL_PCIE_THROUGHPUT = 'accel.pcie.throughput'
-#: Telemetry items (spans, metric points) dropped because an exporter was slow or unreachable.
+#: Telemetry items (spans, metric points, records) otel-ext could not deliver, per component and reason (an exporter slow or unreachable, a queue full, a flush out of time).
 METRIC_ACCEL_TELEMETRY_DROPPED = 'accel.telemetry.dropped'
 #: Time from request arrival to its last token (OpenTelemetry `gen_ai.*`).
 METRIC_GEN_AI_SERVER_REQUEST_DURATION = 'gen_ai.server.request.duration'
@@ -185,7 +187,7 @@ METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN = 'gen_ai.server.time_per_output_toke
 METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN = 'gen_ai.server.time_to_first_token'
 #: Energy consumed by the component (OpenTelemetry `hw.*`).
 METRIC_HW_ENERGY = 'hw.energy'
-#: Errors encountered by the component (OpenTelemetry `hw.*`).
+#: Errors encountered by the component (OpenTelemetry `hw.*`); for a network port, packets in error or dropped, error.type naming the kernel's or the port's counter.
 METRIC_HW_ERRORS = 'hw.errors'
 #: Device memory size (OpenTelemetry `hw.gpu.*`).
 METRIC_HW_GPU_MEMORY_LIMIT = 'hw.gpu.memory.limit'
@@ -193,10 +195,14 @@ METRIC_HW_GPU_MEMORY_LIMIT = 'hw.gpu.memory.limit'
 METRIC_HW_GPU_MEMORY_USAGE = 'hw.gpu.memory.usage'
 #: Fraction of time the GPU was busy, as the driver reports it (OpenTelemetry `hw.gpu.*`).
 METRIC_HW_GPU_UTILIZATION = 'hw.gpu.utilization'
+#: Link speed of a network port, per direction of a full-duplex link (OpenTelemetry `hw.network.*`).
+METRIC_HW_NETWORK_BANDWIDTH_LIMIT = 'hw.network.bandwidth.limit'
 #: Bytes through a network port, per direction (OpenTelemetry `hw.*`).
 METRIC_HW_NETWORK_IO = 'hw.network.io'
 #: Packets through a network port, per direction (OpenTelemetry `hw.*`).
 METRIC_HW_NETWORK_PACKETS = 'hw.network.packets'
+#: Link status of a network port, 1 (up) or 0 (down) (OpenTelemetry `hw.network.*`).
+METRIC_HW_NETWORK_UP = 'hw.network.up'
 #: Instantaneous power drawn by the component (OpenTelemetry `hw.*`).
 METRIC_HW_POWER = 'hw.power'
 #: Temperature of the component (OpenTelemetry `hw.*`).
@@ -263,17 +269,19 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'accel.nic.bandwidth': {'class': 'derived', 'instrument': 'gauge', 'unit': 'By/s', 'monotonic': False, 'scope': 'link', 'formula': 'rate(io)', 'inputs': {'io': 'hw.network.io'}, 'attributes': []},
     'accel.pcie.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id', 'network.io.direction']},
     'accel.pcie.throughput': {'class': 'base', 'instrument': 'gauge', 'unit': 'By/s', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'accel.host.id', 'network.io.direction']},
-    'accel.telemetry.dropped': {'class': 'base', 'instrument': 'counter', 'unit': '{item}', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.telemetry.signal']},
+    'accel.telemetry.dropped': {'class': 'base', 'instrument': 'counter', 'unit': '{item}', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.telemetry.component', 'accel.telemetry.reason', 'accel.telemetry.signal']},
     'gen_ai.server.request.duration': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'gen_ai.server.time_per_output_token': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'gen_ai.server.time_to_first_token': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'hw.energy': {'class': 'base', 'instrument': 'counter', 'unit': 'J', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.errors': {'class': 'base', 'instrument': 'counter', 'unit': '{error}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'error.type']},
+    'hw.errors': {'class': 'base', 'instrument': 'counter', 'unit': '{error}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'error.type', 'network.io.direction', 'network.interface.name', 'hw.id']},
     'hw.gpu.memory.limit': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
     'hw.gpu.memory.usage': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
     'hw.gpu.utilization': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.network.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction']},
-    'hw.network.packets': {'class': 'base', 'instrument': 'counter', 'unit': '{packet}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction']},
+    'hw.network.bandwidth.limit': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By/s', 'monotonic': False, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.interface.name', 'hw.id']},
+    'hw.network.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction', 'network.interface.name', 'hw.id']},
+    'hw.network.packets': {'class': 'base', 'instrument': 'counter', 'unit': '{packet}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction', 'network.interface.name', 'hw.id']},
+    'hw.network.up': {'class': 'base', 'instrument': 'updowncounter', 'unit': '1', 'monotonic': False, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.interface.name', 'hw.id']},
     'hw.power': {'class': 'base', 'instrument': 'gauge', 'unit': 'W', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
     'hw.temperature': {'class': 'base', 'instrument': 'gauge', 'unit': 'Cel', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
     'process.cpu.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.host.id']},

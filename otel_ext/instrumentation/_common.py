@@ -1,7 +1,9 @@
 """Shared plumbing of the instrumentations: never-raise guards, device identity, tracers.
 
 Everything here runs on (or next to) the workload's hot path, so nothing raises: a failure
-is logged once per call site and counted in :data:`DROPS`.
+is logged once per call site and counted in :data:`DROPS` (the process's drop ledger,
+:mod:`otel_ext._drops`, exported as ``accel.telemetry.dropped{component="instrumentation",
+reason=<site>}``).
 
 >>> DROPS.reset()
 >>> guarded("demo", lambda: 1 / 0) is None
@@ -15,72 +17,100 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import Tracer, TracerProvider
 
 from otel_ext import config
+from otel_ext._drops import LEDGER
 from otel_ext.semconv.attributes import ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_RANK
 
 __all__ = [
     "DROPS",
     "INSTRUMENTATION_NAME",
     "DropTally",
+    "bind_drops",
     "device_attributes",
     "get_tracer",
     "guarded",
     "local_device",
     "log_once",
+    "pause",
 ]
 
 INSTRUMENTATION_NAME = "otel_ext.instrumentation"
+#: the ``accel.telemetry.component`` of the instrumentations' drops
+COMPONENT = "instrumentation"
 _log = logging.getLogger(INSTRUMENTATION_NAME)
 T = TypeVar("T")
 
 
 class DropTally:
-    """Counts, per call site, the telemetry operations that failed and were skipped.
+    """The instrumentation's view of the process's drop ledger (:data:`otel_ext._drops.LEDGER`,
+    component ``instrumentation``): counts per call site (the ``accel.telemetry.reason``).
 
-    Thread-safe; :meth:`add` never raises.
+    Thread-safe; :meth:`add` never raises. Exported as ``accel.telemetry.dropped`` wherever
+    the ledger is bound (``otel_ext.configure()``'s meter provider, or the meter provider an
+    instrumentor was given).
     """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._totals: dict[str, int] = {}
+    component = COMPONENT
 
     def add(self, site: str, count: int = 1) -> None:
-        """Count ``count`` drops at ``site``."""
-        with self._lock:
-            self._totals[site] = self._totals.get(site, 0) + count
+        """Count ``count`` drops at ``site`` (without logging)."""
+        LEDGER.drop(self.component, site, count, quiet=True)
 
     def totals(self) -> dict[str, int]:
         """A copy of the drop counts per site."""
-        with self._lock:
-            return dict(self._totals)
+        return LEDGER.of(self.component)
 
     def reset(self) -> None:
-        """Forget every count (tests)."""
-        with self._lock:
-            self._totals.clear()
+        """Forget every count, and that a site was logged (tests)."""
+        LEDGER.forget(self.component)
 
 
 DROPS = DropTally()
-_logged: set[str] = set()
 
 
 def log_once(site: str, message: str, *args: object, exc_info: bool = True) -> None:
     """Log ``message`` the first time ``site`` fails; later failures are only counted."""
-    DROPS.add(site)
-    if site in _logged:
-        return
-    _logged.add(site)
+    LEDGER.drop(
+        COMPONENT,
+        site,
+        1,
+        message=message,
+        args=args,
+        exc_info=exc_info,
+        logger=_log,
+    )
+
+
+def bind_drops(meter_provider: Any) -> None:
+    """Export the process's drop counts through ``meter_provider`` (an SDK one; the global
+    one when ``None``); once per provider, never raises."""
     try:
-        _log.warning("otel-ext instrumentation (%s): " + message, site, *args, exc_info=exc_info)
-    except Exception:  # pragma: no cover - a broken log handler must not reach the workload
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        if hasattr(provider, "_all_metric_readers") or hasattr(provider, "_sdk_config"):
+            LEDGER.bind(provider)
+    except Exception:  # pragma: no cover - the API does not raise here
         pass
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep`` that never raises: a clock-shifting ``LD_PRELOAD`` or a signal can make
+    the sleep fail (``OSError: [Errno 22]``); then the thread only yields, the failure is
+    logged once and counted (reason ``sleep_failed``), and the caller's loop goes on."""
+    try:
+        time.sleep(seconds)
+    except Exception as exc:
+        LEDGER.failed(COMPONENT, "sleep_failed", exc, 0, logger=_log)
+        try:
+            os.sched_yield()
+        except Exception:  # pragma: no cover - sched_yield does not fail on Linux
+            pass
 
 
 def guarded(site: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:

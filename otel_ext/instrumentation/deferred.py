@@ -59,6 +59,7 @@ from opentelemetry.trace import Span
 from opentelemetry.trace import TracerProvider as ApiTracerProvider
 
 from otel_ext.instrumentation._common import get_tracer, log_once
+from otel_ext.instrumentation.provider_drain import register as register_drain
 from otel_ext.semconv.attributes import ACCEL_LAYER_BYTES, ACCEL_LAYER_FLOPS
 
 __all__ = ["BoundedHandoff", "DeferredSpanRecorder"]
@@ -161,6 +162,8 @@ class DeferredSpanRecorder:
             target=self._run, name="otel-ext-deferred-spans", daemon=True
         )
         self._worker.start()
+        #: the tracer provider's force_flush()/shutdown() drain this recorder first
+        self._drain = register_drain(self, tracer_provider)
 
     # -- setup ---------------------------------------------------------------------------
     def register(self, name: str, attributes: Mapping[str, Any]) -> int:
@@ -400,6 +403,8 @@ class DeferredSpanRecorder:
         while True:
             self._wake.wait(self._interval)
             self._wake.clear()
+            if not self._drain.bound:
+                self._drain.ensure()  # the global provider may have been set since
             while self._pending:
                 r, first, last, root_ctx = self._pending.popleft()
                 try:
@@ -417,18 +422,35 @@ class DeferredSpanRecorder:
                 return
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Block until every tree handed over so far is materialised; False on timeout."""
-        target = self._handed
-        self._wake.set()
-        with self._done:
-            return self._done.wait_for(lambda: self._finished >= target, timeout)
+        """Block until every tree handed over so far is materialised; False on timeout.
+
+        Never raises (a failure is logged once, counted, and returns False).
+        """
+        try:
+            target = self._handed
+            self._wake.set()
+            with self._done:
+                return self._done.wait_for(lambda: self._finished >= target, timeout)
+        except Exception as exc:
+            log_once("deferred.flush", "%s: %s", type(exc).__name__, exc)
+            return False
+
+    def pending(self) -> int:
+        """Trees handed over and not yet materialised."""
+        return max(self._handed - self._finished, 0)
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
-        """Materialise what is pending and stop the background thread (idempotent)."""
-        self.flush(timeout)
-        self._closed = True
-        self._wake.set()
-        self._worker.join(timeout)
+        """Materialise what is pending and stop the background thread (idempotent; never
+        raises)."""
+        try:
+            self.flush(timeout)
+            self._closed = True
+            self._wake.set()
+            self._worker.join(timeout)
+        except Exception as exc:
+            log_once("deferred.shutdown", "%s: %s", type(exc).__name__, exc)
+        finally:
+            self._drain.close()
 
 
 class BoundedHandoff:

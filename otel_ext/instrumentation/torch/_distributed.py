@@ -74,8 +74,10 @@ from opentelemetry.trace import Link, Status, StatusCode
 
 from otel_ext.errors import ConfigError
 from otel_ext.instrumentation._common import (
+    bind_drops,
     get_tracer,
     log_once,
+    pause,
 )
 from otel_ext.instrumentation.collective_records import (
     DEFAULT_GROUP_NAME,
@@ -92,6 +94,7 @@ from otel_ext.instrumentation.collectives import (
     p2p_id,
 )
 from otel_ext.instrumentation.deferred import BoundedHandoff
+from otel_ext.instrumentation.provider_drain import register as register_drain
 from otel_ext.instrumentation.torch._device_timing import CollectiveTimer, DeviceTiming
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_DOMAIN,
@@ -465,6 +468,9 @@ class _State:
             target=self._poll, name="otel-ext-collective-poll", daemon=True
         )
         self.poller.start()
+        #: the tracer provider's force_flush()/shutdown() drain the records first
+        self.drain_binding = register_drain(self, tracer_provider)
+        bind_drops(meter_provider)
 
     # -- hot path --------------------------------------------------------------------------
     def kernel(self, spec: _Op, op: Any) -> Callable[..., Any]:
@@ -666,6 +672,8 @@ class _State:
         hook = self.native
         while not self.closed and hook is not None:
             try:
+                if not self.drain_binding.bound:
+                    self.drain_binding.ensure()  # the global provider may be set since
                 self._wait_for_drain(hook)
                 self._drain_once(0.0)
             except Exception as exc:
@@ -697,7 +705,7 @@ class _State:
                 if i % _DRAIN_YIELD_EVERY == _DRAIN_YIELD_EVERY - 1:
                     # let a workload thread that waits for the GIL (the recording kernel's
                     # context read) take it now, not at the 5 ms switch interval
-                    time.sleep(0)
+                    pause(0)
                 try:
                     emit(record)
                 except Exception as exc:
@@ -919,7 +927,7 @@ class _State:
                 self.poll_wake.wait(0.5)
                 self.poll_wake.clear()
                 continue
-            time.sleep(_POLL_S)
+            pause(_POLL_S)
             now = time.time_ns()
             before, after = self.give_up
             give_up = max(before if now >= after else 0, now - _GIVE_UP_NS)
@@ -953,6 +961,9 @@ class _State:
 
     # -- materialiser (background, batched) ------------------------------------------------
     def _materialise(self, batch: list[_Entry]) -> None:
+        binding = getattr(self, "drain_binding", None)
+        if binding is not None and not binding.bound:
+            binding.ensure()  # the global provider may have been set since
         pending = self.device_pending
         now = time.time_ns()
         if pending or any(e.handle is not None for e in batch):
@@ -1028,6 +1039,32 @@ class _State:
 
     # -- flush / close ---------------------------------------------------------------------
     def flush(self, timeout: float | None = 30.0) -> bool:
+        """Every op issued so far made into spans within ``timeout``; never raises (a
+        failure is logged once, counted, and returns False)."""
+        try:
+            self.drain_binding.ensure()
+            return self._flush(timeout)
+        except Exception as exc:
+            log_once("torch.distributed.flush", "%s: %s", type(exc).__name__, exc)
+            return False
+
+    def pending(self) -> int:
+        """Records not yet made into spans (what a flush out of time leaves behind)."""
+        try:
+            native = 0
+            if self.native is not None and self.drain_process is None:
+                native = int(self.native.in_flight())
+            return (
+                native
+                + self.tracker.waiting
+                + self.materialiser.waiting
+                + max(self.open, 0)
+                + len(self.device_pending)
+            )
+        except Exception:
+            return 0
+
+    def _flush(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
@@ -1043,7 +1080,7 @@ class _State:
             ok = self.open_lock.wait_for(lambda: self.open <= 0, left()) and ok
         ok = self.materialiser.flush(left()) and ok
         while self.device_pending and (deadline is None or time.monotonic() < deadline):
-            time.sleep(0.001)
+            pause(0.001)
             ok = self.materialiser.flush(left()) and ok
         if self.gaps:
             self._apply_gaps(self.issued + 1)
@@ -1065,7 +1102,7 @@ class _State:
                 remaining = left()
                 if remaining is not None and remaining <= 0:
                     return False
-                time.sleep(0.001)
+                pause(0.001)
 
     def _flush_drain_process(self, hook: Any, left: Callable[[], float | None]) -> bool:
         """Every record completed, sent, made into spans and metrics by the drain process and
@@ -1074,7 +1111,7 @@ class _State:
             remaining = left()
             if (remaining is not None and remaining <= 0) or hook.sink_broken():
                 return False
-            time.sleep(0.001)
+            pause(0.001)
         with self.drain_lock:  # one marker and one reader of the answers at a time
             if hook.sink_broken() or not self.drain_process.alive():
                 return False
@@ -1083,6 +1120,15 @@ class _State:
             return bool(self.drain_process.wait_ack(self.markers, left()))
 
     def close(self, timeout: float | None = 30.0) -> None:
+        """:meth:`flush`, then stop the background threads; never raises."""
+        try:
+            self._close(timeout)
+        except Exception as exc:
+            log_once("torch.distributed.close", "%s: %s", type(exc).__name__, exc)
+        finally:
+            self.drain_binding.close()
+
+    def _close(self, timeout: float | None) -> None:
         atexit.unregister(self.close_at_exit)
         self.flush(timeout)
         self.closed = True
@@ -1234,7 +1280,10 @@ class TorchDistributedInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         state, self._state = self._state, None
         if state is None:
             return
-        state.uninstall()
+        try:
+            state.uninstall()
+        except Exception as exc:  # uninstrument() never raises into the workload
+            log_once("torch.distributed.uninstall", "%s: %s", type(exc).__name__, exc)
         state.close(kwargs.get("timeout", 30.0))
 
     def flush(self, timeout: float | None = 30.0) -> bool:

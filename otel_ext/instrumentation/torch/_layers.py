@@ -57,9 +57,17 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from otel_ext.instrumentation._common import device_attributes, get_tracer, local_device, log_once
+from otel_ext.instrumentation._common import (
+    bind_drops,
+    device_attributes,
+    get_tracer,
+    local_device,
+    log_once,
+    pause,
+)
 from otel_ext.instrumentation.deferred import BoundedHandoff, DeferredSpanRecorder
 from otel_ext.instrumentation.estimators import BACKWARD_FLOP_FACTOR
+from otel_ext.instrumentation.provider_drain import register as register_drain
 from otel_ext.instrumentation.torch._flops import (
     Estimator,
     local_numel,
@@ -203,11 +211,15 @@ class _CudaTimer:
     counted (:attr:`dropped`), never queued without bound.
     """
 
-    def __init__(self, tracer: trace.Tracer, *, capacity: int = 1 << 14):
+    def __init__(
+        self, tracer: trace.Tracer, *, capacity: int = 1 << 14, tracer_provider: Any = None
+    ):
         self._tracer = tracer
         self._handoff = BoundedHandoff(
             self._resolve, capacity=capacity, name="otel-ext-cuda-events", interval=0.05
         )
+        #: the tracer provider's force_flush()/shutdown() resolve the events first
+        self._drain = register_drain(self, tracer_provider)
 
     @property
     def dropped(self) -> int:
@@ -231,7 +243,7 @@ class _CudaTimer:
                 # The start event ran after it was recorded (host_ns) and before we saw it
                 # complete: that window bounds its device time.
                 while not start.query():
-                    time.sleep(0.0005)
+                    pause(0.0005)
                 seen_ns = _time_ns()
                 end.synchronize()
                 dur_ns = int(start.elapsed_time(end) * 1e6)
@@ -253,10 +265,16 @@ class _CudaTimer:
                 log_once("torch.layers.cuda", "%s: %s", type(exc).__name__, exc)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
+        self._drain.ensure()
         return self._handoff.flush(timeout)
+
+    def pending(self) -> int:
+        """Layers whose events are not yet spans."""
+        return self._handoff.waiting
 
     def close(self) -> None:
         self._handoff.close(10.0)
+        self._drain.close()
 
 
 class _State:
@@ -305,7 +323,12 @@ class _State:
         self.global_kwargs_ids: list[int] = []
         self.hooked: weakref.WeakSet[nn.Module] = weakref.WeakSet()
         self.patch_forward = patch_forward
-        self.cuda = _CudaTimer(self.tracer) if torch.cuda.is_available() and not deferred else None
+        self.cuda = (
+            _CudaTimer(self.tracer, tracer_provider=tracer_provider)
+            if torch.cuda.is_available() and not deferred
+            else None
+        )
+        bind_drops(None)  # the drops are exported by the global meter provider, if an SDK one
 
     # -- metadata ------------------------------------------------------------------------
     def _traced(self, name: str, depth: int) -> bool:
@@ -700,6 +723,12 @@ class _State:
             self.handles.append(mod.register_module_full_backward_hook(bpost))
 
     def close(self) -> None:
+        try:
+            self._remove_everything()
+        except Exception as exc:  # uninstrument() never raises into the workload
+            log_once("torch.layers.close", "%s: %s", type(exc).__name__, exc)
+
+    def _remove_everything(self) -> None:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -805,8 +834,12 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         state = self._state
         if state is None:
             return True
-        ok = state.cuda.flush(timeout) if state.cuda is not None else True
-        return (state.recorder.flush(timeout) if state.recorder is not None else True) and ok
+        try:
+            ok = state.cuda.flush(timeout) if state.cuda is not None else True
+            return (state.recorder.flush(timeout) if state.recorder is not None else True) and ok
+        except Exception as exc:  # never raises into the workload
+            log_once("torch.layers.flush", "%s: %s", type(exc).__name__, exc)
+            return False
 
     @property
     def hook_count(self) -> int:
