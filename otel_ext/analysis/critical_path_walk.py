@@ -25,6 +25,7 @@ import numpy as np
 from otel_ext._arrays import distinct
 from otel_ext.analysis._intervals import merge_intervals
 from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.data_deps import with_data_dependencies
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = [
@@ -469,6 +470,7 @@ def walk_pieces(
     rcat = table["category"][rows]
     prev = _lane_prev(rows, table)
     dprev = _device_prev(rows, table)
+    dprev = with_data_dependencies(rows, table, dprev)  # recorded ones replace the guess
     from otel_ext.analysis.breakdown import launch_fanout, launch_rows
 
     lr_all = launch_rows(table)

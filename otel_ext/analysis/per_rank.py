@@ -181,7 +181,7 @@ def _without_unread_columns(table: EventTable) -> EventTable:
 #: the columns the critical path's walk reads (its edges, labels, names, launches)
 WALK_COLUMNS = frozenset(
     {"start_ns", "end_ns", "rank", "category", "stream", "tid", "device", "name", "source",
-     "correlation"}
+     "correlation", "data_dep"}
 )  # fmt: skip
 
 

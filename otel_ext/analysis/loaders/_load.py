@@ -14,6 +14,7 @@ from otel_ext._gzip import GZIP_MAGIC
 from otel_ext._gzip import iter_file_bytes as _iter_bytes
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
+from otel_ext.analysis.loaders.execution_trace import looks_like_execution_trace
 from otel_ext.analysis.loaders.kineto import (
     load_kineto_careful,
     looks_like_kineto,
@@ -99,6 +100,8 @@ def detect_format(path: str | Path, head: str, tail: str = "") -> str:
         return "otlp-logs"
     if first.startswith("{") and '"data"' in first and '"traceID"' in first:
         return "jaeger"
+    if looks_like_execution_trace(s):
+        return "execution-trace"
     if looks_like_kineto(s):
         if (
             name in ("timeline.json", "timeline.json.gz")
@@ -118,6 +121,8 @@ class FileResult:
     format: str
     table: EventTable | None = None
     metrics: MetricPoints | None = None
+    #: a PyTorch Execution Trace (no times: joined to its process's Kineto table when loaded)
+    execution_trace: Any = None
     skipped: list[SkippedRecord] = field(default_factory=list)
     note: str = ""
 
@@ -126,7 +131,9 @@ class FileResult:
         return {
             "path": self.path,
             "format": self.format,
-            "status": "loaded" if (t is not None or self.metrics is not None) else "left out",
+            "status": "loaded"
+            if (t is not None or self.metrics is not None or self.execution_trace is not None)
+            else "left out",
             "events": 0 if t is None else len(t),
             "metric_points": 0 if self.metrics is None else len(self.metrics),
             "rank": -1 if t is None else t.meta.get("rank", -1),
@@ -188,6 +195,8 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
         raise InputError(NOT_TELEMETRY, path=ps, record="file")
     if head_fmt == "xplane":
         return _load_xplane(p, head_bytes, pieces, ctx)
+    if head_fmt == "execution-trace":
+        return _load_execution_trace(p, head_bytes, pieces)
     if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
@@ -328,6 +337,30 @@ def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
         data += piece
     table = load_xplane_bytes(data, ctx=ctx)
     return FileResult(str(p), "xplane", table=table, skipped=ctx.skipped)
+
+
+def _load_execution_trace(p: Path, head: bytes, pieces: Iterator[bytes]) -> FileResult:
+    """A PyTorch Execution Trace (one JSON document): read whole, up to the record limit."""
+    from otel_ext.analysis.loaders.execution_trace import parse_execution_trace
+    from otel_ext.config import MAX_RECORD_BYTES, resolve
+
+    limit = resolve(MAX_RECORD_BYTES)
+    data = bytearray(head)
+    for piece in pieces:
+        if len(data) + len(piece) > limit:
+            raise InputError(
+                f"an Execution Trace larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: "
+                "the trace is one JSON document, read whole)",
+                path=str(p),
+                record="file",
+            )
+        data += piece
+    et = parse_execution_trace(bytes(data), path=str(p))
+    s = et.summary()
+    note = (f"Execution Trace: {s['operators']} operators, {s['collectives']} collectives, "
+            f"{s['data_dependencies']} data dependencies; no times (joined to the Kineto "
+            "trace of the same process when one is loaded)")  # fmt: skip
+    return FileResult(str(p), "execution-trace", execution_trace=et, note=note)
 
 
 #: the message of a file that is no telemetry format we read
@@ -561,6 +594,10 @@ def load_paths(
                     handle(i, e)
                     continue
                 handle(i, res)
+    if any(r.execution_trace is not None for r in results):
+        from otel_ext.analysis.loaders.execution_trace import join_into_results
+
+        join_into_results(results)
     tables = [r.table for r in results if r.table is not None]
     metrics = [r.metrics for r in results if r.metrics is not None]
     for r in results:
