@@ -7,7 +7,7 @@ import subprocess
 import sys
 import urllib.request
 
-from otel_ext.counters import InfinibandSource, NvmlSource
+from otel_ext.counters import InfinibandSource, NetDevSource, NvmlSource
 from otel_ext.errors import SourceUnavailableError
 
 
@@ -44,6 +44,8 @@ def _serve(*args: str) -> tuple[str, str]:
 
 def test_default_sources_are_what_the_machine_has(tmp_path) -> None:
     expected = ["host"]
+    if _opens(NetDevSource()):
+        expected.insert(0, "net")
     if _opens(InfinibandSource()):
         expected.insert(0, "infiniband")
     if _opens(NvmlSource()):

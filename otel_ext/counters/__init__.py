@@ -3,6 +3,7 @@
 Sources (one interface, :class:`CounterSource`; each :class:`Sample` carries metric,
 attributes, value, timestamp and clock domain): :class:`NvmlSource` (NVIDIA GPUs),
 :class:`HostSource` (``/proc``), :class:`InfinibandSource` (sysfs port counters),
+:class:`NetDevSource` (Ethernet/RoCE interfaces, ``/sys/class/net``),
 :class:`SimulatedSource` (any :class:`SimCounterModel`; :class:`BuiltinSimModel` stands
 alone). :class:`CounterBridge` samples them, unfolds counters (reset and wrap-around),
 evaluates the registry's derived metrics with provenance, and guards cardinality;
@@ -25,6 +26,7 @@ from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeri
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef, current_span_ref
 from otel_ext.counters._host import HostSource
 from otel_ext.counters._infiniband import InfinibandSource
+from otel_ext.counters._net import NetDevSource
 from otel_ext.counters._nvml import NvmlSource, match_device_model
 from otel_ext.counters._otlp import OtlpCounterBridge
 from otel_ext.counters._prometheus import CounterCollector
@@ -59,6 +61,7 @@ __all__ = [
     "HostSource",
     "InfinibandSource",
     "InputSeries",
+    "NetDevSource",
     "NvmlSource",
     "OtlpCounterBridge",
     "Provenance",

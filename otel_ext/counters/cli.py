@@ -1,12 +1,13 @@
 """``otel-ext exporter``: the node agent serving counters on ``/metrics`` (like dcgm-exporter).
 
-``otel-ext exporter [--source nvml|host|infiniband|sim ...] --listen HOST:PORT
+``otel-ext exporter [--source nvml|host|infiniband|net|sim ...] --listen HOST:PORT
 [--interval SECONDS] [--otlp] [--tls-cert FILE --tls-key FILE] [--basic-auth USER:PASS|FILE]
 [--active-span-dir DIR ...]``
 
 Without ``--source`` the agent serves what the machine has: NVML when a driver answers,
-InfiniBand/RoCE when sysfs has ports, and the host source always; it prints what it serves
-and why the others are not. The simulated source runs only when asked (``--source sim``)
+InfiniBand/RoCE when sysfs has ports, Ethernet/RoCE interfaces when ``/sys/class/net`` has a
+physical one (``--net-virtual``: virtual ones too), and the host source always; it prints
+what it serves and why the others are not. The simulated source runs only when asked (``--source sim``)
 and is labelled ``accel_device_kind="sim"`` in ``target_info``.
 
 Exemplars: the agent reads the active-span records that workloads on this host publish
@@ -35,7 +36,7 @@ from otel_ext.errors import ConfigError
 __all__ = ["SOURCES", "add_arguments", "build_sources", "run"]
 
 _log = logging.getLogger("otel_ext.counters")
-SOURCES = ("nvml", "host", "infiniband", "sim")
+SOURCES = ("nvml", "host", "infiniband", "net", "sim")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SOURCES,
         dest="sources",
         help="counter source (repeat for several; default: what this machine has: "
-        "nvml, infiniband when present, host always)",
+        "nvml, infiniband, net when present, host always)",
     )
     parser.add_argument(
         "--listen",
@@ -83,6 +84,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sysfs-root", default="/sys/class/infiniband", help="InfiniBand sysfs root"
     )
     parser.add_argument(
+        "--net-sysfs-root", default="/sys/class/net", help="network interfaces' sysfs root"
+    )
+    parser.add_argument(
+        "--net-virtual",
+        action="store_true",
+        help="also read virtual interfaces (veth, bridges, tun; the loopback never)",
+    )
+    parser.add_argument(
+        "--net-interface",
+        action="append",
+        default=None,
+        dest="net_interfaces",
+        help="read only this interface (a name or shell pattern; repeat for several)",
+    )
+    parser.add_argument(
         "--sim-chips", type=int, default=8, help="chips of the built-in simulated model"
     )
     parser.add_argument(
@@ -101,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-AUTO_SOURCES = ("nvml", "infiniband", "host")
+AUTO_SOURCES = ("nvml", "infiniband", "net", "host")
 
 
 def build_sources(args: argparse.Namespace) -> list[Any]:
@@ -110,6 +126,7 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
         BuiltinSimModel,
         HostSource,
         InfinibandSource,
+        NetDevSource,
         NvmlSource,
         SimulatedSource,
     )
@@ -122,6 +139,15 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
             out.append(HostSource(proc_root=args.proc_root, pid=args.pid, host=args.host_id))
         elif name == "infiniband":
             out.append(InfinibandSource(root=args.sysfs_root, host=args.host_id))
+        elif name == "net":
+            out.append(
+                NetDevSource(
+                    root=args.net_sysfs_root,
+                    host=args.host_id,
+                    include_virtual=args.net_virtual,
+                    interfaces=args.net_interfaces,
+                )
+            )
         else:
             model = BuiltinSimModel(
                 chips=args.sim_chips, host=args.host_id or "host0", varying=not args.sim_constant
