@@ -20,6 +20,8 @@ import html
 import json
 from typing import Any
 
+from otel_ext.analysis.loaders.partial import unfinished_lines
+
 __all__ = ["json_for_script", "render_html"]
 
 # Characters that must not appear raw inside an HTML <script> element: "<" starts "</script>"
@@ -316,6 +318,7 @@ def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str
 <p class="muted">{_e(run.get("events", 0))} events, {_e(run.get("metric_points", 0))} metric points,
 {len(doc.get("ranks") or [])} ranks, run {_e(_ms(run.get("duration_ns", 0)))}.
 Schema {_e(doc.get("schema", ""))}.</p>
+{"".join(f'<p class="muted"><b>{_e(line)}</b></p>' for line in unfinished_lines(doc))}
 <h2>Findings</h2>{_findings_html(doc)}
 <h2>Per-rank breakdown</h2>{_breakdown_svg(doc)}
 <h2>Collective wait (ranks × time)</h2><div id="heatmap"></div>

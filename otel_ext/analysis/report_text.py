@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from otel_ext.analysis.loaders.partial import unfinished_lines
+
 __all__ = ["render_text"]
 
 
@@ -88,6 +90,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         f"metric points from {n_in} files; {len(doc.get('ranks', []))} ranks; run "
         f"{_ms(run.get('duration_ns', 0))}"
     )
+    out.extend(unfinished_lines(doc))  # files of processes killed before their shutdown
     runs = doc.get("runs") or []
     if len(runs) > 1:
         w(

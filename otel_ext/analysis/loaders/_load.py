@@ -15,12 +15,15 @@ from otel_ext._gzip import iter_file_bytes as _iter_bytes
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.execution_trace import looks_like_execution_trace
+from otel_ext.analysis.loaders.memory_timeline import looks_like_memory_timeline
+from otel_ext.analysis.loaders.rocprofv3 import looks_like_rocprofv3
 from otel_ext.analysis.loaders.kineto import (
     load_kineto_careful,
     looks_like_kineto,
     table_from_fast,
 )
 from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_pieces
+from otel_ext.analysis.loaders.partial import partial_of, unfinished_note, whole_lines
 from otel_ext.analysis.loaders.xplane import looks_like_xspace
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
@@ -67,8 +70,9 @@ def detect_format(path: str | Path, head: str, tail: str = "") -> str:
 
     ``tail`` (the last characters) lets our Perfetto exporter's timelines, whose
     ``otherData.generator`` is ``otel-ext`` at the end of the file, be told from profiler
-    traces. Returns one of ``kineto``, ``otlp-traces``, ``otlp-metrics``, ``jaeger``, a key of
-    :data:`DERIVED_FORMATS`, ``empty`` or ``unknown``.
+    traces. Returns one of ``kineto``, ``otlp-traces``, ``otlp-metrics``, ``jaeger``,
+    ``xplane``, ``execution-trace``, a key of :data:`DERIVED_FORMATS`, ``empty`` or
+    ``unknown``.
 
     >>> detect_format("x.json", '{"resourceSpans": [')
     'otlp-traces'
@@ -100,6 +104,10 @@ def detect_format(path: str | Path, head: str, tail: str = "") -> str:
         return "otlp-logs"
     if first.startswith("{") and '"data"' in first and '"traceID"' in first:
         return "jaeger"
+    if looks_like_rocprofv3(first):
+        return "rocprofv3"
+    if looks_like_memory_timeline(first):
+        return "memory-timeline"
     if looks_like_execution_trace(s):
         return "execution-trace"
     if looks_like_kineto(s):
@@ -125,6 +133,8 @@ class FileResult:
     execution_trace: Any = None
     skipped: list[SkippedRecord] = field(default_factory=list)
     note: str = ""
+    #: a ``.partial`` file of a process that did not finish (see ``loaders.partial``)
+    unfinished: bool = False
 
     def info(self) -> dict[str, Any]:
         t = self.table
@@ -138,6 +148,7 @@ class FileResult:
             "metric_points": 0 if self.metrics is None else len(self.metrics),
             "rank": -1 if t is None else t.meta.get("rank", -1),
             "note": self.note,
+            "unfinished": self.unfinished,
         }
 
 
@@ -191,12 +202,28 @@ def load_file(path: str | Path, *, keep_going: bool = False) -> FileResult:
     if fmt in DERIVED_FORMATS:
         return FileResult(ps, fmt, note=DERIVED_FORMATS[fmt])
     head_fmt, head_bytes, pieces = _open_stream(p)
+    if partial_of(p) is not None:  # a process that did not finish: its whole lines only
+        lines = whole_lines(itertools.chain([head_bytes], pieces), ps, ctx.skipped)
+        result = load_file_parts(p, head_fmt, lines, ctx)
+        result.unfinished, result.note = True, unfinished_note(p)
+        return result
+    return load_file_parts(p, head_fmt, itertools.chain([head_bytes], pieces), ctx)
+
+
+def load_file_parts(
+    p: Path, head_fmt: str, source: Iterator[bytes], ctx: LoadContext
+) -> FileResult:
+    """:func:`load_file` once the format is known: ``source`` is the file's bytes in pieces."""
+    ps = str(p)
+    head_bytes, pieces = next(source, b""), source
     if head_fmt == "unknown":  # decided by the first characters: the rest need not be read
         raise InputError(NOT_TELEMETRY, path=ps, record="file")
     if head_fmt == "xplane":
         return _load_xplane(p, head_bytes, pieces, ctx)
     if head_fmt == "execution-trace":
         return _load_execution_trace(p, head_bytes, pieces)
+    if head_fmt in ("rocprofv3", "memory-timeline"):  # streamed, a record at a time
+        return _load_pulled(p, head_fmt, head_bytes, pieces, ctx)
     if head_fmt == "kineto":
         # streamed: decompressed and decoded a few MB at a time, never whole
         tail = bytearray()
@@ -248,7 +275,7 @@ def _load_otlp(
     max_line = resolve(MAX_RECORD_BYTES)
     source: Iterable[bytes] | bytes = itertools.chain([head], pieces)
     try:
-        if not _is_gzip(p) and p.stat().st_size <= _OTLP_WHOLE_MAX:
+        if not _is_gzip(p) and p.stat().st_size <= _OTLP_WHOLE_MAX and not partial_of(p):
             # a plain file is read whole (its lines cut as views), a larger one streamed
             pieces_close = getattr(pieces, "close", None)
             if pieces_close is not None:
@@ -363,6 +390,18 @@ def _load_execution_trace(p: Path, head: bytes, pieces: Iterator[bytes]) -> File
     return FileResult(str(p), "execution-trace", execution_trace=et, note=note)
 
 
+def _load_pulled(
+    p: Path, fmt: str, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
+) -> FileResult:
+    """rocprofv3 JSON or a PyTorch memory timeline: read in pieces, one record at a time."""
+    from otel_ext.analysis.loaders.memory_timeline import load_memory_timeline_pieces
+    from otel_ext.analysis.loaders.rocprofv3 import load_rocprofv3_pieces
+
+    load = load_rocprofv3_pieces if fmt == "rocprofv3" else load_memory_timeline_pieces
+    table = load(itertools.chain([head], pieces), ctx=ctx)
+    return FileResult(str(p), fmt, table=table, skipped=ctx.skipped)
+
+
 #: the message of a file that is no telemetry format we read
 NOT_TELEMETRY = (
     "not a recognised telemetry format (Kineto trace, OTLP-JSON traces or metrics, Jaeger JSON)"
@@ -394,6 +433,12 @@ def _expand(paths: Iterable[str | Path]) -> list[Path]:
             for f in sorted(p.rglob("*")):
                 if f.is_file() and f.name.lower().endswith(_CANDIDATE_SUFFIXES):
                     out.append(f)
+                elif (
+                    f.is_file()
+                    and (part := partial_of(f))
+                    and part[0].endswith(_CANDIDATE_SUFFIXES)
+                ):
+                    out.append(f)  # a file exporter's, left by a process that did not finish
         else:
             out.append(p)
     return out
