@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -518,3 +519,20 @@ def test_agent_file_loaded_gives_the_injected_traffic(net_root: Path, tmp_path: 
     assert eno1.drops == 3 * 7 and eno1.rx_bytes_per_s == 0.0 and ens.tx_bytes_per_s == 0.0
     assert eno1.speed_bytes_per_s == 1.25e8 and ens.speed_bytes_per_s == 12.5e9
     assert eno1.up is True and eno1.error_types["tx_errors"] == 0.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=st.lists(st.integers(0, 2**53), min_size=2, max_size=30))
+def test_nic_stats_increase_equals_the_bridges_counter_delta(values) -> None:
+    """Any sequence, resets included: the increase rated is the sum of the bridge's own
+    ``counter_delta`` steps (the reference), never negative."""
+    from otel_ext.counters import counter_delta
+
+    attrs = json.dumps({"network.io.direction": "transmit"})
+    rows = [dict(name="hw.network.io", kind="sum", time_ns=T0 + i * 10**9, value=float(v),
+                 host="h", link="h/eth0", attrs=attrs) for i, v in enumerate(values)]  # fmt: skip
+    (s,) = nic_stats(MetricPoints.from_rows(rows))
+    want = sum(counter_delta(float(a), float(b)) for a, b in pairwise(values))
+    assert s.tx_bytes_per_s is not None and s.tx_bytes_per_s >= 0
+    assert s.tx_bytes_per_s * (len(values) - 1) == pytest.approx(want, rel=1e-12, abs=1e-6)
+    assert s.resets == sum(b < a for a, b in pairwise(values))

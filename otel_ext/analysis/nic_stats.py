@@ -54,12 +54,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
-from otel_ext.counters._rates import counter_delta
 from otel_ext.semconv import attributes as A
 from otel_ext.semconv import metrics as M
 
@@ -176,8 +174,9 @@ def _increase(v: np.ndarray) -> tuple[float, int]:
     >>> _increase(np.array([5.0, 7.0, 2.0, 4.0]))
     (6.0, 1)
     """
-    steps = [counter_delta(float(a), float(b)) for a, b in pairwise(v.tolist())]
-    return float(sum(steps)), int((np.diff(v) < 0).sum())
+    d = np.diff(v)
+    down = d < 0  # a reset: counted from zero (counter_delta without a wrap width)
+    return float(np.where(down, np.maximum(v[1:], 0.0), d).sum()), int(down.sum())
 
 
 def _port_of(host_col: str, link_col: str, attrs: dict[str, Any]) -> tuple[str, str, str] | None:
