@@ -354,6 +354,7 @@ def test_nic_stats_rates_errors_drops_speed_state() -> None:
                     hosts=["hA", "hB"])  # fmt: skip
     a, b = got
     assert (a.host, a.interface, a.link, b.host) == ("hA", "eno1", "hA/eno1", "hB")
+    assert [r.host for r in nic_stats(MetricPoints.from_rows(rows), hosts="hC")] == ["hC"]
     assert a.from_ns == T0 + 5 * 10**9 and a.to_ns == T0 + 15 * 10**9
     assert a.tx_bytes_per_s == pytest.approx(5e6) and a.rx_bytes_per_s == pytest.approx(1e3)
     assert a.utilization == pytest.approx(0.04) and a.speed_bytes_per_s == 1.25e8

@@ -237,7 +237,7 @@ def nic_stats(
     if not name_codes:
         return []
     rows = np.flatnonzero(np.isin(points.codes["name"], list(name_codes.values())))
-    wanted = set(hosts) if hosts is not None else None
+    wanted = ({hosts} if isinstance(hosts, str) else set(hosts)) if hosts is not None else None
     # one series per (metric, host, link, attributes); sorted by time within each
     keys = np.stack(
         [points.codes[c][rows].astype(np.int64) for c in ("name", "host", "link", "attrs")]
