@@ -119,12 +119,55 @@ def _step_ms(folder: Path) -> float:
     return statistics.median(durations) if durations else float("nan")
 
 
+def raw_summary(folders: list[Path]) -> None:
+    """What the raw data show, per kind (standard library only, no otel-ext)."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for folder in folders:
+        truth = json.loads((folder / "truth.json").read_text())
+        vis = visibility(folder)
+        vis["truth"] = truth
+        by_kind.setdefault(truth["kind"], []).append(vis)
+    print("raw data (both recordings must show the fault):")
+    for kind, runs in by_kind.items():
+        shown = sum(v["visible"] for v in runs)
+        line = f"  {kind:<10} " + (
+            f"nothing injected ({len(runs)} runs)"
+            if kind == "healthy"
+            else f"fault shows in {shown}/{len(runs)}"
+        )
+        for rec in ("kineto", "spans"):
+            ratios = [v[rec]["recv_ratio"] for v in runs]
+            line += f"; {rec}: cross/within-host receive {min(ratios):.1f}-{max(ratios):.1f}x"
+            if kind == "slow-rank":
+                share, factor = [], []
+                for v in runs:
+                    r = int(v["truth"]["slow_rank"])
+                    late = v[rec]["lateness_ms"]
+                    share.append(v[rec]["last"].count(r) / len(v[rec]["last"]))
+                    factor.append(late[r] / max(x for q, x in late.items() if q != r))
+                line += (
+                    f", slow rank last at {min(share):.0%}-{max(share):.0%} of all-reduces, "
+                    f"lateness {min(factor):.1f}-{max(factor):.1f}x the next rank's"
+                )
+        print(line)
+    print()
+
+
 def judge(folder: Path, recording: str) -> dict[str, Any]:
     """``analyze`` of one recording of one run, against the run's ground truth."""
     from otel_ext.analysis.engine import analyze
 
     truth = json.loads((folder / "truth.json").read_text())
-    doc = analyze(folder / recording)
+    try:
+        doc = analyze(folder / recording)
+    except Exception as exc:  # one bad analysis is a row of the table, not the end of it
+        return {
+            "first": f"error: {type(exc).__name__}: {exc}"[:120],
+            "top_straggler": None,
+            "links": [],
+            "correct": False,
+            "clock": {"status": "error"},
+        }
     findings = [(f["kind"], str(f.get("target"))) for f in doc.get("findings", [])]
     causes = [f for f in findings if f[0] in ROOT_CAUSE_KINDS]
     device = {int(r["rank"]): str(r.get("device")) for r in doc.get("ranks", [])}
@@ -185,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     folders = record(args.out, seeds, kinds)
+    raw_summary(folders)
     if args.record_only:
-        print(f"recorded {len(folders)} runs in {args.out}")
         return 0
 
     rows = []

@@ -17,8 +17,9 @@ job across them, two ranks per host:
   host B's by the run's offset. Both recordings are real-time based: ``torch.profiler``'s
   Kineto timestamps are Unix-epoch microseconds (its approximate clock is converted to
   ``CLOCK_REALTIME``), otel-ext's span times are ``time.time_ns()``. Host B's ranks
-  measure the shift against the kernel's own file times before each run and refuse to run
-  until it shows (:func:`_clock_shift_ms`).
+  wait before each run until their real-time clock has moved against the (unfaked) monotonic
+  one by exactly the change of offset (within 0.5 ms), and check the shift against the
+  kernel's own file times (:func:`_clock_shift_ms`, within a tick).
 * **processes are reused**: one launch records several runs one after the other; before each,
   the first rank of each host sets its veth's qdisc and host B's writes the new offset into
   the file libfaketime reads (``FAKETIME_TIMESTAMP_FILE``, re-read each second).
@@ -69,6 +70,7 @@ from typing import Any
 
 __all__ = [
     "ADDRESSES",
+    "CLOCK_TOLERANCE_MS",
     "HOSTS",
     "KINDS",
     "WORLD",
@@ -103,7 +105,7 @@ LIBFAKETIME_CANDIDATES = (
     "/usr/lib/faketime/libfaketime.so.1",
     "/usr/local/lib/faketime/libfaketime.so.1",
 )
-CLOCK_TOLERANCE_MS = 8.0  # the kernel's file times are coarse (one tick, at most 4 ms)
+CLOCK_TOLERANCE_MS = 12.0  # the kernel's file times are coarse (a tick), writes can lag
 
 
 class JobError(RuntimeError):
@@ -408,8 +410,8 @@ def _launch(
     clock_dir.mkdir(exist_ok=True)
     clock_file = clock_dir / f"{net.namespaces[1]}.faketime"
     clock_file.write_text(_faketime_spec(runs[0].offset_ms))
-    log_dir = root / ".logs"
-    log_dir.mkdir(exist_ok=True)
+    log_dir = root / ".logs" / net.namespaces[0].removesuffix("a")
+    log_dir.mkdir(parents=True, exist_ok=True)
     spec_json = json.dumps([asdict(r) for r in runs])
     procs: list[tuple[subprocess.Popen[bytes], Path]] = []
     try:
@@ -786,9 +788,31 @@ def _store_barrier(store: Any, key: str, rank: int) -> None:
     store.wait([f"{key}/{r}" for r in range(WORLD)])
 
 
+def _realtime_minus_monotonic_ns() -> int:
+    """``CLOCK_REALTIME`` minus ``CLOCK_MONOTONIC`` as this process reads them (the pair read
+    closest together of a few)."""
+    best = None
+    for _ in range(20):
+        m0 = time.monotonic_ns()
+        r = time.time_ns()
+        m1 = time.monotonic_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, r - (m0 + m1) // 2)
+    assert best is not None
+    return best[1]
+
+
 def _run_one(
-    rank: int, root: Path, spec: dict[str, Any], clock_file: Path, iface: str, store: Any
-) -> None:
+    rank: int,
+    root: Path,
+    spec: dict[str, Any],
+    clock_file: Path,
+    iface: str,
+    store: Any,
+    *,
+    previous_ms: float,
+) -> float:
+    """Record one run; return the clock offset this rank's process now has (ms)."""
     import socket
 
     import torch
@@ -810,28 +834,41 @@ def _run_one(
     _log(rank, f"run {run.name}: setting up")
     local = rank % RANKS_PER_HOST
     on_b = host_of(rank) == HOSTS[1]
+    expected = run.offset_ms if on_b else 0.0
+    # real time minus monotonic time moves by exactly the change of the offset (libfaketime
+    # leaves the monotonic clock alone): measured before anyone writes the new offset
+    before = _realtime_minus_monotonic_ns()
+    dist.barrier()
     # the host's part of the run's setup: its veth end's qdisc, host B's clock
     if local == 0:
         _set_link(iface, run.link_mbit)
         if on_b:
             clock_file.write_text(_faketime_spec(run.offset_ms))
-    dist.barrier()
+    change_ms = expected - previous_ms
+    deadline = time.monotonic() + 6.0
+    moved_ms = (_realtime_minus_monotonic_ns() - before) / 1e6
+    while abs(moved_ms - change_ms) > 0.5:
+        if time.monotonic() > deadline:
+            raise JobError(
+                f"rank {rank} on {socket.gethostname()}: real-time clock moved by "
+                f"{moved_ms:.3f} ms, expected {change_ms:.3f} ms (libfaketime not re-reading "
+                f"{clock_file}?)"
+            )
+        time.sleep(0.05)
+        moved_ms = (_realtime_minus_monotonic_ns() - before) / 1e6
+    # and against the kernel's own clock (coarse): the shift is there at all
     meta_dir = folder / ".meta"
     meta_dir.mkdir(exist_ok=True)
     probe = meta_dir / f"clock-probe-{rank}"
-    expected = run.offset_ms if on_b else 0.0
-    deadline = time.monotonic() + 6.0
     shift = _clock_shift_ms(probe)
-    while abs(shift - expected) > CLOCK_TOLERANCE_MS:
-        if time.monotonic() > deadline:
-            raise JobError(
-                f"rank {rank} on {socket.gethostname()}: real-time clock shifted by "
-                f"{shift:.1f} ms, expected {expected:.1f} ms (libfaketime not in effect?)"
-            )
-        time.sleep(0.05)
-        shift = _clock_shift_ms(probe)
     probe.unlink()
-    _log(rank, f"clock shift {shift:.3f} ms (expected {expected:.3f})")
+    if abs(shift - expected) > CLOCK_TOLERANCE_MS:
+        raise JobError(
+            f"rank {rank} on {socket.gethostname()}: real-time clock shifted by "
+            f"{shift:.1f} ms against the kernel's file times, expected {expected:.1f} ms "
+            f"(libfaketime not in effect?)"
+        )
+    _log(rank, f"clock shift {shift:.3f} ms (expected {expected:.3f}, moved {moved_ms:.3f})")
     (meta_dir / f"rank{rank}.json").write_text(
         json.dumps({"rank": rank, "host": socket.gethostname(), "clock_shift_ms": shift})
     )
@@ -914,6 +951,7 @@ def _run_one(
         telemetry.shutdown()
     dist.barrier()
     _log(rank, "telemetry shut down")
+    return expected
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
@@ -937,9 +975,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
     store = dist.TCPStore(ADDRESSES[0], MASTER_PORT + 1, WORLD, args.rank == 0, timeout=timeout)
     try:
         known = {f.name for f in fields(MultiHostRun)}
-        for spec in json.loads(args.runs):
+        specs = json.loads(args.runs)
+        # the launch starts with the first run's offset in the file libfaketime reads
+        offset = float(specs[0]["offset_ms"]) if host_of(args.rank) == HOSTS[1] else 0.0
+        for spec in specs:
             run = {k: v for k, v in spec.items() if k in known}
-            _run_one(args.rank, args.root, run, args.clock_file, args.iface, store)
+            offset = _run_one(
+                args.rank, args.root, run, args.clock_file, args.iface, store, previous_ms=offset
+            )
     finally:
         dist.destroy_process_group()
     return 0
