@@ -15,15 +15,15 @@ from otel_ext._gzip import iter_file_bytes as _iter_bytes
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.execution_trace import looks_like_execution_trace
-from otel_ext.analysis.loaders.memory_timeline import looks_like_memory_timeline
-from otel_ext.analysis.loaders.rocprofv3 import looks_like_rocprofv3
 from otel_ext.analysis.loaders.kineto import (
     load_kineto_careful,
     looks_like_kineto,
     table_from_fast,
 )
+from otel_ext.analysis.loaders.memory_timeline import looks_like_memory_timeline
 from otel_ext.analysis.loaders.metrics import MetricPoints, load_otlp_metrics_pieces
 from otel_ext.analysis.loaders.partial import partial_of, unfinished_note, whole_lines
+from otel_ext.analysis.loaders.rocprofv3 import looks_like_rocprofv3
 from otel_ext.analysis.loaders.xplane import looks_like_xspace
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
@@ -149,6 +149,13 @@ class FileResult:
             "rank": -1 if t is None else t.meta.get("rank", -1),
             "note": self.note,
             "unfinished": self.unfinished,
+            # a memory timeline's brief travels with its record (the engine moves it to the
+            # report's memory section: otel_ext.analysis.memory)
+            **(
+                {"memory": t.meta["memory"].summary()}
+                if t is not None and "memory" in t.meta
+                else {}
+            ),
         }
 
 
