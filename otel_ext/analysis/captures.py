@@ -47,7 +47,7 @@ _HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(?:
 
 _KINETO = "kineto"
 #: formats whose every file is one profiler capture (one session of one process)
-_CAPTURE_FORMATS = frozenset({_KINETO, "xplane"})
+_CAPTURE_FORMATS = frozenset({_KINETO, "xplane", "rocprofv3"})
 
 
 def separate_captures(
