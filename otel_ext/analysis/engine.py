@@ -48,6 +48,7 @@ from otel_ext.analysis.collectives import (
 from otel_ext.analysis.critical_path import peer_edges, stitch
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
 from otel_ext.analysis.imbalance import load_imbalance
+from otel_ext.analysis.memory import memory_findings, memory_section
 from otel_ext.analysis.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
 from otel_ext.analysis.per_rank import (
     RankTables,
@@ -499,13 +500,13 @@ def _analyze(
         load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
         formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
         whole, captures = separate_captures(load.table, formats=formats, one_run=one_run)
+        if _is_paths(source):  # loaded here: ``whole`` holds its rows from now on (issue 30:
+            load = _without_events(load)  # kept through the per-rank phase, a second copy)
         whole, step_record = select_steps(whole, steps)
         per = per_rank_tables(whole, positions=np.arange(len(whole), dtype=np.int64))
         table, keys = per.reduced[0], per.reduced_positions[0]
         phase = None
         del whole
-        if _is_paths(source):  # loaded here: past the per-rank phase its rows are not needed
-            load = _without_events(load)
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
     if len(table) > n_reduced:  # the serving engines' request rows: keys after every row's
@@ -625,6 +626,10 @@ def _analyze(
         paths=network["paths"],
         unpaired=network["unpaired"],
     )
+    # memory timelines: their briefs moved from the input records; capacity from the model
+    memory = memory_section(getattr(load, "inputs", []), capacity_bytes=_spec(model, "memory_size"),
+                            capacity_source=f"device model {model}" if model else None)  # fmt: skip
+    findings += memory_findings(memory)
     run_of = {r: run["run"] for run in run_list for r in run["ranks"]}
     ranks = []
     for r in sorted(names):
@@ -688,6 +693,7 @@ def _analyze(
         "requests": reqs,
         "serving": serving_join,
         "findings": findings,
+        **({"memory": memory} if memory is not None else {}),
     }
 
 
