@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
+from otel_ext.analysis.memory import memory_html
 
 __all__ = ["json_for_script", "render_html"]
 
@@ -354,6 +355,7 @@ Schema {_e(doc.get("schema", ""))}.</p>
 <p>Causality violations: {_e(cz.get("violations_before", 0))} on the raw clocks,
 {_e(cz.get("violations_after", 0))} after alignment and repair.</p>
 <h2>Requests</h2>{req_html}
+{memory_html(doc)}
 """
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

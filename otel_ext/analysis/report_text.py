@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
+from otel_ext.analysis.memory import memory_text
 
 __all__ = ["render_text"]
 
@@ -230,6 +231,8 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
                 f"        accelerator time per request p50 {acc['accelerator_ms_p50']:.3f} ms, "
                 f"p99 {acc['accelerator_ms_p99']:.3f} ms{j}"
             )
+    for line in memory_text(doc):  # a memory timeline was loaded
+        w(line)
     skipped = doc.get("skipped") or []
     if skipped:
         w("")
