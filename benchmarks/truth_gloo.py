@@ -49,6 +49,7 @@ from gloo_profiled_job import (  # noqa: E402
     last_arrivals,
     persistently_last,
     record_runs,
+    slow_site,
     trace_files,
     truth_visible,
 )
@@ -58,8 +59,35 @@ from otel_ext.analysis.engine import analyze  # noqa: E402
 ROOT_CAUSE_KINDS = ("straggler", "slow-link", "throttle")
 
 
-def _specs(runs: int, world: int, *, steps: int, sleep_ms: float, matmuls: int) -> list[RunSpec]:
+def _specs(
+    runs: int,
+    world: int,
+    *,
+    steps: int,
+    sleep_ms: float,
+    matmuls: int,
+    pattern: str = "ar_ag",
+    ddp_matmuls: int = 40,
+) -> list[RunSpec]:
     out = []
+    if pattern != "ar_ag":
+        # a slow rank at one collective site of several: healthy runs and one slow rank doing
+        # ``ddp_matmuls`` extra matmuls before the step's first all-reduce
+        for seed in range(runs):
+            out.append(RunSpec(name=f"{pattern}-healthy-s{seed}", seed=seed, steps=steps,
+                               pattern=pattern))  # fmt: skip
+            out.append(
+                RunSpec(
+                    name=f"{pattern}-matmul-s{seed}",
+                    slow_rank=(seed + 2) % world,
+                    mode="matmul",
+                    extra=ddp_matmuls,
+                    seed=seed,
+                    steps=steps,
+                    pattern=pattern,
+                )
+            )
+        return out
     for seed in range(runs):
         out.append(RunSpec(name=f"healthy-s{seed}", seed=seed, steps=steps))
         out.append(
@@ -110,14 +138,16 @@ def _judge(spec: RunSpec, folder: Path, doc: dict[str, Any]) -> dict[str, Any]:
         row["evidence"] = ""
     else:
         row["ok"] = top == spec.slow_rank and stragglers == [device.get(spec.slow_rank)]
-        row["truth_last"] = f"{last.count(spec.slow_rank)}/{len(last)}"
+        at_site = slow_site(spec, last)
+        row["truth_last"] = f"{at_site.count(spec.slow_rank)}/{len(at_site)}"
         mine: dict[str, Any] = next(
             (s for s in doc["stragglers"] if s["rank"] == spec.slow_rank), {}
         )
         row["evidence"] = (
             f"analyze: last {mine.get('last_arrivals')}/{mine.get('collectives')}, "
             f"p={mine.get('p_last', float('nan')):.2g}, "
-            f"effect={mine.get('lateness_effect', float('nan')):.2f}"
+            f"effect={mine.get('lateness_effect', float('nan')):.2f}; "
+            f"site {mine.get('site')} p={mine.get('site_p', float('nan')):.2g}"
         )
     return row
 
@@ -183,10 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-ms", type=float, default=5.0)
     parser.add_argument("--extra-matmuls", type=int, default=10)
     parser.add_argument("--keep", type=Path, default=None, help="record into this folder")
-    args = parser.parse_args(argv)
-    specs = _specs(
-        args.runs, args.world, steps=args.steps, sleep_ms=args.sleep_ms, matmuls=args.extra_matmuls
+    parser.add_argument(
+        "--patterns",
+        default="ar_ag",
+        help="comma-separated step patterns (ar_ag, ddp, mixed; see tests/gloo_profiled_job.py)",
     )
+    parser.add_argument(
+        "--site-matmuls", type=int, default=40, help="extra matmuls of ddp/mixed slow runs"
+    )
+    args = parser.parse_args(argv)
+    specs = [
+        spec
+        for pattern in args.patterns.split(",")
+        for spec in _specs(
+            args.runs,
+            args.world,
+            steps=args.steps,
+            sleep_ms=args.sleep_ms,
+            matmuls=args.extra_matmuls,
+            pattern=pattern.strip(),
+            ddp_matmuls=args.site_matmuls,
+        )
+    ]
     with tempfile.TemporaryDirectory(prefix="truth_gloo_") as tmp:
         root = args.keep or Path(tmp)
         t0 = time.perf_counter()
@@ -198,13 +246,13 @@ def main(argv: list[str] | None = None) -> int:
         facts = trace_facts([folders[s.name] for s in specs])
     print(f"{len(specs)} runs of {args.world} ranks x {args.steps} steps: recorded in "
           f"{t_record:.1f} s, analysed in {t_analyze:.1f} s")  # fmt: skip
-    print(f"{'run':<14} {'slow':>4} {'last(raw)':>9} {'late(raw)':>9} {'colls':>5} {'top':>4}  ok"
+    print(f"{'run':<20} {'slow':>4} {'last(raw)':>9} {'late(raw)':>9} {'colls':>5} {'top':>4}  ok"
           "  root causes; the slow rank's straggler row")  # fmt: skip
     for r in rows:
         slow = "-" if r["slow_rank"] is None else r["slow_rank"]
         late = ",".join(map(str, r["persistently_last"])) or "-"
         print(
-            f"{r['name']:<14} {slow!s:>4} {r['truth_last']:>9} {late:>9} {r['collectives']:>5} "
+            f"{r['name']:<20} {slow!s:>4} {r['truth_last']:>9} {late:>9} {r['collectives']:>5} "
             f"{r['top']!s:>4}  {'y' if r['ok'] else 'n'}   {r['causes'] or '-'}  {r['evidence']}"
         )
     lag, gap = facts["lag_us"], facts["gap_us"]
@@ -218,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     hits = sum(r["ok"] for r in slow_rows)
     clean = sum(r["ok"] for r in healthy)
     with_coll = sum(r["collectives"] > 0 for r in healthy)
-    for variant in ("sleep", "matmul"):
-        vr = [r for r in slow_rows if r["name"].startswith(variant)]
+    for variant in dict.fromkeys(r["name"].rsplit("-s", 1)[0] for r in slow_rows):
+        vr = [r for r in slow_rows if r["name"].rsplit("-s", 1)[0] == variant]
         print(f"sensitivity[{variant}]: {sum(r['ok'] for r in vr)}/{len(vr)} = "
               f"{sum(r['ok'] for r in vr) / len(vr):.2f}")  # fmt: skip
     print(f"sensitivity: {hits}/{len(slow_rows)} = {hits / len(slow_rows):.2f} "

@@ -60,6 +60,13 @@ __all__ = [
 
 MODES = ("sleep", "matmul")
 KINDS = ("steps", "ops")
+#: what one step calls: ``ar_ag`` an all-reduce then an all-gather (the slow rank's extra work
+#: before each); ``ddp`` four bucketed all-reduces with compute between them (extra work only
+#: before the first, as a slow forward pass); ``mixed`` an all-reduce, a ring of 1 MiB
+#: isend/irecv to the next rank, an all-gather (extra work only before the all-reduce)
+PATTERNS = ("ar_ag", "ddp", "mixed")
+#: collective calls per step, and which of them follow the slow rank's extra work
+SLOW_SITE = {"ar_ag": (2, (0, 1)), "ddp": (4, (0,)), "mixed": (2, (0,))}
 SUB_GROUP_DESC = "probe_sub"  # the sub-group of an ``ops`` run
 
 
@@ -88,6 +95,7 @@ class RunSpec:
             all-gather into a tensor and into a list; send/recv between rank pairs), without
             a schedule, to inventory the events PyTorch writes (:func:`event_inventory`).
         record_shapes: the profiler's ``record_shapes``.
+        pattern: what one step calls (:data:`PATTERNS`).
     """
 
     name: str
@@ -102,8 +110,13 @@ class RunSpec:
     seed: int = 0
     kind: str = "steps"
     record_shapes: bool = False
+    pattern: str = "ar_ag"
 
     def __post_init__(self) -> None:
+        if self.pattern not in PATTERNS:
+            raise ValueError(
+                f"RunSpec {self.name!r}: pattern must be one of {PATTERNS}, not {self.pattern!r}"
+            )
         if self.mode not in MODES:
             raise ValueError(
                 f"RunSpec {self.name!r}: mode must be 'sleep' or 'matmul', not {self.mode!r}"
@@ -140,7 +153,8 @@ def trace_files(folder: Path) -> list[Path]:
 
 
 def collective_calls(folder: Path) -> dict[int, list[tuple[str, float]]]:
-    """Per rank (``distributedInfo.rank``), its ``c10d::*`` CPU ops as (name, start µs), in order.
+    """Per rank (``distributedInfo.rank``), its ``c10d::*`` CPU ops as (name, start µs), in order
+    (point-to-point ``c10d::send``/``recv_`` left out: they are not collectives).
 
     The ``c10d::*`` op is the rank's call of the collective on its main thread (its arrival).
 
@@ -159,7 +173,10 @@ def collective_calls(folder: Path) -> dict[int, list[tuple[str, float]]]:
         calls = [
             (str(e["name"]), float(e["ts"]))
             for e in trace["traceEvents"]
-            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")
+            if e.get("ph") == "X"
+            and e.get("cat") == "cpu_op"
+            and e["name"].startswith("c10d::")
+            and e["name"] not in ("c10d::send", "c10d::recv_")
         ]
         out[int(trace["distributedInfo"]["rank"])] = sorted(calls, key=lambda c: c[1])
     return out
@@ -202,6 +219,17 @@ def persistently_last(last: Sequence[int], world: int, *, alpha: float = 0.05) -
     return out
 
 
+def slow_site(spec: RunSpec, last: Sequence[int]) -> list[int]:
+    """The last arrivals at the collectives that follow the slow rank's extra work (every
+    collective for ``ar_ag``, the first of each step's for ``ddp`` and ``mixed``).
+
+    >>> slow_site(RunSpec(name="d", pattern="ddp"), [1, 0, 2, 3, 1, 3, 0, 2])
+    [1, 1]
+    """
+    per_step, sites = SLOW_SITE[spec.pattern]
+    return [r for k, r in enumerate(last) if k % per_step in sites]
+
+
 def truth_visible(spec: RunSpec, last: Sequence[int], world: int) -> bool:
     """Whether a run's raw last arrivals show its ground truth, so it can judge an analysis.
 
@@ -221,8 +249,10 @@ def truth_visible(spec: RunSpec, last: Sequence[int], world: int) -> bool:
         return True  # an inventory, no ground truth to show
     if spec.slow_rank is None:
         return not persistently_last(last, world)
-    # the evidence the analysis' own verdict needs: last at more than half, and beyond chance
-    # at its family-wise level (0.01 over ``world`` ranks), else the fault is not in the data
+    # the evidence the analysis' own verdict needs: last at more than half of the collectives
+    # its extra work precedes, and beyond chance at its family-wise level (0.01 over ``world``
+    # ranks), else the fault is not in the data
+    last = slow_site(spec, last)
     k, n = list(last).count(spec.slow_rank), len(last)
     p0 = 1.0 / world
     tail = sum(math.comb(n, i) * p0**i * (1 - p0) ** (n - i) for i in range(k, n + 1))
@@ -477,6 +507,9 @@ def _run_rank(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
     b = torch.randn(n, n) / n**0.5
     grad = torch.randn(spec["elements"])
     gathered = [torch.empty(spec["elements"]) for _ in range(world)]
+    buckets = [torch.randn(spec["elements"] * (b + 1)) for b in range(4)]
+    ring_out = torch.randn(256 * 1024)  # 1 MiB of float32
+    ring_in = torch.empty_like(ring_out)
     slow = spec["slow_rank"] == rank
     extra_matmuls = int(spec["extra"]) if slow and spec["mode"] == "matmul" else 0
     sleep_s = spec["extra"] / 1000.0 if slow and spec["mode"] == "sleep" else 0.0
@@ -500,11 +533,29 @@ def _run_rank(rank: int, world: int, root: Path, spec: dict[str, Any]) -> None:
         on_trace_ready=tensorboard_trace_handler(str(folder)),
     ) as prof:
         for _ in range(spec["steps"] + 1):
+            pattern = spec.get("pattern", "ar_ag")
             before_collective()
-            dist.all_reduce(grad)
-            grad.div_(world)
-            if spec["all_gather"]:
-                before_collective()
+            if pattern == "ddp":
+                # backward: four gradient buckets, each reduced when its compute is done
+                for bucket in range(4):
+                    if bucket:
+                        compute(spec["matmuls"])
+                    dist.all_reduce(buckets[bucket])
+            else:
+                dist.all_reduce(grad)
+                grad.div_(world)
+            if pattern == "mixed":
+                reqs = [
+                    dist.isend(ring_out, (rank + 1) % world),
+                    dist.irecv(ring_in, (rank - 1) % world),
+                ]
+                for req in reqs:
+                    req.wait()
+            if spec["all_gather"] and pattern != "ddp":
+                if pattern == "ar_ag":
+                    before_collective()
+                else:
+                    compute(spec["matmuls"])
                 dist.all_gather(gathered, grad)
             prof.step()
     dist.barrier()

@@ -266,16 +266,32 @@ def test_slow_inter_host_path_named_healthy_not() -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(offset=st.integers(-(10**11), 10**11), seed=st.integers(0, 1000))
-def test_path_bandwidth_invariant_to_host_clock_offset(offset: int, seed: int) -> None:
-    rng_a = np.random.default_rng(seed)
-    rng_b = np.random.default_rng(seed)
-    a = EventTable.from_rows(_p2p_rows(rng_a, slow_ns=60_000_000))
-    b = EventTable.from_rows(_p2p_rows(rng_b, slow_ns=60_000_000, offsets={2: offset, 3: offset}))
+def test_path_bandwidth_invariant_to_a_common_shift_and_row_order(offset: int, seed: int) -> None:
+    rows = _p2p_rows(np.random.default_rng(seed), slow_ns=60_000_000)
+    a = EventTable.from_rows(rows)
+    shifted = [dict(r, start_ns=r["start_ns"] + offset, end_ns=r["end_ns"] + offset) for r in rows]
+    order = np.random.default_rng(seed + 1).permutation(len(rows))
+    b = EventTable.from_rows([shifted[int(i)] for i in order])
     pa = path_stats(p2p_transfers(a, match_collectives(a)), HOSTS)
     pb = path_stats(p2p_transfers(b, match_collectives(b)), HOSTS)
     assert [(p.path, p.transfers, p.slow, p.median_transfer_ns) for p in pa] == [
         (p.path, p.transfers, p.slow, p.median_transfer_ns) for p in pb
     ]
+
+
+def test_transfer_time_runs_from_both_ready_to_the_receive_end() -> None:
+    # a send that ends at once (buffered) and a receive that waits for the data: the
+    # transfer is the receive's end minus the later start, not the shorter duration
+    rows = [
+        dict(rank=0, category=Category.COLLECTIVE, coll_op="send", coll_id="pg:0->1:0",
+             coll_bytes=1 << 20, start_ns=1_000, end_ns=2_000),
+        dict(rank=1, category=Category.COLLECTIVE, coll_op="recv", coll_id="pg:0->1:0",
+             coll_bytes=1 << 20, start_ns=500, end_ns=90_001_000),
+    ]  # fmt: skip
+    t = EventTable.from_rows(rows)
+    tr = p2p_transfers(t, match_collectives(t))
+    assert tr.src_rank.tolist() == [0] and tr.dst_rank.tolist() == [1]
+    assert tr.transfer_ns.tolist() == [90_000_000]
 
 
 def _unpaired_rows(rng: np.random.Generator, *, slow_send: set, slow_recv: set) -> list[dict]:

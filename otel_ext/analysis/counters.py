@@ -73,7 +73,18 @@ _COUNTS = (M.METRIC_ACCEL_LINK_ERRORS, M.METRIC_ACCEL_LINK_REPLAYS, M.METRIC_HW_
 #: energy (:func:`~otel_ext.analysis.requests.step_energy`). Only these travel from a
 #: cluster's workers (:meth:`~otel_ext.analysis.loaders.metrics.MetricPoints.only_names`);
 #: the others are counted.
-READ_METRICS = frozenset({*DEVICE_METRICS, *LINK_METRICS, *NIC_METRICS, M.METRIC_HW_ENERGY})
+#: what the network-path findings read of the hosts' Ethernet/RoCE ports (nic_stats)
+NET_PORT_METRICS = (
+    M.METRIC_HW_NETWORK_IO,
+    M.METRIC_HW_NETWORK_PACKETS,
+    M.METRIC_HW_ERRORS,
+    M.METRIC_HW_NETWORK_BANDWIDTH_LIMIT,
+    M.METRIC_HW_NETWORK_UP,
+)
+
+READ_METRICS = frozenset(
+    {*DEVICE_METRICS, *LINK_METRICS, *NIC_METRICS, *NET_PORT_METRICS, M.METRIC_HW_ENERGY}
+)
 
 
 def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | None:

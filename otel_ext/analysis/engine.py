@@ -440,7 +440,12 @@ def _walk(
 
 
 def _network(
-    aligned: EventTable, amatch: CollectiveMatch, names: dict[int, tuple[str, str]], th: Thresholds
+    aligned: EventTable,
+    amatch: CollectiveMatch,
+    names: dict[int, tuple[str, str]],
+    th: Thresholds,
+    *,
+    nominal_bw: float | None = None,
 ) -> dict[str, Any]:
     """The network model (:mod:`otel_ext.analysis.network_paths`): bandwidth per host path from
     matched point-to-point transfers, or, where the trace names no peers, each rank's sends and
@@ -452,6 +457,7 @@ def _network(
         host_of,
         slowness=th.path_slowness,
         intra_factor=th.path_intra_factor,
+        nominal_bw=nominal_bw,
         alpha=th.alpha,
     )
     unpaired = (
@@ -587,7 +593,7 @@ def _analyze(
         port = by_host.get(row["host"]) if row["kind"] == "nic" else None
         if port is not None:
             row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
-    network = _network(aligned, amatch, names, th)
+    network = _network(aligned, amatch, names, th, nominal_bw=_spec(model, "nic_bandwidth"))
     peers = _peer_groups(amatch)
     run_list = runs_summary(aligned)
     if not peers and len(run_list) > 1:

@@ -60,6 +60,7 @@ from otel_ext._arrays import median
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.counters import correlate_counters, series_of
 from otel_ext.analysis.critical_path import straggler_saving
+from otel_ext.analysis.nic_stats import path_nic_evidence
 from otel_ext.analysis.significance import ALPHA
 from otel_ext.analysis.stragglers import StragglerReport
 from otel_ext.semconv import metrics as M
@@ -98,8 +99,8 @@ class Thresholds:
     imbalance: float = 0.1
     min_cause_pct: float = 0.5  # below this impact a cause ranks with the symptoms
     path_slowness: float = 3.0  # a host path this much below its reference bandwidth is slow
-    path_intra_factor: float = 20.0  # inter-host paths may be this much slower than within
-    unpaired_ratio: float = 5.0  # a rank's sends/receives this much longer than the others'
+    path_intra_factor: float = 10.0  # ... or this much below the fastest within-host path
+    unpaired_ratio: float = 10.0  # a rank's sends/receives this much longer than the others'
 
 
 @dataclass
@@ -707,8 +708,8 @@ def network_path_findings(
     in one finding when both are slow), from :func:`~otel_ext.analysis.network_paths.path_stats`.
 
     >>> row = dict(path="hA->hB", src_host="hA", dst_host="hB", slow=True, transfers=12,
-    ...     slower=12, p=2.9e-3, median_bw=12e6, reference_bw=100e6, slowness=8.3,
-    ...     reference="within-host transfers / 20", extra_ns=900_000_000, rank_pairs=["1->2"],
+    ...     slower=12, p=2.9e-3, median_bw=12e6, reference_bw=1e9, slowness=83.3,
+    ...     reference="the fastest within-host path", threshold=10.0, extra_ns=900_000_000, rank_pairs=["1->2"],
     ...     median_transfer_ns=87e6, bytes=12 << 20, inter_host=True)
     >>> f = network_path_findings([row], lambda ns: 0.0)[0]
     >>> f.kind, f.target
@@ -727,7 +728,7 @@ def network_path_findings(
             f"{r['path']} transfers at {_bw(r['median_bw'])} (median of {r['transfers']}, "
             f"ranks {', '.join(r['rank_pairs'])}), {r['slowness']:.1f}x below the "
             f"{_bw(r['reference_bw'])} of {r['reference']}; {r['slower']} of {r['transfers']} "
-            f"slower (p={_p(r['p'])})"
+            f"more than {r['threshold']:g}x below it (p={_p(r['p'])})"
             for r in rows
         ]
         evidence: dict[str, Any] = {
@@ -736,12 +737,16 @@ def network_path_findings(
             "extra_transfer_ns": extra,
             "test": "sign test of each transfer against the reference bandwidth",
         }
-        if metrics is not None:
-            evidence["counters"] = {h: correlate_counters(metrics, h) for h in (a, b)}
+        if metrics is not None:  # both ends' port counters (node agent's net/ib sources)
+            evidence["nic"] = [
+                path_nic_evidence(metrics, r["src_host"], r["dst_host"]) for r in rows
+            ]
+        nic = [e["summary"] for e in evidence.get("nic", []) if e.get("ports")]
         summary = (
             "; ".join(parts)
-            + f"; {_ms(extra)} spent beyond the reference rate; the ranks waiting on these "
-            "transfers are their victims, not stragglers"
+            + f"; {_ms(extra)} spent beyond the slowest rate that is not slow; the ranks "
+            "waiting on these transfers are their victims, not stragglers"
+            + (f"; ports: {'; '.join(nic)}" if nic else "")
         )
         out.append(Finding("slow-network-path", target, extra, pct(extra), summary, evidence))
     return out

@@ -2,25 +2,32 @@
 
 **Transfers.** otel-ext's send and receive spans name their peer and size, and both ends carry
 the same collective id (``group:src->dst:seq``), so collective matching pairs them as one
-two-member instance. A transfer's time is the *shorter* of its two ends' durations, each read
-on its own rank's clock: the end that arrived later waited for nothing but the data, so its
-duration is the transfer itself, with no clock alignment between hosts in it (cross-host
-offsets are known only to within their bound, often more than a fast transfer takes). Its
-effective bandwidth is its bytes over that time.
+two-member instance. A transfer's time runs from when both ends were ready (the later of the
+two starts) to when the data was there (the receive's end), on the aligned timeline: a send
+may end as soon as its bytes are in the socket's buffer (gloo over TCP does), so the sender's
+own duration says little. Across hosts the time carries the clock alignment's bound (the
+report's ``clock_bound_ns``; sub-millisecond on the harness), small against a slow path's
+tens of milliseconds and stated beside it. Its effective bandwidth is its bytes over that
+time.
 
 **Paths.** Transfers are grouped by the hosts of their two ends (``hostA->hostB``, hosts from
 the ranks' resources or file names): within a host, or between two. An inter-host path is
 *slow* when both hold:
 
-* its median bandwidth is ``slowness`` times below its reference: the median of the *other*
-  inter-host paths when there are some that are not themselves that slow, else the median of
-  the within-host transfers divided by ``intra_factor`` (links between hosts are expected to
-  be slower than those within one, NVLink against InfiniBand being about 9×, so only a path
-  slower than that margin is judged against within-host transfers);
-* more of its transfers are below the reference than chance allows: a sign test
-  (``P(X >= slower | n, 1/2)``) adjusted for the paths tested, at ``alpha``.
+* its median bandwidth is far below its reference: ``slowness`` (3×) below the network
+  ports' nominal bandwidth when the device model gives it, else 3× below the median of the
+  *other* inter-host paths when at least half of them are not themselves that slow, else
+  ``intra_factor`` (10×) below the fastest within-host path (links between hosts are expected
+  slower than those within one, so only a path beyond that margin is judged against them;
+  within a host, a path whose ranks also make the slow transfers shares their worker
+  threads, so the fastest one is the reference);
+* more of its transfers are that far below the reference than of the transfers the
+  reference comes from (within-host, or the other inter-host paths): a one-sided Fisher exact
+  test, adjusted for the paths tested (Bonferroni), at ``alpha``; against a nominal rate,
+  whether each transfer is that far below it is a fair coin under the null (a sign test).
 
-Its cost is the time its transfers took beyond the reference rate. The two directions of one
+Its cost is the time its transfers took beyond the slowest rate that is not slow (the
+reference over the threshold). The two directions of one
 host pair are reported as one network path when both are slow.
 
 **No peers.** A profiler trace of gloo (``c10d::send``/``recv_`` and the ``gloo:send``/``recv``
@@ -59,7 +66,12 @@ import numpy as np
 
 from otel_ext._arrays import median
 from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.significance import ALPHA, adjusted, binomial_upper_tail
+from otel_ext.analysis.significance import (
+    ALPHA,
+    adjusted,
+    binomial_upper_tail,
+    fisher_upper_tail,
+)
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
@@ -103,6 +115,7 @@ class PathStat:
     median_bw: float | None  # bytes/s
     reference_bw: float | None
     reference: str
+    threshold: float | None  # how far below the reference a slow path is
     slowness: float | None
     slower: int
     p: float
@@ -171,29 +184,34 @@ def p2p_transfers(table: EventTable, match: CollectiveMatch) -> Transfers:
     mem = np.flatnonzero(is_p2p[match.member_instance])
     inst = match.member_instance[mem]
     send = _row_is_send(table, match.member_row[mem])
-    dur = (match.member_end_ns[mem] - match.member_start_ns[mem]).astype(np.int64)
+    mstart = match.member_start_ns[mem].astype(np.int64)
+    mend = match.member_end_ns[mem].astype(np.int64)
     # per instance: exactly one send end and one receive end
     n = match.n_instances
     n_send = np.bincount(inst, weights=send == 1, minlength=n)
     n_recv = np.bincount(inst, weights=send == 0, minlength=n)
     ok_inst = (n_send == 1) & (n_recv == 1)
     keep = ok_inst[inst]
-    inst, send, dur, mem = inst[keep], send[keep], dur[keep], mem[keep]
+    inst, send, mem = inst[keep], send[keep], mem[keep]
+    mstart, mend = mstart[keep], mend[keep]
     if len(inst) == 0:
         return empty
     src = np.zeros(n, dtype=np.int64)
     dst = np.zeros(n, dtype=np.int64)
     src[inst[send == 1]] = match.member_rank[mem[send == 1]]
     dst[inst[send == 0]] = match.member_rank[mem[send == 0]]
-    shortest = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(shortest, inst, np.maximum(dur, 0))
+    # both ends ready at the later start; the data is there when the receive ends
+    ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(ready, inst, mstart)
+    arrived = np.zeros(n, dtype=np.int64)
+    arrived[inst[send == 0]] = mend[send == 0]
     ids = np.flatnonzero(ok_inst)
     return Transfers(
         src_rank=src[ids],
         dst_rank=dst[ids],
         nbytes=match.bytes[ids].astype(np.int64),
-        transfer_ns=shortest[ids],
-        start_ns=match.first_arrival_ns[ids].astype(np.int64),
+        transfer_ns=np.maximum(arrived[ids] - ready[ids], 0),
+        start_ns=ready[ids],
     )
 
 
@@ -202,7 +220,8 @@ def path_stats(
     host_of_rank: dict[int, str],
     *,
     slowness: float = 3.0,
-    intra_factor: float = 20.0,
+    intra_factor: float = 10.0,
+    nominal_bw: float | None = None,
     alpha: float = ALPHA,
 ) -> list[PathStat]:
     """Bandwidth per directed host path, and which inter-host paths are slow (see the module
@@ -211,9 +230,12 @@ def path_stats(
     Args:
         transfers: :func:`p2p_transfers`'s output.
         host_of_rank: each rank's host.
-        slowness: how far below its reference a slow path's median bandwidth is.
-        intra_factor: how much slower than within-host transfers an inter-host path may be
-            before it is judged against them.
+        slowness: how far below its reference (nominal, or other inter-host paths) a slow
+            path's median bandwidth is.
+        intra_factor: how far below the fastest within-host path a slow inter-host path is,
+            when that is its reference.
+        nominal_bw: the network ports' nominal bandwidth (bytes/s) when the device model or
+            the NIC counters give it: then the reference of every inter-host path.
         alpha: the family-wise level of the sign test (Bonferroni over the paths tested).
 
     Returns:
@@ -231,11 +253,16 @@ def path_stats(
         bw = np.where((transfers.nbytes > 0) & (secs > 0), transfers.nbytes / secs, np.nan)
     inter = np.array([a != b for a, b in keys], dtype=bool)
     med_bw = np.array([float(median(bw[(code == i) & np.isfinite(bw)])) for i in range(len(keys))])
-    intra_ref = float(median(bw[~inter[code] & np.isfinite(bw)]))
-    refs: list[tuple[float, str]] = []
+    intra = med_bw[~inter & np.isfinite(med_bw)]
+    # the fastest within-host path: a path within a host shares its ranks' worker threads with
+    # the slow transfers they also make, so the median of all of them is no clean reference
+    intra_ref = float(intra.max()) if len(intra) else np.nan
+    refs: list[tuple[float, str, float]] = []  # (reference, what it is, how far below is slow)
+    against: list[np.ndarray | None] = []  # the transfers a path's slow share is compared with
     for i in range(len(keys)):
         if not inter[i]:
-            refs.append((np.nan, ""))
+            refs.append((np.nan, "", np.inf))
+            against.append(None)
             continue
         others = [
             j
@@ -244,36 +271,50 @@ def path_stats(
         ]
         other_bw = med_bw[others]
         other_bw = other_bw[np.isfinite(other_bw)]
-        healthy = other_bw[
-            other_bw * 1.0 >= (med_bw[i] if np.isfinite(med_bw[i]) else 0) * slowness
-        ]
-        if len(healthy) and len(healthy) * 2 >= len(other_bw):
-            refs.append((float(median(healthy)), "other inter-host paths"))
+        mine_bw = med_bw[i] if np.isfinite(med_bw[i]) else 0.0
+        healthy = other_bw[other_bw >= mine_bw * slowness]
+        healthy_paths = [j for j in others if med_bw[j] >= mine_bw * slowness]
+        if nominal_bw:
+            refs.append((float(nominal_bw), "the NIC's nominal bandwidth", slowness))
+            against.append(None)
+        elif len(healthy) and len(healthy) * 2 >= len(other_bw):
+            refs.append((float(median(healthy)), "other inter-host paths", slowness))
+            against.append(np.isin(code, healthy_paths))
         elif np.isfinite(intra_ref):
-            refs.append((intra_ref / intra_factor, f"within-host transfers / {intra_factor:g}"))
+            refs.append((intra_ref, "the fastest within-host path", intra_factor))
+            against.append(~inter[code])
         else:
-            refs.append((np.nan, "none"))
+            refs.append((np.nan, "none", np.inf))
+            against.append(None)
     tested = [i for i in range(len(keys)) if inter[i] and np.isfinite(refs[i][0])]
     slower = np.zeros(len(keys), dtype=np.int64)
-    counted = np.zeros(len(keys), dtype=np.int64)
+    p_raw = np.ones(len(keys))
     for i in tested:
         mine = (code == i) & np.isfinite(bw)
-        counted[i] = int(mine.sum())
-        slower[i] = int((bw[mine] < refs[i][0]).sum())
-    p_raw = binomial_upper_tail(slower, counted, np.full(len(keys), 0.5))
+        cut = refs[i][0] / refs[i][2]
+        slower[i] = int((bw[mine] < cut).sum())
+        base = against[i]
+        if base is None:  # a nominal rate: each transfer below it by the threshold or not
+            p_raw[i] = float(binomial_upper_tail([slower[i]], [int(mine.sum())], [0.5])[0])
+        else:  # more of its transfers that slow than of the reference group's (Fisher)
+            ref_ok = base & np.isfinite(bw)
+            p_raw[i] = fisher_upper_tail(
+                int(slower[i]), int(mine.sum()), int((bw[ref_ok] < cut).sum()), int(ref_ok.sum())
+            )
     p_adj = adjusted(p_raw, max(len(tested), 1))
     out = []
     for i, (a, b) in enumerate(keys):
         mine = code == i
-        ref, basis = refs[i]
-        has_ref = np.isfinite(ref) and np.isfinite(med_bw[i]) and med_bw[i] > 0
+        ref, basis, needed = refs[i]
+        has_ref = bool(np.isfinite(ref) and np.isfinite(med_bw[i]) and med_bw[i] > 0)
         slow_by = float(ref / med_bw[i]) if has_ref else None
         p = float(p_adj[i]) if i in tested else 1.0
-        slow = bool(i in tested and slow_by is not None and slow_by >= slowness and p <= alpha)
+        slow = bool(i in tested and slow_by is not None and slow_by >= needed and p <= alpha)
         extra = 0
-        if has_ref:
+        if slow:
             ok = mine & np.isfinite(bw)
-            expected_ns = transfers.nbytes[ok] / ref * 1e9
+            # the time beyond what the path takes at the slowest rate that is not slow
+            expected_ns = transfers.nbytes[ok] / (ref / needed) * 1e9
             extra = int(np.clip(transfers.transfer_ns[ok] - expected_ns, 0, None).sum())
         pairs = sorted(
             {
@@ -295,11 +336,12 @@ def path_stats(
                 median_bw=float(med_bw[i]) if np.isfinite(med_bw[i]) else None,
                 reference_bw=float(ref) if np.isfinite(ref) else None,
                 reference=basis,
+                threshold=float(needed) if np.isfinite(needed) else None,
                 slowness=round(slow_by, 4) if slow_by is not None else None,
                 slower=int(slower[i]),
                 p=p,
                 slow=slow,
-                extra_ns=extra if slow else 0,
+                extra_ns=extra,
                 rank_pairs=pairs,
             )
         )

@@ -142,10 +142,18 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
             )
         if not any(f["kind"] in ("straggler", "throttle") for f in findings) and len(strag) > 1:
             c = strag[0]
+            best = min(strag, key=lambda s: s.get("site_p", 1.0))
+            site = (
+                f"; latest site: rank {best['rank']} at {best['site']}, order test "
+                f"p={best.get('site_p', 1.0):.2g}"
+                if best.get("site")
+                else ""
+            )
             w(
                 f"        no straggler: no rank's lateness clears the threshold (closest: rank "
                 f"{c['rank']}, last at {c['last_arrivals']} of {c.get('collectives', 0)} "
-                f"collectives, chance {c.get('expected_last', 0):.1f}, p={c.get('p_last', 1.0):.2g})"
+                f"collectives, chance {c.get('expected_last', 0):.1f}, p={c.get('p_last', 1.0):.2g}"
+                f"{site})"
             )
     coll = doc.get("collectives") or {}
     if coll.get("count"):
@@ -178,6 +186,35 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
             w(
                 f"        {s['link']:<26} {s['transfers']:>8}  {_ms(s['median_ns']):>10}  "
                 f"{s['slowness']:.2f}x"
+            )
+    net = doc.get("network") or {}
+    if net.get("paths"):
+        w("")
+        w("Network paths: path                 transfers  median      bandwidth   vs reference")
+        for p in net["paths"][:top]:
+            bw = p.get("median_bw")
+            w(
+                f"        {p['path'][:28]:<28} {p['transfers']:>8}  "
+                f"{_ms(p['median_transfer_ns']):>10}  "
+                f"{'-' if bw is None else f'{bw / 1e6:9.1f} MB/s'}  "
+                + (
+                    f"{p['slowness']:.1f}x below {p['reference_bw'] / 1e6:.1f} MB/s"
+                    if p.get("slow")
+                    else (
+                        f"ref {p['reference_bw'] / 1e6:.1f} MB/s ({p['reference']})"
+                        if p.get("reference_bw")
+                        else "-"
+                    )
+                )
+                + (" SLOW" if p.get("slow") else "")
+            )
+    elif net.get("unpaired"):
+        w("")
+        w("Transfers (the trace names no peers): rank  sends/receives  median  vs other ranks")
+        for u in net["unpaired"][: 2 * top]:
+            w(
+                f"        {u['rank']:>4} {u['host'][:16]:<16} {u['direction']:<5} x{u['count']:<5} "
+                f"{_ms(u['median_ns']):>10}  {u['ratio']:.1f}x" + (" SLOW" if u["slow"] else "")
             )
     cp = doc.get("critical_path") or {}
     if cp.get("length_ns"):

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALPHA", "adjusted", "binomial_upper_tail"]
+__all__ = ["ALPHA", "adjusted", "binomial_upper_tail", "fisher_upper_tail"]
 
 #: family-wise significance level of every cross-rank verdict (after adjustment)
 ALPHA = 0.01
@@ -86,3 +86,30 @@ def adjusted(p_values: Any, tests: int) -> np.ndarray:
     [0.008, 1.0]
     """
     return np.minimum(np.asarray(p_values, dtype=np.float64) * max(int(tests), 1), 1.0)
+
+
+def fisher_upper_tail(k: int, n: int, j: int, m: int) -> float:
+    """One-sided Fisher exact test: ``P(X >= k)`` for ``X`` the successes in a group of ``n``
+    drawn from ``n + m`` items of which ``k + j`` are successes (hypergeometric): is a share
+    of ``k`` of ``n`` higher than ``j`` of ``m`` by more than chance?
+
+    >>> round(fisher_upper_tail(8, 8, 0, 16), 9)  # 8 of 8 slow against 0 of 16
+    1.36e-06
+    >>> fisher_upper_tail(0, 8, 3, 16), round(fisher_upper_tail(2, 4, 2, 4), 4)
+    (1.0, 0.7571)
+    """
+    if k <= 0:
+        return 1.0
+    total, succ = n + m, k + j
+    lf = _log_factorials(total)
+
+    def log_comb(a: int, b: int) -> float:
+        return float(lf[a] - lf[b] - lf[a - b])
+
+    hi = min(n, succ)
+    terms = [
+        log_comb(succ, x) + log_comb(total - succ, n - x) - log_comb(total, n)
+        for x in range(k, hi + 1)
+        if n - x <= total - succ
+    ]
+    return float(min(1.0, sum(np.exp(terms)))) if terms else 0.0
