@@ -127,27 +127,32 @@ class JsonPull:
             try:
                 val, end = _DECODER.raw_decode(buf, pos)
             except json.JSONDecodeError as e:
-                incomplete = e.pos >= len(buf) - 1 or e.msg.startswith("Unterminated string")
-                if not incomplete or self._eof:
-                    if self._eof and incomplete:
+                at_end = e.pos >= len(buf) - 1 or e.msg.startswith("Unterminated string")
+                if self._eof:
+                    if at_end:
                         raise self._fail("the file ends inside this value (truncated)") from None
+                    raise self._fail(f"malformed JSON: {e.msg}") from None
+                # the piece may end inside the value: a string, or a token or escape
+                # (``\\uXXXX`` pairs: 12 characters) near its end, is read on, not refused
+                if not at_end and e.pos < len(buf) - 16:
                     raise self._fail(f"malformed JSON: {e.msg}") from None
             except RecursionError:
                 raise self._fail("a value nested too deeply") from None
             else:
                 # a number (or literal) that touches the buffer's end may go on in the next
                 # piece: decided only once a character follows it
+                if end - pos > self._max:
+                    break
                 if end < len(buf) or self._eof:
                     self._pos = end
                     self._reads += 1
                     return val
             if len(buf) - pos > self._max:
-                raise self._fail(
-                    f"a value larger than {self._max} characters (OTEL_EXT_MAX_RECORD_BYTES)"
-                )
-            want = max(want * 2, len(buf) - pos + 65536)
+                break
+            want = min(max(want * 2, len(buf) - pos + 65536), self._max + 1)
             while len(self._buf) - self._pos < want and self._fill():
                 pass
+        raise self._fail(f"a value larger than {self._max} characters (OTEL_EXT_MAX_RECORD_BYTES)")
 
     def skip(self) -> None:
         """Step over the next value; an array is stepped over an element at a time."""
