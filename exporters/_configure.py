@@ -62,6 +62,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 from opentelemetry.util.re import parse_env_headers
 
 from otel_ext import config
+from otel_ext._drops import LEDGER
 from otel_ext.errors import ConfigError
 from otel_ext.exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
 from otel_ext.exporters._file_exporters import OtlpJsonFileMetricExporter, OtlpJsonFileSpanExporter
@@ -223,7 +224,9 @@ class Telemetry:
         """Export everything pending; False if not done within ``timeout_s``
         (default :attr:`shutdown_timeout_s`)."""
         deadline = time.monotonic() + (self.shutdown_timeout_s if timeout_s is None else timeout_s)
-        ok = True
+        # otel-ext's background spans (collective drain, deferred layers, device events)
+        # first, in a share of the time: then the processors export them in this flush
+        ok = _drain_background(self.tracer_provider, deadline, "flush_timeout")
         for processor in self.processors:
             left = max(0.0, deadline - time.monotonic())
             ok = processor.force_flush(int(left * 1000)) and ok
@@ -253,6 +256,7 @@ class Telemetry:
         if timeout_s is None:
             timeout_s = self.shutdown_timeout_s
         deadline = time.monotonic() + timeout_s
+        ok = _drain_background(self.tracer_provider, deadline, "shutdown_timeout")
         for exporter in self.span_exporters.values():
             if isinstance(exporter, OutageGuardSpanExporter):
                 try:
@@ -261,7 +265,6 @@ class Telemetry:
                     _log.warning("stopping an unreachable OTLP exporter failed", exc_info=True)
         for processor in self.processors:
             processor.shutdown(int(max(0.0, deadline - time.monotonic()) * 1000))
-        ok = True
         if isinstance(self.tracer_provider, TracerProvider):
             try:
                 self.tracer_provider.shutdown()
@@ -279,6 +282,47 @@ class Telemetry:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+#: the exporters that write into ``file_dir``
+_FILE_EXPORTERS = ("file", "perfetto")
+
+
+def _warn_unused_file_dir(
+    file_dir: Any, env: Mapping[str, str], span_names: Sequence[str], metric_names: Sequence[str]
+) -> bool:
+    """One warning (per process) when a folder is named for files and no exporter writes
+    files: ``OTEL_EXT_FILE_DIR`` does not choose an exporter (the specification's default,
+    ``otlp``, stays), so the user learns the folder is unused and how to use it.
+
+    Returns:
+        True when the folder is unused.
+    """
+    named = file_dir is not None or _get(env, config.FILE_DIR.name) is not None
+    used = any(n in _FILE_EXPORTERS for n in [*span_names, *metric_names])
+    if not named or used:
+        return False
+    where = "file_dir=" if file_dir is not None else f"{config.FILE_DIR.name}"
+    LEDGER.drop(
+        "config",
+        "file_dir_unused",
+        0,
+        message="%s names a folder, but no exporter writes files there (traces: %s, metrics: "
+        "%s); set OTEL_TRACES_EXPORTER=file and OTEL_METRICS_EXPORTER=file (or "
+        "traces_exporter=/metrics_exporter=) to write OTLP-JSON files into it",
+        args=(where, ",".join(span_names), ",".join(metric_names)),
+        logger=_log,
+    )
+    return True
+
+
+def _drain_background(tracer_provider: Any, deadline: float, reason: str) -> bool:
+    """Drain the background span producers registered with ``tracer_provider`` within
+    three quarters of the time left (see :mod:`otel_ext.instrumentation.provider_drain`)."""
+    from otel_ext.instrumentation.provider_drain import FLUSH_SHARE, drain_provider
+
+    left = max(0.0, deadline - time.monotonic()) * FLUSH_SHARE
+    return drain_provider(tracer_provider, left, reason=reason)
 
 
 # -- environment ---------------------------------------------------------------------------
@@ -767,6 +811,7 @@ def configure(
     default = "otlp"  # the specification's default for both signals
     span_names = _names(traces_exporter, env, "OTEL_TRACES_EXPORTER", default)
     metric_names = _names(metrics_exporter, env, "OTEL_METRICS_EXPORTER", default)
+    _warn_unused_file_dir(file_dir, env, span_names, metric_names)
     span_factories = {
         n: _lookup(n, _SPAN_FACTORIES, _builtin_span, "OTEL_TRACES_EXPORTER") for n in span_names
     }

@@ -73,7 +73,7 @@ class DropLedger:
         self._clock = clock
         self._lock = threading.Lock()
         self._totals: dict[DropKey, int] = {}
-        self._logged: dict[tuple[str, str], float] = {}
+        self._logged: dict[tuple[str, str, object], float] = {}
         self._exclude = frozenset(exclude_components)
         self._bound: weakref.WeakSet[Any] = weakref.WeakSet()
         self._bound_ids: set[int] = set()
@@ -90,16 +90,24 @@ class DropLedger:
         exc_info: bool = False,
         logger: logging.Logger | None = None,
         quiet: bool = False,
+        once_per: object = None,
     ) -> None:
         """Count ``count`` items of ``component`` lost for ``reason``; log the first time.
 
         ``message % args`` is what the log line says (default: the component, the reason and
         the count); ``count`` 0 logs without counting (a failure that lost nothing yet);
-        ``quiet`` counts without logging (the caller logged in its own words). Never raises.
+        ``quiet`` counts without logging (the caller logged in its own words); ``once_per``
+        (an object: a sampler, a bridge; or a string or tuple key) logs once per
+        ``(component, reason)`` *and* that object or key, as a component with several
+        instances did before it used the ledger.
+        Never raises.
         """
         try:
             now = self._clock()
-            key = (component, reason)
+            scope = (
+                once_per if isinstance(once_per, (str, tuple)) or once_per is None else id(once_per)
+            )
+            key = (component, reason, scope)
             with self._lock:
                 if count > 0:
                     full = (component, reason, signal)

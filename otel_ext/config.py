@@ -109,7 +109,9 @@ FILE_DIR = _declare(
         "OTEL_EXT_FILE_DIR",
         str,
         ".",
-        "Folder where the `file` exporters write OTLP-JSON (`traces.jsonl`, `metrics.jsonl`).",
+        "Folder where the `file` exporters write OTLP-JSON (`traces.jsonl`, `metrics.jsonl`); "
+        "it chooses no exporter: set alone (the exporters stay `otlp`), one warning says the "
+        "folder is unused.",
     )
 )
 FILE_MAX_BYTES = _declare(

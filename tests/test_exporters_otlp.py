@@ -6,7 +6,11 @@ import pytest
 from otlp_receivers import GrpcOtlpReceiver, HttpOtlpReceiver, grpc_receiver, http_receiver  # noqa: F401
 
 from otel_ext.exporters import configure
-from otel_ext.semconv.attributes import ACCEL_TELEMETRY_SIGNAL
+from otel_ext.semconv.attributes import (
+    ACCEL_TELEMETRY_COMPONENT,
+    ACCEL_TELEMETRY_REASON,
+    ACCEL_TELEMETRY_SIGNAL,
+)
 from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
 pytestmark = pytest.mark.integration
@@ -83,16 +87,31 @@ def test_receiver_outage_counts_drops_and_recovers(kind):
         # The drop count is itself exported, with the signal attribute.
         telemetry.meter_provider.force_flush()
         assert receiver.wait_for_metric(METRIC_ACCEL_TELEMETRY_DROPPED)
-        points = [
-            (dp.as_int, {kv.key: kv.value.string_value for kv in dp.attributes})
+        exports = [
+            [
+                (dp.as_int, {kv.key: kv.value.string_value for kv in dp.attributes})
+                for rm in request.resource_metrics
+                for sm in rm.scope_metrics
+                for metric in sm.metrics
+                if metric.name == METRIC_ACCEL_TELEMETRY_DROPPED
+                for dp in metric.sum.data_points
+            ]
             for request in receiver.store.metric_requests
-            for rm in request.resource_metrics
-            for sm in rm.scope_metrics
-            for metric in sm.metrics
-            if metric.name == METRIC_ACCEL_TELEMETRY_DROPPED
-            for dp in metric.sum.data_points
         ]
-        assert (dropped, {ACCEL_TELEMETRY_SIGNAL: "traces"}) in points
+        last = [points for points in exports if points][-1]  # cumulative: the latest counts
+        traces = {
+            attrs[ACCEL_TELEMETRY_REASON]: n
+            for n, attrs in last
+            if attrs[ACCEL_TELEMETRY_SIGNAL] == "traces"
+            and attrs[ACCEL_TELEMETRY_COMPONENT] == "exporters"
+        }
+        # every dropped span counted once, under the reason it was dropped for
+        assert sum(traces.values()) == dropped and set(traces) <= {
+            "queue_full",
+            "collector_unreachable",
+            "export_failed",
+            "export_raised",
+        }
     finally:
         assert telemetry.shutdown(timeout_s=10)
         receiver.stop()

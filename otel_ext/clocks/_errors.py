@@ -23,3 +23,8 @@ class InsufficientSamplesError(ClockFitError):
 
 class AmbiguousTicksError(ClockFitError):
     """Wrapped device ticks that cannot be placed without a host-time hint."""
+
+
+#: the ``accel.telemetry.component`` of the clocks' failures (logged once, counted, exported
+#: through :data:`otel_ext._drops.LEDGER`)
+COMPONENT = "clocks"

@@ -51,7 +51,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.util.types import AttributeValue
 
-from otel_ext.clocks._errors import ClockFitError
+from otel_ext._drops import LEDGER
+from otel_ext.clocks._errors import COMPONENT, ClockFitError
 from otel_ext.clocks._fit import _as_host
 from otel_ext.clocks._mapping import ClockMapping, _as_u64
 from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
@@ -365,7 +366,6 @@ class ClockSyncSpanEmitter:
         self._fixed: dict[str, ClockMapping] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._logged = False
         self.spans_emitted = 0
         self.brackets_emitted = 0
         self.brackets_dropped = 0
@@ -461,9 +461,14 @@ class ClockSyncSpanEmitter:
 
     def _failed(self, exc: BaseException) -> None:
         self.errors += 1
-        if not self._logged:
-            self._logged = True
-            _log.warning("clock sync span emission failed (logged once): %r", exc)
+        LEDGER.drop(
+            COMPONENT,
+            "sync_span_emit_failed",
+            message="clock sync span emission failed (logged once): %r",
+            args=(exc,),
+            logger=_log,
+            once_per=self,
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from otel_ext.clocks._errors import ClockFitError
+from otel_ext._drops import LEDGER
+from otel_ext.clocks._errors import COMPONENT, ClockFitError
 from otel_ext.clocks._fit import fit_clock
 from otel_ext.clocks._mapping import ClockMapping, TimeMapping
 
@@ -93,8 +94,6 @@ class ClockSampler:
         self._fitted_at = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._logged = False
-        self._fit_logged = False
         self.samples_taken = 0
         self.read_errors = 0
         self.fit_errors = 0
@@ -117,9 +116,14 @@ class ClockSampler:
                     best = (before, ticks, after)
         except Exception as exc:  # the reader is foreign code: never let it escape
             self.read_errors += 1
-            if not self._logged:
-                self._logged = True
-                _log.warning("clock reader for %s failed (logged once): %r", self.domain, exc)
+            LEDGER.drop(
+                COMPONENT,
+                "reader_failed",
+                message="clock reader for %s failed (logged once): %r",
+                args=(self.domain, exc),
+                logger=_log,
+                once_per=self,
+            )
             return False
         if best is None:
             return False
@@ -194,9 +198,14 @@ class ClockSampler:
         except ClockFitError as exc:  # its message names the domain and the brackets
             fitted = None
             self.fit_errors += 1
-            if not self._fit_logged:
-                self._fit_logged = True
-                _log.warning("clock fit for %s failed (logged once): %s", self.domain, exc)
+            LEDGER.drop(
+                COMPONENT,
+                "fit_failed",
+                message="clock fit for %s failed (logged once): %s",
+                args=(self.domain, exc),
+                logger=_log,
+                once_per=self,
+            )
         with self._lock:
             self._mapping, self._fitted_at = fitted, taken
         return fitted

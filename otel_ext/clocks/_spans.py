@@ -28,6 +28,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.util.types import AttributeValue
 
+from otel_ext._drops import LEDGER
+from otel_ext.clocks._errors import COMPONENT
 from otel_ext.clocks._mapping import ClockMapping, TimeMapping
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_COUNTER_BITS,
@@ -179,7 +181,6 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
         self.max_pending = max_pending
         self._domains_lock = threading.Lock()  # taken only to add a domain
         self._domains: Mapping[str, _DomainQueue] = MappingProxyType({})
-        self._logged = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if background:
@@ -330,9 +331,14 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
         self.next.on_end(span)
 
     def _log_once(self, exc: BaseException) -> None:
-        if not self._logged:
-            self._logged = True
-            _log.warning("ClockReconcilingSpanProcessor error (logged once): %r", exc)
+        LEDGER.drop(
+            COMPONENT,
+            "reconciling_processor_error",
+            message="ClockReconcilingSpanProcessor error (logged once): %r",
+            args=(exc,),
+            logger=_log,
+            once_per=self,
+        )
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Release every held span (with the mapping there is), then flush the next processor."""

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
+from otel_ext._drops import LEDGER
+from otel_ext.clocks._errors import COMPONENT
 from otel_ext.clocks._mapping import ClockMapping
 from otel_ext.clocks._sampler import ClockRegistry
 from otel_ext.semconv.attributes import ACCEL_CLOCK_DOMAIN, ACCEL_CLOCK_REFERENCE
@@ -57,7 +59,6 @@ class ClockTelemetry:
     ) -> None:
         self.registry = registry
         self.reference = reference
-        self._logged = False
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("otel_ext.clocks")
         meter.create_observable_gauge(
             METRIC_ACCEL_CLOCK_BOUND,
@@ -112,6 +113,11 @@ class ClockTelemetry:
         return out
 
     def _log_once(self, exc: BaseException) -> None:
-        if not self._logged:
-            self._logged = True
-            _log.warning("clock telemetry callback failed (logged once): %r", exc)
+        LEDGER.drop(
+            COMPONENT,
+            "telemetry_callback_failed",
+            message="clock telemetry callback failed (logged once): %r",
+            args=(exc,),
+            logger=_log,
+            once_per=self,
+        )

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_ext import config
+from otel_ext._drops import LEDGER
 from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeries, Provenance
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef
 from otel_ext.counters._rates import CounterTracker
@@ -62,6 +63,15 @@ from otel_ext.semconv.metrics import (
 __all__ = ["CounterBridge", "Exemplar", "SeriesState"]
 
 _log = logging.getLogger(__name__)
+#: the ``accel.telemetry.component`` of the counters' failures
+COMPONENT = "counters"
+#: the ``accel.telemetry.reason`` of each kind of bridge failure
+_REASONS = {
+    "src": "source_failed",
+    "hook": "round_hook_failed",
+    "bad": "unhashable_attribute",
+    "unk": "unknown_metric",
+}
 _DERIVED_SOURCE = "derived"
 _BRIDGE_SOURCE = "bridge"
 _MAX_DROPPED_KEYS = 100_000
@@ -171,7 +181,6 @@ class CounterBridge:
         self._errors: dict[str, int] = {}
         self._dropped: dict[str, set[SeriesKey]] = {}
         self._dropped_total = 0
-        self._warned: dict[str, int] = {}
         self._refs: dict[str, ExemplarRef | None] = {}
         self._interval = (0, 0)
         #: source name -> why it could not start (filled by :meth:`open`)
@@ -254,11 +263,18 @@ class CounterBridge:
 
     # ---- sampling ----------------------------------------------------------------------
     def _warn(self, key: str, msg: str, *args: object) -> None:
-        count = self._warned.get(key, 0)
-        self._warned[key] = count + 1
-        if count == 0 or count in (10, 100, 1000):
-            suffix = f" ({count + 1} times)" if count else ""
-            _log.warning(msg + suffix, *args)
+        """One failure of kind ``key`` (``src:NAME``, ``hook``, ...): logged once per bridge
+        and key, counted and exported (:data:`otel_ext._drops.LEDGER`, component
+        ``counters``, reason the kind)."""
+        kind = key.partition(":")[0]
+        LEDGER.drop(
+            COMPONENT,
+            _REASONS.get(kind, kind),
+            message=msg,
+            args=args,
+            logger=_log,
+            once_per=(id(self), key),
+        )
 
     def sample_once(self) -> None:
         """Run one round: sample every source, update series, derive. Never raises."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from otel_ext._drops import LEDGER
 from otel_ext.counters._rates import RatePoint
 from otel_ext.counters._source import AttributeValue
 from otel_ext.errors import RegistryError
@@ -127,7 +128,6 @@ class DerivedEvaluator:
     ):
         self._device_specs = device_specs
         self._spec_cache: dict[str, Mapping[str, Any] | None] = {}
-        self._warned: set[str] = set()
         self.derived: list[_Derived] = []
         for name, spec in sorted(metric_specs.items()):
             if spec.get("class") != "derived" or not spec.get("formula"):
@@ -155,9 +155,16 @@ class DerivedEvaluator:
         return self._spec_cache[model]
 
     def _warn(self, key: str, msg: str, *args: object) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            _log.warning(msg, *args)
+        """Logged once per evaluator and key, counted and exported (the drop ledger)."""
+        kind = key.partition(":")[0]
+        LEDGER.drop(
+            "counters",
+            {"model": "no_device_spec", "fail": "derived_metric_failed"}.get(kind, kind),
+            message=msg,
+            args=args,
+            logger=_log,
+            once_per=(id(self), key),
+        )
 
     def evaluate(self, series: Mapping[str, Sequence[InputSeries]]) -> list[DerivedPoint]:
         """Evaluate every derived metric whose inputs are present.

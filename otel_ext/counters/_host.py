@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from otel_ext import config
+from otel_ext._drops import LEDGER
 from otel_ext.counters._source import (
     CLOCK_HOST_REALTIME,
     AttributeValue,
@@ -128,7 +129,6 @@ class HostSource(BaseSource):
         self.hz = ticks_per_second or int(os.sysconf("SC_CLK_TCK"))
         self._clock = clock
         self._prev: dict[str, int] | None = None
-        self._pid_warned = False
 
     def open(self) -> None:
         """Check that ``/proc`` is readable.
@@ -200,9 +200,14 @@ class HostSource(BaseSource):
             try:
                 utime, stime = parse_pid_stat((self.root / str(self.pid) / "stat").read_text())
             except (OSError, ValueError, IndexError) as exc:
-                if not self._pid_warned:
-                    self._pid_warned = True
-                    _log.warning("workload pid %s cannot be read (exited?): %s", self.pid, exc)
+                LEDGER.drop(
+                    "counters",
+                    "workload_pid_unreadable",
+                    message="workload pid %s cannot be read (exited?): %s",
+                    args=(self.pid, exc),
+                    logger=_log,
+                    once_per=self,
+                )
             else:
                 pa: dict[str, AttributeValue] = {**host, PROCESS_PID: self.pid}
                 out.append(

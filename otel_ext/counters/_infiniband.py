@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from otel_ext import config
+from otel_ext._drops import LEDGER
 from otel_ext.counters._source import CLOCK_HOST_REALTIME, BaseSource, Sample, SeriesDescription
 from otel_ext.errors import SourceUnavailableError
 from otel_ext.semconv.attributes import (
@@ -86,7 +87,6 @@ class InfinibandSource(BaseSource):
         self.root = Path(root)
         self.host = config.host_id(host)
         self._clock = clock
-        self._warned: set[str] = set()
 
     def ports(self) -> list[tuple[str, str, Path]]:
         """``(hca, port, counters folder)`` of every port present now, sorted."""
@@ -156,8 +156,12 @@ class InfinibandSource(BaseSource):
         except FileNotFoundError:
             return None
         except (OSError, ValueError, IndexError) as exc:
-            key = str(path)
-            if key not in self._warned:
-                self._warned.add(key)
-                _log.warning("cannot read %s: %s", path, exc)
+            LEDGER.drop(
+                "counters",
+                "infiniband_read_failed",
+                message="cannot read %s: %s",
+                args=(path, exc),
+                logger=_log,
+                once_per=(id(self), str(path)),
+            )
             return None

@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 from prometheus_client.utils import floatToGoString
 
+from otel_ext._drops import LEDGER
 from otel_ext.counters._bridge import CounterBridge, SeriesState
 from otel_ext.counters._source import HistogramValue, SeriesKey
 from otel_ext.exporters.prometheus import (
@@ -90,7 +91,6 @@ class CounterCollector(Collector):
         self._specs = metric_specs
         self._names: dict[tuple[str, str], PrometheusName] = {}
         self._headers: dict[tuple[str, str, bool], str] = {}
-        self._warned: set[str] = set()
 
     def describe(self) -> list[Metric]:
         """Nothing up front: the series set changes (and registering must not sample)."""
@@ -119,9 +119,15 @@ class CounterCollector(Collector):
                 self._warn(metric, exc)
 
     def _warn(self, metric: str, exc: Exception) -> None:
-        if metric not in self._warned:
-            self._warned.add(metric)
-            _log.warning("cannot expose metric %s: %r", metric, exc)
+        """Logged once per collector and metric, counted and exported (the drop ledger)."""
+        LEDGER.drop(
+            "counters",
+            "prometheus_expose_failed",
+            message="cannot expose metric %s: %r",
+            args=(metric, exc),
+            logger=_log,
+            once_per=(id(self), metric),
+        )
 
     def _family(self, metric: str, series: list[SeriesState]) -> Metric:
         pn = self.name_of(metric, series[0].instrument)
