@@ -321,7 +321,62 @@ def test_unpaired_slow_sends_and_receives_make_a_slow_transfer_finding() -> None
     f = unpaired_transfer_findings(stats, lambda ns: 0.0)
     assert [x.kind for x in f] == ["slow-transfers"]
     assert f[0].target == "hA,hB->hA,hB"
-    # slow receives alone (a late sender looks the same): no finding
-    late_sender = EventTable.from_rows(_unpaired_rows(rng, slow_send=set(), slow_recv={2}))
-    stats = [s.as_dict() for s in unpaired_transfer_stats(late_sender, HOSTS)]
+    # slow receives alone, their sends called on time: no late sender, still a finding
+    on_time = EventTable.from_rows(_unpaired_rows(rng, slow_send=set(), slow_recv={2}))
+    stats = [s.as_dict() for s in unpaired_transfer_stats(on_time, HOSTS)]
+    assert [x.target for x in unpaired_transfer_findings(stats, lambda ns: 0.0)] == ["?->hB"]
+
+
+def _ring_without_peers(rng: np.random.Generator, *, late_sender: bool) -> list[dict]:
+    """gloo's Kineto rows of a ring (r sends to r+1) without peers: ``c10d::send`` when the
+    rank calls it, ``gloo:recv`` until the data arrived. Ranks 0 and 2 receive slowly: either
+    the transfers into them take 80 ms (every send called at once), or their senders (3 and 1)
+    call their sends 80 ms late."""
+    rows = []
+    for k in range(12):
+        t0 = k * 300_000_000
+        for r in range(4):
+            src = (r - 1) % 4
+            slow = r in (0, 2)
+            call = t0 + int(rng.integers(0, 100_000))
+            if slow and late_sender:
+                call += 80_000_000
+            transfer = 80_000_000 if (slow and not late_sender) else 500_000
+            recv_start = t0 + int(rng.integers(0, 100_000))
+            recv_end = max(call, recv_start) + transfer + int(rng.integers(0, 50_000))
+            rows.append(
+                dict(
+                    rank=src,
+                    category=Category.CPU_OP,
+                    name="c10d::send",
+                    start_ns=call,
+                    end_ns=call + 20_000,
+                )
+            )
+            rows.append(
+                dict(
+                    rank=r,
+                    category=Category.CPU_OP,
+                    name="gloo:recv",
+                    start_ns=recv_start,
+                    end_ns=recv_end,
+                )
+            )
+    return rows  # fmt: skip
+
+
+def test_slow_receives_without_a_late_sender_are_slow_transfers() -> None:
+    rng = np.random.default_rng(11)
+    slow_path = EventTable.from_rows(_ring_without_peers(rng, late_sender=False))
+    stats = [s.as_dict() for s in unpaired_transfer_stats(slow_path, HOSTS)]
+    recv = {s["rank"]: s for s in stats if s["direction"] == "recv"}
+    assert recv[0]["slow"] and recv[2]["slow"] and not recv[1]["slow"]
+    assert recv[0]["late_sender_share"] == 0.0 and recv[2]["late_sender_share"] == 0.0
+    f = unpaired_transfer_findings(stats, lambda ns: 0.0)
+    assert [x.kind for x in f] == ["slow-transfers"] and f[0].target == "?->hA,hB"
+    # the same slow receives because the senders called late: no finding
+    late = EventTable.from_rows(_ring_without_peers(rng, late_sender=True))
+    stats = [s.as_dict() for s in unpaired_transfer_stats(late, HOSTS)]
+    recv = {s["rank"]: s for s in stats if s["direction"] == "recv"}
+    assert recv[0]["slow"] and recv[0]["late_sender_share"] == 1.0
     assert unpaired_transfer_findings(stats, lambda ns: 0.0) == []

@@ -100,7 +100,8 @@ class Thresholds:
     min_cause_pct: float = 0.5  # below this impact a cause ranks with the symptoms
     path_slowness: float = 3.0  # a host path this much below its reference bandwidth is slow
     path_intra_factor: float = 10.0  # ... or this much below the fastest within-host path
-    unpaired_ratio: float = 10.0  # a rank's sends/receives this much longer than the others'
+    late_sender_share: float = 0.25  # slow receives with a late sender at most this share
+    unpaired_ratio: float = 5.0  # a rank's sends/receives this much longer than the others'
 
 
 @dataclass
@@ -539,7 +540,7 @@ def build_findings(
             Finding("slow-nic", target, p["extra_ns"], pct(p["extra_ns"]), summary, evidence)
         )
     findings.extend(network_path_findings(paths, pct, metrics if have_metrics else None))
-    findings.extend(unpaired_transfer_findings(unpaired, pct))
+    findings.extend(unpaired_transfer_findings(unpaired, pct, late_share=th.late_sender_share))
     # ---- collectives whose members disagree (a desync, or members that are not one) ----
     mism = match.mismatches()
     if mism:
@@ -752,11 +753,14 @@ def network_path_findings(
     return out
 
 
-def unpaired_transfer_findings(unpaired: Sequence[dict[str, Any]], pct: Any) -> list[Finding]:
-    """A ``slow-transfers`` finding when a trace without peers shows slow sends on some ranks
-    *and* slow receives on others: both ends busy for the whole transfer, so the transfers
-    themselves (a network path between those ranks) are slow, not a late peer. Slow receives
-    alone are not a finding: a late sender gives the same picture.
+def unpaired_transfer_findings(
+    unpaired: Sequence[dict[str, Any]], pct: Any, *, late_share: float = 0.25
+) -> list[Finding]:
+    """A ``slow-transfers`` finding when a trace without peers shows slow receives on some
+    ranks and either slow sends on others (both ends busy for the whole transfer) or, for
+    every rank with slow receives, at most ``late_share`` of them with another rank calling a
+    send in their second half (no late sender): the transfers themselves (a network path into
+    those ranks) are slow, not a peer. Slow receives that late senders explain are no finding.
 
     >>> rows = [dict(rank=1, host="hA", direction="send", slow=True, count=12, median_ns=8e7,
     ...              peer_median_ns=6e5, ratio=133.0, slower=12, p=1e-3),
@@ -765,12 +769,20 @@ def unpaired_transfer_findings(unpaired: Sequence[dict[str, Any]], pct: Any) -> 
     >>> f = unpaired_transfer_findings(rows, lambda ns: 0.0)[0]
     >>> f.kind, f.target
     ('slow-transfers', 'hA->hB')
+    >>> late = [dict(rows[1], late_sender_share=0.9)]  # each slow receive had a late sender
+    >>> unpaired_transfer_findings(late, lambda ns: 0.0)
+    []
     """
     sends = [u for u in unpaired if u.get("slow") and u["direction"] == "send"]
     recvs = [u for u in unpaired if u.get("slow") and u["direction"] == "recv"]
-    if not sends or not recvs:
+    unexplained = [
+        u
+        for u in recvs
+        if u.get("late_sender_share") is not None and u["late_sender_share"] <= late_share
+    ]
+    if not recvs or not (sends or len(unexplained) == len(recvs)):
         return []
-    src = sorted({u["host"] or f"rank{u['rank']}" for u in sends})
+    src = sorted({u["host"] or f"rank{u['rank']}" for u in sends}) or ["?"]
     dst = sorted({u["host"] or f"rank{u['rank']}" for u in recvs})
     target = f"{','.join(src)}->{','.join(dst)}"
     extra = int(sum((u["median_ns"] - u["peer_median_ns"]) * u["count"] for u in recvs))
@@ -786,15 +798,24 @@ def unpaired_transfer_findings(unpaired: Sequence[dict[str, Any]], pct: Any) -> 
             f"({worst['slower']} of {worst['count']} slower, p={_p(worst['p'])})"
         )
 
-    summary = (
-        f"{say(sends, 'sends')}; {say(recvs, 'receives')}: both ends of these transfers are "
-        "slow, so the path between them is, not a late peer; the trace names no peers, so the "
-        "path is not named exactly"
-    )
+    if sends:
+        why = (
+            f"{say(sends, 'sends')}; {say(recvs, 'receives')}: both ends of these transfers "
+            "are slow, so the path between them is, not a late peer"
+        )
+    else:
+        shares = ", ".join(f"{u['late_sender_share']:.0%}" for u in recvs)
+        why = (
+            f"{say(recvs, 'receives')}; another rank called a send in the second half of "
+            f"{shares} of them, so no sender was late: the transfers into these ranks are "
+            "slow, not a peer"
+        )
+    summary = why + "; the trace names no peers, so the path is not named exactly"
     evidence = {
         "peers_known": False,
         "sends": [dict(u) for u in sends],
         "receives": [dict(u) for u in recvs],
+        "late_sender_share_max": late_share,
         "extra_transfer_ns": extra,
     }
     return [Finding("slow-transfers", target, extra, pct(extra), summary, evidence)]

@@ -35,7 +35,11 @@ worker annotations) carries no peer. What can still be said: per rank, the media
 its sends and of its receives against the other ranks'. Slow receives alone may be a late
 sender; slow receives on some ranks *and* slow sends on as many others mean the transfers
 themselves are slow (both ends busy for the whole transfer), a network path between them; the
-trace cannot say which.
+trace cannot say which. Or, on the aligned timeline:
+a receive that lasts long because its sender came late ends soon after that sender *called*
+its send; when, for most of a rank's slow receives, no other rank called a send in the
+receive's second half (``late_sender_share``), no sender was late: the transfers themselves
+were slow.
 
 >>> import numpy as np
 >>> from otel_ext.analysis.table import Category, EventTable
@@ -141,6 +145,8 @@ class RankTransferStat:
     slower: int
     p: float
     slow: bool
+    #: receives only: of its slow receives, the share with a late sender (module docstring)
+    late_sender_share: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -362,7 +368,7 @@ def unpaired_transfer_stats(
     moved) are used when the trace has them, else the caller's ``c10d::`` operations. A rank
     is slow in one direction when its median is ``ratio`` times the other ranks' median and
     more of its operations are above that median than chance allows (sign test, adjusted
-    for the ranks and directions tested).
+    for the ranks tested in that direction).
     """
     cat = table["category"]
     ranked = (cat == Category.CPU_OP) & (table["rank"] >= 0)
@@ -387,6 +393,9 @@ def unpaired_transfer_stats(
         for r in ranks.tolist():
             mine = dur[rank == r]
             peer = float(median(np.array([v for q, v in meds.items() if q != r])))
+            late = None
+            if direction == "recv":
+                late = _late_sender_share(table, rows[rank == r], int(r), peer * ratio)
             tests.append(
                 {
                     "rank": int(r),
@@ -395,6 +404,7 @@ def unpaired_transfer_stats(
                     "median": meds[int(r)],
                     "peer": peer,
                     "slower": int((mine > peer).sum()),
+                    "late_sender_share": late,
                 }
             )
     if not tests:
@@ -402,7 +412,13 @@ def unpaired_transfer_stats(
     p_raw = binomial_upper_tail(
         [t["slower"] for t in tests], [t["count"] for t in tests], [0.5] * len(tests)
     )
-    p_adj = adjusted(p_raw, len(tests))
+    # each direction its own family (its ranks): receives decide a finding, sends add to it
+    is_recv = np.array([t["direction"] == "recv" for t in tests])
+    p_adj = np.where(
+        is_recv,
+        adjusted(p_raw, max(int(is_recv.sum()), 1)),
+        adjusted(p_raw, max(int((~is_recv).sum()), 1)),
+    )
     for t, p in zip(tests, p_adj.tolist()):
         rat = t["median"] / t["peer"] if t["peer"] > 0 else (np.inf if t["median"] > 0 else 1.0)
         out.append(
@@ -417,6 +433,39 @@ def unpaired_transfer_stats(
                 slower=t["slower"],
                 p=float(p),
                 slow=bool(rat >= ratio and p <= alpha),
+                late_sender_share=t["late_sender_share"],
             )
         )
     return out
+
+
+def _late_sender_share(
+    table: EventTable, recv_rows: np.ndarray, rank: int, slow_ns: float
+) -> float | None:
+    """Of a rank's receives longer than ``slow_ns``, the share during whose second half some
+    other rank *called* a send (``c10d::send``, the caller's enqueue; ``gloo:send`` where the
+    trace has no caller rows): a sender that came late. None when no receive is that slow.
+
+    Read on the aligned timeline: meaningful where the clocks' bounds are small against the
+    receives (milliseconds against tens of milliseconds on the harness)."""
+    dur = table["end_ns"][recv_rows] - table["start_ns"][recv_rows]
+    slow = recv_rows[dur > slow_ns]
+    if len(slow) == 0:
+        return None
+    names = table.strings["name"]
+    caller = [i for i, n in enumerate(names) if n == "c10d::send"]
+    worker = [i for i, n in enumerate(names) if n == "gloo:send"]
+    codes = caller or worker
+    if not codes:
+        return None
+    sends = np.flatnonzero(
+        (table["category"] == Category.CPU_OP)
+        & (table["rank"] >= 0)
+        & (table["rank"] != rank)
+        & np.isin(table["name"], np.asarray(codes))
+    )
+    starts = np.sort(table["start_ns"][sends])
+    lo = table["start_ns"][slow] + (table["end_ns"][slow] - table["start_ns"][slow]) // 2
+    hi = table["end_ns"][slow]
+    found = np.searchsorted(starts, hi, side="right") - np.searchsorted(starts, lo, side="left")
+    return float(np.mean(found > 0))
