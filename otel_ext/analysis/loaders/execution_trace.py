@@ -517,10 +517,11 @@ def join_execution_traces(
                 chosen, rec["join"] = (i, p), "rf_id"
                 break
         if chosen is None and et.collectives:
-            for _same, _found, i, p in scored:
+            for same, found, i, p in scored:
                 pairs = _order_pairs(et, p.table)
                 if pairs is not None:
                     chosen, rec["join"] = (i, p), "collective order"
+                    rec["rf_id_names_agree"] = (same, found)
                     rec["collectives"] = _apply_collectives(p.table, pairs)
                     break
         if chosen is None:
@@ -581,7 +582,11 @@ def join_into_results(results: Sequence[Any]) -> None:
         if rec["partner"] is None:
             r.note += f"; not joined: {rec['why']}"
         else:
+            why = ""
+            if "rf_id_names_agree" in rec:
+                same, found = rec["rf_id_names_agree"]
+                why = f" (by rf_id {same} of {found} operators found agree on the name)"
             r.note += (
-                f"; joined to {rec['partner']} by {rec['join']}: {rec['collectives']} "
+                f"; joined to {rec['partner']} by {rec['join']}{why}: {rec['collectives']} "
                 f"collectives sized, {rec['data_dependencies']} device data dependencies"
             )
