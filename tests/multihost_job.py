@@ -169,6 +169,8 @@ class MultiHostRun:
             raise ValueError(f"MultiHostRun {self.name!r}: slow_rank outside 0..{WORLD - 1}")
         if (self.kind == "slow-link") != (self.link_mbit is not None):
             raise ValueError(f"MultiHostRun {self.name!r}: a link rate goes with slow-link only")
+        if self.link_mbit is not None and not self.link_mbit > 0:
+            raise ValueError(f"MultiHostRun {self.name!r}: link_mbit must be > 0")
         if self.steps < 2 or self.matmuls < 0 or self.p2p_bytes % 4:
             raise ValueError(
                 f"MultiHostRun {self.name!r}: steps >= 2, matmuls >= 0, p2p_bytes a multiple of 4"
@@ -450,15 +452,22 @@ def _launch(
                 )
             procs.append((proc, log))
         deadline = time.monotonic() + timeout_s
-        failed = []
-        for rank, (proc, _) in enumerate(procs):
-            try:
-                rc: int | None = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                rc = None
-            if rc != 0:
-                failed.append(f"rank {rank}: {'timed out' if rc is None else f'exit {rc}'}")
+        timed_out = False
+
+        def exits() -> list[str]:
+            return [
+                f"rank {rank}: exit {proc.returncode}"
+                for rank, (proc, _) in enumerate(procs)
+                if proc.poll() not in (None, 0)
+            ]
+
+        # the first rank to fail ends the launch (the others would wait in gloo for it)
+        while any(proc.poll() is None for proc, _ in procs) and not exits():
+            if time.monotonic() > deadline:
+                timed_out = True
                 break
+            time.sleep(0.2)
+        failed = exits() + ([f"timed out after {timeout_s:.0f} s"] if timed_out else [])
         if failed:
             _stop(procs)
             tails = []
