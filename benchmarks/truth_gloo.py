@@ -56,7 +56,14 @@ from gloo_profiled_job import (  # noqa: E402
 
 from otel_ext.analysis.engine import analyze  # noqa: E402
 
-ROOT_CAUSE_KINDS = ("straggler", "slow-link", "throttle")
+ROOT_CAUSE_KINDS = (
+    "straggler",
+    "slow-link",
+    "throttle",
+    "slow-nic",
+    "slow-network-path",
+    "slow-transfers",
+)
 
 
 def _specs(
