@@ -310,7 +310,7 @@ def _warn_unused_file_dir(
         message="%s names a folder, but no exporter writes files there (traces: %s, metrics: "
         "%s); set OTEL_TRACES_EXPORTER=file and OTEL_METRICS_EXPORTER=file (or "
         "traces_exporter=/metrics_exporter=) to write OTLP-JSON files into it",
-        args=(where, ",".join(span_names), ",".join(metric_names)),
+        args=(where, ",".join(span_names) or "none", ",".join(metric_names) or "none"),
         logger=_log,
     )
     return True

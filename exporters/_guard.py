@@ -72,7 +72,7 @@ class DropCounter:
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None):
-        self._ledger = DropLedger(_log, relog_s=60.0)
+        self._ledger = DropLedger(_log, relog_s=60.0, meter_name="otel_ext.exporters")
         if meter_provider is not None:
             self.bind(meter_provider)
 

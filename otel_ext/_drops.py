@@ -58,6 +58,8 @@ class DropLedger:
             (``None``: once per ledger's life).
         clock: a monotonic clock in seconds (injected in tests).
         exclude_components: components this ledger does not export (their own ledger does).
+        meter_name: the instrumentation scope of its counter (two ledgers bound to one
+            meter provider need two scopes: one scope has one instrument of a name).
     """
 
     def __init__(
@@ -67,7 +69,9 @@ class DropLedger:
         relog_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         exclude_components: Iterable[str] = (),
+        meter_name: str = "otel_ext",
     ) -> None:
+        self._meter_name = meter_name
         self._logger = logger
         self._relog_s = relog_s
         self._clock = clock
@@ -187,7 +191,7 @@ class DropLedger:
                 self._bound.add(meter_provider)
             except TypeError:  # not weak-referenceable: remember its id
                 self._bound_ids.add(id(meter_provider))
-            meter = meter_provider.get_meter("otel_ext")
+            meter = meter_provider.get_meter(self._meter_name)
             meter.create_observable_counter(
                 METRIC_ACCEL_TELEMETRY_DROPPED,
                 callbacks=[self._observe],

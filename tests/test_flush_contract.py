@@ -29,14 +29,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_ext._drops import LEDGER
 from otel_ext.semconv.attributes import (
     ACCEL_TELEMETRY_COMPONENT,
     ACCEL_TELEMETRY_REASON,
-    ACCEL_TELEMETRY_SIGNAL,
 )
 from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
@@ -250,3 +248,252 @@ def test_a_killed_job_leaves_partial_files_that_analyze_reads_and_calls_unfinish
     assert cut[0]["reason"].startswith("cut short")
     for fmt in ("text", "html"):
         assert "2 file(s) from a process that did not finish" in _analyze(tmp_path, fmt, capsys)
+
+
+# -- the drain processor, in this process ----------------------------------------------------
+class _Producer:
+    """A background producer: ``flush`` makes its records into spans (or runs out of time)."""
+
+    def __init__(self, provider: TracerProvider, records: int, *, in_time: bool = True):
+        self.tracer = provider.get_tracer("producer")
+        self.records = records
+        self.in_time = in_time
+        self.flushes = 0
+
+    def flush(self, timeout: float | None = None) -> bool:
+        self.flushes += 1
+        if not self.in_time:
+            return False
+        for _ in range(self.records):
+            self.tracer.start_span("late").end()
+        self.records = 0
+        return True
+
+    def pending(self) -> int:
+        return self.records
+
+
+def _with_batch() -> tuple[TracerProvider, InMemorySpanExporter]:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    # a schedule far longer than the test: only a flush exports
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
+    return provider, exporter
+
+
+def test_the_drain_runs_before_the_exporters_flush_and_only_once_registered() -> None:
+    from otel_ext.instrumentation.provider_drain import BackgroundSpanDrain, register
+
+    provider, exporter = _with_batch()
+    producers = [_Producer(provider, 3), _Producer(provider, 2)]
+    bindings = [register(p, provider) for p in producers]
+    procs = provider._active_span_processor._span_processors
+    assert [type(p).__name__ for p in procs] == ["BackgroundSpanDrain", "BatchSpanProcessor"]
+    assert isinstance(procs[0], BackgroundSpanDrain)
+    assert provider.force_flush(5_000) is True
+    assert len(exporter.get_finished_spans()) == 5  # made by the drain, exported by this flush
+    bindings[0].close()
+    producers[0].records = 4
+    assert provider.force_flush(5_000) is True
+    assert [p.flushes for p in producers] == [1, 2]  # a closed binding is not drained
+    provider.shutdown()
+
+
+def test_a_drain_out_of_time_counts_what_is_left_and_the_exporters_still_flush() -> None:
+    from otel_ext.instrumentation.provider_drain import register
+
+    LEDGER.forget("instrumentation")
+    provider, exporter = _with_batch()
+    stuck = _Producer(provider, 6, in_time=False)
+    binding = register(stuck, provider)
+    provider.get_tracer("t").start_span("on time").end()
+    assert provider.force_flush(1_000) is False
+    assert [s.name for s in exporter.get_finished_spans()] == ["on time"]
+    assert LEDGER.of("instrumentation") == {"flush_timeout": 6}
+    provider.shutdown()  # the SDK gives shutdown no timeout: the drain's own bound
+    assert LEDGER.of("instrumentation") == {"flush_timeout": 6, "shutdown_timeout": 6}
+    binding.close()
+    LEDGER.forget("instrumentation")
+
+
+def test_a_producer_whose_flush_raises_costs_one_log_line_and_a_false(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from otel_ext.instrumentation.provider_drain import register
+
+    class Raising(_Producer):
+        def flush(self, timeout: float | None = None) -> bool:
+            raise OSError(22, "Invalid argument")
+
+    LEDGER.forget("instrumentation")
+    provider, _ = _with_batch()
+    producer = Raising(provider, 2)
+    binding = register(producer, provider)
+    with caplog.at_level(logging.WARNING):
+        assert provider.force_flush(1_000) is False
+        assert provider.force_flush(1_000) is False
+    lines = [r.getMessage() for r in caplog.records if "drain.flush" in r.getMessage()]
+    assert lines == ["otel-ext instrumentation (drain.flush): OSError: [Errno 22] Invalid argument"]
+    assert LEDGER.of("instrumentation") == {"drain.flush": 2, "flush_timeout": 4}
+    binding.close()
+    provider.shutdown()
+    LEDGER.forget("instrumentation")
+
+
+def test_deferred_layers_are_drained_by_the_providers_flush_in_process() -> None:
+    from otel_ext.instrumentation.deferred import DeferredSpanRecorder
+
+    provider, exporter = _with_batch()
+    # a materialiser that polls once a minute: only a drain makes the spans in time
+    recorder = DeferredSpanRecorder(tracer_provider=provider, capacity=64, interval=60.0)
+    outer = recorder.register("accel.layer", {"accel.layer.name": "model"})
+    inner = recorder.register("accel.layer", {"accel.layer.name": "model.0"})
+    for _ in range(3):
+        recorder.begin(outer)
+        recorder.begin(inner)
+        recorder.end()
+        recorder.end()
+    assert provider.force_flush(5_000) is True
+    assert len(exporter.get_finished_spans()) == 6
+    recorder.shutdown()
+    provider.shutdown()
+
+
+# -- drops of every component, exported ------------------------------------------------------
+def _dropped(reader: InMemoryMetricReader) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name != METRIC_ACCEL_TELEMETRY_DROPPED:
+                    continue
+                for p in metric.data.data_points:
+                    a = p.attributes
+                    key = (a[ACCEL_TELEMETRY_COMPONENT], a[ACCEL_TELEMETRY_REASON])
+                    out[key] = out.get(key, 0) + p.value
+    return out
+
+
+def test_every_components_drops_are_exported_with_component_and_reason() -> None:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from otel_ext.clocks import ClockSampler
+    from otel_ext.counters import CounterBridge
+    from otel_ext.counters._source import BaseSource
+    from otel_ext.exporters import BoundedBatchSpanProcessor, DropCounter
+    from otel_ext.instrumentation._common import guarded
+
+    for component in ("instrumentation", "clocks", "counters"):
+        LEDGER.forget(component)
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    drops = DropCounter(meters)  # configure()'s counter: binds the process's ledger too
+
+    # exporters: an exporter that raises loses its batch
+    class Raising(SpanExporter):
+        def export(self, spans: Any) -> Any:
+            raise RuntimeError("collector exploded")
+
+    processor = BoundedBatchSpanProcessor(Raising(), max_queue_size=8, drops=drops)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    for _ in range(3):
+        provider.get_tracer("t").start_span("s").end()
+    processor.force_flush(5_000)
+    processor.shutdown()
+    # instrumentation: a telemetry call that fails on the hot path
+    assert guarded("span.end", lambda: 1 / 0) is None
+    # clocks: a device clock reader that fails
+    sampler = ClockSampler(lambda: 1 // 0, domain="host0/chip9")
+    assert sampler.sample_burst() is False
+
+    # counters: a source that fails
+    class Broken(BaseSource):
+        name = "broken"
+
+        def sample(self) -> list[Any]:
+            raise OSError("device lost")
+
+    bridge = CounterBridge([Broken()], derive=False)
+    bridge.sample_once()
+
+    points = _dropped(reader)
+    assert points == {
+        ("exporters", "export_raised"): 3,
+        ("instrumentation", "span.end"): 1,
+        ("clocks", "reader_failed"): 1,
+        ("counters", "source_failed"): 1,
+    }
+    assert drops.totals() == {"traces": 3}
+    for component in ("instrumentation", "clocks", "counters"):
+        LEDGER.forget(component)
+    meters.shutdown()
+
+
+def test_a_failing_log_handler_or_meter_never_reaches_the_caller() -> None:
+    from otel_ext._drops import DropLedger
+
+    class Broken(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            raise RuntimeError("handler down")
+
+    logger = logging.getLogger("test_flush_contract.broken")
+    logger.addHandler(Broken())
+    logger.propagate = False
+    ledger = DropLedger(logger)
+    ledger.drop("c", "r", 2, message="%d %s", args=("not a number",))  # bad format too
+    ledger.failed("c", "r", OSError(5, "EIO"))
+    assert ledger.totals() == {("c", "r", None): 3}
+    assert ledger.bind(object()) is False  # not a meter provider: refused, not raised
+
+
+# -- configuration ---------------------------------------------------------------------------
+def test_configure_has_its_real_signature_and_import_otel_ext_stays_light() -> None:
+    import inspect
+
+    import otel_ext
+    from otel_ext.exporters import configure
+
+    assert str(inspect.signature(otel_ext.configure)) == str(inspect.signature(configure))
+    assert (
+        "traces_exporter" in (otel_ext.configure.__doc__ or "")
+        or inspect.signature(otel_ext.configure).parameters["traces_exporter"].kind
+        is inspect.Parameter.KEYWORD_ONLY
+    )
+    probe = (
+        "import sys, otel_ext; "
+        "print([m for m in sys.modules if m.split('.')[0] == 'torch' "
+        "or m.startswith(('opentelemetry.sdk', 'otel_ext.exporters'))])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_file_dir_without_a_file_exporter_is_one_warning_naming_both_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from otel_ext.exporters import configure
+
+    LEDGER.forget("config")
+    env = {"OTEL_EXT_FILE_DIR": str(tmp_path), "OTEL_TRACES_EXPORTER": "console",
+           "OTEL_METRICS_EXPORTER": "none"}  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            configure(env=env, set_global=False, detect_accelerator=False).shutdown(1.0)
+        used = configure(
+            traces_exporter="file", metrics_exporter="none", env=env, set_global=False,
+            detect_accelerator=False,
+        )  # fmt: skip
+        used.tracer_provider.get_tracer("t").start_span("kept").end()
+        used.shutdown(1.0)
+    warned = [r.getMessage() for r in caplog.records if "file_dir_unused" in r.getMessage()]
+    assert len(warned) == 1
+    assert "OTEL_EXT_FILE_DIR" in warned[0] and "OTEL_TRACES_EXPORTER=file" in warned[0]
+    assert "traces: console" in warned[0]
+    assert list(tmp_path.glob("traces.jsonl"))  # the file exporter uses it when it is on
+    LEDGER.forget("config")
