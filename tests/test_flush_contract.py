@@ -497,3 +497,71 @@ def test_a_file_dir_without_a_file_exporter_is_one_warning_naming_both_settings(
     assert "traces: console" in warned[0]
     assert list(tmp_path.glob("traces.jsonl"))  # the file exporter uses it when it is on
     LEDGER.forget("config")
+
+
+def test_device_spans_drained_into_the_clock_reconciling_processor_are_exported_by_one_flush() -> (
+    None
+):
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from otel_ext.clocks import ClockReconcilingSpanProcessor
+    from otel_ext.instrumentation.provider_drain import register
+    from otel_ext.semconv.attributes import (
+        ACCEL_CLOCK_DOMAIN,
+        ACCEL_CLOCK_RAW_END_TICKS,
+        ACCEL_CLOCK_RAW_START_TICKS,
+    )
+
+    exporter = InMemorySpanExporter()
+    batch = BatchSpanProcessor(exporter, schedule_delay_millis=600_000)
+    # device spans held back a minute (no mapping yet): only a flush releases them
+    clocks = ClockReconcilingSpanProcessor(batch, {}.get, hold_back_s=60.0, background=False)
+    provider = TracerProvider()
+    provider.add_span_processor(clocks)
+
+    class DeviceSpans(_Producer):
+        def flush(self, timeout: float | None = None) -> bool:
+            for i in range(self.records):
+                attrs = {
+                    ACCEL_CLOCK_DOMAIN: "host0/chip0",
+                    ACCEL_CLOCK_RAW_START_TICKS: 10 * i,
+                    ACCEL_CLOCK_RAW_END_TICKS: 10 * i + 5,
+                }
+                self.tracer.start_span("accel.kernel", attributes=attrs).end()
+            self.records = 0
+            return True
+
+    producer = DeviceSpans(provider, 4)
+    binding = register(producer, provider)
+    assert provider.force_flush(5_000) is True
+    assert [s.name for s in exporter.get_finished_spans()] == ["accel.kernel"] * 4
+    assert clocks.unaligned == 4  # no mapping by the flush: forwarded as recorded, counted
+    binding.close()
+    provider.shutdown()
+
+
+def test_a_producer_made_before_the_global_provider_is_drained_by_it() -> None:
+    """OpenTelemetry's global provider is set once per process: checked in a fresh one."""
+    probe = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from otel_ext.instrumentation.deferred import DeferredSpanRecorder
+
+        recorder = DeferredSpanRecorder(capacity=64, interval=60.0)  # the proxy provider now
+        layer = recorder.register("accel.layer", {"accel.layer.name": "model"})
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=600_000))
+        trace.set_tracer_provider(provider)
+        for _ in range(3):
+            recorder.begin(layer); recorder.end()
+        print(provider.force_flush(5_000), len(exporter.get_finished_spans()))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == ["True", "3"], out.stderr[-2000:]

@@ -360,6 +360,8 @@ class DeferredSpanRecorder:
             return
         self._handed += 1
         self._pending.append((r, r.first, r.n, r.root_ctx))
+        if not self._drain.bound:  # once per tree: the global provider may be set by now
+            self._drain.ensure()
         # Waking the materialiser per tree costs the workload thread about 1 us per record
         # here (the woken thread contends for the GIL); it polls every ``interval`` instead,
         # and is woken at once only when a ring is more than half full.
