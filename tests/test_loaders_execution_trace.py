@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from otel_ext.analysis.data_deps import with_data_dependencies
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import detect_format, load_file, load_paths
 from otel_ext.analysis.loaders.execution_trace import parse_execution_trace
-from otel_ext.analysis.table import Category, EventTable
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
 
 OTHER = SHARED_TRACES.parent / "other-formats"
@@ -100,6 +101,7 @@ def test_dlrm_kineto_and_et_together_give_the_all_reduces_busbw() -> None:
     assert len(notes) == 8
     for n in notes:
         assert "by collective order (by rf_id " in n and ": 8 collectives sized" in n
+        assert "(by operator order: " in n
     inst = doc["collectives"]["instances"]
     allreduce = sorted((i for i in inst if i["op"] == "allreduce"), key=lambda i: i["key"])
     assert len(allreduce) == 3
@@ -127,6 +129,22 @@ def test_every_rank_sizes_its_collectives_alike() -> None:
     m = match_collectives(t)
     assert m.n_instances == 8
     assert (m.bytes_min == m.bytes_max).all()  # eight ETs, read apart, agree on every size
+    # the data dependencies, joined by operator order rank by rank, agree across the ranks
+    # (one program): the (producer kernel, consumer kernel) pairs of each rank and rank 0's
+    names = t.decoded("name")
+    dev = np.isin(t["category"], [int(c) for c in DEVICE_CATEGORIES])
+    pairs = {}
+    for r in range(8):
+        mine = t["rank"] == r
+        by_corr = dict(zip(t["correlation"][mine & dev].tolist(), np.flatnonzero(mine & dev)))
+        has = np.flatnonzero(mine & (t["data_dep"] >= 0))
+        pairs[r] = Counter((names[by_corr[int(t["data_dep"][i])]], names[i]) for i in has)
+        assert sum(pairs[r].values()) >= 50
+        for i in has.tolist():
+            assert t["end_ns"][by_corr[int(t["data_dep"][i])]] <= t["start_ns"][i]
+    for r in range(1, 8):
+        common = sum((pairs[0] & pairs[r]).values())
+        assert common >= 0.9 * max(sum(pairs[0].values()), sum(pairs[r].values()))
 
 
 def test_an_et_whose_collectives_disagree_is_not_joined(tmp_path: Path) -> None:

@@ -129,12 +129,12 @@ class FileResult:
     format: str
     table: EventTable | None = None
     metrics: MetricPoints | None = None
-    #: a PyTorch Execution Trace (no times: joined to its process's Kineto table when loaded)
-    execution_trace: Any = None
     skipped: list[SkippedRecord] = field(default_factory=list)
     note: str = ""
     #: a ``.partial`` file of a process that did not finish (see ``loaders.partial``)
     unfinished: bool = False
+    #: a PyTorch Execution Trace (no times: joined to its process's Kineto table when loaded)
+    execution_trace: Any = None
 
     def info(self) -> dict[str, Any]:
         t = self.table

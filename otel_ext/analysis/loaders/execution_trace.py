@@ -446,14 +446,45 @@ def _apply_collectives(table: Any, pairs: list[tuple[EtCollective, np.ndarray, i
     return n
 
 
-def _apply_deps(table: Any, et: ExecutionTrace, p: _Partner) -> int:
+#: an operator-order alignment counts only runs of at least this many operators named alike
+_MIN_ALIGNED_RUN = 8
+#: and is used when those runs hold at least this share of the ET's operators
+ORDER_ALIGNMENT = 0.8
+
+
+def _aligned_rows(et: ExecutionTrace, p: _Partner) -> tuple[dict[int, int], int]:
+    """The ET operators aligned by name with the Kineto operators, both in record order
+    (``rf_id``; ``External id``), counting only runs of :data:`_MIN_ALIGNED_RUN` or more:
+    ``{rf_id: Kineto row}`` and how many ET operators it holds."""
+    import difflib
+
+    names = p.table.strings["name"]
+    theirs = [names[int(c)] for c in p.table["name"][p.ops].tolist()]
+    sm = difflib.SequenceMatcher(None, et.names, theirs, autojunk=False)
+    out: dict[int, int] = {}
+    rf = et.rf_id.tolist()
+    for a, b, size in sm.get_matching_blocks():
+        if size >= _MIN_ALIGNED_RUN:
+            for k in range(size):
+                out[rf[a + k]] = int(p.ops[b + k])
+    return out, len(out)
+
+
+def _apply_deps(
+    table: Any, et: ExecutionTrace, p: _Partner, aligned: dict[int, int] | None = None
+) -> int:
     """``data_dep`` of each consumer's first device row: the producer's last device row's
-    correlation (the producer that ended last, when several)."""
+    correlation (the producer that ended last, when several). Operators are found by id, or
+    through ``aligned`` (``{rf_id: row}``) when given."""
     if not et.deps:
         return 0
     prod = np.asarray([d[0] for d in et.deps], dtype=np.int64)
     cons = np.asarray([d[1] for d in et.deps], dtype=np.int64)
-    pr, cr = _rows_of(p, prod), _rows_of(p, cons)
+    if aligned is None:
+        pr, cr = _rows_of(p, prod), _rows_of(p, cons)
+    else:
+        pr = np.asarray([aligned.get(x, -1) for x in prod.tolist()], dtype=np.int64)
+        cr = np.asarray([aligned.get(x, -1) for x in cons.tolist()], dtype=np.int64)
     ok = (pr >= 0) & (cr >= 0)
     if not ok.any():
         return 0
@@ -552,6 +583,12 @@ def join_execution_traces(
                 pairs.append((c, d[p.table["category"][d] == Category.KERNEL_COMM], r))
             rec["collectives"] = _apply_collectives(p.table, pairs)
             rec["data_dependencies"] = _apply_deps(p.table, et, p)
+        else:
+            aligned, n_aligned = _aligned_rows(et, p)
+            rec["operators_aligned"] = (n_aligned, len(et.names))
+            if n_aligned >= ORDER_ALIGNMENT * len(et.names):
+                rec["data_dependencies"] = _apply_deps(p.table, et, p, aligned)
+                rec["dependencies_by"] = "operator order"
         out.append(rec)
     return out
 
@@ -586,7 +623,12 @@ def join_into_results(results: Sequence[Any]) -> None:
             if "rf_id_names_agree" in rec:
                 same, found = rec["rf_id_names_agree"]
                 why = f" (by rf_id {same} of {found} operators found agree on the name)"
+            deps = ""
+            if "operators_aligned" in rec:
+                n, m = rec["operators_aligned"]
+                how = "by operator order" if "dependencies_by" in rec else "none: too few"
+                deps = f" ({how}: {n} of {m} operators aligned by name)"
             r.note += (
                 f"; joined to {rec['partner']} by {rec['join']}{why}: {rec['collectives']} "
-                f"collectives sized, {rec['data_dependencies']} device data dependencies"
+                f"collectives sized, {rec['data_dependencies']} device data dependencies{deps}"
             )
