@@ -14,6 +14,7 @@ import copy
 import gzip
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,9 @@ def test_a_constant_time_shift_moves_every_row_alike(shift: int, seed: int) -> N
          "rocprofiler-sdk-tool[0].buffer_records.memory_copy[0]", "'operation'"),
         (lambda d: d["buffer_records"]["rccl_api"][0].update(correlation_id="x"),
          "rocprofiler-sdk-tool[0].buffer_records.rccl_api[0]", "'correlation_id'"),
+        (lambda d: d["buffer_records"]["kernel_dispatch"][1]["dispatch_info"].update(
+            queue_id={"handle": 2**64}),
+         "rocprofiler-sdk-tool[0].buffer_records.kernel_dispatch[1]", "'queue_id.handle'"),
         (lambda d: d["buffer_records"]["kernel_dispatch"][0].update(start_timestamp=2**63),
          "rocprofiler-sdk-tool[0].buffer_records.kernel_dispatch[0]", "out of range"),
     ],
@@ -333,3 +337,48 @@ def test_the_real_run_analysed(real_file: Path) -> None:
     assert doc["critical_path"]["length_ns"] == doc["run"]["duration_ns"]
     assert doc["collectives"]["calls"]["count"] == 1_310
     assert "exposed-communication" in [f["kind"] for f in doc["findings"]]
+
+
+def _paths(node: Any, here: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [here]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _paths(v, (*here, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _paths(v, (*here, i))
+    return out
+
+
+_HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+    st.text(max_size=5), st.just("12.5"), st.just([]), st.just({}), st.just([[[1]]]),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(pick=st.integers(min_value=0), value=_HOSTILE, drop=st.booleans())
+def test_one_hostile_value_anywhere_is_an_input_error_or_loads(
+    pick: int, value: Any, drop: bool
+) -> None:
+    """A value replaced (or a key removed) anywhere in the document: never anything but an
+    InputError naming the file and a record; with keep_going, nothing raised."""
+    doc = _doc()
+    paths = _paths(doc)[1:]
+    path = paths[pick % len(paths)]
+    parent = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    if drop and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    try:
+        _load(doc)
+    except InputError as e:
+        assert e.path == "908_results.json" and e.record
+    try:
+        _load(doc, keep_going=True)
+    except InputError as e:  # a container that is not one (not a record to skip)
+        assert e.record
+        assert not re.search(r"(buffer_records\.\w+|kernel_symbols|agents)\[\d+\]$", e.record)

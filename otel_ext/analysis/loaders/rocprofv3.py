@@ -82,10 +82,10 @@ def looks_like_rocprofv3(head: str) -> bool:
 
 
 def _handle(rec: Any, key: str) -> int | None:
-    """``rec[key]["handle"]`` as an int, or None."""
+    """``rec[key]["handle"]`` as an int (a signed 64-bit one), or None."""
     v = rec.get(key) if isinstance(rec, dict) else None
     h = v.get("handle") if isinstance(v, dict) else None
-    return h if type(h) is int else None
+    return h if type(h) is int and -(2**63) <= h < 2**63 else None
 
 
 def _times(rec: dict[str, Any]) -> tuple[int, int] | str:
