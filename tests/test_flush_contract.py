@@ -565,3 +565,27 @@ def test_a_producer_made_before_the_global_provider_is_drained_by_it() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.split() == ["True", "3"], out.stderr[-2000:]
+
+
+def test_a_killed_processs_gzip_partial_file_is_read_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = textwrap.dedent(
+        f"""
+        import os, signal
+        from otel_ext.exporters import configure
+        tel = configure(traces_exporter="file", metrics_exporter="none", file_dir={str(tmp_path)!r},
+                        file_gzip=True, env={{}}, set_global=False, detect_accelerator=False)
+        tracer = tel.tracer_provider.get_tracer("job")
+        for i in range(50):
+            tracer.start_span(f"s{{i}}").end()
+        tel.force_flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", job], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert len(list(tmp_path.glob("traces.jsonl.gz.*.partial"))) == 1  # a gzip never ended
+    doc = json.loads(_analyze(tmp_path, "json", capsys))
+    assert [(i["status"], i["unfinished"]) for i in doc["inputs"]] == [("loaded", True)]
+    assert doc["run"]["events"] == 50

@@ -161,7 +161,7 @@ class FileResult:
 
 def _open_stream(p: Path) -> tuple[str, bytes, Iterator[bytes]]:
     """The format the first 64 KiB suggest, those bytes (no BOM), and the rest of the pieces."""
-    pieces = _iter_bytes(p)
+    pieces = _iter_bytes(p, truncated_ok=partial_of(p) is not None)  # a partial gzip ends early
     head_parts: list[bytes] = []
     size = 0
     for piece in pieces:
