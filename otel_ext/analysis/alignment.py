@@ -341,9 +341,15 @@ _UNBOUNDED_NS = 1 << 40
 
 
 def _domain_estimate(
-    match: CollectiveMatch, domain_of_member: np.ndarray, *, fit_drift: bool
+    match: CollectiveMatch,
+    domain_of_member: np.ndarray,
+    *,
+    fit_drift: bool,
+    uncertainty_ns: np.ndarray | None = None,
 ) -> tuple[Any, int] | None:
-    """The clocks package's collective-based estimator, one offset per clock domain."""
+    """The clocks package's collective-based estimator, one offset per clock domain;
+    ``uncertainty_ns`` per member (its spans' stated clock uncertainty) loosens the causal
+    limits."""
     from otel_ext.clocks import estimate_offsets_from_collectives
 
     base = int(match.member_start_ns.min())
@@ -354,11 +360,25 @@ def _domain_estimate(
             match.member_start_ns - base,  # relative: float64 keeps every nanosecond
             match.member_end_ns - base,
             fit_drift=None if fit_drift else False,
+            uncertainty_ns=uncertainty_ns,
         )
     except OtelExtError as exc:
         _log.info("clocks estimator declined (%s); using the built-in fit", exc)
         return None
     return est, base
+
+
+def _member_uncertainty(table: EventTable, match: CollectiveMatch) -> np.ndarray | None:
+    """Per collective member, the largest clock uncertainty its rows state (None when no row
+    states one, as in profiler traces)."""
+    if "clock_uncertainty_ns" not in table.columns or match.n_instances == 0:
+        return None
+    u = table["clock_uncertainty_ns"][match.row_index]
+    if not (u > 0).any():
+        return None
+    out = np.zeros(len(match.member_instance))
+    np.maximum.at(out, match.row_member, u)
+    return out
 
 
 def _apply_domains(
@@ -490,7 +510,9 @@ def align_ranks(
     lut_r = np.array(sorted(rank_domain), dtype=np.int64)
     lut_d = np.array([rank_domain[r] for r in lut_r.tolist()], dtype=np.int64)
     member_domain = lut_d[np.searchsorted(lut_r, match.member_rank)]
-    got = _domain_estimate(match, member_domain, fit_drift=fit_drift)
+    got = _domain_estimate(
+        match, member_domain, fit_drift=fit_drift, uncertainty_ns=_member_uncertainty(table, match)
+    )
     offsets, drift, bounds, estimate, status = dict(zero), dict(zero), {}, dict(zero), {}
     applied: set[int] = set()
     ref_time: dict[int, int] = {}

@@ -93,6 +93,9 @@ NUMERIC_COLUMNS: dict[str, tuple[type, int]] = {
     # a device row's data dependency (from an Execution Trace): the correlation id of the
     # producer's device row on the same rank it waited for, -1 none
     "data_dep": (np.int64, -1),
+    # how far the span's recorded times may be from the true ones (accel.clock.uncertainty_ns:
+    # e.g. half a poller's bracket around an asynchronous end); 0 when the span does not say
+    "clock_uncertainty_ns": (np.float64, 0),
 }
 
 #: dictionary-encoded string columns; code 0 is always the empty string

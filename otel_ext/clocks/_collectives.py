@@ -175,6 +175,7 @@ def estimate_offsets_from_collectives(
     reference_rank: int | None = None,
     fit_drift: bool | None = None,
     iterations: int = 12,
+    uncertainty_ns: ArrayLike | None = None,
 ) -> CollectiveOffsets:
     """Estimate each rank's clock offset (and drift) from collective exits.
 
@@ -191,6 +192,10 @@ def estimate_offsets_from_collectives(
         fit_drift: fit a drift per rank; default when the trace spans over 10 s and every
             rank has at least 10 collectives.
         iterations: rounds of the alternating fit.
+        uncertainty_ns: per participation, how far its recorded times may be from the true
+            ones (a span's ``accel.clock.uncertainty_ns``: e.g. half the bracket a poller saw
+            an asynchronous end in). The causal limits hold for the true times, so each is
+            loosened by it (an exit up to that much later, an entry that much earlier).
 
     Returns:
         :class:`CollectiveOffsets`.
@@ -281,14 +286,20 @@ def estimate_offsets_from_collectives(
             sr[known].astype(np.intp),
             corr(rr[known], re_[known]) - corr(sr[known], ss[known]),
         )
+    unc = np.zeros(len(r))
+    if uncertainty_ns is not None:
+        unc = np.asarray(uncertainty_ns, dtype=np.float64)
+        if unc.shape != r.shape:
+            raise InputError("uncertainty_ns must have one value per participation")
+        unc = np.where(np.isfinite(unc) & (unc > 0), unc, 0.0)
     upper, lower, consistent = _causal_interval(
         nr,
         ref_i,
         rix[use].astype(np.intp),
         gix[use].astype(np.intp),
         keys.size,
-        corr(rix[use], ent[use]),
-        corr(rix[use], ext[use]),
+        corr(rix[use], ent[use]) - unc[use],
+        corr(rix[use], ext[use]) + unc[use],
         p2p,
     )
     upper[ref_i] = lower[ref_i] = 0.0

@@ -76,7 +76,7 @@ if _cscan is not None and not hasattr(_cscan, "scan_otlp_lines"):  # pragma: no 
 _NUMERIC = [
     "start_ns", "end_ns", "category", "rank", "stream", "coll_seq", "coll_bytes",
     "coll_group_size", "correlation", "span_id", "parent_span_id", "raw_start_ticks",
-    "raw_end_ticks", "flops", "bytes_accessed",
+    "raw_end_ticks", "flops", "bytes_accessed", "clock_uncertainty_ns",
 ]  # fmt: skip
 _STRINGS = [
     "name", "host", "device", "coll_op", "coll_group", "coll_id", "trace_id", "clock_domain",
@@ -125,6 +125,17 @@ def otlp_value(v: Any) -> Any:
     [True]
     """
     return any_value(v)
+
+
+def _uncertainty(value: float) -> float:
+    """A span's clock uncertainty as the table keeps it: finite and not negative, else 0."""
+    return value if 0.0 < value < 1e18 else 0.0
+
+
+def _uncertainties(values: np.ndarray) -> np.ndarray:
+    """:func:`_uncertainty` of every row (absent rows read as -1: 0)."""
+    ok = np.isfinite(values) & (values > 0) & (values < 1e18)
+    return np.where(ok, values, 0.0)
 
 
 def _num(value: Any, default: float = -1.0) -> float:
@@ -235,6 +246,7 @@ class SpanRows:
             parent_span_id=parent_span_id,
             raw_start_ticks=i(attrs.get(A.ACCEL_CLOCK_RAW_START_TICKS)),
             raw_end_ticks=i(attrs.get(A.ACCEL_CLOCK_RAW_END_TICKS)),
+            clock_uncertainty_ns=_uncertainty(_num(attrs.get(A.ACCEL_CLOCK_UNCERTAINTY_NS), 0.0)),
             flops=_num(attrs.get(lf)),
             bytes_accessed=_num(attrs.get(lb)),
             name=display,
@@ -299,7 +311,7 @@ def _wanted() -> dict[str, int]:
         A.ACCEL_DEVICE_ID, A.ACCEL_COLLECTIVE_OP, A.ACCEL_COLLECTIVE_GROUP,
         A.ACCEL_COLLECTIVE_ID, A.ACCEL_CLOCK_DOMAIN, A.ACCEL_KERNEL_KIND, A.ACCEL_KERNEL_NAME,
         A.ACCEL_LAYER_NAME, A.ACCEL_REQUEST_PHASE, A.ACCEL_LINK_ID, A.ACCEL_LINK_SRC,
-        A.ACCEL_LINK_DST,
+        A.ACCEL_LINK_DST, A.ACCEL_CLOCK_UNCERTAINTY_NS,
     ]  # fmt: skip
     return {k: i for i, k in enumerate(keys)}
 
@@ -551,6 +563,9 @@ class OtlpSpanColumns:
             "span_id": c.span_id, "parent_span_id": c.parent,
             "raw_start_ticks": ints(A.ACCEL_CLOCK_RAW_START_TICKS),
             "raw_end_ticks": ints(A.ACCEL_CLOCK_RAW_END_TICKS),
+            "clock_uncertainty_ns": _uncertainties(
+                slot(A.ACCEL_CLOCK_UNCERTAINTY_NS).floats(_num)
+            ),
             "flops": flops, "bytes_accessed": nbytes,
             "trace_id": encode(d["trace_id"].lookup, c.traces, c.trace_codes),
         }  # fmt: skip
@@ -622,6 +637,7 @@ class OtlpSpanColumns:
             "span_id": ids.astype(np.uint64), "parent_span_id": parents.astype(np.uint64),
             "raw_start_ticks": g(A.ACCEL_CLOCK_RAW_START_TICKS).ints(),
             "raw_end_ticks": g(A.ACCEL_CLOCK_RAW_END_TICKS).ints(),
+            "clock_uncertainty_ns": _uncertainties(g(A.ACCEL_CLOCK_UNCERTAINTY_NS).floats()),
             "flops": flops, "bytes_accessed": nbytes,
             "name": d["name"].encode(display),
             "host": d["host"].encode(g(A.ACCEL_HOST_ID).strs()),
