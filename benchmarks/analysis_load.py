@@ -10,7 +10,9 @@ after the imports to the answer; ``process``, the whole process as a user sees i
 (interpreter start-up and imports included); and ``cpu``, the CPU seconds of the whole
 process (and of our pool's workers), which a busy machine disturbs least. ``every
 analysis``: our whole report (``analyze``: alignment, causality, collectives, stragglers,
-critical path, findings and the rest), load included, in its own fresh process. Peak memory, alike for both: the larger of the main process's peak RSS and the peak, sampled
+critical path, findings and the rest), load included, in its own fresh process, with its
+speed and peak memory against HTA's whole process beside (``speed``, ``MB``, ``mem``; the
+case ``v100_train_x8``, eight copies of ``v100_train`` as ranks 0-7, is issue 30's set). Peak memory, alike for both: the larger of the main process's peak RSS and the peak, sampled
 every 10 ms, of the process's and its pool workers' PSS together (HTA, too, parses several
 files in a process pool). HTA runs from its own
 virtual environment (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``) when it
@@ -68,12 +70,20 @@ print(json.dumps({"seconds": seconds, "imports": t1 - t0, "events": len(t), "cpu
 """
 
 FULL = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
+sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+from _pss import start_pss_sampler
+peak_kb, stop = start_pss_sampler()  # this process and its pool workers, every 10 ms
 from otel_ext.analysis.engine import analyze
 t1 = time.perf_counter()
 doc = analyze(sys.argv[1:])
-print(json.dumps({"seconds": time.perf_counter() - t1, "findings": len(doc["findings"]),
-                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+seconds = time.perf_counter() - t1
+stop.set()
+cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+          for f in ("ru_utime", "ru_stime"))
+print(json.dumps({"seconds": seconds, "findings": len(doc["findings"]), "cpu": cpu,
+                  "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "sampled_total_kb": peak_kb[0]}))
 """
 
 SCALE = r"""
@@ -151,19 +161,35 @@ def _agree(ours: dict, hta: dict) -> str:
     return f"{worst:.2f}"
 
 
-def make_64_ranks(src: Path, dest: Path, events: int) -> list[Path]:
-    """64 rank files cut from a real trace (its first ``events`` events), one rank each."""
+def make_64_ranks(src: Path, dest: Path, events: int, ranks: int = 64) -> list[Path]:
+    """``ranks`` rank files cut from a real trace (its first ``events`` events), one rank each."""
     doc = json.loads(gzip.decompress(src.read_bytes()))
     evs = doc["traceEvents"][:events] if events else doc["traceEvents"]
     files = []
-    for r in range(64):
+    for r in range(ranks):
         doc2 = {k: v for k, v in doc.items() if k != "traceEvents"}
-        doc2["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": 64}
+        doc2["distributedInfo"] = {"backend": "nccl", "rank": r, "world_size": ranks}
         doc2["traceEvents"] = evs
         f = dest / f"rank{r}.json.gz"
         f.write_bytes(gzip.compress(json.dumps(doc2).encode(), compresslevel=1))
         files.append(f)
     return files
+
+
+def _make_ranks_apart(src: Path, dest: Path, events: int, ranks: int) -> None:
+    """:func:`make_64_ranks` in a child process: on Linux a child's peak RSS
+    (``ru_maxrss``) starts at its parent's RSS when it was forked (``exec`` keeps the high-water
+    mark), so a parent that had parsed a whole trace would inflate every measured peak."""
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); "
+        "from analysis_load import make_64_ranks; "
+        "make_64_ranks(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(src), str(dest), str(events), str(ranks)],
+        check=True,
+        cwd=ROOT,
+    )
 
 
 def main() -> None:
@@ -190,7 +216,11 @@ def main() -> None:
             "ns_resolution",
             "nccl_collectives",
             "deepseek_v3_train_ep64",
+            "ranks64",
+            "v100_train_x8",
         ],
+        help="folders of ../shared/traces/pytorch-profiler, and the built sets ranks64 (64 copies"
+        " of two_rank rank 0) and v100_train_x8 (8 copies of v100_train)",
     )
     args = ap.parse_args()
     env = dict(os.environ, HTA_DISABLE_NS_ROUNDING="1")
@@ -199,11 +229,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases = [(c, [TRACES / c]) for c in args.cases if (TRACES / c).exists()]
         src = TRACES / "two_rank" / "sampled_rank-0.json.gz"
-        if src.exists():
+        if "ranks64" in args.cases and src.exists():
             d64 = Path(tmp) / "ranks64"
             d64.mkdir()
-            make_64_ranks(src, d64, args.ranks64_events)
+            _make_ranks_apart(src, d64, args.ranks64_events, 64)
             cases.append(("64 ranks (copies of two_rank rank 0)", [d64]))
+        v100 = TRACES / "v100_train" / "df_index_resolver.json.gz"
+        if "v100_train_x8" in args.cases and v100.exists():  # issue 30's 8-rank V100 set
+            d8 = Path(tmp) / "v100x8"
+            d8.mkdir()
+            _make_ranks_apart(v100, d8, 0, 8)
+            cases.append(("8 ranks (copies of v100_train)", [d8]))
         for name, paths in cases:
             ours_runs, hta_runs = [], []
             for _ in range(args.repeat):  # interleaved: a busy moment hits both tools alike
@@ -219,12 +255,14 @@ def main() -> None:
         "load + analyses: the issue's measure, wall-clock from after the imports to the answer;"
         " process: the whole process (interpreter start-up and imports included); every"
         " analysis: our whole report (alignment, causality, collectives, stragglers, critical"
-        " path, findings ...), load included"
+        " path, findings ...), load included; speed, MB, mem: that whole process against HTA's"
+        " (wall ratio, peak memory, memory ratio)"
     )
     print(
         f"{'case':38} {'load+analyses s':>15} {'HTA s':>6} {'ratio':>6} "
         f"{'process s':>9} {'HTA s':>6} {'ratio':>6} {'cpu s':>6} {'HTA cpu':>7} {'ratio':>6} "
-        f"{'ours MB':>7} {'HTA MB':>6} {'mem':>5} {'agree':>6} {'every analysis s':>16}"
+        f"{'ours MB':>7} {'HTA MB':>6} {'mem':>5} {'agree':>6} {'every analysis s':>16} "
+        f"{'speed':>6} {'MB':>5} {'mem':>5}"
     )
     for name, o, h, full in rows:
         if "error" in o:
@@ -240,10 +278,16 @@ def main() -> None:
         hc = h.get("cpu", 0.0) if ok else 0.0
         spc = f"{hc / o['cpu']:.1f}x" if hc and o.get("cpu") else "-"
         every = f"{full['seconds']:.2f}" if "seconds" in full else full.get("error", "-")[-40:]
+        # the whole `analyze` (every analysis, its own process) against HTA's whole process:
+        # speed (wall) and peak memory side by side
+        fmb = full.get("peak_kb", 0) / 1024
+        fsp = f"{hw / full['wall']:.1f}x" if ok and "seconds" in full else "-"
+        fmr = f"{fmb / hmb:.2f}" if ok and hmb and fmb else "-"
         print(
             f"{name:38} {o['seconds']:15.3f} {hs:6.2f} {spw:>6} {o['wall']:9.2f} {hw:6.2f} "
             f"{sp:>6} {o.get('cpu', 0):6.2f} {hc:7.2f} {spc:>6} "
-            f"{omb:7.0f} {hmb:6.0f} {mr:>5} {_agree(o, h) if ok else '-':>6} {every:>16}"
+            f"{omb:7.0f} {hmb:6.0f} {mr:>5} {_agree(o, h) if ok else '-':>6} {every:>16} "
+            f"{fsp:>6} {fmb:5.0f} {fmr:>5}"
         )
     ranks = 1000 if args.full else args.scale_ranks
     for r in sorted({max(1, ranks // 10), ranks}):
