@@ -220,7 +220,8 @@ def straggler_verdicts(
         return []
     ratios = [r["compute_ratio"] for r in rows if r["compute_ratio"] is not None]
     med_ratio = float(median(ratios)) if ratios else 1.0
-    total_blame = sum(r["blame_ns"] for r in rows)
+    # the share of all the waiting at collectives its own lateness explains
+    total_blame = max(sum(r["blame_ns"] for r in rows), max(r.get("waiting_ns", 0) for r in rows))
     out = []
     for r in rows:
         ratio = r["compute_ratio"]

@@ -4,11 +4,14 @@ For every collective matched across ranks, each member's *lateness* is its arriv
 median member's arrival. Per rank:
 
 * ``late_ns``: the sum of its positive lateness;
-* ``blame_ns``: the time the others lost waiting for it alone: in each collective it arrived
-  last, ``(last − second-last arrival) × (members − 1)``;
+* ``blame_ns``: the time the others lost waiting for it alone: in each collective where its
+  self-caused lateness is the largest, ``(last − second-last arrival) × (members − 1)`` times
+  the share of the last arrival's lateness that this self-caused lateness explains (the rest
+  was a wait: blame follows the waits, see :mod:`otel_ext.analysis.straggler_sites`);
+  ``waiting_ns``: that product summed over every collective (the waiting there was);
 * ``persistence``: the fraction of time windows (``windows`` equal slices of the run) in which
   it was the latest rank on average;
-* ``score`` in [0, 1]: the mean of its share of all blame and its persistence. A rank that
+* ``score`` in [0, 1]: the mean of its share of all waiting and its persistence. A rank that
   holds everyone back all run scores near 1; ranks late by chance share the score out.
 
 Each rank's compute speed relative to the others is measured too: for every compute kernel
@@ -301,6 +304,7 @@ def find_stragglers(
     med_late = np.zeros(nr)
     persistence = np.zeros(nr)
     effect = np.zeros(nr)
+    waiting = 0  # every collective's (last − second-last arrival) × (members − 1)
     best_site: dict[int, SiteTest] = {}
     sites_of: dict[int, list[SiteTest]] = {}
     if match.n_instances and nr:
@@ -353,11 +357,20 @@ def find_stragglers(
         last_pos = np.searchsorted(ranks_arr, match.last_rank)
         last_count = np.bincount(last_pos, minlength=nr)
         has_culprit = culprit >= 0
+        # blame follows the waits: the culprit carries the share of the collective's skew its
+        # own doing explains (its self-caused lateness over the last arrival's raw lateness);
+        # the rest was a wait (a receive, a slow transfer, a late release) and no rank's
+        culprit_late = np.full(match.n_instances, -np.inf)
+        np.maximum.at(culprit_late, inst, lateness)
+        raw_last = (match.last_arrival_ns - med).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(raw_last > 0, np.clip(culprit_late / raw_last, 0.0, 1.0), 0.0)
         blame = np.bincount(
             np.searchsorted(ranks_arr, culprit[has_culprit]),
-            weights=inst_blame[has_culprit],
+            weights=(inst_blame * frac)[has_culprit],
             minlength=nr,
         ).astype(np.int64)
+        waiting = int(inst_blame.sum())
         spread = 1.4826 * float(median(np.abs(lateness - median(lateness))))
         effect = med_late / spread if spread > 0 else np.where(med_late > 0, np.inf, 0.0)
         # persistence: per window, the rank with the largest mean lateness
@@ -379,7 +392,7 @@ def find_stragglers(
     faster = np.array([cr.faster.get(r, 0) for r in ranks], dtype=np.int64)
     compared = int(np.count_nonzero(slower + faster)) or 1
     compute_p = adjusted(binomial_upper_tail(slower, slower + faster, 0.5), compared)
-    total_blame = int(blame.sum())
+    total_blame = max(int(blame.sum()), waiting)
     rows: list[dict[str, Any]] = []
     for i, r in enumerate(ranks):
         share = int(blame[i]) / total_blame if total_blame > 0 else 0.0
@@ -392,6 +405,7 @@ def find_stragglers(
                 "score": 0.5 * share + 0.5 * float(persistence[i]),
                 "late_ns": int(late[i]),
                 "blame_ns": int(blame[i]),
+                "waiting_ns": waiting,
                 "last_arrivals": int(last_count[i]),
                 "collectives": int(joined[i]),
                 "expected_last": round(float(expected[i]), 4),
