@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import array
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,8 @@ _HEAD_RE = re.compile(r'^\{\s*"rocprofiler-sdk-tool"\s*:\s*\[')
 #: buffer-record sections read into rows (others are stepped over an element at a time)
 _API_SECTIONS = ("hip_api", "rccl_api")
 _AGENT_GPU = 2  # rocprofiler_agent_type_t: 1 CPU, 2 GPU
+#: a record's name, made only when the record is bad
+Where = Callable[[], str]
 
 
 def looks_like_rocprofv3(head: str) -> bool:
@@ -139,32 +141,46 @@ class _Rows:
         self.kernel_names: dict[int, str] = {}
         self.op_names: list[Any] = []  # strings.buffer_records: [{"kind", "operations"}]
 
-    def _common(self, rec: Any, where: str, what: str) -> tuple[int, int, int, int] | None:
+    def _common(self, rec: Any, where: Where, what: str) -> tuple[int, int, int, int] | None:
         """Times and correlation ids of a record, or None (reported) when bad."""
         if not isinstance(rec, dict):
-            self.ctx.bad(where, f"a {what} record is not a JSON object")
+            self.ctx.bad(where(), f"a {what} record is not a JSON object")
             return None
         times = _times(rec)
         corr = _correlation(rec)
         if isinstance(times, str) or isinstance(corr, str):
-            self.ctx.bad(where, times if isinstance(times, str) else str(corr))
+            self.ctx.bad(where(), times if isinstance(times, str) else str(corr))
             return None
         return times[0], times[1], corr[0], corr[1]
 
-    def _row(self, got: tuple[int, int, int, int], rec: dict[str, Any], cat: Category,
-             **cols: Any) -> None:  # fmt: skip
+    def _row(
+        self,
+        got: tuple[int, int, int, int],
+        rec: dict[str, Any],
+        cat: Category,
+        *,
+        stream: int = -1,
+        bytes_accessed: float = -1.0,
+    ) -> None:
+        """One row, appended straight to the column buffers."""
         tid = rec.get("thread_id")
-        self.b.add(start_ns=got[0], end_ns=got[1], category=int(cat),
-                   tid=tid if type(tid) is int and 0 <= tid < 2**63 else None,
-                   correlation=got[2], external_id=got[3], **cols)  # fmt: skip
+        num = self.b.num
+        num["start_ns"].append(got[0])
+        num["end_ns"].append(got[1])
+        num["category"].append(int(cat))
+        num["stream"].append(stream)
+        num["tid"].append(tid if type(tid) is int and 0 <= tid < 2**63 else -1)
+        num["correlation"].append(got[2])
+        num["external_id"].append(got[3])
+        num["bytes_accessed"].append(bytes_accessed)
 
-    def dispatch(self, rec: Any, where: str, index: int) -> None:
+    def dispatch(self, rec: Any, where: Where, index: int) -> None:
         got = self._common(rec, where, "kernel dispatch")
         if got is None:
             return
         info = rec.get("dispatch_info")
         if not isinstance(info, dict):
-            self.ctx.bad(where, "'dispatch_info' is missing or not an object")
+            self.ctx.bad(where(), "'dispatch_info' is missing or not an object")
             return
         kid, agent, queue = (
             info.get("kernel_id"),
@@ -172,17 +188,17 @@ class _Rows:
             _handle(info, "queue_id"),
         )
         if type(kid) is not int or agent is None or queue is None:
-            self.ctx.bad(where, "'dispatch_info' needs integer 'kernel_id', 'agent_id.handle' "
+            self.ctx.bad(where(), "'dispatch_info' needs integer 'kernel_id', 'agent_id.handle' "
                                 "and 'queue_id.handle'")  # fmt: skip
             return
         if not 0 <= kid < 2**63:
-            self.ctx.bad(where, f"'kernel_id' out of range: {kid}")
+            self.ctx.bad(where(), f"'kernel_id' out of range: {kid}")
             return
         stream = _handle(rec, "stream_id")
         self._more(agent, -1, kid, -1, -1, index)
         self._row(got, rec, Category.KERNEL_COMPUTE, stream=stream if stream is not None else queue)
 
-    def api(self, section: str, rec: Any, where: str, index: int) -> None:
+    def api(self, section: str, rec: Any, where: Where, index: int) -> None:
         got = self._common(rec, where, "API")
         if got is None:
             return
@@ -192,14 +208,14 @@ class _Rows:
             or type(op) is not int
             or not (0 <= kind < 2**31 and 0 <= op < 2**31)
         ):
-            self.ctx.bad(where, "'kind' and 'operation' must be small non-negative integers")
+            self.ctx.bad(where(), "'kind' and 'operation' must be small non-negative integers")
             return
         if section == "rccl_api" and got[2] >= 0:
             self.rccl_corr.add(got[2])
         self._more(-1, -1, -1, kind, op, index)
         self._row(got, rec, Category.RUNTIME)
 
-    def copy(self, rec: Any, where: str, index: int) -> None:
+    def copy(self, rec: Any, where: Where, index: int) -> None:
         got = self._common(rec, where, "memory copy")
         if got is None:
             return
@@ -209,14 +225,14 @@ class _Rows:
             or type(op) is not int
             or not (0 <= kind < 2**31 and 0 <= op < 2**31)
         ):
-            self.ctx.bad(where, "'kind' and 'operation' must be small non-negative integers")
+            self.ctx.bad(where(), "'kind' and 'operation' must be small non-negative integers")
             return
         dst, src = _handle(rec, "dst_agent_id"), _handle(rec, "src_agent_id")
         nbytes = rec.get("bytes")
         # the GPU end decides the device (resolved at the end: dst when it is a GPU, else src)
         self._more(-1 if dst is None else dst, -1 if src is None else src, -1, kind, op, index)
-        self._row(got, rec, Category.MEMCPY, bytes_accessed=(
-            float(nbytes) if type(nbytes) is int and 0 <= nbytes < 2**62 else None))  # fmt: skip
+        ok = type(nbytes) is int and 0 <= nbytes < 2**62
+        self._row(got, rec, Category.MEMCPY, bytes_accessed=float(nbytes) if ok else -1.0)
 
     def _more(self, agent: int, agent2: int, kid: int, kind: int, op: int, index: int) -> None:
         self.agent.append(agent if -(2**63) <= agent < 2**63 else -1)
@@ -259,13 +275,13 @@ def _read_tool(r: JsonPull, rows: _Rows) -> None:
             for section in r.members():
                 if section == "kernel_dispatch":
                     for i, rec in enumerate(r.elements()):
-                        rows.dispatch(rec, r.where(), i)
+                        rows.dispatch(rec, r.where, i)
                 elif section in _API_SECTIONS:
                     for i, rec in enumerate(r.elements()):
-                        rows.api(section, rec, r.where(), i)
+                        rows.api(section, rec, r.where, i)
                 elif section == "memory_copy":
                     for i, rec in enumerate(r.elements()):
-                        rows.copy(rec, r.where(), i)
+                        rows.copy(rec, r.where, i)
                 else:
                     r.skip()
         else:
