@@ -324,7 +324,7 @@ def test_unpaired_slow_sends_and_receives_make_a_slow_transfer_finding() -> None
     # slow receives alone, their sends called on time: no late sender, still a finding
     on_time = EventTable.from_rows(_unpaired_rows(rng, slow_send=set(), slow_recv={2}))
     stats = [s.as_dict() for s in unpaired_transfer_stats(on_time, HOSTS)]
-    assert [x.target for x in unpaired_transfer_findings(stats, lambda ns: 0.0)] == ["?->hB"]
+    assert [x.target for x in unpaired_transfer_findings(stats, lambda ns: 0.0)] == ["*->hB"]
 
 
 def _ring_without_peers(rng: np.random.Generator, *, late_sender: bool) -> list[dict]:
@@ -373,7 +373,7 @@ def test_slow_receives_without_a_late_sender_are_slow_transfers() -> None:
     assert recv[0]["slow"] and recv[2]["slow"] and not recv[1]["slow"]
     assert recv[0]["late_sender_share"] == 0.0 and recv[2]["late_sender_share"] == 0.0
     f = unpaired_transfer_findings(stats, lambda ns: 0.0)
-    assert [x.kind for x in f] == ["slow-transfers"] and f[0].target == "?->hA,hB"
+    assert [x.kind for x in f] == ["slow-transfers"] and f[0].target == "*->hA,hB"
     # the same slow receives because the senders called late: no finding
     late = EventTable.from_rows(_ring_without_peers(rng, late_sender=True))
     stats = [s.as_dict() for s in unpaired_transfer_stats(late, HOSTS)]

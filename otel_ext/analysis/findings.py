@@ -725,7 +725,8 @@ def network_path_findings(
     out = []
     for (a, b), rows in sorted(by_pair.items()):
         target = rows[0]["path"] if len(rows) == 1 else f"{a}<->{b}"
-        extra = sum(int(r["extra_ns"]) for r in rows)
+        # the two directions' transfers run at the same time: the larger one's extra time
+        extra = max(int(r["extra_ns"]) for r in rows)
         parts = [
             f"{r['path']} transfers at {_bw(r['median_bw'])} (median of {r['transfers']}, "
             f"ranks {', '.join(r['rank_pairs'])}), {r['slowness']:.1f}x below the "
@@ -783,10 +784,11 @@ def unpaired_transfer_findings(
     ]
     if not recvs or not (sends or len(unexplained) == len(recvs)):
         return []
-    src = sorted({u["host"] or f"rank{u['rank']}" for u in sends}) or ["?"]
+    src = sorted({u["host"] or f"rank{u['rank']}" for u in sends}) or ["*"]
     dst = sorted({u["host"] or f"rank{u['rank']}" for u in recvs})
     target = f"{','.join(src)}->{','.join(dst)}"
-    extra = int(sum((u["median_ns"] - u["peer_median_ns"]) * u["count"] for u in recvs))
+    # the receiving ranks wait at the same time: the largest one's extra time
+    extra = int(max((u["median_ns"] - u["peer_median_ns"]) * u["count"] for u in recvs))
 
     def say(rows: list[dict[str, Any]], what: str) -> str:
         ranks = ", ".join(
