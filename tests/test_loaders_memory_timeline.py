@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import SHARED_TRACES, require
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis.engine import analyze
@@ -90,6 +90,7 @@ def test_the_peak_is_the_replayed_peak_in_pieces_of_any_size(
 @settings(max_examples=40, deadline=None)
 @given(events=_raw_events(), shift=st.integers(0, 2**50))
 def test_a_clock_shift_moves_the_peak_time_only(events: list[list[int]], shift: int) -> None:
+    assume(any(e[0] >= 0 for e in events))  # only pre-existing memory: no clock to shift
     moved = [[t + shift if t >= 0 else t, a, b, c] for t, a, b, c in events]
     a, b = _timeline(events)[0].summary(), _timeline(moved)[0].summary()
     assert (a["peak_bytes"], a["peak_by_category"]) == (b["peak_bytes"], b["peak_by_category"])
@@ -219,3 +220,34 @@ def test_the_real_timeline_in_the_report(real_file: Path) -> None:
     assert doc["memory"]["capacity_bytes"] is None  # the file does not say the device
     assert "peak 2.87 GiB" in render_text(doc)
     assert "<h2>Memory</h2>" in render_html(doc)
+
+
+_HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+    st.text(max_size=5), st.just([]), st.just({}), st.just([[1, 2, 3, 4]]),
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=_raw_events(), pick=st.integers(min_value=0), value=_HOSTILE, whole=st.booleans())
+def test_one_hostile_value_is_an_input_error_naming_its_event(
+    events: list[list[Any]], pick: int, value: Any, whole: bool
+) -> None:
+    """An event (or one of its fields) replaced by a value of another kind: an InputError
+    naming the file and that event, or a load; with keep_going never raised, and every other
+    event kept."""
+    k = pick % len(events)
+    bad = [list(e) for e in events]
+    if whole:
+        bad[k] = value
+    else:
+        bad[k][pick % 4] = value
+    try:
+        _timeline(bad)
+    except InputError as e:
+        assert e.path == "m.raw.json" and e.record in (f"event {k}", "file")
+    m, ctx = _timeline(bad, keep_going=True)
+    kept = [e for i, e in enumerate(bad) if i != k] if ctx.skipped else bad
+    if ctx.skipped:
+        assert [s.record for s in ctx.skipped] == [f"event {k}"]
+    assert m.events == len(bad) and len(kept) >= len(bad) - 1

@@ -65,6 +65,7 @@ CATEGORIES = (
     "autograd_detail",
     "unknown",
 )
+_END = object()  # the end of an array (None is a JSON null)
 _RAW_HEAD = re.compile(r"^\[\s*\[\s*-?\d+\s*,\s*[1-4]\s*,\s*-?\d+\s*,\s*[0-7]\s*\]")
 _COALESCED_HEAD = re.compile(r"^\[\s*\[\s*(?:-?\d+\s*(?:,\s*-?\d+\s*)*)?\]\s*,\s*\[\s*\[")
 
@@ -208,12 +209,20 @@ def load_memory_timeline_pieces(
     r = JsonPull(pieces, max_record=max_record)
     try:
         items = r.elements()
-        first = next(items, None)
-        second = next(items, None)
-        if isinstance(second, list) and second and isinstance(second[0], list):
+        first = next(items, _END)  # a sentinel: a null element is an event, a bad one
+        second = next(items, _END)
+        third = next(items, _END) if second is not _END else _END
+        if (
+            third is _END
+            and isinstance(first, list)
+            and isinstance(second, list)
+            and len(first) == len(second) > 0
+            and all(type(x) is int for x in first)
+            and all(isinstance(x, list) for x in second)
+        ):  # [times, sizes]: two lists, as many size rows as times
             timeline = _read_coalesced(first, second, items, ctx)
         else:  # raw events (or none)
-            lead = [x for x in (first, second) if x is not None]
+            lead = [x for x in (first, second, third) if x is not _END]
             timeline = _read_raw(itertools.chain(lead, items), ctx)
         r.end_document()
     except PullError as e:
@@ -253,7 +262,7 @@ def _read_raw(items: Iterable[Any], ctx: LoadContext) -> MemoryTimeline:
 def _read_coalesced(
     times: Any, sizes: list[Any], items: Iterable[Any], ctx: LoadContext
 ) -> MemoryTimeline:
-    if not isinstance(times, list) or next(iter(items), None) is not None:
+    if not isinstance(times, list) or next(iter(items), _END) is not _END:
         raise PullError("expected [times, sizes] (the coalesced memory timeline)", "file")
     if len(times) != len(sizes):
         raise PullError(f"{len(times)} times but {len(sizes)} sizes", "file")
