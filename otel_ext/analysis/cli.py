@@ -1,12 +1,14 @@
-"""``otel-ext analyze PATH... [--format text|json|html] [--out FILE] [--keep-going]
-[--scheduler ADDRESS]``.
+"""``otel-ext analyze PATH... [--format text|json|html|perfetto] [--out FILE]
+[--timeline FILE] [--keep-going] [--scheduler ADDRESS]``.
 
 Loads every recognised telemetry file under the paths (folders included; derived outputs and
 ground truth are left out with a line saying so), runs the analyses and writes the report to
 stdout or ``--out``. Progress goes to stderr: a live bar when stderr is a terminal, otherwise
 one final line. Bad input is one line naming the file, the record and the problem, and exit
 status 1 (the dispatcher prints :class:`~otel_ext.errors.OtelExtError`); never a traceback.
-``--scheduler`` (default ``OTEL_EXT_DASK_SCHEDULER``) reads the files on a Dask cluster
+``--format perfetto --out FILE`` writes the merged, clock-aligned timeline of every rank
+(:mod:`otel_ext.analysis.timeline`) instead of a report; ``--timeline FILE`` writes it beside
+the report, and an HTML report then links to it. ``--scheduler`` (default ``OTEL_EXT_DASK_SCHEDULER``) reads the files on a Dask cluster
 (:mod:`otel_ext.analysis.dask_backend`); a malformed address, or Dask not installed, is one
 line and exit status 2, as other usage errors.
 
@@ -36,9 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``analyze`` options on ``parser``."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="telemetry files or folders")
     parser.add_argument(
-        "--format", choices=("text", "json", "html"), default="text", help="report format"
+        "--format",
+        choices=("text", "json", "html", "perfetto"),
+        default="text",
+        help="report format; perfetto: the merged, clock-aligned trace-event timeline of every "
+        "rank (needs --out; a .gz name is gzipped)",
     )
     parser.add_argument("--out", metavar="FILE", help="write the report here (default: stdout)")
+    parser.add_argument(
+        "--timeline",
+        metavar="FILE",
+        default=None,
+        help="also write the merged Perfetto timeline here (the HTML report links to it)",
+    )
     parser.add_argument(
         "--keep-going",
         action="store_true",
@@ -138,6 +150,13 @@ def _render(doc: dict[str, Any], fmt: str) -> str:
     return render_text(doc)
 
 
+def _timeline_path(args: argparse.Namespace) -> str | None:
+    """Where the timeline goes: ``--out`` for ``--format perfetto``, else ``--timeline``."""
+    if args.format == "perfetto":
+        return str(args.out) if args.out else None
+    return getattr(args, "timeline", None) or None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``otel-ext analyze``; returns the exit status.
 
@@ -158,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as e:
             print(f"otel-ext analyze: error: {e}", file=sys.stderr)
             return 2
+    timeline_path = _timeline_path(args)
+    if args.format == "perfetto" and not timeline_path:
+        print("otel-ext analyze: error: --format perfetto needs --out FILE", file=sys.stderr)
+        return 2
     bar = None if quiet else ProgressBar(sys.stderr)
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be at least 1")
@@ -166,6 +189,11 @@ def run(args: argparse.Namespace) -> int:
     clock_of = None
     if getattr(args, "host_of", None):
         clock_of = parse_host_of(args.host_of)
+    timeline = None
+    if timeline_path:
+        from otel_ext.analysis.timeline import TimelineFile
+
+        timeline = TimelineFile(timeline_path)
     try:
         doc = analyze(
             args.paths,
@@ -178,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
             clock_of=clock_of,
             one_run=bool(getattr(args, "one_run", False)),
             scheduler=scheduler,
+            timeline=timeline,
         )
     finally:
         if bar is not None:
@@ -199,6 +228,19 @@ def run(args: argparse.Namespace) -> int:
             "no telemetry loaded (no recognised file, or every file was left out)",
             path=", ".join(str(p) for p in args.paths),
         )
+    if timeline is not None and not quiet:
+        done = timeline.summary
+        print(
+            f"wrote the timeline to {done['path']} ({done['events']} events, "
+            f"{sum(done['flows'].values())} flows, {done['findings']} findings)",
+            file=sys.stderr,
+        )
+    if timeline is not None and args.out:  # the report links to the timeline beside it
+        doc["timeline"]["link"] = os.path.relpath(
+            str(timeline.path), os.path.dirname(os.path.abspath(args.out))
+        )
+    if args.format == "perfetto":
+        return 0
     text = _render(doc, args.format)
     if args.out:
         try:

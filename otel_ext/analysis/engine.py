@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.compute_samples import ComputeSamples
     from otel_ext.analysis.critical_path_walk import WalkPieces
     from otel_ext.analysis.dask_backend import DaskCluster, PerRankPhase
+    from otel_ext.analysis.timeline import TimelineInputs
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
 
@@ -330,6 +331,7 @@ def analyze(
     clock_of: dict[int, str] | None = None,
     one_run: bool = False,
     scheduler: str | DaskCluster | None = None,
+    timeline: Callable[[TimelineInputs], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Analyse telemetry into the stable JSON document.
 
@@ -354,6 +356,11 @@ def analyze(
             ``local:N``, ``tcp://HOST:PORT`` or a scheduler file (default:
             ``OTEL_EXT_DASK_SCHEDULER``; empty: in process), or a connected
             :class:`~otel_ext.analysis.dask_backend.DaskCluster`. The document is the same.
+        timeline: called once with what the merged timeline needs
+            (:class:`~otel_ext.analysis.timeline.TimelineInputs`), e.g. a
+            :class:`~otel_ext.analysis.timeline.TimelineFile`; what it returns is the
+            document's ``timeline`` key. In process the analysed rows are kept for it until
+            then (every row; on a cluster, the cross-rank rows).
 
     Returns:
         The analysis document (plain JSON types).
@@ -376,6 +383,7 @@ def analyze(
         same_clock=same_clock,
         clock_of=clock_of,
         one_run=one_run,
+        timeline=timeline,
     )
     if scheduler is not None and not isinstance(scheduler, str):
         return _analyze(source, cluster=scheduler, **options)
@@ -487,6 +495,7 @@ def _analyze(
     same_clock: bool,
     clock_of: dict[int, str] | None,
     one_run: bool,
+    timeline: Callable[[TimelineInputs], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """:func:`analyze` with the cluster (or None) that reads the files.
 
@@ -502,6 +511,7 @@ def _analyze(
         )
         load, captures, step_record, per = phase.load, phase.captures, phase.steps, phase.ranks
         table, keys = phase.reduced, phase.keys
+        kept = None
     else:
         load = _load(source, keep_going=keep_going, progress=progress, workers=workers)
         formats = {i.get("path", ""): i.get("format", "") for i in getattr(load, "inputs", [])}
@@ -512,6 +522,7 @@ def _analyze(
         per = per_rank_tables(whole, positions=np.arange(len(whole), dtype=np.int64))
         table, keys = per.reduced[0], per.reduced_positions[0]
         phase = None
+        kept = whole if timeline is not None else None  # the timeline's rows (issue 29)
         del whole
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)
@@ -542,7 +553,9 @@ def _analyze(
     # the partitions' held device rows are fetched only if the event-level repair is needed
     holds = phase is not None and cluster is not None and phase.holds
     alignment = align_ranks(table, match, clock_of=clock_of, repair=not holds)
-    if holds and alignment.repair_skipped and phase is not None and cluster is not None:
+    # the timeline writes every device row: it has them fetched as the repair does
+    fetch = alignment.repair_skipped or timeline is not None
+    if holds and fetch and phase is not None and cluster is not None:
         table, keys = cluster.restore_held(phase)
         per.device_busy = {}  # every device row is here now
         match = match_collectives(table)
@@ -667,6 +680,11 @@ def _analyze(
             table, getattr(load, "inputs", []), matched=amatch.n_instances, cluster=cluster
         ),
     }
+    written = None
+    if timeline is not None:
+        written = timeline(
+            _timeline_inputs(kept, table, keys, alignment, cp, findings, ranks, metrics)
+        )
     return {
         "schema": SCHEMA,
         "inputs": list(getattr(load, "inputs", [])),
@@ -700,7 +718,31 @@ def _analyze(
         "serving": serving_join,
         "findings": findings,
         **({"memory": memory} if memory is not None else {}),
+        **({"timeline": written} if written is not None else {}),
     }
+
+
+def _timeline_inputs(
+    kept: EventTable | None,
+    table: EventTable,
+    keys: np.ndarray,
+    alignment: Alignment,
+    cp: Any,
+    findings: list[dict[str, Any]],
+    ranks: list[dict[str, Any]],
+    metrics: Any,
+) -> TimelineInputs:
+    """What the timeline writer needs: every analysed row when they were kept here (the
+    aligned rows' keys are their positions there), else (on a cluster) the rows aligned:
+    the cross-rank rows, every device row among them (host operators stay there)."""
+    from otel_ext.analysis.timeline import TimelineInputs
+
+    rest = (findings, ranks, metrics)
+    if kept is not None:
+        pos = np.where(keys < len(kept), keys, -1)
+        return TimelineInputs(kept, pos, alignment, cp, *rest, complete=True)
+    every = np.arange(len(table), dtype=np.int64)
+    return TimelineInputs(table, every, alignment, cp, *rest, complete=False)
 
 
 def _finite(x: float) -> float | None:

@@ -268,6 +268,20 @@ def _top_counters(doc: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _timeline_html(doc: dict[str, Any]) -> str:
+    """A link to the merged timeline written beside the report (``--timeline``), if any."""
+    tl = doc.get("timeline") or {}
+    link = tl.get("link")
+    if not link:
+        return ""
+    return (
+        f"<p>Merged timeline of every rank (aligned clocks, collective flows, critical path, "
+        f'findings): <a id="timeline-link" href="{_e(link)}">{_e(link)}</a> '
+        f'<span class="muted">({_e(tl.get("events", 0))} events; open it in '
+        f"ui.perfetto.dev or chrome://tracing)</span></p>"
+    )
+
+
 def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str:
     """The self-contained HTML page for ``doc``.
 
@@ -320,6 +334,7 @@ def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str
 {len(doc.get("ranks") or [])} ranks, run {_e(_ms(run.get("duration_ns", 0)))}.
 Schema {_e(doc.get("schema", ""))}.</p>
 {"".join(f'<p class="muted"><b>{_e(line)}</b></p>' for line in unfinished_lines(doc))}
+{_timeline_html(doc)}
 <h2>Findings</h2>{_findings_html(doc)}
 <h2>Per-rank breakdown</h2>{_breakdown_svg(doc)}
 <h2>Collective wait (ranks × time)</h2><div id="heatmap"></div>

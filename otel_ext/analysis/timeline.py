@@ -1,0 +1,635 @@
+"""One merged, clock-aligned trace-event timeline of every rank, written from an analysis.
+
+``otel-ext analyze PATH... --format perfetto --out FILE`` (or ``--timeline FILE`` beside
+another format) writes Chrome trace-event JSON (the "JSON object format") that the Perfetto
+UI (ui.perfetto.dev) and ``chrome://tracing`` open. What is on it (``docs/analysis.md``,
+"The merged timeline"):
+
+* one **process track per rank**, named ``rank R · HOST · DEVICE``; its labels and its
+  ``process_name`` arguments carry the clock offset applied, its bound and its status
+  (``otherData.ranks`` lists the same per rank); under it one **thread track per host
+  thread** and per **device stream** (``stream N``), as the profiler recorded them; where
+  two events of one track overlap without nesting (a repaired end, overlapping spans) the
+  later goes to an extra lane (``stream 7 #2``), so every track nests;
+* every event at its **aligned** time: the rank's clock correction
+  (:class:`~otel_ext.analysis.alignment.RankClocks`), then the event-level causality repair
+  for the rows it moved (marked ``args.repaired = true``, with ``repair_shift_ns`` and
+  ``repair_end_shift_ns``: how far the repair moved the start and the end);
+* **flows** joining the members of each matched collective in arrival order (category
+  ``collective``) and each launch to its kernel (category ``launch``); every flow has both
+  ends;
+* the **critical path** as its own process (``critical path``), one thread per rank it
+  crosses, each segment flagged ``args.critical_path = true``, its cross-rank edges as flows
+  (category ``critical_path``);
+* each **finding** as an instant event on the ``findings`` process, at its onset where the
+  finding names one, else at the run's start, with its summary and evidence;
+* **metric points** as counter tracks on their device's process.
+
+Times are microseconds with three decimals (exact nanoseconds, written from integers, never
+through a float) relative to ``baseTimeNanoseconds`` (the earliest aligned start), so the
+file reads back through otel-ext's own Kineto loader
+(:func:`~otel_ext.analysis.loaders.load_kineto_text`) with every nanosecond. The file ends
+with ``otherData.generator = "otel-ext"``: ``otel-ext analyze`` on a folder holding it leaves
+it out as a derived timeline.
+
+**Memory.** The writer streams: it goes through the ranks one at a time and writes each
+rank's events before the next is read; what it keeps across ranks is one entry per flow end
+(the collective members', the critical path's) and per track. A ``.gz`` name writes it
+gzipped.
+
+>>> import json, tempfile, pathlib
+>>> from otel_ext.analysis.table import Category as C, EventTable
+>>> from otel_ext.analysis.engine import analyze
+>>> rows = [dict(start_ns=k * 1000 + 50_000 * r, end_ns=k * 1000 + 600 + 50_000 * r, rank=r,
+...              stream=7, category=C.KERNEL_COMM, coll_seq=k, coll_group="tp",
+...              name="ncclKernel") for k in range(4) for r in range(2)]
+>>> out = pathlib.Path(tempfile.mkdtemp()) / "t.json"
+>>> doc = analyze(EventTable.from_rows(rows), timeline=TimelineFile(out))
+>>> trace = json.loads(out.read_text())
+>>> sorted({e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"})
+[0, 1, 1000000]
+>>> sum(e["ph"] == "s" and e["cat"] == "collective" for e in trace["traceEvents"])
+4
+>>> trace["otherData"]["generator"], doc["timeline"]["events"]
+('otel-ext', 8)
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.errors import OtelExtError
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.alignment import Alignment
+    from otel_ext.analysis.critical_path import CriticalPath
+
+__all__ = ["SCHEMA", "TimelineFile", "TimelineInputs", "write_timeline"]
+
+SCHEMA = "otel-ext.timeline/1"
+
+#: process ids of the tracks that are not a rank's
+CRITICAL_PATH_PID = 1_000_000
+FINDINGS_PID = 1_000_001
+NO_RANK_PID = 1_000_002
+_DEVICE_PID0 = 1_000_100  # metric devices that are no rank's
+
+#: a device stream's thread id: above any host thread id Linux gives (2^22)
+_STREAM_TID0 = 1 << 30
+#: an extra lane's thread id: lane * this + the track's thread id
+_LANE_STRIDE = 1 << 40
+
+#: the Kineto ``cat`` of each category (so the file reads back as the same rows)
+_KINETO_CAT = {
+    Category.CPU_OP: "cpu_op",
+    Category.RUNTIME: "cuda_runtime",
+    Category.KERNEL_COMPUTE: "kernel",
+    Category.KERNEL_COMM: "kernel",
+    Category.MEMCPY: "gpu_memcpy",
+    Category.MEMSET: "gpu_memset",
+    Category.STEP: "user_annotation",
+}
+
+#: what the file's ``otherData.ranks`` says of each rank (the report's ``ranks`` entries)
+_RANK_KEYS = ("rank", "host", "device", "clock_offset_ns", "clock_bound_ns", "clock_status",
+              "clock", "clock_drift_ppm")  # fmt: skip
+
+#: finding evidence keys that name a time on the aligned timeline, in order of preference
+_FINDING_TIMES = ("onset_ns", "clock_change_ns", "start_ns", "at_ns")
+
+
+@dataclass
+class TimelineInputs:
+    """What the writer needs from an analysis (the engine fills it; see ``analyze``).
+
+    Attributes:
+        rows: the rows written, on their own clocks (in process: every row of the analysed
+            steps; on a Dask cluster: the cross-rank rows, see ``complete``).
+        positions: for each row of ``alignment.table``, its position in ``rows`` (or ``-1``:
+            a row that is not in ``rows``, e.g. a serving engine's request joined later).
+        alignment: the clock alignment (its per-rank correction, repair, offsets and match).
+        critical_path: the stitched critical path (aligned times).
+        findings: the report's findings.
+        ranks: the report's ``ranks`` entries (host, device, clock offset, bound, status).
+        metrics: the metric points loaded, or None.
+        complete: ``rows`` holds every row (host operators included).
+    """
+
+    rows: EventTable
+    positions: np.ndarray
+    alignment: Alignment
+    critical_path: CriticalPath
+    findings: Sequence[dict[str, Any]]
+    ranks: Sequence[dict[str, Any]]
+    metrics: Any = None
+    complete: bool = True
+
+
+@dataclass
+class TimelineFile:
+    """Where ``analyze(..., timeline=...)`` writes the timeline, and what it wrote.
+
+    Args:
+        path: the file (``.gz``: gzipped).
+
+    After the analysis, :attr:`summary` holds :func:`write_timeline`'s summary (also the
+    report's ``timeline`` key).
+    """
+
+    path: Path | str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
+        self.summary = write_timeline(inputs, self.path)
+        return self.summary
+
+
+def _us(ns: int) -> str:
+    """Nanoseconds as microseconds with three decimals, from the integer (exact)."""
+    q, r = divmod(int(ns), 1000)
+    return f"{q}.{r:03d}"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_plain, allow_nan=False, separators=(",", ":"))
+
+
+def _plain(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        f = float(o)
+        return f if np.isfinite(f) else None
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+class _Lanes:
+    """One track's lanes: an event goes to the first lane where it nests (its stack of open
+    intervals, by start order, either ends before it or encloses it)."""
+
+    __slots__ = ("stacks",)
+
+    def __init__(self) -> None:
+        self.stacks: list[list[int]] = [[]]
+
+    def place(self, start: int, end: int) -> int:
+        for lane, stack in enumerate(self.stacks):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            if not stack or end <= stack[-1]:
+                stack.append(end)
+                return lane
+        self.stacks.append([end])
+        return len(self.stacks) - 1
+
+
+class _Out:
+    """The file, written in pieces of about 1 MB (gzipped for a ``.gz`` name)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 (closed in close())
+        except OSError as e:
+            raise OtelExtError(
+                f"cannot write the timeline: {e.strerror or e}", path=str(path)
+            ) from e
+        self.raw = raw
+        self.stream: IO[bytes] | gzip.GzipFile = raw
+        if path.name.endswith(".gz"):
+            self.stream = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+        self.parts: list[str] = []
+        self.size = 0
+        self.first = True
+        self.events = 0
+
+    def event(self, text: str) -> None:
+        if not self.first:
+            self.parts.append(",\n")
+        self.first = False
+        self.parts.append(text)
+        self.size += len(text) + 2
+        self.events += 1
+        if self.size > 1 << 20:
+            self.flush()
+
+    def text(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+
+    def flush(self) -> None:
+        if self.parts:
+            self.stream.write("".join(self.parts).encode("utf-8"))
+            self.parts.clear()
+            self.size = 0
+
+    def close(self) -> None:
+        self.flush()
+        if self.stream is not self.raw:
+            self.stream.close()
+        self.raw.close()
+
+
+def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> str:
+    tid_part = f',"tid":{tid}' if tid is not None else ""
+    return f'{{"ph":"M","name":"{name}","pid":{pid}{tid_part},"args":{_dumps(args)}}}'
+
+
+def _rank_slices(rank: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(rank, its row positions in order) for each rank present, ranks ascending."""
+    if not len(rank):
+        return
+    order = np.argsort(rank, kind="stable")
+    sorted_ranks = rank[order]
+    cuts = np.flatnonzero(np.r_[True, sorted_ranks[1:] != sorted_ranks[:-1], True])
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        yield int(sorted_ranks[a]), order[a:b]
+
+
+def _clock_label(entry: dict[str, Any]) -> str:
+    off = float(entry.get("clock_offset_ns") or 0.0)
+    bound = entry.get("clock_bound_ns")
+    status = entry.get("clock_status", "none")
+    pm = f" ± {float(bound) / 1e6:.3f} ms" if bound is not None else " (unbounded)"
+    return f"clock offset {off / 1e6:+.3f} ms{pm}, {status}"
+
+
+def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
+    """Write the merged timeline of an analysis to ``path``.
+
+    Args:
+        inputs: what the analysis kept for it (:class:`TimelineInputs`).
+        path: the file (``.gz``: gzipped).
+
+    Returns:
+        A summary: ``path``, ``events`` (complete events of the ranks), ``repaired_events``,
+        ``flows`` by category, ``critical_path_segments``, ``findings``, ``counters``,
+        ``complete``.
+
+    Raises:
+        OtelExtError: the file cannot be written.
+    """
+    p = Path(path)
+    rows, alignment = inputs.rows, inputs.alignment
+    aligned = alignment.table
+    clocks = alignment.clocks
+    n = len(rows)
+    pos = np.asarray(inputs.positions, dtype=np.int64)
+    inside = (pos >= 0) & (pos < n)
+    # the event-level repair's times, by position in ``rows``
+    rep = np.asarray(alignment.repaired_rows, dtype=np.int64)
+    rep = rep[inside[rep]] if len(rep) else rep
+    repaired = {
+        int(q): (int(s), int(e))
+        for q, s, e in zip(
+            pos[rep].tolist(), aligned["start_ns"][rep].tolist(), aligned["end_ns"][rep].tolist()
+        )
+    }
+    # the collective members' rows: their flow ends are remembered as the ranks are written
+    match = alignment.match
+    m_rows = match.member_row.astype(np.int64) if match.n_instances else np.zeros(0, np.int64)
+    m_ok = inside[m_rows] if len(m_rows) else np.zeros(0, dtype=bool)
+    member_pos = np.where(m_ok, pos[m_rows] if len(m_rows) else m_rows, -1)
+    wanted = np.zeros(n, dtype=bool)
+    wanted[member_pos[member_pos >= 0]] = True
+    ends: dict[int, tuple[int, int, int]] = {}  # position -> (pid, tid, start_ns)
+
+    rank_col = np.asarray(rows["rank"])
+    base = _base_ns(rows, clocks)
+    names = rows.strings["name"]
+    name_text: dict[int, str] = {}
+    rank_info = {int(r["rank"]): r for r in inputs.ranks}
+    out = _Out(p)
+    flows: dict[str, int] = {"collective": 0, "launch": 0, "critical_path": 0}
+    flow_id = [0]
+
+    def flow(cat: str, name: str, a: tuple[int, int, int], b: tuple[int, int, int]) -> None:
+        flow_id[0] += 1
+        i = flow_id[0]
+        nm = json.dumps(name)
+        out.event(f'{{"ph":"s","id":{i},"cat":"{cat}","name":{nm},"pid":{a[0]},'
+                  f'"tid":{a[1]},"ts":{_us(a[2] - base)}}}')  # fmt: skip
+        out.event(f'{{"ph":"f","bp":"e","id":{i},"cat":"{cat}","name":{nm},"pid":{b[0]},'
+                  f'"tid":{b[1]},"ts":{_us(b[2] - base)}}}')  # fmt: skip
+        flows[cat] += 1
+
+    out.text(f'{{"displayTimeUnit":"ns","baseTimeNanoseconds":{base},"traceEvents":[\n')
+    written = n_repaired = 0
+    try:
+        for rank, idx in _rank_slices(rank_col):
+            pid = rank if rank >= 0 else NO_RANK_PID
+            entry = rank_info.get(rank)
+            if rank >= 0:
+                label = f"rank {rank}"
+                if entry is not None:
+                    label = " · ".join(
+                        x for x in (label, entry.get("host"), entry.get("device")) if x
+                    )
+                args: dict[str, Any] = {"name": label}
+                if entry is not None:
+                    for key in _RANK_KEYS[3:]:
+                        args[key] = entry.get(key)
+                out.event(_meta("process_name", pid, None, args))
+                if entry is not None:
+                    out.event(_meta("process_labels", pid, None, {"labels": _clock_label(entry)}))
+            else:
+                out.event(_meta("process_name", pid, None, {"name": "rows of no rank"}))
+            out.event(_meta("process_sort_index", pid, None, {"sort_index": pid}))
+            w, r = _write_rank(
+                out, rows, idx, rank=rank, pid=pid, base=base, clocks=clocks,
+                repaired=repaired, wanted=wanted, ends=ends, names=names,
+                name_text=name_text, flow=flow,
+            )  # fmt: skip
+            written += w
+            n_repaired += r
+        # collectives: each instance's members chained in arrival order
+        if match.n_instances:
+            inst = match.member_instance
+            bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1], True])
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                members = [ends[q] for q in member_pos[a:b].tolist() if q in ends]
+                members.sort(key=lambda x: x[2])
+                op = match.op[int(inst[a])] or "collective"
+                for x, y in itertools.pairwise(members):
+                    flow("collective", op, x, y)
+        cp_segments = _write_critical_path(out, inputs.critical_path, base=base, flow=flow)
+        n_findings = _write_findings(out, inputs.findings, base=base)
+        n_counters = _write_counters(out, inputs.metrics, inputs.ranks, clocks, base=base)
+        other = {
+            "schema": SCHEMA,
+            "base_ns": base,
+            "complete": inputs.complete,
+            "events": written,
+            "repaired_events": n_repaired,
+            "flows": flows,
+            "critical_path_segments": cp_segments,
+            "findings": n_findings,
+            "counters": n_counters,
+            "alignment_method": alignment.method,
+            "ranks": [{k: r.get(k) for k in _RANK_KEYS} for r in inputs.ranks],
+            "generator": "otel-ext",  # last: the loaders read it from the file's tail
+        }
+        out.text(f'\n],\n"otherData":{_dumps(other)}}}\n')
+    finally:
+        out.close()
+    return {
+        "path": str(p),
+        "events": written,
+        "repaired_events": n_repaired,
+        "flows": flows,
+        "critical_path_segments": cp_segments,
+        "findings": n_findings,
+        "counters": n_counters,
+        "complete": inputs.complete,
+    }
+
+
+def _base_ns(rows: EventTable, clocks: Any) -> int:
+    """The earliest aligned start (never below 0: Kineto's base is non-negative)."""
+    lo: int | None = None
+    for rank, idx in _rank_slices(np.asarray(rows["rank"])):
+        s = clocks.move(rank, rows["start_ns"][idx]) if rank >= 0 else rows["start_ns"][idx]
+        if len(s):
+            m = int(np.min(s))
+            lo = m if lo is None else min(lo, m)
+    return max(0, lo or 0)
+
+
+def _write_rank(
+    out: _Out,
+    rows: EventTable,
+    idx: np.ndarray,
+    *,
+    rank: int,
+    pid: int,
+    base: int,
+    clocks: Any,
+    repaired: dict[int, tuple[int, int]],
+    wanted: np.ndarray,
+    ends: dict[int, tuple[int, int, int]],
+    names: list[str],
+    name_text: dict[int, str],
+    flow: Any,
+) -> tuple[int, int]:
+    """One rank's events (its tracks, in start order per track); returns (events, repaired)."""
+    raw_s = rows["start_ns"][idx]
+    raw_e = rows["end_ns"][idx]
+    start = clocks.move(rank, raw_s) if rank >= 0 else raw_s
+    end = clocks.move(rank, raw_e) if rank >= 0 else raw_e
+    start = np.array(start, dtype=np.int64)
+    end = np.array(end, dtype=np.int64)
+    shift = np.zeros(len(idx), dtype=np.int64)
+    end_shift = np.zeros(len(idx), dtype=np.int64)
+    moved = np.zeros(len(idx), dtype=bool)
+    if repaired:
+        for j, q in enumerate(idx.tolist()):
+            hit = repaired.get(q)
+            if hit is not None:
+                shift[j] = hit[0] - int(start[j])
+                end_shift[j] = hit[1] - int(end[j])
+                moved[j] = True
+                start[j], end[j] = hit
+    end = np.maximum(end, start)  # no negative duration on the timeline
+    cat = rows["category"][idx]
+    stream = rows["stream"][idx]
+    tid = rows["tid"][idx]
+    on_device = np.isin(cat, np.asarray([int(c) for c in DEVICE_CATEGORIES])) | (stream >= 0)
+    track = np.where(on_device, _STREAM_TID0 + np.maximum(stream, 0), np.maximum(tid, 0))
+    order = np.lexsort((-(end - start), start, track))
+    name_codes = rows["name"][idx]
+    corr = rows["correlation"][idx]
+    ext = rows["external_id"][idx]
+    coll_op = rows["coll_op"][idx]
+    coll_group = rows["coll_group"][idx]
+    coll_seq = rows["coll_seq"][idx]
+    coll_bytes = rows["coll_bytes"][idx]
+    op_names = rows.strings["coll_op"]
+    group_names = rows.strings["coll_group"]
+    lanes: dict[int, _Lanes] = {}
+    named: set[int] = set()
+    launches: dict[int, tuple[int, int, int]] = {}
+    kernels: list[tuple[int, tuple[int, int, int]]] = []
+    n_moved = 0
+    for j in order.tolist():
+        s, e, tr = int(start[j]), int(end[j]), int(track[j])
+        lane_set = lanes.get(tr)
+        if lane_set is None:
+            lane_set = lanes[tr] = _Lanes()
+        lane = lane_set.place(s, e)
+        t = tr + lane * _LANE_STRIDE
+        if t not in named:
+            named.add(t)
+            dev = tr >= _STREAM_TID0
+            what = f"stream {tr - _STREAM_TID0}" if dev else f"thread {tr}"
+            if lane:
+                what += f" #{lane + 1}"
+            out.event(_meta("thread_name", pid, t, {"name": what}))
+            out.event(_meta("thread_sort_index", pid, t, {"sort_index": t % _LANE_STRIDE}))
+        code = int(name_codes[j])
+        nm = name_text.get(code)
+        if nm is None:
+            nm = name_text[code] = json.dumps(names[code] or "(unnamed)")
+        c = int(cat[j])
+        args = [f'"rank":{rank}']
+        if tr >= _STREAM_TID0:
+            args.append(f'"stream":{int(stream[j])}')
+        cj = int(corr[j])
+        if cj >= 0:
+            args.append(f'"correlation":{cj}')
+        if int(ext[j]) >= 0:
+            args.append(f'"External id":{int(ext[j])}')
+        if int(coll_op[j]) > 0:
+            args.append(f'"Collective name":{json.dumps(op_names[int(coll_op[j])])}')
+        if int(coll_group[j]) > 0:
+            args.append(f'"Process Group Name":{json.dumps(group_names[int(coll_group[j])])}')
+        if int(coll_seq[j]) >= 0:
+            args.append(f'"Seq":{int(coll_seq[j])}')
+        if int(coll_bytes[j]) >= 0:
+            args.append(f'"bytes":{int(coll_bytes[j])}')
+        if moved[j]:
+            args.append(
+                f'"repaired":true,"repair_shift_ns":{int(shift[j])},'
+                f'"repair_end_shift_ns":{int(end_shift[j])}'
+            )
+            n_moved += 1
+        kcat = _KINETO_CAT.get(Category(c), "user_annotation") if 0 <= c <= 12 else "other"
+        out.event(
+            f'{{"ph":"X","cat":"{kcat}","name":{nm},"pid":{pid},"tid":{t},'
+            f'"ts":{_us(s - base)},"dur":{_us(e - s)},"args":{{{",".join(args)}}}}}'
+        )
+        q = int(idx[j])
+        if wanted[q]:
+            ends[q] = (pid, t, s)
+        if cj >= 0:
+            if c == Category.RUNTIME:
+                launches.setdefault(cj, (pid, t, s))
+            elif tr >= _STREAM_TID0:
+                kernels.append((cj, (pid, t, s)))
+    for cj, k in kernels:
+        src = launches.get(cj)
+        if src is not None:
+            flow("launch", "launch", src, k)
+    return len(idx), n_moved
+
+
+def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any) -> int:
+    """The critical path's process: a thread per rank, its segments, its cross-rank flows."""
+    segs = list(cp.segments)
+    if not segs:
+        return 0
+    pid = CRITICAL_PATH_PID
+    out.event(_meta("process_name", pid, None, {"name": "critical path"}))
+    out.event(_meta("process_labels", pid, None,
+                    {"labels": f"length {cp.length_ns / 1e6:.3f} ms, {len(segs)} segments"}))  # fmt: skip
+    out.event(_meta("process_sort_index", pid, None, {"sort_index": -1}))
+    lanes: dict[int, _Lanes] = {}
+    prev: tuple[int, tuple[int, int, int]] | None = None
+    for seg in segs:
+        rank = int(seg["rank"])
+        s, e = int(seg["start_ns"]), max(int(seg["end_ns"]), int(seg["start_ns"]))
+        lane_set = lanes.get(rank)
+        if lane_set is None:
+            lane_set = lanes[rank] = _Lanes()
+            out.event(_meta("thread_name", pid, rank, {"name": f"rank {rank}"}))
+        lane = lane_set.place(s, e)
+        tid = rank + lane * _LANE_STRIDE
+        name = seg.get("name") or seg["category"]
+        args = {"critical_path": True, "rank": rank, "category": seg["category"]}
+        out.event(
+            f'{{"ph":"X","cat":"critical_path","name":{json.dumps(name)},"pid":{pid},'
+            f'"tid":{tid},"ts":{_us(s - base)},"dur":{_us(e - s)},"args":{_dumps(args)}}}'
+        )
+        here = (pid, tid, s)
+        if prev is not None and prev[0] != rank:
+            flow("critical_path", "critical path", prev[1], here)
+        prev = (rank, here)
+    return len(segs)
+
+
+def _finding_time(f: dict[str, Any]) -> tuple[int | None, str]:
+    ev = f.get("evidence") or {}
+    for key in _FINDING_TIMES:
+        v = ev.get(key)
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            return int(v), key
+    return None, "run start (the finding is about the whole run)"
+
+
+def _write_findings(out: _Out, findings: Sequence[dict[str, Any]], *, base: int) -> int:
+    """Each finding as an instant event on the ``findings`` process."""
+    if not findings:
+        return 0
+    pid = FINDINGS_PID
+    out.event(_meta("process_name", pid, None, {"name": "findings"}))
+    out.event(_meta("process_sort_index", pid, None, {"sort_index": -2}))
+    out.event(_meta("thread_name", pid, 0, {"name": "findings"}))
+    for i, f in enumerate(findings):
+        at, basis = _finding_time(f)
+        ts = max(at, base) if at is not None else base
+        args = {
+            "rank_in_report": i + 1,
+            "kind": f.get("kind"),
+            "target": f.get("target"),
+            "summary": f.get("summary"),
+            "impact_ns": f.get("impact_ns"),
+            "impact_pct": f.get("impact_pct"),
+            "statistic": f.get("evidence"),
+            "at": basis,
+        }
+        name = f"{f.get('kind')}: {f.get('target')}"
+        out.event(
+            f'{{"ph":"i","s":"t","cat":"finding","name":{json.dumps(name)},"pid":{pid},'
+            f'"tid":0,"ts":{_us(ts - base)},"args":{_dumps(args)}}}'
+        )
+    return len(findings)
+
+
+def _write_counters(
+    out: _Out, metrics: Any, ranks: Sequence[dict[str, Any]], clocks: Any, *, base: int
+) -> int:
+    """Metric points as counter events on their device's process (a rank's when the device
+    is a rank's, moved by that rank's clock correction; else a process of its own)."""
+    if metrics is None or not len(metrics):
+        return 0
+    rank_of_device = {str(r.get("device")): int(r["rank"]) for r in ranks if r.get("device")}
+    dev_codes = metrics.codes["device"]
+    dev_names = metrics.strings["device"]
+    own: dict[str, int] = {}
+    written = 0
+    for code in np.unique(dev_codes).tolist():
+        device = dev_names[int(code)] or "(no device)"
+        sel = np.flatnonzero(dev_codes == code)
+        times = metrics.time_ns[sel]
+        rank = rank_of_device.get(device)
+        if rank is not None:
+            pid, times = rank, clocks.move(rank, times)
+        else:
+            if device not in own:
+                own[device] = _DEVICE_PID0 + len(own)
+                out.event(_meta("process_name", own[device], None, {"name": f"device {device}"}))
+            pid = own[device]
+        names = metrics.strings["name"]
+        links = metrics.strings["link"]
+        ncode, lcode = metrics.codes["name"][sel], metrics.codes["link"][sel]
+        for t, v, nc, lc in zip(times.tolist(), metrics.values[sel].tolist(), ncode.tolist(),
+                                lcode.tolist()):  # fmt: skip
+            if t < base or not np.isfinite(v):
+                continue  # before the first event (the file's origin) or not a number
+            name = names[int(nc)] + (f" {links[int(lc)]}" if int(lc) > 0 else "")
+            out.event(
+                f'{{"ph":"C","name":{json.dumps(name)},"pid":{pid},"ts":{_us(int(t) - base)},'
+                f'"args":{{"value":{_dumps(float(v))}}}}}'
+            )
+            written += 1
+    return written
