@@ -281,6 +281,14 @@ NATIVE_CACHE = _declare(
         "Folder where the native collective hook is compiled and cached (default: `~/.cache/otel-ext/native`).",
     )
 )
+COLLECTIVE_HANG_S = _declare(
+    EnvVar(
+        "OTEL_EXT_COLLECTIVE_HANG_S",
+        float,
+        60.0,
+        "Seconds a collective may stay in flight before the instrumentation's watchdog exports it as an `accel.collective.pending` span (flushed at once, so a job killed in the hang still names it); 0 or less: no watchdog.",
+    )
+)
 COLLECTIVE_POLL_US = _declare(
     EnvVar(
         "OTEL_EXT_COLLECTIVE_POLL_US",

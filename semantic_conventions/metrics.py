@@ -18,6 +18,8 @@ __all__ = [
     "METRIC_ACCEL_COLLECTIVE_DURATION",
     "METRIC_ACCEL_COLLECTIVE_EXPOSED_RATIO",
     "METRIC_ACCEL_COLLECTIVE_IO",
+    "METRIC_ACCEL_COLLECTIVE_LAST_SEQ",
+    "METRIC_ACCEL_COLLECTIVE_PENDING_DURATION",
     "METRIC_ACCEL_COLLECTIVE_TIME",
     "METRIC_ACCEL_COLLECTIVE_WAIT_RATIO",
     "METRIC_ACCEL_COLLECTIVE_WAIT_TIME",
@@ -99,6 +101,10 @@ METRIC_ACCEL_COLLECTIVE_DURATION = 'accel.collective.duration'
 METRIC_ACCEL_COLLECTIVE_EXPOSED_RATIO = 'accel.collective.exposed.ratio'
 #: Payload bytes of completed collectives.
 METRIC_ACCEL_COLLECTIVE_IO = 'accel.collective.io'
+#: The last sequence number of a process group that completed on this member (-1 before the first); a member that stopped before a collective stays below the sequence number the others wait in.
+METRIC_ACCEL_COLLECTIVE_LAST_SEQ = 'accel.collective.last_seq'
+#: How long the oldest collective still in flight on a process group has been pending on this member (exported by the node agent from the instrumentation's collective-state records, once it has waited past the agent's minimum).
+METRIC_ACCEL_COLLECTIVE_PENDING_DURATION = 'accel.collective.pending.duration'
 #: Time spent inside collectives (enter to exit).
 METRIC_ACCEL_COLLECTIVE_TIME = 'accel.collective.time'
 #: Fraction of wall time a member spent waiting inside collectives for late members.
@@ -230,6 +236,8 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'accel.collective.duration': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
     'accel.collective.exposed.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': 'rate(t)', 'inputs': {'t': 'accel.collective.time'}, 'attributes': []},
     'accel.collective.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
+    'accel.collective.last_seq': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.group', 'accel.rank', 'accel.device.id', 'accel.host.id']},
+    'accel.collective.pending.duration': {'class': 'base', 'instrument': 'gauge', 'unit': 's', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.collective.seq', 'accel.rank', 'accel.device.id', 'accel.host.id']},
     'accel.collective.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
     'accel.collective.wait.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': 'rate(wait)', 'inputs': {'wait': 'accel.collective.wait.time'}, 'attributes': []},
     'accel.collective.wait.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.group', 'accel.device.id']},

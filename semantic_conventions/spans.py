@@ -7,6 +7,7 @@ Generated from the registry by ``otel-ext semconv generate``. Do not edit.
 __all__ = [
     "SPAN_ACCEL_CLOCK_SYNC",
     "SPAN_ACCEL_COLLECTIVE",
+    "SPAN_ACCEL_COLLECTIVE_PENDING",
     "SPAN_ACCEL_ENGINE_STEP",
     "SPAN_ACCEL_KERNEL",
     "SPAN_ACCEL_LAYER",
@@ -19,6 +20,8 @@ __all__ = [
 SPAN_ACCEL_CLOCK_SYNC = 'accel.clock.sync'
 #: One rank's part in a collective or point-to-point operation.
 SPAN_ACCEL_COLLECTIVE = 'accel.collective'
+#: A collective this member has waited on longer than `OTEL_EXT_COLLECTIVE_HANG_S`, exported (and flushed) by the instrumentation's watchdog while it still hangs, so that a job killed in the hang still names it; starts when the collective was issued, ends when the watchdog fired.
+SPAN_ACCEL_COLLECTIVE_PENDING = 'accel.collective.pending'
 #: One engine step (continuous-batching iteration) with the tokens it computed for each request it served.
 SPAN_ACCEL_ENGINE_STEP = 'accel.engine.step'
 #: Device activity recorded from device-clock timestamps (kernel, memcpy, DMA).

@@ -47,6 +47,7 @@ from otel_ext.analysis.collectives import (
 )
 from otel_ext.analysis.critical_path import peer_edges, stitch
 from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
+from otel_ext.analysis.hangs import hang_findings
 from otel_ext.analysis.imbalance import load_imbalance
 from otel_ext.analysis.memory import memory_findings, memory_section
 from otel_ext.analysis.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
@@ -649,6 +650,8 @@ def _analyze(
     memory = memory_section(getattr(load, "inputs", []), capacity_bytes=_spec(model, "memory_size"),
                             capacity_source=f"device model {model}" if model else None)  # fmt: skip
     findings += memory_findings(memory)
+    # a hung or desynchronised collective (a killed job's watchdog records) comes first
+    findings[:0] = [f.as_dict() for f in hang_findings(table, names=names, run_ns=run_ns)]
     run_of = {r: run["run"] for run in run_list for r in run["ranks"]}
     ranks = []
     for r in sorted(names):

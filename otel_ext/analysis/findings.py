@@ -74,6 +74,7 @@ CAUSE_KINDS = (
     "slow-nic",
     "slow-network-path",
     "slow-transfers",
+    "collective-hang",
 )
 
 

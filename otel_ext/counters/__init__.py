@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from otel_ext.counters._active_span_reader import SharedActiveSpanReader, best_span, running_time
 from otel_ext.counters._bridge import CounterBridge, Exemplar, SeriesState
+from otel_ext.counters._collective_state import CollectiveStateSource
 from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeries, Provenance
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef, current_span_ref
 from otel_ext.counters._host import HostSource
@@ -49,6 +50,7 @@ __all__ = [
     "ActiveSpanRegistry",
     "BaseSource",
     "BuiltinSimModel",
+    "CollectiveStateSource",
     "CounterBridge",
     "CounterCollector",
     "CounterSource",

@@ -115,6 +115,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder of the workloads' active-span records (repeat for several; default "
         "OTEL_EXT_ACTIVE_SPAN_DIR, else the default folders)",
     )
+    parser.add_argument(
+        "--collective-pending-min",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="export a collective in flight (accel.collective.pending.duration) once it has "
+        "waited this long (default 1)",
+    )
 
 
 AUTO_SOURCES = ("nvml", "infiniband", "net", "host")
@@ -165,12 +173,14 @@ def run(args: argparse.Namespace) -> int:
     """
     from otel_ext.counters import (
         ActiveSpanRegistry,
+        CollectiveStateSource,
         CounterBridge,
         CounterCollector,
         OtlpCounterBridge,
         SharedActiveSpanReader,
         TargetInfoCollector,
     )
+    from otel_ext.errors import SourceUnavailableError
     from otel_ext.exporters.prometheus import (
         PrometheusExpositionServer,
         parse_basic_auth,
@@ -192,13 +202,23 @@ def run(args: argparse.Namespace) -> int:
         extra_directories=span_dirs[1:],
         discover=None if args.active_span_dirs else SharedActiveSpanReader.default_directories,
     )
+    # collectives in flight (issue 31): always read, from the same folders as the spans
+    collectives = CollectiveStateSource(
+        span_dirs,
+        min_pending_s=args.collective_pending_min,
+        discover=None if args.active_span_dirs else SharedActiveSpanReader.default_directories,
+    )
     bridge = CounterBridge(
-        build_sources(args),
+        [*build_sources(args), collectives],
         interval_s=args.interval,
         window_s=args.window,
         active_spans=ActiveSpanRegistry(use_current_context=False, shared=reader),
     )
     started = bridge.open(quiet=detect)
+    if started == [collectives.name]:  # the workloads' records alone are no counters
+        bridge.stop()
+        reasons = "; ".join(f"{name}: {why}" for name, why in bridge.unavailable.items())
+        raise SourceUnavailableError(f"no counter source could start ({reasons})")
     for src in bridge.sources:
         if src.name in started and hasattr(src, "device_uuids"):
             reader.device_uuids.update(src.device_uuids())

@@ -24,6 +24,13 @@
 // GIL section, once per distinct context object (the last one is remembered), and no Python
 // object outlives the kernel. A full buffer or a drain process gone drops the record, counted.
 //
+// Watch state (issue 31): the poller also keeps, per process group, the oldest collective it
+// still watches (op, group rank and size, seq, bytes, device, issue time) and the last
+// sequence number that completed without failure, and publishes them under a small mutex
+// whenever they change; `watch_state` copies them (a background thread, GIL held). Nothing
+// is added on the workload thread: the record already carried all of it. Point-to-point
+// operations (sequenced per ordered pair) are not in it.
+//
 // Threading contract: `record` may run on any thread (the workload's, the autograd engine's,
 // DDP's); it never blocks on anything but the GIL for the context read and never throws
 // anything but the original kernel's exception. `drain`, `flush_window`, `shutdown` are called
@@ -239,6 +246,21 @@ class Ring {
   alignas(64) size_t tail_ = 0;
 };
 
+// One group's watch state (see the header: issue 31).
+struct GroupWatch {
+  bool pending = false;
+  int32_t op = -1;
+  int64_t gsize = 0, grank = 0, seq = -1, nbytes = 0, since = 0;
+  int8_t device_type = -1, device_index = -1;
+  int64_t last_seq = -1;
+};
+
+// A group's size, this member's rank and device, as its first completed record showed.
+struct GroupShape {
+  int64_t gsize = 0, grank = 0;
+  int8_t device_type = -1, device_index = -1;
+};
+
 class Hook : public std::enable_shared_from_this<Hook> {
  public:
   Hook(std::vector<Spec> specs, size_t capacity, py::object ctxvar)
@@ -367,6 +389,29 @@ class Hook : public std::enable_shared_from_this<Hook> {
   void flush_window(int64_t before, int64_t after) {
     give_up_before_.store(before);
     give_up_after_.store(after);
+  }
+
+  // Per group: (group, op index or -1, group size, group rank, oldest pending seq or -1,
+  // its bytes, its issue time in ns or 0, its device (else the group's first completed
+  // record's) or None, last completed seq or -1).
+  py::list watch_state() {
+    std::vector<std::pair<std::string, GroupWatch>> copy;
+    {
+      std::lock_guard<std::mutex> lk(watch_mu_);
+      copy.assign(watch_.begin(), watch_.end());
+    }
+    py::list out;
+    for (const auto& [group, w] : copy) {
+      py::object device = py::none();
+      if (w.device_type >= 0)
+        device = py::str(c10::Device(static_cast<c10::DeviceType>(w.device_type),
+                                     static_cast<c10::DeviceIndex>(w.device_index))
+                             .str());
+      out.append(py::make_tuple(group, w.pending ? w.op : -1, w.gsize, w.grank,
+                                w.pending ? w.seq : int64_t(-1), w.pending ? w.nbytes : 0,
+                                w.pending ? w.since : 0, device, w.last_seq));
+    }
+    return out;
   }
 
   int64_t in_flight() const {
@@ -586,6 +631,18 @@ class Hook : public std::enable_shared_from_this<Hook> {
   // The drain is woken only when the done queue passes a quarter of the capacity; otherwise
   // it takes what is there when its own wait times out (batches, few GIL handoffs).
   void complete(Record&& r) {
+    if (!r.failure && !r.enqueue_only && r.seq >= 0 && r.src == kNone) {
+      auto found = last_done_.find(r.group);
+      if (found == last_done_.end()) {
+        last_done_[r.group] = r.seq;
+        shape_[r.group] = GroupShape{r.gsize, r.grank, r.device_type, r.device_index};
+      } else if (r.seq > found->second) {
+        found->second = r.seq;
+      }
+      watch_dirty_ = true;
+    } else if (r.work) {
+      watch_dirty_ = true;  // a watched record left (given up on, or failed)
+    }
     if (sink_.load(std::memory_order_relaxed)) {
       encode(r);
       return;
@@ -593,6 +650,31 @@ class Hook : public std::enable_shared_from_this<Hook> {
     std::lock_guard<std::mutex> lk(done_mu_);
     done_.push_back(std::move(r));
     if (done_.size() == std::max<size_t>(capacity_ / 4, 1)) done_cv_.notify_one();
+  }
+
+  // The poller's view of every group, published for `watch_state` (poller thread).
+  void publish_watch() {
+    watch_dirty_ = false;
+    std::map<std::string, GroupWatch> fresh;
+    for (const auto& [group, last] : last_done_) fresh[group].last_seq = last;
+    for (const Record& e : watching_) {
+      if (e.seq < 0 || e.src != kNone) continue;  // p2p: sequenced per pair
+      GroupWatch& w = fresh[e.group];
+      if (w.pending && w.seq <= e.seq) continue;
+      w.pending = true;
+      w.op = e.op;
+      w.gsize = e.gsize, w.grank = e.grank, w.seq = e.seq, w.nbytes = e.nbytes, w.since = e.t0;
+      w.device_type = e.device_type, w.device_index = e.device_index;
+    }
+    for (auto& [group, w] : fresh) {
+      if (w.pending) continue;
+      auto it = shape_.find(group);
+      if (it == shape_.end()) continue;
+      w.gsize = it->second.gsize, w.grank = it->second.grank;
+      w.device_type = it->second.device_type, w.device_index = it->second.device_index;
+    }
+    std::lock_guard<std::mutex> lk(watch_mu_);
+    watch_.swap(fresh);
   }
 
   size_t done_size() {
@@ -612,15 +694,18 @@ class Hook : public std::enable_shared_from_this<Hook> {
           complete(std::move(r));
         } else {
           watching_.push_back(std::move(r));
+          watch_dirty_ = true;
         }
         ++held;
         r = Record();
       }
+      if (watch_dirty_) publish_watch();
       if (watching_.empty()) {
         std::this_thread::sleep_for(std::chrono::nanoseconds(poll_ns_));
         continue;
       }
       look();
+      if (watch_dirty_) publish_watch();
       if (!watching_.empty()) std::this_thread::sleep_for(std::chrono::nanoseconds(poll_ns_));
     }
   }
@@ -852,6 +937,11 @@ class Hook : public std::enable_shared_from_this<Hook> {
   std::map<std::tuple<std::string, int64_t, int64_t>, int64_t> seqs_;
   std::set<const void*> timed_groups_;
   std::vector<Record> watching_;  // poller thread only (and shutdown, after it stopped)
+  std::map<std::string, int64_t> last_done_;  // poller thread only
+  std::map<std::string, GroupShape> shape_;  // poller thread only
+  bool watch_dirty_ = false;                  // poller thread only
+  std::mutex watch_mu_;
+  std::map<std::string, GroupWatch> watch_;  // watch_mu_
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::deque<Record> done_;
@@ -968,6 +1058,7 @@ PYBIND11_MODULE(OTEL_EXT_MODULE_NAME, m) {
       .def("drain", &Hook::drain, py::arg("max_records"), py::arg("timeout_s"))
       .def("flush_window", &Hook::flush_window)
       .def("in_flight", &Hook::in_flight)
+      .def("watch_state", &Hook::watch_state)
       .def("dropped", &Hook::dropped)
       .def("invalid", &Hook::invalid)
       .def("issued", &Hook::issued)

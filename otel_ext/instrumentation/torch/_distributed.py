@@ -603,12 +603,32 @@ class _State:
                 target=self._drain_loop, name="otel-ext-collective-drain", daemon=True
             )
             self.drainer.start()
+        self.watch = self._start_watch(hook)
         # Before the interpreter finalises: the records still in flight become spans (while
         # the SDK, whose own exit hook runs after this one, can still export them), and the
         # drain thread stops. A daemon thread still inside the native drain at finalisation
         # is torn down by the interpreter in the middle of C++ code, which aborts the process.
         atexit.register(self.close_at_exit)
         return True
+
+    def _start_watch(self, hook: Any) -> Any:
+        """The collective watch (in-flight state for the node agent, hang watchdog): a
+        background thread; ``None`` when this torch build's hook has no watch state."""
+        from otel_ext import config
+        from otel_ext.instrumentation.torch._collective_watch import start_watch
+
+        if not hasattr(hook, "watch_state"):
+            return None
+        return start_watch(
+            hook,
+            op_of=lambda idx: self.native_specs[idx].op,
+            group_name=lambda g: DEFAULT_GROUP_NAME if g == self.default_name else g,
+            identity=self._identity_by_name,
+            tracer=self.tracer,
+            tracer_provider=self.tracer_provider_given or otel_trace.get_tracer_provider(),
+            host=self.host_id or config.host_id(),
+            rank=dist.get_rank() if dist.is_initialized() else None,
+        )
 
     def _start_drain_process(self, hook: Any) -> None:
         """drain="process": start the drain process and point the hook's completed records at
@@ -1133,6 +1153,8 @@ class _State:
         self.flush(timeout)
         self.closed = True
         self.drain_wake.set()
+        if getattr(self, "watch", None) is not None:
+            self.watch.stop()
         if self.native is not None:
             if self.drainer is not None and self.drainer.is_alive():
                 self.drainer.join(timeout)
