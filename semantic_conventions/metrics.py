@@ -67,12 +67,14 @@ __all__ = [
     "METRIC_HW_ERRORS",
     "METRIC_HW_GPU_MEMORY_LIMIT",
     "METRIC_HW_GPU_MEMORY_USAGE",
+    "METRIC_HW_GPU_MEMORY_UTILIZATION",
     "METRIC_HW_GPU_UTILIZATION",
     "METRIC_HW_NETWORK_BANDWIDTH_LIMIT",
     "METRIC_HW_NETWORK_IO",
     "METRIC_HW_NETWORK_PACKETS",
     "METRIC_HW_NETWORK_UP",
     "METRIC_HW_POWER",
+    "METRIC_HW_STATUS",
     "METRIC_HW_TEMPERATURE",
     "METRIC_PROCESS_CPU_TIME",
     "METRIC_SYSTEM_CPU_TIME",
@@ -193,12 +195,14 @@ METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN = 'gen_ai.server.time_per_output_toke
 METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN = 'gen_ai.server.time_to_first_token'
 #: Energy consumed by the component (OpenTelemetry `hw.*`).
 METRIC_HW_ENERGY = 'hw.energy'
-#: Errors encountered by the component (OpenTelemetry `hw.*`); for a network port, packets in error or dropped, error.type naming the kernel's or the port's counter.
+#: Errors encountered by the component (OpenTelemetry `hw.*`); for a network port, packets in error or dropped, error.type naming the kernel's or the port's counter; for a GPU (hw.type gpu), its memory's volatile ECC errors, error.type corrected or uncorrected.
 METRIC_HW_ERRORS = 'hw.errors'
 #: Device memory size (OpenTelemetry `hw.gpu.*`).
 METRIC_HW_GPU_MEMORY_LIMIT = 'hw.gpu.memory.limit'
 #: Device memory in use (OpenTelemetry `hw.gpu.*`).
 METRIC_HW_GPU_MEMORY_USAGE = 'hw.gpu.memory.usage'
+#: Fraction of time device memory was being read or written, as the driver reports it (OpenTelemetry `hw.gpu.*`; NVML's utilization.memory / 100).
+METRIC_HW_GPU_MEMORY_UTILIZATION = 'hw.gpu.memory.utilization'
 #: Fraction of time the GPU was busy, as the driver reports it (OpenTelemetry `hw.gpu.*`).
 METRIC_HW_GPU_UTILIZATION = 'hw.gpu.utilization'
 #: Link speed of a network port, per direction of a full-duplex link (OpenTelemetry `hw.network.*`).
@@ -211,6 +215,8 @@ METRIC_HW_NETWORK_PACKETS = 'hw.network.packets'
 METRIC_HW_NETWORK_UP = 'hw.network.up'
 #: Instantaneous power drawn by the component (OpenTelemetry `hw.*`).
 METRIC_HW_POWER = 'hw.power'
+#: Operational status of the component: 1 for the state it is in, 0 for the others, one series per hw.state (OpenTelemetry `hw.*`). A GPU is failed when the driver reports it lost, degraded when its memory had uncorrected ECC errors since the driver loaded, else ok.
+METRIC_HW_STATUS = 'hw.status'
 #: Temperature of the component (OpenTelemetry `hw.*`).
 METRIC_HW_TEMPERATURE = 'hw.temperature'
 #: CPU time of the workload process (OpenTelemetry `process.*`).
@@ -236,7 +242,7 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'accel.collective.duration': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
     'accel.collective.exposed.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': 'rate(t)', 'inputs': {'t': 'accel.collective.time'}, 'attributes': []},
     'accel.collective.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
-    'accel.collective.last_seq': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.group', 'accel.rank', 'accel.device.id', 'accel.host.id']},
+    'accel.collective.last_seq': {'class': 'base', 'instrument': 'gauge', 'unit': '{seq}', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.group', 'accel.rank', 'accel.device.id', 'accel.host.id']},
     'accel.collective.pending.duration': {'class': 'base', 'instrument': 'gauge', 'unit': 's', 'monotonic': False, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.collective.seq', 'accel.rank', 'accel.device.id', 'accel.host.id']},
     'accel.collective.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'collective', 'formula': None, 'inputs': {}, 'attributes': ['accel.collective.op', 'accel.collective.group', 'accel.device.id']},
     'accel.collective.wait.ratio': {'class': 'derived', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'collective', 'formula': 'rate(wait)', 'inputs': {'wait': 'accel.collective.wait.time'}, 'attributes': []},
@@ -281,17 +287,19 @@ METRIC_SPECS: dict[str, dict[str, Any]] = {
     'gen_ai.server.request.duration': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'gen_ai.server.time_per_output_token': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
     'gen_ai.server.time_to_first_token': {'class': 'base', 'instrument': 'histogram', 'unit': 's', 'monotonic': False, 'scope': 'request', 'formula': None, 'inputs': {}, 'attributes': ['gen_ai.request.model', 'gen_ai.operation.name']},
-    'hw.energy': {'class': 'base', 'instrument': 'counter', 'unit': 'J', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.errors': {'class': 'base', 'instrument': 'counter', 'unit': '{error}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'error.type', 'network.io.direction', 'network.interface.name', 'hw.id']},
-    'hw.gpu.memory.limit': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.gpu.memory.usage': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.gpu.utilization': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
+    'hw.energy': {'class': 'base', 'instrument': 'counter', 'unit': 'J', 'monotonic': True, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.errors': {'class': 'base', 'instrument': 'counter', 'unit': '{error}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.device.id', 'accel.host.id', 'error.type', 'network.io.direction', 'network.interface.name', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.gpu.memory.limit': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.gpu.memory.usage': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.gpu.memory.utilization': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.gpu.utilization': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
     'hw.network.bandwidth.limit': {'class': 'base', 'instrument': 'updowncounter', 'unit': 'By/s', 'monotonic': False, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.interface.name', 'hw.id']},
     'hw.network.io': {'class': 'base', 'instrument': 'counter', 'unit': 'By', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction', 'network.interface.name', 'hw.id']},
     'hw.network.packets': {'class': 'base', 'instrument': 'counter', 'unit': '{packet}', 'monotonic': True, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.io.direction', 'network.interface.name', 'hw.id']},
     'hw.network.up': {'class': 'base', 'instrument': 'updowncounter', 'unit': '1', 'monotonic': False, 'scope': 'link', 'formula': None, 'inputs': {}, 'attributes': ['accel.link.id', 'accel.host.id', 'network.interface.name', 'hw.id']},
-    'hw.power': {'class': 'base', 'instrument': 'gauge', 'unit': 'W', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
-    'hw.temperature': {'class': 'base', 'instrument': 'gauge', 'unit': 'Cel', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id']},
+    'hw.power': {'class': 'base', 'instrument': 'gauge', 'unit': 'W', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
+    'hw.status': {'class': 'base', 'instrument': 'updowncounter', 'unit': '1', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model', 'hw.state']},
+    'hw.temperature': {'class': 'base', 'instrument': 'gauge', 'unit': 'Cel', 'monotonic': False, 'scope': 'device', 'formula': None, 'inputs': {}, 'attributes': ['accel.device.id', 'hw.id', 'hw.type', 'hw.vendor', 'hw.model']},
     'process.cpu.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.host.id']},
     'system.cpu.time': {'class': 'base', 'instrument': 'counter', 'unit': 's', 'monotonic': True, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.host.id']},
     'system.cpu.utilization': {'class': 'base', 'instrument': 'gauge', 'unit': '1', 'monotonic': False, 'scope': 'host', 'formula': None, 'inputs': {}, 'attributes': ['accel.host.id']},

@@ -509,6 +509,34 @@ def collectives() -> dict[str, Any]:
         description="accel.collective.busbw, derived by the counter bridge from accel.collective.bus.io and "
         "accel.collective.time.",
     )
+    b.row("Pending collectives (hangs)")
+    pending = metric(M.METRIC_ACCEL_COLLECTIVE_PENDING_DURATION)
+    rank, op, seq = label(A.ACCEL_RANK), label(A.ACCEL_COLLECTIVE_OP), label(A.ACCEL_COLLECTIVE_SEQ)
+    b.panel(
+        "Pending collectives per group",
+        [
+            (
+                f"max by ({GROUP}, {op}, {seq}, {rank}) ({pending}{{{g}}})",
+                f"{{{{{GROUP}}}}} {{{{{op}}}}} #{{{{{seq}}}}} rank {{{{{rank}}}}}",
+            )
+        ],
+        unit="s",
+        description="How long each member has waited in its oldest collective in flight "
+        "(accel.collective.pending.duration, shown once past the agent's 1 s minimum). Members "
+        "of a group missing here while the others wait are the ones AccelCollectiveHang names.",
+    )
+    b.panel(
+        "Last completed sequence number per rank",
+        [
+            (
+                f"max by ({GROUP}, {rank}) ({metric(M.METRIC_ACCEL_COLLECTIVE_LAST_SEQ)}{{{g}}})",
+                f"{{{{{GROUP}}}}} rank {{{{{rank}}}}}",
+            )
+        ],
+        unit="none",
+        description="accel.collective.last_seq: a rank that stopped stays below the sequence "
+        "number the others wait in.",
+    )
     return b.json()
 
 

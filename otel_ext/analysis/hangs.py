@@ -134,8 +134,8 @@ def find_hangs(table: EventTable) -> list[Hang]:
         reached[key] = max(reached.get(key, -1), seq)
         at[(group, seq)].setdefault(rank, (op, int(nbytes[i])))
         if pend[i]:
-            waited = int(ends[i]) - int(starts[i])
-            waits[(group, seq)][rank] = max(waits[(group, seq)].get(rank, 0), waited)
+            span_ns = int(ends[i]) - int(starts[i])
+            waits[(group, seq)][rank] = max(waits[(group, seq)].get(rank, 0), span_ns)
             src = "flight-recorder" if kinds[i] == FLIGHT_RECORDER_PENDING else "watchdog"
             source.setdefault((group, seq), src)
         else:
