@@ -99,6 +99,9 @@ _KINETO_CAT = {
     Category.STEP: "user_annotation",
 }
 
+#: the ``cat`` written for each category code
+_CAT_TEXT = {int(c): _KINETO_CAT.get(c, "user_annotation") for c in Category}
+
 #: what the file's ``otherData.ranks`` says of each rank (the report's ``ranks`` entries)
 _RANK_KEYS = ("rank", "host", "device", "clock_offset_ns", "clock_bound_ns", "clock_status",
               "clock", "clock_drift_ppm")  # fmt: skip
@@ -155,7 +158,7 @@ class TimelineFile:
 
 def _us(ns: int) -> str:
     """Nanoseconds as microseconds with three decimals, from the integer (exact)."""
-    q, r = divmod(int(ns), 1000)
+    q, r = divmod(ns, 1000)
     return f"{q}.{r:03d}"
 
 
@@ -195,7 +198,7 @@ class _Lanes:
 
 
 class _Out:
-    """The file, written in pieces of about 1 MB (gzipped for a ``.gz`` name)."""
+    """The file, written in pieces of about 256 KiB (gzipped for a ``.gz`` name)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -221,7 +224,7 @@ class _Out:
         self.parts.append(text)
         self.size += len(text) + 2
         self.events += 1
-        if self.size > 1 << 20:
+        if self.size > 1 << 18:
             self.flush()
 
     def text(self, text: str) -> None:
@@ -433,27 +436,27 @@ def _write_rank(
     end_shift = np.zeros(len(idx), dtype=np.int64)
     moved = np.zeros(len(idx), dtype=bool)
     if repaired:
-        for j, q in enumerate(idx.tolist()):
-            hit = repaired.get(q)
-            if hit is not None:
-                shift[j] = hit[0] - int(start[j])
-                end_shift[j] = hit[1] - int(end[j])
-                moved[j] = True
-                start[j], end[j] = hit
+        hits = np.flatnonzero(np.isin(idx, np.fromiter(repaired, dtype=np.int64)))
+        for j in hits.tolist():
+            rs, re_ = repaired[int(idx[j])]
+            shift[j], end_shift[j] = rs - int(start[j]), re_ - int(end[j])
+            moved[j] = True
+            start[j], end[j] = rs, re_
     end = np.maximum(end, start)  # no negative duration on the timeline
     cat = rows["category"][idx]
     stream = rows["stream"][idx]
-    tid = rows["tid"][idx]
     on_device = np.isin(cat, np.asarray([int(c) for c in DEVICE_CATEGORIES])) | (stream >= 0)
-    track = np.where(on_device, _STREAM_TID0 + np.maximum(stream, 0), np.maximum(tid, 0))
-    order = np.lexsort((-(end - start), start, track))
-    name_codes = rows["name"][idx]
-    corr = rows["correlation"][idx]
-    ext = rows["external_id"][idx]
-    coll_op = rows["coll_op"][idx]
-    coll_group = rows["coll_group"][idx]
-    coll_seq = rows["coll_seq"][idx]
-    coll_bytes = rows["coll_bytes"][idx]
+    track = np.where(
+        on_device, _STREAM_TID0 + np.maximum(stream, 0), np.maximum(rows["tid"][idx], 0)
+    )
+    o = np.lexsort((-(end - start), start, track))  # per track, in start order, outer first
+    columns = [
+        a[o].tolist()
+        for a in (start, end, track, rows["name"][idx], cat, stream, rows["correlation"][idx],
+                  rows["external_id"][idx], rows["coll_op"][idx], rows["coll_group"][idx],
+                  rows["coll_seq"][idx], rows["coll_bytes"][idx], idx, moved, shift, end_shift,
+                  wanted[idx])
+    ]  # fmt: skip
     op_names = rows.strings["coll_op"]
     group_names = rows.strings["coll_group"]
     lanes: dict[int, _Lanes] = {}
@@ -461,8 +464,8 @@ def _write_rank(
     launches: dict[int, tuple[int, int, int]] = {}
     kernels: list[tuple[int, tuple[int, int, int]]] = []
     n_moved = 0
-    for j in order.tolist():
-        s, e, tr = int(start[j]), int(end[j]), int(track[j])
+    runtime = int(Category.RUNTIME)
+    for s, e, tr, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want in zip(*columns):
         lane_set = lanes.get(tr)
         if lane_set is None:
             lane_set = lanes[tr] = _Lanes()
@@ -476,43 +479,35 @@ def _write_rank(
                 what += f" #{lane + 1}"
             out.event(_meta("thread_name", pid, t, {"name": what}))
             out.event(_meta("thread_sort_index", pid, t, {"sort_index": t % _LANE_STRIDE}))
-        code = int(name_codes[j])
         nm = name_text.get(code)
         if nm is None:
             nm = name_text[code] = json.dumps(names[code] or "(unnamed)")
-        c = int(cat[j])
-        args = [f'"rank":{rank}']
+        args = f'"rank":{rank}'
         if tr >= _STREAM_TID0:
-            args.append(f'"stream":{int(stream[j])}')
-        cj = int(corr[j])
+            args += f',"stream":{st}'
         if cj >= 0:
-            args.append(f'"correlation":{cj}')
-        if int(ext[j]) >= 0:
-            args.append(f'"External id":{int(ext[j])}')
-        if int(coll_op[j]) > 0:
-            args.append(f'"Collective name":{json.dumps(op_names[int(coll_op[j])])}')
-        if int(coll_group[j]) > 0:
-            args.append(f'"Process Group Name":{json.dumps(group_names[int(coll_group[j])])}')
-        if int(coll_seq[j]) >= 0:
-            args.append(f'"Seq":{int(coll_seq[j])}')
-        if int(coll_bytes[j]) >= 0:
-            args.append(f'"bytes":{int(coll_bytes[j])}')
-        if moved[j]:
-            args.append(
-                f'"repaired":true,"repair_shift_ns":{int(shift[j])},'
-                f'"repair_end_shift_ns":{int(end_shift[j])}'
-            )
+            args += f',"correlation":{cj}'
+        if ex >= 0:
+            args += f',"External id":{ex}'
+        if op > 0:
+            args += f',"Collective name":{json.dumps(op_names[op])}'
+        if grp > 0:
+            args += f',"Process Group Name":{json.dumps(group_names[grp])}'
+        if seq >= 0:
+            args += f',"Seq":{seq}'
+        if nb >= 0:
+            args += f',"bytes":{nb}'
+        if mv:
+            args += f',"repaired":true,"repair_shift_ns":{sh},"repair_end_shift_ns":{esh}'
             n_moved += 1
-        kcat = _KINETO_CAT.get(Category(c), "user_annotation") if 0 <= c <= 12 else "other"
         out.event(
-            f'{{"ph":"X","cat":"{kcat}","name":{nm},"pid":{pid},"tid":{t},'
-            f'"ts":{_us(s - base)},"dur":{_us(e - s)},"args":{{{",".join(args)}}}}}'
+            f'{{"ph":"X","cat":"{_CAT_TEXT.get(c, "other")}","name":{nm},"pid":{pid},'
+            f'"tid":{t},"ts":{_us(s - base)},"dur":{_us(e - s)},"args":{{{args}}}}}'
         )
-        q = int(idx[j])
-        if wanted[q]:
+        if want:
             ends[q] = (pid, t, s)
         if cj >= 0:
-            if c == Category.RUNTIME:
+            if c == runtime:
                 launches.setdefault(cj, (pid, t, s))
             elif tr >= _STREAM_TID0:
                 kernels.append((cj, (pid, t, s)))
