@@ -363,6 +363,34 @@ def test_dlrm_timeline_in_a_folder_is_left_out(
     assert len(load.table) == sum(i["events"] for i in doc["inputs"])
 
 
+# --------------------------------------------------- the simulated cluster: counters
+
+
+def test_simulated_run_counters_on_their_device_and_finding_at_its_onset(tmp_path: Path) -> None:
+    sim = tmp_path / "sim"
+    got = subprocess.run(
+        [sys.executable, "-m", "otel_ext.cli", "simulate", "--requests", "20", "--quiet",
+         "--fault", "throttle@host1/chip2", "--out", str(sim)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    out = tmp_path / "sim.timeline.json"
+    doc = analyze(sim, timeline=TimelineFile(out))
+    trace = _read(out)
+    check_well_formed(trace)
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == doc["timeline"]["counters"] > 0
+    for entry in doc["ranks"]:  # each chip's counters on its rank's process
+        names = {e["name"] for e in counters if e["pid"] == entry["rank"]}
+        assert "accel.device.clock.frequency" in names, entry["device"]
+    base = int(trace["baseTimeNanoseconds"])
+    throttle = [f for f in doc["findings"] if f["kind"] == "throttle"]
+    assert throttle and throttle[0]["target"] == "host1/chip2"
+    [instant] = [e for e in trace["traceEvents"] if e["ph"] == "i" and "throttle" in e["name"]]
+    assert base + _ns(instant["ts"]) == throttle[0]["evidence"]["clock_change_ns"]
+    assert instant["args"]["summary"] == throttle[0]["summary"]
+
+
 # ------------------------------------------------------------------------------- CLI
 
 
