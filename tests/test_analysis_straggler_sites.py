@@ -96,7 +96,7 @@ def _job(
 
 def test_slow_rank_found_at_its_site_where_pooling_dilutes() -> None:
     found = 0
-    pooled_found = 0
+    stronger = 0
     for seed in range(40):
         rng = np.random.default_rng(seed)
         slow = int(rng.integers(4))
@@ -105,9 +105,12 @@ def test_slow_rank_found_at_its_site_where_pooling_dilutes() -> None:
         best = min(tests, key=lambda t: t.p_adjusted)
         found += best.rank == slow and best.site == "allreduce #0" and best.p_adjusted <= 0.01
         pooled = next(t for t in tests if t.site == "all" and t.rank == slow)
-        pooled_found += pooled.p_adjusted <= 0.01
+        mine = next(t for t in tests if t.site == "allreduce #0" and t.rank == slow)
+        stronger += mine.p_order < pooled.p_order
     assert found == 40
-    assert pooled_found < found  # the reason for sites: pooled evidence is weaker
+    # the reason for sites: the order of arrivals, pooled, is diluted by the collectives
+    # where the slow rank has caught up
+    assert stronger >= 36
 
 
 def test_no_rank_significant_on_exchangeable_ranks() -> None:
@@ -136,7 +139,10 @@ def test_site_tests_invariant_to_member_order_and_instance_shift(seed: int, shif
     key = lambda t: (t.rank, t.site)  # noqa: E731
     for x, y in zip(sorted(a, key=key), sorted(b, key=key)):
         assert (x.rank, x.site, x.instances, x.last) == (y.rank, y.site, y.instances, y.last)
-        assert abs(x.p_adjusted - y.p_adjusted) <= 1e-9 * max(1.0, x.p_adjusted)
+        assert x.p_order == y.p_order
+        # the sum test's draws see the same values in the same canonical order: the same
+        # estimate but for float rounding of the shifted sums at a draw's exact tie
+        assert abs(x.p_sum - y.p_sum) <= 0.002
 
 
 @settings(max_examples=40, deadline=None)

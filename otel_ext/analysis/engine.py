@@ -565,14 +565,22 @@ def _analyze(
     names = _rank_names(counts, aligned)
     edges = window_edges(aligned, windows)
     pieces, compute = _walk(alignment, keys, per, phase, cluster=cluster, edges=edges)
-    strag = find_stragglers(aligned, amatch, windows=windows, devices=names, compute=compute)
+    th = thresholds or Thresholds()
+    strag = find_stragglers(
+        aligned,
+        amatch,
+        windows=windows,
+        devices=names,
+        compute=compute,
+        alpha=th.alpha,
+        min_effect=th.lateness_effect,
+    )
     n_steps = None
     step_rows = aligned["category"] == Category.STEP
     if step_rows.any():
         ranks_with = aligned["rank"][step_rows]
         r0 = int(ranks_with.min())
         n_steps = len(distinct(aligned["name"][step_rows & (aligned["rank"] == r0)]))
-    th = thresholds or Thresholds()
     # the what-if is asked only of a rank whose lateness is a verdict, not of a chance leader
     verdicts = straggler_verdicts(strag, th, amatch)
     cp = stitch(

@@ -218,9 +218,16 @@ def window_edges(table: EventTable, windows: int) -> np.ndarray:
     return np.linspace(lo, max(hi, lo + 1), windows + 1).astype(np.int64)
 
 
+def _site_key(t: SiteTest, alpha: float, min_effect: float) -> tuple[bool, float, float]:
+    """Sort key of a rank's site tests: qualifying ones (p ≤ alpha, effect ≥ min_effect)
+    first, then by adjusted p, then by effect."""
+    qualifies = t.p_adjusted <= alpha and t.effect >= min_effect
+    return (not qualifies, t.p_adjusted, -t.effect)
+
+
 def _site_fields(best: SiteTest | None, sites: list[SiteTest]) -> dict[str, Any]:
-    """A rank's site evidence as row keys: its best test (smallest adjusted p, then largest
-    effect) and its three latest sites."""
+    """A rank's site evidence as row keys: its best test (:func:`_site_key`) and its three
+    most significant sites."""
     if best is None:
         return {"site": None, "site_p": 1.0, "site_effect": None, "site_test": None, "sites": []}
     top = sorted(sites, key=lambda t: (t.p_adjusted, -t.effect))[:3]
@@ -256,6 +263,7 @@ def find_stragglers(
     devices: dict[int, tuple[str, str]] | None = None,
     compute: ComputeSamples | None = None,
     alpha: float = ALPHA,
+    min_effect: float = 0.5,
 ) -> StragglerReport:
     """Score every rank as a straggler candidate, with the statistics a verdict needs.
 
@@ -337,8 +345,10 @@ def find_stragglers(
             step_of_instance=step_of_instances(table, inst, mrank, start, match.n_instances),
         )
         for t in site_tests(inst, mrank, lateness, site_code, site_labels, alpha=alpha):
+            # the best test: one that clears the level with the effect it needs first, then
+            # the smallest p (a pooled test can be the most significant with a diluted effect)
             held = best_site.get(t.rank)
-            if held is None or (t.p_adjusted, -t.effect) < (held.p_adjusted, -held.effect):
+            if held is None or _site_key(t, alpha, min_effect) < _site_key(held, alpha, min_effect):
                 best_site[t.rank] = t
             if t.site != "all":
                 sites_of.setdefault(t.rank, []).append(t)
