@@ -198,6 +198,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("deploy-stack")
     p_exporter, p_sim, p_prom = _free_port(), _free_port(), _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # a collective-state record as an instrumented workload publishes it (this process is its
+    # live writer): one member waiting 30 s in an all-reduce, so the agent's pending and
+    # last-seq series exist for the "Pending collectives" panels (the real-job test of the
+    # same series and of AccelCollectiveHang is tests/test_collective_hang.py)
+    from otel_ext.instrumentation.collective_state_record import CollectiveStateRecord, GroupState
+
+    records = tmp / "records"
+    records.mkdir(mode=0o750)
+    waiting = CollectiveStateRecord(records, host="node0", rank=0)
+    waiting.publish(
+        [GroupState("default_pg", 2, 0, "node0/chip0", "all_reduce", 5, 4096,
+                    time.time_ns() - 30 * 10**9, 4)]
+    )  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
     logs = {name: open(tmp / f"{name}.log", "wb") for name in ("exporter", "sim", "prometheus")}  # noqa: SIM115
     try:
@@ -219,6 +232,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     "0.5",
                     "--listen",
                     f"127.0.0.1:{p_exporter}",
+                    "--active-span-dir",
+                    str(records),
                 ],
                 cwd=REPO_ROOT,
                 env=env,
@@ -297,6 +312,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             _stop(proc)
         for log in logs.values():
             log.close()
+        waiting.close()
 
 
 @pytest.mark.parametrize(("board", "title", "expr"), panel_targets())

@@ -28,6 +28,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from otel_ext import config
@@ -108,6 +109,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host-id", default=None, help="accel.host.id (default: the host name)")
     parser.add_argument(
+        "--pod-labels",
+        choices=("dcgm", "k8s", "none"),
+        default="dcgm",
+        help="label each device's series with the pod on it: dcgm (pod, namespace, container, "
+        "as dcgm-exporter), k8s (k8s_pod_name, k8s_namespace_name, k8s_container_name) or "
+        "none (default dcgm; docs/counters.md)",
+    )
+    parser.add_argument(
+        "--pod-resources-socket",
+        default=None,
+        help="the kubelet's PodResources socket (default "
+        "/var/lib/kubelet/pod-resources/kubelet.sock; read when it exists)",
+    )
+    parser.add_argument(
         "--active-span-dir",
         action="append",
         default=None,
@@ -164,6 +179,36 @@ def build_sources(args: argparse.Namespace) -> list[Any]:
     return out
 
 
+def pod_labeller(
+    args: argparse.Namespace, reader: Any, sources: Callable[[], Sequence[Any]]
+) -> Any:
+    """The bridge's pod labeller for ``--pod-labels`` (``None`` for ``none``): the records
+    of ``reader``, the PodResources socket, the process lists of the ``sources`` that have
+    them (NVML)."""
+    from otel_ext.counters import PodAttributor, PodResourcesClient
+    from otel_ext.counters._podresources import DEFAULT_SOCKET
+
+    if args.pod_labels == "none":
+        return None
+
+    def processes() -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for src in sources():
+            if hasattr(src, "device_pids") and getattr(src, "devices", None):
+                out.update(src.device_pids())
+        return out
+
+    interval = config.resolve(config.COUNTER_INTERVAL_S, args.interval)
+    return PodAttributor(
+        records=reader,
+        pod_resources=PodResourcesClient(args.pod_resources_socket or DEFAULT_SOCKET),
+        processes=processes,
+        proc_root=args.proc_root,
+        style=args.pod_labels,
+        hold_s=2 * interval,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the daemon until SIGTERM/SIGINT; return the exit status.
 
@@ -213,9 +258,11 @@ def run(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         window_s=args.window,
         active_spans=ActiveSpanRegistry(use_current_context=False, shared=reader),
+        labeller=pod_labeller(args, reader, lambda: bridge.sources),
     )
-    started = bridge.open(quiet=detect)
-    if started == [collectives.name]:  # the workloads' records alone are no counters
+    # the workloads' collective records are no counter source of this host: not listed
+    started = [name for name in bridge.open(quiet=detect) if name != collectives.name]
+    if not started:
         bridge.stop()
         reasons = "; ".join(f"{name}: {why}" for name, why in bridge.unavailable.items())
         raise SourceUnavailableError(f"no counter source could start ({reasons})")
@@ -270,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"otel-ext exporter: serving {server.scheme}://{bound_host}:{bound_port}/metrics "
         f"(sources: {', '.join(started)} ({how}){missing}; every {bridge.interval_s:g}s; "
-        f"active spans from {', '.join(map(str, reader.directories))})",
+        f"active spans and collectives in flight from {', '.join(map(str, reader.directories))})",
         file=sys.stderr,
         flush=True,
     )

@@ -192,6 +192,7 @@ class CollectiveStateRecord:
                 os.unlink(tmp)
             raise
         self._fd = fd
+        self._pid = pid
         self._seq = 0
         self._last = b""
         self.truncated = 0
@@ -225,7 +226,7 @@ class CollectiveStateRecord:
         if self.closed:
             return
         self.closed = True
-        if unlink:
+        if unlink and os.getpid() == self._pid:  # a forked child never removes the parent's
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
         with contextlib.suppress(BufferError, ValueError):
