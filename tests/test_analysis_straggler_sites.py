@@ -386,3 +386,36 @@ def test_slow_receives_without_a_late_sender_are_slow_transfers() -> None:
     recv = {s["rank"]: s for s in stats if s["direction"] == "recv"}
     assert recv[0]["slow"] and recv[0]["late_sender_share"] == 1.0
     assert unpaired_transfer_findings(stats, lambda ns: 0.0) == []
+
+
+def test_slow_path_finding_carries_both_ends_port_counters() -> None:
+    """With the node agent's port counters loaded, the path finding shows both hosts' NICs
+    (rates, errors, drops), as ``nic_stats`` reads them."""
+    import json
+
+    from otel_ext.analysis.loaders.metrics import MetricPoints
+
+    t0 = 1_700_000_000 * 10**9
+    rows = []
+    for host, drops in (("hA", [0, 0, 0]), ("hB", [0, 40, 90])):
+        for i, ts in enumerate((0, 10, 20)):
+            attrs = {"accel.link.id": f"{host}/eth0", "accel.host.id": host,
+                     "network.interface.name": "eth0", "hw.id": "eth0"}  # fmt: skip
+            for name, v, more in (
+                ("hw.network.io", 12e6 * ts, {"network.io.direction": "transmit"}),
+                ("hw.errors", drops[i], {"error.type": "rx_dropped"}),
+            ):
+                rows.append(dict(name=name, kind="sum", time_ns=t0 + ts * 10**9, value=float(v),
+                                 start_time_ns=0, host=host, link=f"{host}/eth0",
+                                 attrs=json.dumps({**attrs, **more}, sort_keys=True)))  # fmt: skip
+    points = MetricPoints.from_rows(rows)
+    rng = np.random.default_rng(5)
+    t = EventTable.from_rows(_p2p_rows(rng, slow_ns=80_000_000))
+    paths = [p.as_dict() for p in path_stats(p2p_transfers(t, match_collectives(t)), HOSTS)]
+    (f,) = network_path_findings(paths, lambda ns: 0.0, points)
+    nic = f.evidence["nic"]
+    assert [(e["src_host"], e["dst_host"]) for e in nic] == [("hA", "hB"), ("hB", "hA")]
+    by_host = {p["host"]: p for e in nic for p in e["ports"]}
+    assert by_host["hB"]["drops"] == 90.0 and by_host["hA"]["drops"] == 0.0
+    assert abs(by_host["hA"]["tx_bytes_per_s"] - 12e6) < 1.0
+    assert "ports:" in f.summary
