@@ -74,7 +74,18 @@ def _slices(trace: dict[str, Any]) -> dict[tuple[int, int], list[tuple[int, int]
 
 
 def check_well_formed(trace: dict[str, Any]) -> None:
-    """Nesting per thread track, no negative duration, every flow paired and bound."""
+    """Nesting per thread track, no negative duration, every flow paired and bound; process
+    and thread ids as the trace processors read them (32-bit; a thread id that is some
+    process's id would be read as that process's main thread)."""
+    events = trace["traceEvents"]
+    pids = {e["pid"] for e in events if "pid" in e}
+    tids = {e["tid"] for e in events if "tid" in e}
+    assert all(0 <= x < 2**32 for x in pids | tids)
+    assert not pids & tids
+    owner: dict[int, int] = {}
+    for e in events:  # a thread belongs to one process
+        if "tid" in e:
+            assert owner.setdefault(e["tid"], e["pid"]) == e["pid"], e
     tracks = _slices(trace)
     for key, spans in tracks.items():
         stack: list[int] = []
@@ -282,7 +293,7 @@ def test_lanes_nest_whatever_the_intervals(spans: list[tuple[int, int]]) -> None
         check_well_formed(
             {
                 "traceEvents": [
-                    {"ph": "X", "pid": 0, "tid": 0, "ts": _us(s), "dur": _us(e - s)}
+                    {"ph": "X", "pid": 0, "tid": 1, "ts": _us(s), "dur": _us(e - s)}
                     for s, e in lane
                 ],
                 "otherData": {"generator": "otel-ext"},
@@ -416,6 +427,35 @@ def test_cli_perfetto_needs_out_and_html_links_the_timeline(tmp_path: Path) -> N
     assert got.returncode == 0, got.stderr
     assert 'href="tl/job.json.gz"' in html.read_text()
     check_well_formed(_read(tl))
+
+
+def test_cli_unwritable_timeline_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    from conftest import SHARED_TRACES
+
+    require((SHARED_TRACES / DLRM).is_dir(), f"real traces {SHARED_TRACES / DLRM}")
+    target = tmp_path / "no-such-folder" / "job.json"
+    got = _cli(str(SHARED_TRACES / DLRM), "--format", "perfetto", "--out", str(target), "--quiet")
+    assert got.returncode == 1
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(target) in lines[0] and "timeline" in lines[0], got.stderr
+    assert "Traceback" not in got.stderr
+
+
+def test_a_failed_write_leaves_no_file(tmp_path: Path) -> None:
+    table = _run([0, 1_000_000], seed=4)
+    out = tmp_path / "t.json"
+
+    def findings_that_fail() -> Any:  # the writer fails part-way, after the ranks
+        raise RuntimeError("boom")
+        yield
+
+    class Failing(TimelineFile):
+        def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
+            return super().__call__(replace(inputs, findings=findings_that_fail()))
+
+    with pytest.raises(RuntimeError, match="boom"):
+        analyze(table, timeline=Failing(out))
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

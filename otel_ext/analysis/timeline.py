@@ -59,6 +59,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,10 +84,10 @@ FINDINGS_PID = 1_000_001
 NO_RANK_PID = 1_000_002
 _DEVICE_PID0 = 1_000_100  # metric devices that are no rank's
 
-#: a device stream's thread id: above any host thread id Linux gives (2^22)
-_STREAM_TID0 = 1 << 30
-#: an extra lane's thread id: lane * this + the track's thread id
-_LANE_STRIDE = 1 << 40
+#: the first thread id written: thread ids are numbered from here across the whole file
+#: (the trace processors read ``pid`` and ``tid`` as 32-bit numbers; a thread id equal to a
+#: process id would name that process's main thread)
+_TID0 = 2_000_000
 
 #: the Kineto ``cat`` of each category (so the file reads back as the same rows)
 _KINETO_CAT = {
@@ -197,13 +198,37 @@ class _Lanes:
         return len(self.stacks) - 1
 
 
+class _Tids:
+    """Thread ids, one per (process, track, lane), numbered across the file from
+    :data:`_TID0`; each named (``thread_name``) and placed (``thread_sort_index``: the
+    order the tracks first appear in) when first asked for."""
+
+    def __init__(self, out: _Out) -> None:
+        self.out = out
+        self.ids: dict[tuple[int, Any, int], int] = {}
+        self.per_pid: dict[int, int] = {}
+
+    def of(self, pid: int, track: Any, lane: int, label: str) -> int:
+        key = (pid, track, lane)
+        tid = self.ids.get(key)
+        if tid is None:
+            tid = self.ids[key] = _TID0 + len(self.ids)
+            order = self.per_pid[pid] = self.per_pid.get(pid, -1) + 1
+            name = label if not lane else f"{label} #{lane + 1}"
+            self.out.event(_meta("thread_name", pid, tid, {"name": name}))
+            self.out.event(_meta("thread_sort_index", pid, tid, {"sort_index": order}))
+        return tid
+
+
 class _Out:
-    """The file, written in pieces of about 256 KiB (gzipped for a ``.gz`` name)."""
+    """The file, written in pieces of about 256 KiB (gzipped for a ``.gz`` name) to
+    ``NAME.partial``, which gets the file's name once it is complete (:meth:`close`)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.partial = path.with_name(path.name + ".partial")
         try:
-            raw: IO[bytes] = open(path, "wb")  # noqa: SIM115 (closed in close())
+            raw: IO[bytes] = open(self.partial, "wb")  # noqa: SIM115 (closed in close())
         except OSError as e:
             raise OtelExtError(
                 f"cannot write the timeline: {e.strerror or e}", path=str(path)
@@ -233,15 +258,31 @@ class _Out:
 
     def flush(self) -> None:
         if self.parts:
-            self.stream.write("".join(self.parts).encode("utf-8"))
+            try:
+                self.stream.write("".join(self.parts).encode("utf-8"))
+            except OSError as e:
+                raise OtelExtError(
+                    f"cannot write the timeline: {e.strerror or e}", path=str(self.path)
+                ) from e
             self.parts.clear()
             self.size = 0
 
-    def close(self) -> None:
-        self.flush()
-        if self.stream is not self.raw:
-            self.stream.close()
-        self.raw.close()
+    def close(self, *, complete: bool) -> None:
+        """Close the file: give it its name when ``complete``, else remove it."""
+        try:
+            if complete:
+                self.flush()
+            if self.stream is not self.raw:
+                self.stream.close()
+            self.raw.close()
+            if complete:
+                os.replace(self.partial, self.path)
+        except OSError as e:
+            raise OtelExtError(
+                f"cannot write the timeline: {e.strerror or e}", path=str(self.path)
+            ) from e
+        finally:
+            self.partial.unlink(missing_ok=True)  # gone already once renamed
 
 
 def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> str:
@@ -314,6 +355,7 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
     name_text: dict[int, str] = {}
     rank_info = {int(r["rank"]): r for r in inputs.ranks}
     out = _Out(p)
+    tids = _Tids(out)
     flows: dict[str, int] = {"collective": 0, "launch": 0, "critical_path": 0}
     flow_id = [0]
 
@@ -329,6 +371,7 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
 
     out.text(f'{{"displayTimeUnit":"ns","baseTimeNanoseconds":{base},"traceEvents":[\n')
     written = n_repaired = 0
+    complete = False
     try:
         for rank, idx in _rank_slices(rank_col):
             pid = rank if rank >= 0 else NO_RANK_PID
@@ -352,7 +395,7 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
             w, r = _write_rank(
                 out, rows, idx, rank=rank, pid=pid, base=base, clocks=clocks,
                 repaired=repaired, wanted=wanted, ends=ends, names=names,
-                name_text=name_text, flow=flow,
+                name_text=name_text, flow=flow, tids=tids,
             )  # fmt: skip
             written += w
             n_repaired += r
@@ -366,8 +409,10 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
                 op = match.op[int(inst[a])] or "collective"
                 for x, y in itertools.pairwise(members):
                     flow("collective", op, x, y)
-        cp_segments = _write_critical_path(out, inputs.critical_path, base=base, flow=flow)
-        n_findings = _write_findings(out, inputs.findings, base=base)
+        cp_segments = _write_critical_path(
+            out, inputs.critical_path, base=base, flow=flow, tids=tids
+        )
+        n_findings = _write_findings(out, inputs.findings, base=base, tids=tids)
         n_counters = _write_counters(out, inputs.metrics, inputs.ranks, clocks, base=base)
         other = {
             "schema": SCHEMA,
@@ -384,8 +429,9 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
             "generator": "otel-ext",  # last: the loaders read it from the file's tail
         }
         out.text(f'\n],\n"otherData":{_dumps(other)}}}\n')
+        complete = True
     finally:
-        out.close()
+        out.close(complete=complete)
     return {
         "path": str(p),
         "events": written,
@@ -424,6 +470,7 @@ def _write_rank(
     names: list[str],
     name_text: dict[int, str],
     flow: Any,
+    tids: _Tids,
 ) -> tuple[int, int]:
     """One rank's events (its tracks, in start order per track); returns (events, repaired)."""
     raw_s = rows["start_ns"][idx]
@@ -446,44 +493,35 @@ def _write_rank(
     cat = rows["category"][idx]
     stream = rows["stream"][idx]
     on_device = np.isin(cat, np.asarray([int(c) for c in DEVICE_CATEGORIES])) | (stream >= 0)
-    track = np.where(
-        on_device, _STREAM_TID0 + np.maximum(stream, 0), np.maximum(rows["tid"][idx], 0)
-    )
-    o = np.lexsort((-(end - start), start, track))  # per track, in start order, outer first
+    track = np.where(on_device, stream, rows["tid"][idx])  # a stream, or a host thread
+    # per track (host threads first), in start order, the outer event first
+    o = np.lexsort((-(end - start), start, track, on_device))
     columns = [
         a[o].tolist()
-        for a in (start, end, track, rows["name"][idx], cat, stream, rows["correlation"][idx],
+        for a in (start, end, track, on_device, rows["name"][idx], cat, stream, rows["correlation"][idx],
                   rows["external_id"][idx], rows["coll_op"][idx], rows["coll_group"][idx],
                   rows["coll_seq"][idx], rows["coll_bytes"][idx], idx, moved, shift, end_shift,
                   wanted[idx])
     ]  # fmt: skip
     op_names = rows.strings["coll_op"]
     group_names = rows.strings["coll_group"]
-    lanes: dict[int, _Lanes] = {}
-    named: set[int] = set()
+    lanes: dict[tuple[bool, int], _Lanes] = {}
     launches: dict[int, tuple[int, int, int]] = {}
     kernels: list[tuple[int, tuple[int, int, int]]] = []
     n_moved = 0
     runtime = int(Category.RUNTIME)
-    for s, e, tr, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want in zip(*columns):
-        lane_set = lanes.get(tr)
+    for s, e, tr, dev, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want in zip(*columns):
+        key = (dev, tr)
+        lane_set = lanes.get(key)
         if lane_set is None:
-            lane_set = lanes[tr] = _Lanes()
+            lane_set = lanes[key] = _Lanes()
         lane = lane_set.place(s, e)
-        t = tr + lane * _LANE_STRIDE
-        if t not in named:
-            named.add(t)
-            dev = tr >= _STREAM_TID0
-            what = f"stream {tr - _STREAM_TID0}" if dev else f"thread {tr}"
-            if lane:
-                what += f" #{lane + 1}"
-            out.event(_meta("thread_name", pid, t, {"name": what}))
-            out.event(_meta("thread_sort_index", pid, t, {"sort_index": t % _LANE_STRIDE}))
+        t = tids.of(pid, key, lane, f"stream {tr}" if dev else f"thread {tr}")
         nm = name_text.get(code)
         if nm is None:
             nm = name_text[code] = json.dumps(names[code] or "(unnamed)")
         args = f'"rank":{rank}'
-        if tr >= _STREAM_TID0:
+        if dev:
             args += f',"stream":{st}'
         if cj >= 0:
             args += f',"correlation":{cj}'
@@ -509,7 +547,7 @@ def _write_rank(
         if cj >= 0:
             if c == runtime:
                 launches.setdefault(cj, (pid, t, s))
-            elif tr >= _STREAM_TID0:
+            elif dev:
                 kernels.append((cj, (pid, t, s)))
     for cj, k in kernels:
         src = launches.get(cj)
@@ -518,7 +556,7 @@ def _write_rank(
     return len(idx), n_moved
 
 
-def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any) -> int:
+def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any, tids: _Tids) -> int:
     """The critical path's process: a thread per rank, its segments, its cross-rank flows."""
     segs = list(cp.segments)
     if not segs:
@@ -529,16 +567,14 @@ def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any) -
                     {"labels": f"length {cp.length_ns / 1e6:.3f} ms, {len(segs)} segments"}))  # fmt: skip
     out.event(_meta("process_sort_index", pid, None, {"sort_index": -1}))
     lanes: dict[int, _Lanes] = {}
+    for rank in sorted({int(seg["rank"]) for seg in segs}):  # the threads in rank order
+        lanes[rank] = _Lanes()
+        tids.of(pid, rank, 0, f"rank {rank}")
     prev: tuple[int, tuple[int, int, int]] | None = None
     for seg in segs:
         rank = int(seg["rank"])
         s, e = int(seg["start_ns"]), max(int(seg["end_ns"]), int(seg["start_ns"]))
-        lane_set = lanes.get(rank)
-        if lane_set is None:
-            lane_set = lanes[rank] = _Lanes()
-            out.event(_meta("thread_name", pid, rank, {"name": f"rank {rank}"}))
-        lane = lane_set.place(s, e)
-        tid = rank + lane * _LANE_STRIDE
+        tid = tids.of(pid, rank, lanes[rank].place(s, e), f"rank {rank}")
         name = seg.get("name") or seg["category"]
         args = {"critical_path": True, "rank": rank, "category": seg["category"]}
         out.event(
@@ -561,14 +597,16 @@ def _finding_time(f: dict[str, Any]) -> tuple[int | None, str]:
     return None, "run start (the finding is about the whole run)"
 
 
-def _write_findings(out: _Out, findings: Sequence[dict[str, Any]], *, base: int) -> int:
+def _write_findings(
+    out: _Out, findings: Sequence[dict[str, Any]], *, base: int, tids: _Tids
+) -> int:
     """Each finding as an instant event on the ``findings`` process."""
     if not findings:
         return 0
     pid = FINDINGS_PID
     out.event(_meta("process_name", pid, None, {"name": "findings"}))
     out.event(_meta("process_sort_index", pid, None, {"sort_index": -2}))
-    out.event(_meta("thread_name", pid, 0, {"name": "findings"}))
+    tid = tids.of(pid, "findings", 0, "findings")
     for i, f in enumerate(findings):
         at, basis = _finding_time(f)
         ts = max(at, base) if at is not None else base
@@ -585,7 +623,7 @@ def _write_findings(out: _Out, findings: Sequence[dict[str, Any]], *, base: int)
         name = f"{f.get('kind')}: {f.get('target')}"
         out.event(
             f'{{"ph":"i","s":"t","cat":"finding","name":{json.dumps(name)},"pid":{pid},'
-            f'"tid":0,"ts":{_us(ts - base)},"args":{_dumps(args)}}}'
+            f'"tid":{tid},"ts":{_us(ts - base)},"args":{_dumps(args)}}}'
         )
     return len(findings)
 
