@@ -99,12 +99,19 @@ __all__ = [
     "GEN_AI_USAGE_OUTPUT_TOKENS",
     "HOST_NAME",
     "HW_ID",
+    "HW_MODEL",
+    "HW_STATE",
     "HW_TYPE",
+    "HW_VENDOR",
+    "K8S_CONTAINER_NAME",
+    "K8S_NAMESPACE_NAME",
     "K8S_NODE_NAME",
     "K8S_POD_NAME",
+    "K8S_POD_UID",
     "NETWORK_INTERFACE_NAME",
     "NETWORK_IO_DIRECTION",
     "PROCESS_PID",
+    "SERVICE_NAME",
     "SYSTEM_MEMORY_STATE",
 ]
 
@@ -296,17 +303,31 @@ GEN_AI_USAGE_OUTPUT_TOKENS = 'gen_ai.usage.output_tokens'
 HOST_NAME = 'host.name'
 #: Identifier of the hardware component (OpenTelemetry `hw.*`).
 HW_ID = 'hw.id'
+#: Descriptive model name of the hardware component, as the driver names it (OpenTelemetry `hw.*`).
+HW_MODEL = 'hw.model'
+#: The state of the component that `hw.status` reports (OpenTelemetry `hw.*`).
+HW_STATE = 'hw.state'
 #: Type of the hardware component (OpenTelemetry `hw.*`).
 HW_TYPE = 'hw.type'
+#: Vendor name of the hardware component (OpenTelemetry `hw.*`).
+HW_VENDOR = 'hw.vendor'
+#: Kubernetes container name within the pod (OpenTelemetry `k8s.*`); the node agent's `container` label.
+K8S_CONTAINER_NAME = 'k8s.container.name'
+#: Kubernetes namespace of the pod (OpenTelemetry `k8s.*`); the node agent's `namespace` label (dcgm-exporter's name) or, with `--k8s-labels otel`, this attribute.
+K8S_NAMESPACE_NAME = 'k8s.namespace.name'
 #: Kubernetes node name (OpenTelemetry `k8s.*`).
 K8S_NODE_NAME = 'k8s.node.name'
 #: Kubernetes pod name (OpenTelemetry `k8s.*`).
 K8S_POD_NAME = 'k8s.pod.name'
+#: Kubernetes pod UID (OpenTelemetry `k8s.*`); joins a process's cgroup to its pod.
+K8S_POD_UID = 'k8s.pod.uid'
 #: Name of the network interface, as the kernel names it (OpenTelemetry `network.*`).
 NETWORK_INTERFACE_NAME = 'network.interface.name'
 #: Direction of network traffic (OpenTelemetry `network.*`).
 NETWORK_IO_DIRECTION = 'network.io.direction'
 #: Process identifier (OpenTelemetry `process.*`).
 PROCESS_PID = 'process.pid'
+#: Logical name of the service (OpenTelemetry `service.*`); carried in the active-span record with the pod identity.
+SERVICE_NAME = 'service.name'
 #: Memory state (OpenTelemetry `system.*`).
 SYSTEM_MEMORY_STATE = 'system.memory.state'

@@ -128,7 +128,9 @@ def test_derived_metrics_match_ground_truth_of_constant_sim():
             if expected is not None:
                 assert s.value == pytest.approx(expected, rel=1e-9), (metric, dev)
                 checked += 1
-    assert checked == 4 * 9  # every device-level derived metric of every chip
+    # every device-level derived metric of every chip, and (link series carry the chip they
+    # leave) the two link metrics of each chip's link in both directions
+    assert checked == 4 * 9 + 4 * 2 * 2
     link = [s for s in fams["accel.link.bandwidth.utilization"]]
     assert len(link) == 8
     for s in link:

@@ -168,9 +168,13 @@ def test_nvml_reads_and_converts_units():
         "accel.device.model": "H100-SXM5-80GB",
         "accel.device.index": 0,
         "hw.id": "GPU-0000-0",
+        "hw.type": "gpu",
+        "hw.vendor": "NVIDIA",
+        "hw.model": "NVIDIA H100 80GB HBM3",
     }
     assert got["hw.energy"][0].value == 1000.0  # mJ -> J
     assert got["hw.gpu.utilization"][0].value == 0.87
+    assert got["hw.gpu.memory.utilization"][0].value == 0.40
     assert got["accel.device.clock.frequency"][0].value == 1.98e9
     assert got["accel.device.memory.clock.frequency"][0].value == 2.619e9
     assert got["hw.temperature"][0].value == 61
@@ -193,9 +197,16 @@ def test_nvml_reads_and_converts_units():
         ("node-a/gpu0-nvlink1", "receive"): 201 * 1024.0,
     }
     assert got["accel.link.io"][0].timestamp_ns == 1_700_000_000_000_000_000  # field timestamp (us)
-    assert {s.attributes["error.type"]: s.value for s in got["accel.memory.ecc.errors"]} == {
+    assert {s.attributes["error.type"]: s.value for s in got["hw.errors"]} == {
         "corrected": 5,
         "uncorrected": 0,
+    }
+    assert {s.attributes["hw.type"] for s in got["hw.errors"]} == {"gpu"}
+    # only uncorrected errors degrade a GPU
+    assert {s.attributes["hw.state"]: s.value for s in got["hw.status"]} == {
+        "ok": 1.0,
+        "degraded": 0.0,
+        "failed": 0.0,
     }
     assert got["accel.device.throttle.reasons"][0].value == 4
     src.close()
@@ -213,7 +224,7 @@ def test_nvml_without_driver_is_one_line_error():
 def test_nvml_unsupported_reading_is_skipped_for_that_gpu_only():
     src = NvmlSource(nvml=fake_nvml(gpus=2), host="h", clock=lambda: 5)
     src.open()
-    ecc = by_metric(src.sample())["accel.memory.ecc.errors"]
+    ecc = by_metric(src.sample())["hw.errors"]
     assert {s.attributes["accel.device.id"] for s in ecc} == {"h/gpu0"}
 
 
@@ -240,8 +251,17 @@ def test_nvml_lost_gpu_goes_stale_and_the_bridge_keeps_running():
     fams = bridge.families()
     assert {s.attributes["accel.device.id"] for s in fams["hw.power"]} == {"h/gpu0"}
     assert all(
-        s.attributes.get("accel.device.id") != "h/gpu1" for fam in fams.values() for s in fam
+        s.attributes.get("accel.device.id") != "h/gpu1"
+        for metric, fam in fams.items()
+        if metric != "hw.status"
+        for s in fam
     )
+    # the lost GPU's one remaining series is its status: failed
+    assert {
+        s.attributes["hw.state"]: s.value
+        for s in fams["hw.status"]
+        if s.attributes["accel.device.id"] == "h/gpu1"
+    } == {"ok": 0.0, "degraded": 0.0, "failed": 1.0}
     assert bridge.health()["sources"]["nvml"]["up"]
     power_ratio = {
         s.attributes["accel.device.id"]: s.value for s in fams["accel.device.power.ratio"]

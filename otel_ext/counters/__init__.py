@@ -10,6 +10,8 @@ evaluates the registry's derived metrics with provenance, and guards cardinality
 :class:`CounterCollector` exposes it to Prometheus (OpenMetrics with exemplars from the
 :class:`ActiveSpanRegistry`, which in the node agent reads the workloads' shared records
 through :class:`SharedActiveSpanReader`), :class:`OtlpCounterBridge` to OpenTelemetry;
+:class:`PodAttributor` labels a device's series with the Kubernetes pod on it (the
+workloads' records, the kubelet's PodResources API, the processes' cgroups);
 :class:`TargetInfoCollector` says what the agent serves.
 ``otel-ext exporter`` (:mod:`otel_ext.counters.cli`) is the node daemon.
 
@@ -27,9 +29,16 @@ from otel_ext.counters._derived import DerivedEvaluator, DerivedPoint, InputSeri
 from otel_ext.counters._exemplars import ActiveSpanRegistry, ExemplarRef, current_span_ref
 from otel_ext.counters._host import HostSource
 from otel_ext.counters._infiniband import InfinibandSource
+from otel_ext.counters._k8s import PodAttributor, PodRef, pod_of_cgroup
 from otel_ext.counters._net import NetDevSource
 from otel_ext.counters._nvml import NvmlSource, match_device_model
 from otel_ext.counters._otlp import OtlpCounterBridge
+from otel_ext.counters._podresources import (
+    AllocatedDevice,
+    PodResourcesClient,
+    PodResourcesError,
+    decode_list_response,
+)
 from otel_ext.counters._prometheus import CounterCollector
 from otel_ext.counters._rates import CounterTracker, RatePoint, counter_delta
 from otel_ext.counters._sim import BuiltinSimModel, SimCounterModel, SimulatedSource
@@ -48,6 +57,7 @@ __all__ = [
     "CLOCK_HOST_MONOTONIC",
     "CLOCK_HOST_REALTIME",
     "ActiveSpanRegistry",
+    "AllocatedDevice",
     "BaseSource",
     "BuiltinSimModel",
     "CollectiveStateSource",
@@ -66,6 +76,10 @@ __all__ = [
     "NetDevSource",
     "NvmlSource",
     "OtlpCounterBridge",
+    "PodAttributor",
+    "PodRef",
+    "PodResourcesClient",
+    "PodResourcesError",
     "Provenance",
     "RatePoint",
     "Sample",
@@ -78,6 +92,8 @@ __all__ = [
     "best_span",
     "counter_delta",
     "current_span_ref",
+    "decode_list_response",
     "match_device_model",
+    "pod_of_cgroup",
     "running_time",
 ]

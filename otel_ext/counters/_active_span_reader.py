@@ -54,12 +54,14 @@ from pathlib import Path
 from otel_ext.counters._exemplars import ExemplarRef
 from otel_ext.instrumentation.active_span_record import (
     RECORD_BYTES,
+    RESOURCE_MAX_BYTES,
     UUID_BYTES,
     W_SEQ,
     W_UUID,
     RecordEntry,
     RecordSnapshot,
     decode_record,
+    decode_resource,
     default_directory,
     parse_record_name,
     record_directory,
@@ -83,6 +85,17 @@ def device_alias(device_id: str) -> tuple[str, int] | None:
 
 
 _alias = device_alias
+
+
+def _writer_alive(fd: int) -> bool:
+    """Whether a writer holds the record's (shared) lock: taking it exclusively fails."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
 
 
 def running_time(entries: Iterable[RecordEntry], t0: int, t1: int) -> dict[int, int]:
@@ -164,6 +177,7 @@ class _Open:
     device_id: str
     inode: int
     uuid: str
+    resource: dict[str, str]
 
 
 class SharedActiveSpanReader:
@@ -287,7 +301,13 @@ class SharedActiveSpanReader:
             return None
         raw_uuid = mm[W_UUID * 8 : W_UUID * 8 + UUID_BYTES]
         uuid = raw_uuid.split(b"\0", 1)[0].decode("ascii", "replace")
-        return _Open(fd, mm, device_id, st.st_ino, uuid)
+        resource: dict[str, str] = {}
+        if st.st_size > RECORD_BYTES:  # the workload's pod identity (written once)
+            try:
+                resource = decode_resource(os.pread(fd, 16 + RESOURCE_MAX_BYTES, RECORD_BYTES))
+            except OSError:
+                resource = {}
+        return _Open(fd, mm, device_id, st.st_ino, uuid, resource)
 
     def _forget(self, path: Path) -> None:
         f = self._files.pop(path, None)
@@ -387,6 +407,30 @@ class SharedActiveSpanReader:
         if winner is None:
             return None
         return ExemplarRef(format(winner.trace_id, "032x"), format(winner.span_id, "016x"))
+
+    def resources(self, device_ids: Iterable[str]) -> dict[str, list[dict[str, str]]]:
+        """The resource attributes (pod identity) of the live workloads on each device.
+
+        Scans the folders once; a device's records are matched as for :meth:`covering`; a
+        record whose writer is gone (nobody holds its lock) counts for nothing. Devices
+        without such a workload are left out. Never raises.
+        """
+        out: dict[str, list[dict[str, str]]] = {}
+        try:
+            self._scan()
+            live: dict[Path, bool] = {}
+            for dev in device_ids:
+                for path in self._paths(dev):
+                    f = self._files.get(path)
+                    if f is None or not f.resource:
+                        continue
+                    if path not in live:
+                        live[path] = _writer_alive(f.fd)
+                    if live[path]:
+                        out.setdefault(dev, []).append(dict(f.resource))
+        except Exception as exc:  # reading must never fail a counter round
+            _log.warning("reading active-span records failed: %r", exc)
+        return out
 
     def devices(self) -> list[str]:
         """Devices with at least one record (as of the last scan)."""

@@ -31,8 +31,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from otel_ext import config
 from otel_ext._drops import LEDGER
@@ -60,7 +60,7 @@ from otel_ext.semconv.metrics import (
     METRIC_SPECS,
 )
 
-__all__ = ["CounterBridge", "Exemplar", "SeriesState"]
+__all__ = ["CounterBridge", "Exemplar", "SeriesLabeller", "SeriesState"]
 
 _log = logging.getLogger(__name__)
 #: the ``accel.telemetry.component`` of the counters' failures
@@ -71,10 +71,24 @@ _REASONS = {
     "hook": "round_hook_failed",
     "bad": "unhashable_attribute",
     "unk": "unknown_metric",
+    "label": "series_labeller_failed",
 }
 _DERIVED_SOURCE = "derived"
 _BRIDGE_SOURCE = "bridge"
 _MAX_DROPPED_KEYS = 100_000
+
+
+class SeriesLabeller(Protocol):
+    """Adds labels to series (see :class:`CounterBridge`'s ``labeller``)."""
+
+    #: the label names it may add (derived metrics are computed without them, then labelled)
+    label_keys: frozenset[str]
+
+    def refresh(self, samples: Sequence[Sample], now_ns: int) -> None: ...
+
+    def label_sets(
+        self, attributes: Mapping[str, AttributeValue]
+    ) -> Sequence[Mapping[str, AttributeValue]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +160,10 @@ class CounterBridge:
         metric_specs: the registry table (``METRIC_SPECS``).
         evaluator: a derived-metric evaluator (built from ``metric_specs`` by default).
         clock: the bridge's clock in nanoseconds (for staleness and exemplar times).
+        labeller: adds labels to a device's series (the pod of its workload,
+            :class:`~otel_ext.counters.PodAttributor`): told every round's samples first
+            (``refresh``), then asked per sample for its extra label sets (``label_sets``:
+            none, one, or one per workload sharing the device, each a copy of the series).
     """
 
     def __init__(
@@ -161,8 +179,10 @@ class CounterBridge:
         metric_specs: Mapping[str, Mapping[str, Any]] = METRIC_SPECS,
         evaluator: DerivedEvaluator | None = None,
         clock: Callable[[], int] = time.time_ns,
+        labeller: SeriesLabeller | None = None,
     ):
         self.sources: list[CounterSource] = list(sources)
+        self.labeller = labeller
         self.interval_s = config.resolve(config.COUNTER_INTERVAL_S, interval_s)
         self.window_ns = int((window_s or 0.0) * 1e9)
         self.max_series = config.resolve(config.MAX_SERIES_PER_METRIC, max_series_per_metric)
@@ -292,6 +312,11 @@ class CounterBridge:
                 except Exception as exc:
                     self._warn(f"src:{src.name}", "counter source %s failed: %r", src.name, exc)
                     results.append((src, None))
+            if self.labeller is not None:
+                try:
+                    self.labeller.refresh([s for _, got in results if got for s in got], now)
+                except Exception as exc:
+                    self._warn("label", "series labeller failed: %r", exc)
             with self._lock:
                 for src, samples in results:
                     if samples is None:
@@ -314,7 +339,7 @@ class CounterBridge:
     def _apply(self, source: str, samples: Iterable[Sample], now: int) -> None:
         seen: set[SeriesKey] = set()
         self._refs = {}  # one span lookup per device per round
-        for s in samples:
+        for s in self._labelled(samples):
             try:
                 key = s.key()
             except TypeError:
@@ -350,6 +375,23 @@ class CounterBridge:
                 del fam[k]
             if not fam:
                 del self._families[metric]
+
+    def _labelled(self, samples: Iterable[Sample]) -> Iterable[Sample]:
+        """The samples with the labeller's labels (a copy per label set); as they are
+        without a labeller or when it fails."""
+        labeller = self.labeller
+        for s in samples:
+            sets: Sequence[Mapping[str, AttributeValue]] = ()
+            if labeller is not None:
+                try:
+                    sets = labeller.label_sets(s.attributes)
+                except Exception as exc:
+                    self._warn("label", "series labeller failed: %r", exc)
+            if not sets:
+                yield s
+                continue
+            for extra in sets:
+                yield replace(s, attributes={**s.attributes, **extra})
 
     def _ref_of(self, attrs: Mapping[str, AttributeValue]) -> ExemplarRef | None:
         dev = attrs.get(ACCEL_DEVICE_ID)
@@ -420,19 +462,45 @@ class CounterBridge:
     def _derive(self, now: int) -> None:
         assert self.evaluator is not None
         inputs: dict[str, list[InputSeries]] = {}
+        # the labeller's copies of a series (one per pod on a shared device) are one input;
+        # the derived points get the labels of their device afterwards
+        strip = self.labeller.label_keys if self.labeller is not None else frozenset()
         for metric in self.evaluator.input_metrics:
             fam = self._families.get(metric)
             if not fam:
                 continue
             lst = []
+            seen: set[tuple[tuple[str, AttributeValue], ...]] = set()
             for st in fam.values():
                 if isinstance(st.value, HistogramValue):
                     continue
+                attrs: Mapping[str, AttributeValue] = st.attributes
+                if strip and not strip.isdisjoint(attrs):
+                    attrs = {k: v for k, v in attrs.items() if k not in strip}
+                    unlabelled = tuple(sorted(attrs.items()))
+                    if unlabelled in seen:
+                        continue
+                    seen.add(unlabelled)
                 rate = st.tracker.rate() if st.tracker is not None else None
-                lst.append(InputSeries(st.attributes, st.value, rate, st.timestamp_ns))
+                lst.append(InputSeries(attrs, st.value, rate, st.timestamp_ns))
             inputs[metric] = lst
         points = self.evaluator.evaluate(inputs)
-        self._replace_derived(points, now)
+        self._replace_derived(self._labelled_points(points), now)
+
+    def _labelled_points(self, points: Iterable[DerivedPoint]) -> Iterable[DerivedPoint]:
+        if self.labeller is None:
+            yield from points
+            return
+        for p in points:
+            try:
+                sets = self.labeller.label_sets(p.attributes)
+            except Exception as exc:
+                self._warn("label", "series labeller failed: %r", exc)
+                sets = ()
+            if not sets:
+                yield p
+            for extra in sets:
+                yield replace(p, attributes={**p.attributes, **extra})
 
     def _replace_derived(self, points: Iterable[DerivedPoint], now: int) -> None:
         new: dict[str, dict[SeriesKey, SeriesState]] = {}

@@ -1,9 +1,15 @@
 """NVIDIA GPUs through NVML (``nvidia-ml-py``, imported lazily).
 
-Reads per GPU: utilization, SM and memory clocks, power (mW -> W), total energy (mJ -> J),
-temperature, memory used and total, PCIe throughput (KB/s -> By/s) and, where the driver
-has them, PCIe byte counters and NVLink data counters through field values (KiB -> By),
-volatile ECC error counts and the clock throttle (event) reasons bitmask.
+Reads per GPU: utilization and memory utilization (percent -> ratio), SM and memory clocks
+(MHz -> Hz), power (mW -> W), total energy (mJ -> J), temperature (Cel), memory used and total
+(By), PCIe throughput (KB/s -> By/s) and, where the driver has them, PCIe byte counters and
+NVLink data counters through field values (KiB -> By), volatile ECC error counts
+(``hw.errors``, ``error.type`` corrected or uncorrected) and the clock throttle (event)
+reasons bitmask; and ``hw.status`` (``hw.state`` ok, degraded: uncorrected ECC errors since
+the driver loaded, failed: the GPU is lost). The OpenTelemetry ``hw.*`` series carry
+``hw.id`` (the UUID), ``hw.type`` (``gpu``), ``hw.vendor`` (``NVIDIA``) and ``hw.model`` (the
+product name NVML gives). :meth:`NvmlSource.device_pids` lists the processes on each GPU
+(for the node agent's pod labels).
 
 Without the library or the driver, :meth:`NvmlSource.open` raises
 :class:`~otel_ext.errors.SourceUnavailableError` with a one-line reason (no traceback). A GPU
@@ -44,6 +50,10 @@ from otel_ext.semconv.attributes import (
     ACCEL_LINK_ID,
     ERROR_TYPE,
     HW_ID,
+    HW_MODEL,
+    HW_STATE,
+    HW_TYPE,
+    HW_VENDOR,
     NETWORK_IO_DIRECTION,
 )
 from otel_ext.semconv.metrics import (
@@ -51,14 +61,16 @@ from otel_ext.semconv.metrics import (
     METRIC_ACCEL_DEVICE_MEMORY_CLOCK_FREQUENCY,
     METRIC_ACCEL_DEVICE_THROTTLE_REASONS,
     METRIC_ACCEL_LINK_IO,
-    METRIC_ACCEL_MEMORY_ECC_ERRORS,
     METRIC_ACCEL_PCIE_IO,
     METRIC_ACCEL_PCIE_THROUGHPUT,
     METRIC_HW_ENERGY,
+    METRIC_HW_ERRORS,
     METRIC_HW_GPU_MEMORY_LIMIT,
     METRIC_HW_GPU_MEMORY_USAGE,
+    METRIC_HW_GPU_MEMORY_UTILIZATION,
     METRIC_HW_GPU_UTILIZATION,
     METRIC_HW_POWER,
+    METRIC_HW_STATUS,
     METRIC_HW_TEMPERATURE,
 )
 
@@ -66,6 +78,8 @@ __all__ = ["NvmlSource", "match_device_model"]
 
 _log = logging.getLogger(__name__)
 _KIB = 1024
+#: the ``hw.state`` values ``hw.status`` reports for a GPU (one series each)
+GPU_STATES = ("ok", "degraded", "failed")
 
 
 def match_device_model(
@@ -108,11 +122,19 @@ def _default_table() -> Mapping[str, Mapping[str, Any]]:
 class _Device:
     __slots__ = ("attrs", "handle", "hw_attrs", "index", "lost", "nvlinks", "unsupported")
 
-    def __init__(self, index: int, handle: Any, attrs: dict[str, AttributeValue], uuid: str):
+    def __init__(
+        self, index: int, handle: Any, attrs: dict[str, AttributeValue], uuid: str, name: str = ""
+    ):
         self.index = index
         self.handle = handle
         self.attrs = attrs
-        self.hw_attrs = {**attrs, HW_ID: uuid}
+        self.hw_attrs = {
+            **attrs,
+            HW_ID: uuid,
+            HW_TYPE: "gpu",
+            HW_VENDOR: "NVIDIA",
+            HW_MODEL: name,
+        }
         self.lost = False
         self.unsupported: set[str] = set()
         self.nvlinks: int | None = None
@@ -188,7 +210,7 @@ class NvmlSource(BaseSource):
                     ACCEL_DEVICE_MODEL: match_device_model(name, float(mem.total), table),
                     ACCEL_DEVICE_INDEX: i,
                 }
-                self.devices.append(_Device(i, h, attrs, uuid))
+                self.devices.append(_Device(i, h, attrs, uuid, name))
         except Exception as exc:
             self.close()
             raise SourceUnavailableError(f"NVML cannot enumerate GPUs: {exc}") from None
@@ -204,6 +226,29 @@ class NvmlSource(BaseSource):
         """
         return {str(d.attrs[ACCEL_DEVICE_ID]): str(d.hw_attrs[HW_ID]) for d in self.devices}
 
+    def device_pids(self) -> dict[str, list[int]]:
+        """``accel.device.id`` -> the pids of the processes using each GPU (compute and
+        graphics), as NVML lists them (host pids); a GPU it cannot ask is left out."""
+        nv = self._nvml
+        out: dict[str, list[int]] = {}
+        for dev in self.devices:
+            if dev.lost:
+                continue
+            pids: list[int] = []
+            for getter in (
+                "nvmlDeviceGetComputeRunningProcesses",
+                "nvmlDeviceGetGraphicsRunningProcesses",
+            ):
+                fn = getattr(nv, getter, None)
+                if fn is None:
+                    continue
+                try:
+                    pids += [int(p.pid) for p in fn(dev.handle)]
+                except Exception as exc:
+                    _log.debug("GPU %s: %s failed: %r", dev.attrs[ACCEL_DEVICE_ID], getter, exc)
+            out[str(dev.attrs[ACCEL_DEVICE_ID])] = sorted(set(pids))
+        return out
+
     def close(self) -> None:
         """Shut NVML down (once)."""
         if self._opened and self._nvml is not None:
@@ -215,7 +260,7 @@ class NvmlSource(BaseSource):
 
     def describe(self) -> list[SeriesDescription]:
         dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, ACCEL_DEVICE_INDEX)
-        hw = (*dev, HW_ID)
+        hw = (*dev, HW_ID, HW_TYPE, HW_VENDOR, HW_MODEL)
         return [
             SeriesDescription(
                 METRIC_HW_GPU_UTILIZATION, hw, "nvmlDeviceGetUtilizationRates().gpu / 100"
@@ -243,7 +288,11 @@ class NvmlSource(BaseSource):
                 "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}, KiB -> By",
             ),
             SeriesDescription(
-                METRIC_ACCEL_MEMORY_ECC_ERRORS, (*dev, ERROR_TYPE), "volatile ECC counts"
+                METRIC_HW_GPU_MEMORY_UTILIZATION, hw, "nvmlDeviceGetUtilizationRates().memory / 100"
+            ),
+            SeriesDescription(METRIC_HW_ERRORS, (*hw, ERROR_TYPE), "volatile ECC counts"),
+            SeriesDescription(
+                METRIC_HW_STATUS, (*hw, HW_STATE), "ok / degraded (uncorrected ECC) / failed (lost)"
             ),
             SeriesDescription(
                 METRIC_ACCEL_DEVICE_THROTTLE_REASONS, dev, "clocks event reasons bitmask"
@@ -258,6 +307,7 @@ class NvmlSource(BaseSource):
         lost_code = getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15)
         for dev in self.devices:
             if dev.lost:
+                out.extend(_status(dev, "failed", self._clock()))
                 continue
             got: list[Sample] = []
             try:
@@ -269,6 +319,7 @@ class NvmlSource(BaseSource):
                         "GPU %s is lost; its series are dropped, the others keep going",
                         dev.attrs[ACCEL_DEVICE_ID],
                     )
+                    out.extend(_status(dev, "failed", self._clock()))
                     continue
                 raise
             out.extend(got)
@@ -307,6 +358,7 @@ class NvmlSource(BaseSource):
         util = self._try(dev, "utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         if util is not None:
             add(METRIC_HW_GPU_UTILIZATION, hw, util.gpu / 100.0)
+            add(METRIC_HW_GPU_MEMORY_UTILIZATION, hw, util.memory / 100.0)
         sm = self._try(dev, "clock.sm", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
         if sm is not None:
             add(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, sm * 1e6)
@@ -343,6 +395,7 @@ class NvmlSource(BaseSource):
                 add(
                     METRIC_ACCEL_PCIE_THROUGHPUT, {**a, NETWORK_IO_DIRECTION: direction}, kbs * _KIB
                 )
+        uncorrected = 0.0
         for etype, const in (
             ("corrected", "NVML_MEMORY_ERROR_TYPE_CORRECTED"),
             ("uncorrected", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
@@ -355,7 +408,9 @@ class NvmlSource(BaseSource):
                 ),
             )
             if n is not None:
-                add(METRIC_ACCEL_MEMORY_ECC_ERRORS, {**a, ERROR_TYPE: etype}, n)
+                add(METRIC_HW_ERRORS, {**hw, ERROR_TYPE: etype}, n)
+                if etype == "uncorrected":
+                    uncorrected = float(n)
         getter = (
             getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
             or nv.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -363,6 +418,7 @@ class NvmlSource(BaseSource):
         reasons = self._try(dev, "throttle", lambda: getter(h))
         if reasons is not None:
             add(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, a, reasons)
+        out.extend(_status(dev, "degraded" if uncorrected > 0 else "ok", now))
         self._read_fields(dev, out, now)
 
     def _read_fields(self, dev: _Device, out: list[Sample], now: int) -> None:
@@ -414,6 +470,20 @@ class NvmlSource(BaseSource):
                 out.append(
                     Sample(METRIC_ACCEL_LINK_IO, link_attrs, value * _KIB, ts, CLOCK_HOST_REALTIME)
                 )
+
+
+def _status(dev: _Device, state: str, now: int) -> list[Sample]:
+    """``hw.status`` of a GPU: 1 for ``state``, 0 for the other :data:`GPU_STATES`."""
+    return [
+        Sample(
+            METRIC_HW_STATUS,
+            {**dev.hw_attrs, HW_STATE: s},
+            1.0 if s == state else 0.0,
+            now,
+            CLOCK_HOST_REALTIME,
+        )
+        for s in GPU_STATES
+    ]
 
 
 def _field_value(fv: Any) -> float:

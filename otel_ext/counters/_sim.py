@@ -37,6 +37,10 @@ from otel_ext.semconv.attributes import (
     ACCEL_LINK_ID,
     GEN_AI_TOKEN_TYPE,
     HW_ID,
+    HW_MODEL,
+    HW_STATE,
+    HW_TYPE,
+    HW_VENDOR,
     NETWORK_IO_DIRECTION,
 )
 from otel_ext.semconv.metrics import (
@@ -54,7 +58,9 @@ from otel_ext.semconv.metrics import (
     METRIC_HW_ENERGY,
     METRIC_HW_GPU_MEMORY_LIMIT,
     METRIC_HW_GPU_MEMORY_USAGE,
+    METRIC_HW_GPU_UTILIZATION,
     METRIC_HW_POWER,
+    METRIC_HW_STATUS,
     METRIC_HW_TEMPERATURE,
 )
 from otel_ext.semconv.registry import device_specs
@@ -202,6 +208,7 @@ class BuiltinSimModel:
 
     def describe(self) -> list[SeriesDescription]:
         dev = (ACCEL_DEVICE_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL)
+        hw = (*dev, HW_ID, HW_TYPE, HW_VENDOR, HW_MODEL)
         return [
             SeriesDescription(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, dev, f"wraps at 2**{self.bits}"),
             SeriesDescription(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, dev, f"wraps at 2**{self.bits}"),
@@ -213,14 +220,16 @@ class BuiltinSimModel:
             SeriesDescription(METRIC_ACCEL_MEMORY_IO_WRITTEN, dev),
             SeriesDescription(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, dev),
             SeriesDescription(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, dev),
-            SeriesDescription(METRIC_HW_POWER, (*dev, HW_ID)),
-            SeriesDescription(METRIC_HW_ENERGY, (*dev, HW_ID)),
-            SeriesDescription(METRIC_HW_TEMPERATURE, (*dev, HW_ID)),
-            SeriesDescription(METRIC_HW_GPU_MEMORY_USAGE, (*dev, HW_ID)),
-            SeriesDescription(METRIC_HW_GPU_MEMORY_LIMIT, (*dev, HW_ID)),
+            SeriesDescription(METRIC_HW_GPU_UTILIZATION, hw, "active / elapsed cycles"),
+            SeriesDescription(METRIC_HW_POWER, hw),
+            SeriesDescription(METRIC_HW_ENERGY, hw),
+            SeriesDescription(METRIC_HW_TEMPERATURE, hw),
+            SeriesDescription(METRIC_HW_GPU_MEMORY_USAGE, hw),
+            SeriesDescription(METRIC_HW_GPU_MEMORY_LIMIT, hw),
+            SeriesDescription(METRIC_HW_STATUS, (*hw, HW_STATE), "always ok"),
             SeriesDescription(
                 METRIC_ACCEL_LINK_IO,
-                (ACCEL_LINK_ID, ACCEL_HOST_ID, ACCEL_DEVICE_MODEL, NETWORK_IO_DIRECTION),
+                (ACCEL_LINK_ID, *dev, NETWORK_IO_DIRECTION),
             ),
             SeriesDescription(METRIC_ACCEL_INFERENCE_TOKENS, (ACCEL_HOST_ID, GEN_AI_TOKEN_TYPE)),
             SeriesDescription(
@@ -243,7 +252,13 @@ class BuiltinSimModel:
             dev = self.device(i)
             r = self.rates(i, t)
             attrs = {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host, ACCEL_DEVICE_MODEL: self.model}
-            hw = {**attrs, HW_ID: f"sim-{host}-{i}"}
+            hw = {
+                **attrs,
+                HW_ID: f"sim-{host}-{i}",
+                HW_TYPE: "gpu",
+                HW_VENDOR: str(self.spec.get("vendor", "sim")).upper(),
+                HW_MODEL: self.model,
+            }
             for metric, k in (
                 (METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, "elapsed"),
                 (METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, "active"),
@@ -266,6 +281,12 @@ class BuiltinSimModel:
             out.append(
                 Sample(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, attrs, reasons, now_ns, CLOCK_SIM)
             )
+            util = r["active"] / r["elapsed"] if r["elapsed"] else 0.0
+            out.append(Sample(METRIC_HW_GPU_UTILIZATION, hw, util, now_ns, CLOCK_SIM))
+            for state in ("ok", "degraded", "failed"):
+                status = {**hw, HW_STATE: state}
+                ok = 1.0 if state == "ok" else 0.0
+                out.append(Sample(METRIC_HW_STATUS, status, ok, now_ns, CLOCK_SIM))
             out.append(Sample(METRIC_HW_POWER, hw, r["power"], now_ns, CLOCK_SIM))
             out.append(
                 Sample(
@@ -291,6 +312,7 @@ class BuiltinSimModel:
                 for direction in ("transmit", "receive"):
                     la = {
                         ACCEL_LINK_ID: self.link(i),
+                        ACCEL_DEVICE_ID: dev,
                         ACCEL_HOST_ID: host,
                         ACCEL_DEVICE_MODEL: self.model,
                         NETWORK_IO_DIRECTION: direction,

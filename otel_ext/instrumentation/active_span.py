@@ -37,6 +37,7 @@ import re
 import sys
 import threading
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 from opentelemetry.context import Context
@@ -134,8 +135,14 @@ class ActiveSpanPublisher:
                 exc,
             )
 
-    def record(self, device_id: str) -> ActiveSpanRecord | None:
-        """The record of ``device_id`` (created now if needed); ``None`` when unavailable."""
+    def record(
+        self, device_id: str, resource: Mapping[str, object] | None = None
+    ) -> ActiveSpanRecord | None:
+        """The record of ``device_id`` (created now if needed); ``None`` when unavailable.
+
+        ``resource``: the workload's resource attributes, written into a new record (its pod
+        identity, for the agent's pod labels); ignored for a record that exists.
+        """
         rec = self._records.get(device_id, False)
         if rec is not False:
             return rec  # type: ignore[return-value]
@@ -153,7 +160,9 @@ class ActiveSpanPublisher:
                         prepare_directory(Path(self.directory), default=self._default)
                         remove_stale_records(self.directory)
                         self._ready = True
-                    made = ActiveSpanRecord(device_id, self.directory, uuid=gpu_uuid(device_id))
+                    made = ActiveSpanRecord(
+                        device_id, self.directory, uuid=gpu_uuid(device_id), resource=resource
+                    )
                 except OSError as exc:
                     self._ready = False if self._ready is None else self._ready
                     self._fail(str(self.directory), exc)
@@ -223,7 +232,7 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
             dev = self._device(span)
             if dev is None:
                 return
-            rec = self.publisher.record(dev)
+            rec = self.publisher.record(dev, span.resource.attributes)
             if rec is not None:
                 ctx = span.context
                 rec.started(ctx.trace_id, ctx.span_id, span.start_time or 0)
@@ -242,7 +251,7 @@ class ActiveSpanPublishingProcessor(SpanProcessor):
                 dev = self._device(span)
                 if dev is None:
                     return
-                rec = self.publisher.record(dev)
+                rec = self.publisher.record(dev, span.resource.attributes)
             if rec is not None:
                 start = span.start_time or 0
                 rec.ended(ctx.trace_id, ctx.span_id, start, span.end_time or start)

@@ -22,6 +22,14 @@ An entry is five words: trace id (high, low 64 bits), span id, start and end in 
 the epoch (the host's real-time clock, as span timestamps are); span id 0 marks a free
 entry, end 0 an open one.
 
+**Resource trailer.** When the writer knows its workload's identity (the resource's
+``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.container.name``, ``k8s.pod.uid``,
+``service.name``: :data:`RESOURCE_KEYS`), the file goes on after the record with
+``RESOURCE_MAGIC`` (``b"OTXRES01"``), the length in bytes (a 64-bit word) and that
+many bytes of JSON (an object of strings, at most :data:`RESOURCE_MAX_BYTES`). It is written
+before the file is renamed into place and never changes; a reader of the record alone
+ignores it (:func:`encode_resource`, :func:`decode_resource`).
+
 **Concurrency.** One process writes one file (the file name carries its pid and a random
 token); several processes on one device write one file each and the agent reads them all.
 The writer never waits: it bumps ``SEQ`` to odd, writes, bumps it to even (a seqlock); a
@@ -57,6 +65,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import json
 import mmap
 import os
 import secrets
@@ -74,13 +83,16 @@ __all__ = [
     "OPEN_SLOTS",
     "RECORD_BYTES",
     "RECORD_WORDS",
+    "RESOURCE_KEYS",
     "RING_SLOTS",
     "SUFFIX",
     "ActiveSpanRecord",
     "RecordEntry",
     "RecordSnapshot",
     "decode_record",
+    "decode_resource",
     "default_directory",
+    "encode_resource",
     "parse_record_name",
     "prepare_directory",
     "record_directory",
@@ -110,6 +122,16 @@ _OPEN_OFFSETS = [(OPEN_BASE + i * ENTRY_WORDS) * 8 for i in range(OPEN_SLOTS)]
 _OPEN_SPAN_WORDS = [OPEN_BASE + i * ENTRY_WORDS + 2 for i in range(OPEN_SLOTS)]
 _RING_OFFSETS = [(RING_BASE + i * ENTRY_WORDS) * 8 for i in range(RING_SLOTS)]
 _RING_END_WORDS = [RING_BASE + i * ENTRY_WORDS + 4 for i in range(RING_SLOTS)]
+RESOURCE_MAGIC = b"OTXRES01"
+RESOURCE_MAX_BYTES = 4096
+#: the resource attributes a record carries (the workload's pod identity)
+RESOURCE_KEYS = (
+    "k8s.pod.name",
+    "k8s.namespace.name",
+    "k8s.container.name",
+    "k8s.pod.uid",
+    "service.name",
+)
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _MASK64 = (1 << 64) - 1
@@ -213,6 +235,47 @@ def remove_stale_records(directory: str | os.PathLike[str]) -> int:
         finally:
             os.close(fd)
     return removed
+
+
+def encode_resource(attributes: Mapping[str, object]) -> bytes:
+    """The resource trailer of a record: the :data:`RESOURCE_KEYS` of ``attributes``.
+
+    Empty (no trailer) when none is set; values longer than 253 characters (the longest
+    Kubernetes name) are cut there.
+
+    >>> decode_resource(encode_resource({"k8s.pod.name": "serve-0", "host.name": "n1"}))
+    {'k8s.pod.name': 'serve-0'}
+    >>> encode_resource({})
+    b''
+    """
+    kept = {
+        k: str(attributes[k])[:253] for k in RESOURCE_KEYS if attributes.get(k) not in (None, "")
+    }
+    if not kept:
+        return b""
+    body = json.dumps(kept, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return RESOURCE_MAGIC + len(body).to_bytes(8, "little") + body
+
+
+def decode_resource(data: bytes) -> dict[str, str]:
+    """The attributes of a resource trailer (the bytes after the record); ``{}`` when there
+    is none or it is not a well-formed one (never raises).
+
+    >>> decode_resource(b"OTXRES01" + (99).to_bytes(8, "little") + b"{}")
+    {}
+    """
+    if len(data) < 16 or data[:8] != RESOURCE_MAGIC:
+        return {}
+    size = int.from_bytes(data[8:16], "little")
+    if size > RESOURCE_MAX_BYTES or len(data) < 16 + size:
+        return {}
+    try:
+        got = json.loads(data[16 : 16 + size].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(got, dict):
+        return {}
+    return {k: v for k, v in got.items() if k in RESOURCE_KEYS and isinstance(v, str)}
 
 
 def record_name(device_id: str, pid: int, token: str) -> str:
@@ -343,6 +406,8 @@ class ActiveSpanRecord:
         directory: the folder (already checked with :func:`prepare_directory`).
         uuid: the device's UUID (``GPU-...``), when known: the agent then matches the
             record to its NVML device even if the names differ.
+        resource: the workload's resource attributes; its :data:`RESOURCE_KEYS` (the pod
+            identity) are written after the record for the agent's pod labels.
         clock: real-time clock in ns (the creation time).
 
     Raises:
@@ -355,6 +420,7 @@ class ActiveSpanRecord:
         directory: str | os.PathLike[str],
         *,
         uuid: str = "",
+        resource: Mapping[str, object] | None = None,
         clock=time.time_ns,
     ):
         self.device_id = device_id
@@ -367,7 +433,10 @@ class ActiveSpanRecord:
         fd = os.open(tmp, flags, FILE_MODE)
         try:
             os.fchmod(fd, FILE_MODE)
-            os.ftruncate(fd, RECORD_BYTES)
+            trailer = encode_resource(resource or {})
+            os.ftruncate(fd, RECORD_BYTES + len(trailer))
+            if trailer:
+                os.pwrite(fd, trailer, RECORD_BYTES)
             self._mm = mmap.mmap(
                 fd, RECORD_BYTES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
             )
