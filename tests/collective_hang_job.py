@@ -10,8 +10,10 @@ instrumentor; then
 * ``MODE=desync``: the last rank issues a gather (to itself) at that sequence number, the
   others the usual all-reduce (gloo then waits on both sides).
 
-Each rank prints ``entered <seq>`` (flushed) once it has issued its last call, or
-``stopped <seq>`` for the rank that stops, then waits to be killed.
+With ``TORCH_FR_BUFFER_SIZE`` set, each rank also writes PyTorch's Flight Recorder ring as
+JSON (``OUT/fr/fr_trace_rank_<R>.json``) at that point. Each rank prints ``entered <seq>``
+(flushed) once it has issued its last call, or ``stopped <seq>`` for the rank that stops,
+then waits to be killed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,19 @@ import time
 from datetime import timedelta
 
 STEPS = 5
+
+
+def dump_flight_recorder(out: str, rank: int) -> None:
+    """PyTorch's Flight Recorder ring as JSON (``TORCH_FR_BUFFER_SIZE`` set): ``OUT/fr``."""
+    if not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        return
+    import torch._C._distributed_c10d as c10d
+
+    data = c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+    folder = os.path.join(out, "fr")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"fr_trace_rank_{rank}.json"), "wb") as f:
+        f.write(data)
 
 
 def main() -> None:
@@ -60,6 +75,7 @@ def main() -> None:
     telemetry.tracer_provider.force_flush()
     odd = rank == world - 1
     if mode == "hang" and odd:
+        dump_flight_recorder(out, rank)
         print(f"stopped {STEPS}", flush=True)
         while True:
             time.sleep(3600)
@@ -69,6 +85,7 @@ def main() -> None:
         work = dist.gather(payload, gathered, dst=rank, async_op=True)
     else:
         work = dist.all_reduce(payload, async_op=True)
+    dump_flight_recorder(out, rank)
     print(f"entered {STEPS}", flush=True)
     work.wait()
     print("completed", flush=True)

@@ -90,6 +90,7 @@ class Job:
             "OTEL_EXT_ACTIVE_SPAN_DIR": str(self.records),
             "OTEL_EXT_COLLECTIVE_HANG_S": str(HANG_S),
             "OTEL_EXT_HOST_ID": "node0",
+            "TORCH_FR_BUFFER_SIZE": "64",
             "PYTHONPATH": str(REPO),
             "PYTHONUNBUFFERED": "1",
         }
@@ -316,6 +317,24 @@ def test_killed_job_analyze_names_the_rank_that_never_joined(scene: Scene) -> No
         lambda: "accel_collective_last_seq{" not in scene.metrics(),
         scene.deadline,
     )
+
+
+def test_flight_recorder_dumps_name_the_rank_that_never_joined(scene: Scene) -> None:
+    # PyTorch's own ring, dumped as JSON by each rank when it stopped or entered seq 5 (the
+    # recorder counts from 1: its seq 6); read without the spans
+    job = scene.hang
+    job.wait_entered()
+    dumps = sorted(str(p) for p in (job.out / "fr").glob("fr_trace_rank_*.json"))
+    assert len(dumps) == WORLD
+    report = _analyze(dumps)
+    assert {i["format"] for i in report["inputs"]} == {"flight-recorder"}
+    (hang,) = [f for f in report["findings"] if f["kind"] == "collective-hang"]
+    ev = hang["evidence"]
+    assert (ev["hang"], ev["group"], ev["seq"], ev["op"], ev["bytes"]) == (
+        "hang", "default_pg", 6, "all_reduce", 4096,
+    )  # fmt: skip
+    assert ev["missing_ranks"] == [3] and ev["waiting_ranks"] == [0, 1, 2]
+    assert ev["missing_last_seq"] == {"3": 5} and ev["source"] == "flight-recorder"
 
 
 def test_desync_is_named_with_the_op_the_rank_issued(scene: Scene) -> None:

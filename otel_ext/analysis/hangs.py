@@ -42,10 +42,18 @@ import numpy as np
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE_PENDING
 
-__all__ = ["FLIGHT_RECORDER_PENDING", "Hang", "find_hangs", "hang_findings"]
+__all__ = [
+    "FLIGHT_RECORDER_COMPLETED",
+    "FLIGHT_RECORDER_PENDING",
+    "Hang",
+    "find_hangs",
+    "hang_findings",
+]
 
 #: the ``name`` of a pending row made from a Flight Recorder entry (not completed)
 FLIGHT_RECORDER_PENDING = "flight_recorder.pending"
+#: the ``name`` of a completed Flight Recorder entry's row
+FLIGHT_RECORDER_COMPLETED = "flight_recorder.completed"
 _P2P = frozenset({"send", "recv"})
 #: ops whose members may pass different payload sizes (uneven gathers and scatters)
 _UNEVEN = frozenset({"all_to_all", "gather", "scatter", "all_gather", "reduce_scatter"})
@@ -107,6 +115,9 @@ def find_hangs(table: EventTable) -> list[Hang]:
     if not pending_mask.any():
         return []
     done_mask = (table["category"] == int(Category.COLLECTIVE)) & (table["coll_seq"] >= 0)
+    fr_done = table.code_of("name", FLIGHT_RECORDER_COMPLETED)
+    if fr_done >= 0:
+        done_mask |= table["name"] == fr_done
     keep = (pending_mask | done_mask) & (table["rank"] >= 0) & (table["coll_seq"] >= 0)
     sub = table.select(keep)
     pend = pending_mask[keep]

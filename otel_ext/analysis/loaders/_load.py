@@ -15,6 +15,7 @@ from otel_ext._gzip import iter_file_bytes as _iter_bytes
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.execution_trace import looks_like_execution_trace
+from otel_ext.analysis.loaders.flight_recorder import looks_like_flight_recorder
 from otel_ext.analysis.loaders.kineto import (
     load_kineto_careful,
     looks_like_kineto,
@@ -104,6 +105,8 @@ def detect_format(path: str | Path, head: str, tail: str = "") -> str:
         return "otlp-logs"
     if first.startswith("{") and '"data"' in first and '"traceID"' in first:
         return "jaeger"
+    if looks_like_flight_recorder(first):
+        return "flight-recorder"
     if looks_like_rocprofv3(first):
         return "rocprofv3"
     if looks_like_memory_timeline(first):
@@ -249,7 +252,7 @@ def load_file_parts(
         return _load_whole(p, data, ctx)
     if head_fmt in ("otlp-traces", "otlp-metrics"):
         return _load_otlp(p, head_fmt, head_bytes, pieces, ctx)
-    if head_fmt == "jaeger":  # one document: read whole, within the record limit
+    if head_fmt in ("jaeger", "flight-recorder"):  # one document: read whole, within the limit
         from otel_ext.config import MAX_RECORD_BYTES, resolve
 
         limit = resolve(MAX_RECORD_BYTES)
@@ -258,7 +261,8 @@ def load_file_parts(
             size += len(piece)
             if size > limit:
                 raise InputError(
-                    f"a Jaeger export larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: "
+                    f"{'a Jaeger export' if head_fmt == 'jaeger' else 'a Flight Recorder dump'} "
+                    f"larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: "
                     "the export is one JSON document, read whole)",
                     path=ps,
                     record="file",
@@ -339,6 +343,11 @@ def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:
         )
     if fmt in ("otlp-traces", "otlp-metrics"):  # recognised only once read whole
         return _load_otlp(p, fmt, data, iter(()), ctx)
+    if fmt == "flight-recorder":  # JSON dumps only: a pickled dump is never unpickled
+        from otel_ext.analysis.loaders.flight_recorder import load_flight_recorder_text
+
+        text = data.decode("utf-8", errors="replace")
+        return FileResult(ps, fmt, table=load_flight_recorder_text(text, path=ps))
     from otel_ext.analysis.loaders._jsonstream import surrogate_positions
     from otel_ext.analysis.loaders.jaeger import load_jaeger_text
 
