@@ -173,7 +173,7 @@ METRIC_ACCEL_LINK_IO = 'accel.link.io'
 METRIC_ACCEL_LINK_REPLAYS = 'accel.link.replays'
 #: Achieved device-memory bandwidth (read plus write).
 METRIC_ACCEL_MEMORY_BANDWIDTH = 'accel.memory.bandwidth'
-#: Corrected and uncorrected ECC errors of device memory.
+#: Deprecated: corrected and uncorrected ECC errors of device memory. The NVML source exports them as the standard hw.errors (hw.type gpu, error.type corrected or uncorrected) since issue 32; kept for other sources' use, no dashboard or rule reads it.
 METRIC_ACCEL_MEMORY_ECC_ERRORS = 'accel.memory.ecc.errors'
 #: Bytes read from device memory.
 METRIC_ACCEL_MEMORY_IO_READ = 'accel.memory.io.read'

@@ -697,3 +697,45 @@ def test_derived_metrics_of_a_shared_device_are_labelled_not_doubled(tmp_path: P
             r.close()
         reader.close()
         bridge.stop()
+
+
+# ---- deploy/ -----------------------------------------------------------------------------------
+def test_daemonset_mounts_the_pod_resources_socket_read_only() -> None:
+    import argparse
+
+    import yaml
+
+    from otel_ext.counters import cli as exporter_cli
+
+    deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
+    docs = list(yaml.safe_load_all((deploy / "exporter-daemonset.yaml").read_text()))
+    (ds,) = [d for d in docs if d and d.get("kind") == "DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    parser = argparse.ArgumentParser()
+    exporter_cli.add_arguments(parser)
+    args = parser.parse_args(container["args"][1:])
+    assert args.pod_labels == "dcgm"
+    mount = {m["mountPath"]: m for m in container["volumeMounts"]}[
+        os.path.dirname(args.pod_resources_socket)
+    ]
+    assert mount["readOnly"] is True
+    volume = {v["name"]: v for v in pod["volumes"]}[mount["name"]]
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    # the workload example hands its pod identity to the records (source (a))
+    (deployment,) = [
+        d
+        for d in yaml.safe_load_all((deploy / "workload-example.yaml").read_text())
+        if d and d.get("kind") == "Deployment"
+    ]
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    attrs = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"]["value"].split(","))
+    assert attrs["k8s.pod.name"] == "$(POD_NAME)"
+    assert attrs["k8s.namespace.name"] == "$(POD_NAMESPACE)"
+    assert attrs["k8s.pod.uid"] == "$(POD_UID)"
+    assert (
+        attrs["k8s.container.name"]
+        == deployment["spec"]["template"]["spec"]["containers"][0]["name"]
+    )
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
