@@ -172,6 +172,10 @@ def test_metric_name_extraction() -> None:
 
 def test_template_variables_use_registry_labels() -> None:
     labels = {v.replace(".", "_") for v in ATTRIBUTE_NAMES}
+    # and the node agent's pod labels (dcgm-exporter's names, docs/counters.md)
+    from otel_ext.counters._k8s import LABEL_STYLES
+
+    labels |= set(LABEL_STYLES["dcgm"].values())
     for _, what, expr in dashboard_exprs():
         if what.startswith("variable "):
             label = re.fullmatch(r"label_values\(\w+, *(\w+)\)", expr).group(1)  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from otel_ext.counters._k8s import LABEL_STYLES
 from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
 from otel_ext.semconv import attributes as A
 from otel_ext.semconv import metrics as M
@@ -59,6 +60,8 @@ REFERENCE, SIGNAL, SOURCE = (
     label(A.ACCEL_SOURCE),
 )
 TOKEN_TYPE = label(A.GEN_AI_TOKEN_TYPE)
+#: the node agent's pod label (dcgm-exporter's name, its default ``--pod-labels dcgm``)
+POD = LABEL_STYLES["dcgm"]["pod"]
 
 # recording rules (deploy/prometheus/rules/otel-ext-recording.yaml)
 R_TTFT_Q = "model:" + metric(M.METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "") + ":quantile_rate1m"
@@ -208,14 +211,21 @@ def _hist(name: str, sel: str, by: str = "") -> str:
 
 
 def cluster() -> dict[str, Any]:
-    h = f'{HOST}=~"$host"'
+    # a device's series carry the pod using it (none when free: "All" is ".*", which also
+    # matches no label); per-host series (recording rules, tokens per joule) have no pod
+    hh = f'{HOST}=~"$host"'
+    h = f'{hh},{POD}=~"$pod"'
     b = _Board(
         "otel-ext-cluster",
         "otel-ext / Cluster",
-        "Per-chip utilization and derived metrics, per-link bandwidth, power and temperature.",
-        [_variable("host", metric(M.METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY), HOST, "Host")],
+        "Per-chip utilization and derived metrics, per-link bandwidth, power and temperature; "
+        "the pod variable keeps the chips a pod uses.",
+        [
+            _variable("host", metric(M.METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY), HOST, "Host"),
+            _variable("pod", metric(M.METRIC_HW_POWER), POD, "Pod"),
+        ],
     )
-    dev = f"{{{{{DEVICE}}}}}"
+    dev = f"{{{{{DEVICE}}}}} {{{{{POD}}}}}"
     b.row("Compute")
     b.panel(
         "Chip utilization",
@@ -292,7 +302,7 @@ def cluster() -> dict[str, Any]:
     )
     b.panel(
         "Link bandwidth / host's mean (below 0.5: degraded)",
-        [(f"{R_LINK_PEERS}{{{h}}}", link)],
+        [(f"{R_LINK_PEERS}{{{hh}}}", link)],
         unit="percentunit",
     )
     b.panel("NIC bandwidth", [(f"{metric(M.METRIC_ACCEL_NIC_BANDWIDTH)}{{{h}}}", link)], unit="Bps")
@@ -307,10 +317,10 @@ def cluster() -> dict[str, Any]:
     b.panel(
         "Temperature", [(f"{metric(M.METRIC_HW_TEMPERATURE)}{{{h}}}", dev)], unit="celsius", width=8
     )
-    b.panel("Host power", [(f"{R_HOST_POWER}{{{h}}}", f"{{{{{HOST}}}}}")], unit="watt", width=8)
+    b.panel("Host power", [(f"{R_HOST_POWER}{{{hh}}}", f"{{{{{HOST}}}}}")], unit="watt", width=8)
     b.panel(
         "Tokens per joule",
-        [(f"{metric(M.METRIC_ACCEL_INFERENCE_TOKENS_PER_JOULE)}{{{h}}}", f"{{{{{HOST}}}}}")],
+        [(f"{metric(M.METRIC_ACCEL_INFERENCE_TOKENS_PER_JOULE)}{{{hh}}}", f"{{{{{HOST}}}}}")],
         unit="short",
         width=8,
     )
