@@ -440,3 +440,74 @@ def test_every_member_arrived_late_is_no_hang() -> None:
     # all members waited in seq 3 (a slow collective, not a hang): no finding
     rows = _rows(0, [0, 1, 2], 0)
     assert find_hangs(EventTable.from_rows(rows)) == []
+
+
+# ------------------------------------------------------------- the watch, on its own
+class _HookState:
+    """The native hook's ``watch_state()`` answer (its tuple layout), set by the test."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    def watch_state(self) -> list[tuple[Any, ...]]:
+        return list(self.rows)
+
+
+def test_watchdog_exports_each_hung_collective_once_and_names_the_rank_when_known(
+    tmp_path: Path, span_exporter: Any
+) -> None:
+    from otel_ext.instrumentation.torch._collective_watch import CollectiveWatch
+
+    provider, exporter = span_exporter
+    hook, now = _HookState(), [10 * 10**9]
+    ranks: list[int | None] = [None]
+    record = CollectiveStateRecord(tmp_path, host="h", rank=None)
+    watch = CollectiveWatch(
+        hook,
+        op_of=["all_reduce", "broadcast"].__getitem__,
+        group_name=lambda g: "default_pg" if g == "0" else g,
+        identity=lambda raw: {"accel.device.id": f"h/{raw}", "accel.rank": 2},
+        record=record,
+        tracer=provider.get_tracer("t"),
+        tracer_provider=provider,
+        hang_s=2.0,
+        clock=lambda: now[0],
+        rank_of=lambda: ranks[0],
+    )
+    try:
+        # seq 7 issued at 9 s: pending 1 s, under the threshold
+        hook.rows = [
+            ("0", 0, 4, 1, 7, 64, 9 * 10**9, "cpu", 6),
+            ("tp", -1, 2, 0, -1, 0, 0, None, 3),
+        ]
+        watch.tick()
+        assert exporter.get_finished_spans() == ()
+        (state,) = read_states([tmp_path])
+        assert state.rank is None and [g.group for g in state.groups] == ["default_pg", "tp"]
+        ranks[0] = 2  # init_process_group ran
+        now[0] = 11 * 10**9 + 1
+        watch.tick()
+        watch.tick()  # the same collective is exported once
+        (span,) = exporter.get_finished_spans()
+        assert span.name == SPAN_ACCEL_COLLECTIVE_PENDING
+        assert (span.start_time, span.end_time) == (9 * 10**9, 11 * 10**9 + 1)
+        assert dict(span.attributes) == {
+            "accel.collective.op": "all_reduce",
+            "accel.collective.group": "default_pg",
+            "accel.collective.group_size": 4,
+            "accel.collective.rank": 1,
+            "accel.collective.seq": 7,
+            "accel.collective.id": "default_pg:7",
+            "accel.collective.bytes": 64,
+            "accel.device.id": "h/cpu",
+            "accel.rank": 2,
+        }
+        (state,) = read_states([tmp_path])
+        assert state.rank == 2
+        assert state.groups[0] == GroupState(
+            "default_pg", 4, 1, "h/cpu", "all_reduce", 7, 64, 9 * 10**9, 6
+        )
+        assert state.groups[1] == GroupState("tp", 2, 0, None, None, None, None, None, 3)
+    finally:
+        watch.stop()
+    assert read_states([tmp_path]) == []

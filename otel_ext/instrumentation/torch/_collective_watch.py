@@ -78,6 +78,7 @@ class CollectiveWatch:
         hang_s: the watchdog's threshold in seconds (0 or less: no watchdog).
         interval_s: seconds between two looks.
         clock: real-time clock in ns.
+        rank_of: the global rank, asked while the record has none.
     """
 
     def __init__(
@@ -93,12 +94,14 @@ class CollectiveWatch:
         hang_s: float,
         interval_s: float = 0.25,
         clock: Callable[[], int] = time.time_ns,
+        rank_of: Callable[[], int | None] | None = None,
     ):
         self.hook, self.op_of, self.group_name, self.identity = hook, op_of, group_name, identity
         self.record, self.tracer, self.tracer_provider = record, tracer, tracer_provider
         self.hang_ns = int(hang_s * 1e9) if hang_s > 0 else 0
         self.interval_s = interval_s
         self.clock = clock
+        self.rank_of = rank_of
         #: (group, seq) pairs the watchdog exported
         self.reported: set[tuple[str, int]] = set()
         self._identities: dict[str, dict[str, Any]] = {}
@@ -144,6 +147,8 @@ class CollectiveWatch:
         try:
             states = self.states()
             if self.record is not None:
+                if self.record.rank is None and self.rank_of is not None:
+                    self.record.rank = self.rank_of()  # instrument() before init_process_group
                 self.record.publish(states)
             if self.hang_ns:
                 now = self.clock()
@@ -200,6 +205,7 @@ def start_watch(
     tracer_provider: Any,
     host: str,
     rank: int | None,
+    rank_of: Callable[[], int | None] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> CollectiveWatch | None:
     """Start the watch of ``hook``: its record in the active-span records' folder (unless
@@ -236,6 +242,7 @@ def start_watch(
             tracer=tracer,
             tracer_provider=tracer_provider,
             hang_s=hang_s,
+            rank_of=rank_of,
         )
         watch.start()
         return watch

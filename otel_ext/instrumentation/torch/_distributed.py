@@ -628,6 +628,7 @@ class _State:
             tracer_provider=self.tracer_provider_given or otel_trace.get_tracer_provider(),
             host=self.host_id or config.host_id(),
             rank=dist.get_rank() if dist.is_initialized() else None,
+            rank_of=lambda: dist.get_rank() if dist.is_initialized() else None,
         )
 
     def _start_drain_process(self, hook: Any) -> None:
