@@ -86,7 +86,8 @@ class Thresholds:
     min_collectives: int = 5  # a rank joined at least this many collectives to be judged late
     lateness_effect: float = 0.5  # median self-lateness over the members' lateness spread
     slow_compute_ratio: float = 1.08  # a rank's compute this much slower than the median
-    straggler_blame_share: float = 0.5  # this share of all waiting is for one rank
+    straggler_blame_share: float = 0.5  # this share of the self-caused waiting is one rank's
+    straggler_waiting_share: float = 0.2  # ... and this share of all the waiting
     straggler_score: float = 0.5
     throttle_freq_drop: float = 0.92  # frequency after / before the change point
     onset_ratio_early: float = 1.04  # compute ratio before a throttle's onset at most
@@ -222,7 +223,9 @@ def straggler_verdicts(
     ratios = [r["compute_ratio"] for r in rows if r["compute_ratio"] is not None]
     med_ratio = float(median(ratios)) if ratios else 1.0
     # the share of all the waiting at collectives its own lateness explains
-    total_blame = max(sum(r["blame_ns"] for r in rows), max(r.get("waiting_ns", 0) for r in rows))
+    # of the waiting some rank caused by its own doing, and of all the waiting at collectives
+    total_blame = sum(r["blame_ns"] for r in rows)
+    waiting = max(max(r.get("waiting_ns", 0) for r in rows), total_blame)
     out = []
     for r in rows:
         ratio = r["compute_ratio"]
@@ -232,6 +235,7 @@ def straggler_verdicts(
         onset = _onset(r["compute_ratio_by_window"], th)
         part_way = onset is not None and compute_sig
         share = r["blame_ns"] / total_blame if total_blame else 0.0
+        of_waiting = r["blame_ns"] / waiting if waiting else 0.0
         effect = r.get("lateness_effect")
         # significant by its last arrivals (pooled) or by the order of its self-caused
         # lateness at one site (or pooled), with the effect of the test that carries it
@@ -246,6 +250,7 @@ def straggler_verdicts(
             r.get("collectives", 0) >= th.min_collectives
             and (by_last or by_site)
             and share >= th.straggler_blame_share
+            and of_waiting >= th.straggler_waiting_share
             and r["score"] >= th.straggler_score
         )
         alone = slow_compute and r.get("collectives", 0) == 0
@@ -255,6 +260,7 @@ def straggler_verdicts(
                     **r,
                     "relative_compute": rel,
                     "blame_share": share,
+                    "waiting_share": of_waiting,
                     "late": late,
                     "slow_compute": slow_compute,
                     "onset": onset,
@@ -353,6 +359,7 @@ def build_findings(
             "late_ns": r["late_ns"],
             "blame_ns": r["blame_ns"],
             "blame_share": round(r["blame_share"], 4),
+            "waiting_share": round(r["waiting_share"], 4),
             "last_arrivals": r["last_arrivals"],
             "collectives": r.get("collectives", 0),
             "expected_last": r.get("expected_last", 0.0),
