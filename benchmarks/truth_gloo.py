@@ -55,15 +55,9 @@ from gloo_profiled_job import (  # noqa: E402
 )
 
 from otel_ext.analysis.engine import analyze  # noqa: E402
+from otel_ext.analysis.findings import CAUSE_KINDS  # noqa: E402
 
-ROOT_CAUSE_KINDS = (
-    "straggler",
-    "slow-link",
-    "throttle",
-    "slow-nic",
-    "slow-network-path",
-    "slow-transfers",
-)
+ROOT_CAUSE_KINDS = CAUSE_KINDS
 
 
 def _specs(

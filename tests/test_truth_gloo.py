@@ -50,18 +50,12 @@ from gloo_profiled_job import (
 )
 
 from otel_ext.analysis.engine import analyze
+from otel_ext.analysis.findings import CAUSE_KINDS
 
 WORLD = 4
 STEPS = 8  # 14 collectives analysed after the last step is dropped
 COLLECTIVES_PER_STEP = 2  # all_reduce, all_gather
-ROOT_CAUSE_KINDS = {
-    "straggler",
-    "slow-link",
-    "throttle",
-    "slow-nic",
-    "slow-network-path",
-    "slow-transfers",
-}
+ROOT_CAUSE_KINDS = set(CAUSE_KINDS)
 
 RUNS = [
     RunSpec(name="healthy-s0", seed=0, steps=STEPS),

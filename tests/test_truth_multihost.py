@@ -56,6 +56,7 @@ from multihost_job import (
 )
 
 from otel_ext.analysis.engine import analyze
+from otel_ext.analysis.findings import CAUSE_KINDS
 
 SEEDS = {"slow-link": 11, "slow-rank": 12, "healthy": 13}
 STEPS = 12  # as the runs: 11 all-reduces analysed (the last step is dropped)
@@ -252,14 +253,7 @@ def test_analyze_recovers_host_b_clock_offset(
         assert bound < 10e6, f"a bound of {bound / 1e6:.1f} ms says little"
 
 
-ROOT_CAUSES = (
-    "straggler",
-    "throttle",
-    "slow-link",
-    "slow-nic",
-    "slow-network-path",
-    "slow-transfers",
-)
+ROOT_CAUSES = CAUSE_KINDS
 
 
 def _causes(doc: dict[str, Any]) -> list[tuple[str, str]]:
