@@ -458,6 +458,28 @@ def test_a_failed_write_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_parked_rows_are_gone_after_the_analysis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+    import tempfile
+
+    park = tmp_path / "park"
+    park.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(park))
+    seen: list[list[str]] = []
+
+    class Watching(TimelineFile):
+        def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
+            seen.append(sorted(p.name for p in park.iterdir()))
+            return super().__call__(inputs)
+
+    analyze(_run([0, 1_000_000], seed=5), timeline=Watching(tmp_path / "t.json"))
+    gc.collect()
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0].startswith("otel-ext-timeline-")
+    assert list(park.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_cli_perfetto_on_a_dask_cluster(tmp_path: Path) -> None:
     from conftest import SHARED_TRACES

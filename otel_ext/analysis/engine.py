@@ -360,8 +360,9 @@ def analyze(
         timeline: called once with what the merged timeline needs
             (:class:`~otel_ext.analysis.timeline.TimelineInputs`), e.g. a
             :class:`~otel_ext.analysis.timeline.TimelineFile`; what it returns is the
-            document's ``timeline`` key. In process the analysed rows are kept for it until
-            then (every row; on a cluster, the cross-rank rows).
+            document's ``timeline`` key. In process every analysed row is parked for it in a
+            temporary folder (:func:`~otel_ext.analysis.timeline.park_rows`); on a cluster
+            it gets the cross-rank rows, every device row among them.
 
     Returns:
         The analysis document (plain JSON types).
@@ -523,7 +524,11 @@ def _analyze(
         per = per_rank_tables(whole, positions=np.arange(len(whole), dtype=np.int64))
         table, keys = per.reduced[0], per.reduced_positions[0]
         phase = None
-        kept = whole if timeline is not None else None  # the timeline's rows (issue 29)
+        kept = None
+        if timeline is not None:  # every row, for the timeline: parked on disk meanwhile
+            from otel_ext.analysis.timeline import park_rows
+
+            kept = park_rows(whole)
         del whole
     n_reduced = len(table)
     table, serving_join = _serving_requests(table, getattr(load, "inputs", []), cluster=cluster)

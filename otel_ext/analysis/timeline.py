@@ -60,6 +60,7 @@ import gzip
 import itertools
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,14 +68,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
+from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable, is_constant
 from otel_ext.errors import OtelExtError
 
 if TYPE_CHECKING:
     from otel_ext.analysis.alignment import Alignment
     from otel_ext.analysis.critical_path import CriticalPath
 
-__all__ = ["SCHEMA", "TimelineFile", "TimelineInputs", "write_timeline"]
+__all__ = ["SCHEMA", "TimelineFile", "TimelineInputs", "park_rows", "write_timeline"]
 
 SCHEMA = "otel-ext.timeline/1"
 
@@ -155,6 +156,50 @@ class TimelineFile:
     def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
         self.summary = write_timeline(inputs, self.path)
         return self.summary
+
+
+#: the columns the writer reads
+_WRITER_COLUMNS = ("start_ns", "end_ns", "rank", "category", "stream", "tid", "name",
+                   "correlation", "external_id", "coll_op", "coll_group", "coll_seq",
+                   "coll_bytes")  # fmt: skip
+
+
+def park_rows(table: EventTable, *, folder: str | None = None) -> EventTable:
+    """``table``'s columns the writer reads, parked in a temporary folder until it runs.
+
+    The analysis holds every row through its per-rank pass, then only the compact rows its
+    cross-rank passes read; the timeline needs every row again at the end. Parked, the rows
+    cost no memory in between: each column the writer reads is written to a file and mapped
+    back read-only (constant columns stay constant, the others are dropped), and the writer
+    reads them rank by rank. The folder (``folder``, default the system's temporary folder)
+    goes when the returned table does.
+
+    Args:
+        table: every analysed row.
+        folder: where the temporary folder is made.
+
+    Returns:
+        A table of the same rows with the writer's columns only, memory-mapped.
+
+    >>> from otel_ext.analysis.table import Category as C
+    >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 4, rank=0, category=C.KERNEL_COMPUTE)
+    ...                           for s in (5, 20)])
+    >>> parked = park_rows(t)
+    >>> parked["end_ns"].tolist(), type(parked["start_ns"]).__name__, "flops" in parked.columns
+    ([9, 24], 'memmap', False)
+    """
+    tmp = tempfile.TemporaryDirectory(prefix="otel-ext-timeline-", dir=folder)
+    columns: dict[str, np.ndarray] = {}
+    for name in _WRITER_COLUMNS:
+        col = table.columns[name]
+        if is_constant(col) or not len(col):
+            columns[name] = col
+            continue
+        path = os.path.join(tmp.name, name + ".npy")
+        np.save(path, np.ascontiguousarray(col), allow_pickle=False)
+        columns[name] = np.load(path, mmap_mode="r")
+    # the folder lives as long as the table (its finaliser removes it)
+    return EventTable(columns, dict(table.strings), {"timeline_park": tmp})
 
 
 def _us(ns: int) -> str:
@@ -251,6 +296,14 @@ class _Out:
         self.events += 1
         if self.size > 1 << 18:
             self.flush()
+
+    def many(self, texts: list[str]) -> None:
+        """Several events at once (what :meth:`event` does for each)."""
+        if not texts:
+            return
+        joined = ",\n".join(texts)
+        self.event(joined)
+        self.events += len(texts) - 1
 
     def text(self, text: str) -> None:
         self.parts.append(text)
@@ -496,26 +549,32 @@ def _write_rank(
     track = np.where(on_device, stream, rows["tid"][idx])  # a stream, or a host thread
     # per track (host threads first), in start order, the outer event first
     o = np.lexsort((-(end - start), start, track, on_device))
+    ts_q, ts_r = np.divmod(start - base, 1000)  # the times' text: µs, three decimals
+    dur_q, dur_r = np.divmod(end - start, 1000)
     columns = [
         a[o].tolist()
-        for a in (start, end, track, on_device, rows["name"][idx], cat, stream, rows["correlation"][idx],
+        for a in (start, ts_q, ts_r, dur_q, dur_r, track, on_device, rows["name"][idx], cat, stream, rows["correlation"][idx],
                   rows["external_id"][idx], rows["coll_op"][idx], rows["coll_group"][idx],
                   rows["coll_seq"][idx], rows["coll_bytes"][idx], idx, moved, shift, end_shift,
                   wanted[idx])
     ]  # fmt: skip
-    op_names = rows.strings["coll_op"]
-    group_names = rows.strings["coll_group"]
+    op_text = [json.dumps(x) for x in rows.strings["coll_op"]]
+    group_text = [json.dumps(x) for x in rows.strings["coll_group"]]
+    batch: list[str] = []
     lanes: dict[tuple[bool, int], _Lanes] = {}
     launches: dict[int, tuple[int, int, int]] = {}
     kernels: list[tuple[int, tuple[int, int, int]]] = []
     n_moved = 0
     runtime = int(Category.RUNTIME)
-    for s, e, tr, dev, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want in zip(*columns):
+    for row in zip(*columns):
+        s, tq, tr_, dq, dr, tr, dev, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want = (
+            row
+        )
         key = (dev, tr)
         lane_set = lanes.get(key)
         if lane_set is None:
             lane_set = lanes[key] = _Lanes()
-        lane = lane_set.place(s, e)
+        lane = lane_set.place(s, s + dq * 1000 + dr)
         t = tids.of(pid, key, lane, f"stream {tr}" if dev else f"thread {tr}")
         nm = name_text.get(code)
         if nm is None:
@@ -528,9 +587,9 @@ def _write_rank(
         if ex >= 0:
             args += f',"External id":{ex}'
         if op > 0:
-            args += f',"Collective name":{json.dumps(op_names[op])}'
+            args += f',"Collective name":{op_text[op]}'
         if grp > 0:
-            args += f',"Process Group Name":{json.dumps(group_names[grp])}'
+            args += f',"Process Group Name":{group_text[grp]}'
         if seq >= 0:
             args += f',"Seq":{seq}'
         if nb >= 0:
@@ -538,10 +597,13 @@ def _write_rank(
         if mv:
             args += f',"repaired":true,"repair_shift_ns":{sh},"repair_end_shift_ns":{esh}'
             n_moved += 1
-        out.event(
+        batch.append(
             f'{{"ph":"X","cat":"{_CAT_TEXT.get(c, "other")}","name":{nm},"pid":{pid},'
-            f'"tid":{t},"ts":{_us(s - base)},"dur":{_us(e - s)},"args":{{{args}}}}}'
+            f'"tid":{t},"ts":{tq}.{tr_:03d},"dur":{dq}.{dr:03d},"args":{{{args}}}}}'
         )
+        if len(batch) >= 2048:
+            out.many(batch)
+            batch.clear()
         if want:
             ends[q] = (pid, t, s)
         if cj >= 0:
@@ -549,6 +611,7 @@ def _write_rank(
                 launches.setdefault(cj, (pid, t, s))
             elif dev:
                 kernels.append((cj, (pid, t, s)))
+    out.many(batch)
     for cj, k in kernels:
         src = launches.get(cj)
         if src is not None:
