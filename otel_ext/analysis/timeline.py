@@ -34,8 +34,9 @@ it out as a derived timeline.
 
 **Memory.** The writer streams: it goes through the ranks one at a time and writes each
 rank's events before the next is read; what it keeps across ranks is one entry per flow end
-(the collective members', the critical path's) and per track. A ``.gz`` name writes it
-gzipped.
+(the collective members', the critical path's) and per track. In process the rows it
+writes wait on disk while the cross-rank passes run (:func:`park_rows`). The file is written
+as ``NAME.partial`` and renamed when complete. A ``.gz`` name writes it gzipped.
 
 >>> import json, tempfile, pathlib
 >>> from otel_ext.analysis.table import Category as C, EventTable
