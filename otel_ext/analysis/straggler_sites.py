@@ -144,7 +144,7 @@ def _sum_permutation_p(
     rng = np.random.default_rng(seed)
     hits = drawn = 0
     n = len(first)
-    chunk = max(1, 2_000_000 // max(n, 1))
+    chunk = max(1, 250_000 // max(n, 1))  # bounded memory: a few MB a round
     target = _FIRST_DRAWS
     while drawn < target:
         b = min(chunk, target - drawn)
@@ -203,8 +203,9 @@ def adjust_tarone(p: np.ndarray, min_p: np.ndarray, alpha: float) -> np.ndarray:
     n = len(p)
     if n == 0:
         return p.astype(np.float64)
-    m = 1
-    while m < n and int(np.count_nonzero(min_p <= alpha / m)) > m:
+    ordered = np.sort(min_p)
+    m = 1  # count(min_p <= alpha / m) only falls as m grows: one sorted pass
+    while m < n and int(np.searchsorted(ordered, alpha / m, side="right")) > m:
         m += 1
     return np.minimum(1.0, p * m)
 
@@ -420,6 +421,7 @@ def site_tests(
     if pooled and len(labels) > 1:
         groups.append((np.zeros(len(inst), dtype=np.int64), ["all"]))
     out: list[dict[str, Any]] = []
+    tops: dict[tuple[bool, int], list[tuple[float, int]]] = {}
     for s_code, s_labels in groups:
         ranks = np.unique(rank)
         rp = np.searchsorted(ranks, rank)
@@ -462,9 +464,15 @@ def site_tests(
                     else 0.0,
                     "pooled": s_labels == ["all"],
                     "r": r,
-                    "site_meds": med[s * len(ranks) : (s + 1) * len(ranks)],
                 }
             )
+        # per site, the two ranks with the largest median lateness (the "next" rank of each
+        # test is the first of them that is not its own): one pass, not one per test
+        for s in range(len(s_labels)):
+            meds_s = med[s * len(ranks) : (s + 1) * len(ranks)]
+            ok = np.flatnonzero(np.isfinite(meds_s))
+            best = ok[np.argsort(-meds_s[ok], kind="stable")[:2]]
+            tops[(s_labels == ["all"], s)] = [(float(meds_s[j]), int(j)) for j in best]
     if not out:
         return []
     p = np.empty(len(out))
@@ -472,6 +480,8 @@ def site_tests(
     p_sum = np.empty(len(out))
     min_p = np.empty(len(out))
     pool = late[by_inst]
+    by_rank = np.argsort(rank, kind="stable")
+    rank_sorted = rank[by_rank]
     for i, t in enumerate(out):
         k = t["k"] if t["k"] > 1 else t["kmin"]
         p_order[i] = 0.5 * math.erfc(t["z"] / math.sqrt(2.0)) if t["z"] > 0 else 1.0
@@ -479,9 +489,10 @@ def site_tests(
             p_order[i] = uniform_sum_upper_tail(t["psum"], t["n"], t["k"])
         p_sum[i] = 1.0
         if t["zsum"] > 2.0:  # a candidate: its permutation tail, drawn
-            mine = rank == t["rank"]
+            lo, hi = np.searchsorted(rank_sorted, [t["rank"], t["rank"] + 1])
+            mine = by_rank[lo:hi]  # the rank's members, without a pass over every member
             if not t["pooled"]:
-                mine &= site == t["site_code"]
+                mine = mine[site[mine] == t["site_code"]]
             ids = np.sort(inst[mine])
             p_sum[i] = _sum_permutation_p(
                 pool, inst_first[ids], cnt[ids], t["lsum"], seed=t["cell"] * 7919 + t["rank"]
@@ -513,10 +524,8 @@ def site_tests(
                 peer_med = float(np.median(peer_late))
                 spread = 1.4826 * float(np.median(np.abs(peer_late - peer_med)))
         spread = max(spread, MIN_SPREAD_NS)
-        others = [
-            (float(v), j) for j, v in enumerate(t["site_meds"].tolist()) if j != t["r"] and v == v
-        ]
-        nxt = max(others) if others else None
+        top = tops[(t["pooled"], t["site_code"])]
+        nxt = next(((v, j) for v, j in top if j != t["r"]), None)
         tests.append(
             SiteTest(
                 rank=t["rank"],
