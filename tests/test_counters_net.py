@@ -217,7 +217,7 @@ accel_counters_source_up_ratio{accel_source="net"} 1.0
 # UNIT accel_nic_bandwidth_bytes_per_second bytes_per_second
 accel_nic_bandwidth_bytes_per_second{accel_host_id="node-a",accel_link_id="node-a/eno1",hw_id="eno1",network_interface_name="eno1",network_io_direction="receive"} 0.0
 accel_nic_bandwidth_bytes_per_second{accel_host_id="node-a",accel_link_id="node-a/eno1",hw_id="eno1",network_interface_name="eno1",network_io_direction="transmit"} 1.25e+08
-# HELP hw_errors Errors encountered by the component (OpenTelemetry `hw.*`); for a network port, packets in error or dropped, error.type naming the kernel's or the port's counter.
+# HELP hw_errors Errors encountered by the component (OpenTelemetry `hw.*`); for a network port, packets in error or dropped, error.type naming the kernel's or the port's counter; for a GPU (hw.type gpu), its memory's volatile ECC errors, error.type corrected or uncorrected.
 # TYPE hw_errors counter
 hw_errors_total{accel_host_id="node-a",accel_link_id="node-a/eno1",error_type="rx_errors",hw_id="eno1",network_interface_name="eno1",network_io_direction="receive"} 0.0
 hw_errors_total{accel_host_id="node-a",accel_link_id="node-a/eno1",error_type="tx_errors",hw_id="eno1",network_interface_name="eno1",network_io_direction="transmit"} 1.0

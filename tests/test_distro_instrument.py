@@ -59,7 +59,11 @@ def test_opentelemetry_instrument_uses_otel_ext_configure(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {
-        "processors": ["ActiveSpanPublishingProcessor", "BoundedBatchSpanProcessor"],
+        "processors": [
+            "BackgroundSpanDrain",
+            "ActiveSpanPublishingProcessor",
+            "BoundedBatchSpanProcessor",
+        ],
         "torch_layers": True,
     }
     (span,) = read_spans(tmp_path / "out" / "traces.jsonl")
