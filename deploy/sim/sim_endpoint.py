@@ -209,6 +209,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class SimulatedPods:
+    """Simulated pod identity for the stack's simulated chips (there is no kubelet here): every
+    chip of simulated host ``H`` serves pod ``sim-H`` of namespace ``otel-ext-sim``, container
+    ``engine``, as the node agent's pod attribution labels a real chip (dcgm-exporter's label
+    names; ``otel_ext.counters._k8s.PodAttributor`` on a real node), so the dashboards' pod
+    variable has values in the demo stack. A series without a device gets none."""
+
+    label_keys = frozenset({"pod", "namespace", "container"})
+
+    def refresh(self, samples: Any, now_ns: int) -> None:
+        """Nothing to look up: the identity follows from the device's name."""
+
+    def label_sets(self, attributes: Any) -> tuple[dict[str, str], ...]:
+        dev = attributes.get(ACCEL_DEVICE_ID)
+        if dev is None:
+            return ()
+        host = str(dev).split("/", 1)[0]
+        return ({"pod": f"sim-{host}", "namespace": "otel-ext-sim", "container": "engine"},)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the simulation while serving ``/metrics``; returns the exit status."""
     args = _parse(argv)
@@ -229,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_start(live: LiveCounters) -> None:
         counters = NodeCounters(live, config.device_model)
-        bridge = CounterBridge([SimulatedSource(counters)], interval_s=args.interval)
+        bridge = CounterBridge(
+            [SimulatedSource(counters)], interval_s=args.interval, labeller=SimulatedPods()
+        )
         bridge.open()
         skip = frozenset(d.metric for d in live.describe())
         server = PrometheusExpositionServer(
