@@ -14,6 +14,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces" / "pytorch-profiler"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_drop_ledger() -> Iterator[None]:
+    """Each test starts with the process-wide drop ledger empty: a drop an earlier test
+    counted (and the ledger exports to every meter provider it was bound to) is not this
+    test's."""
+    from otel_ext._drops import LEDGER
+
+    LEDGER.reset()
+    yield
+
+
 def require(condition: bool, what: str) -> None:
     """Skip the calling test when ``condition`` is false, or fail it when CI requires integration.
 

@@ -102,7 +102,7 @@ def test_receiver_outage_counts_drops_and_recovers(kind):
         traces = {
             attrs[ACCEL_TELEMETRY_REASON]: n
             for n, attrs in last
-            if attrs[ACCEL_TELEMETRY_SIGNAL] == "traces"
+            if attrs.get(ACCEL_TELEMETRY_SIGNAL) == "traces"
             and attrs[ACCEL_TELEMETRY_COMPONENT] == "exporters"
         }
         # every dropped span counted once, under the reason it was dropped for

@@ -51,7 +51,9 @@ def _dropped_points(reader: InMemoryMetricReader) -> dict[str, int]:
             for metric in sm.metrics:
                 if metric.name == METRIC_ACCEL_TELEMETRY_DROPPED:
                     for point in metric.data.data_points:
-                        out[point.attributes[ACCEL_TELEMETRY_SIGNAL]] = point.value
+                        # the exporters' drops name their signal; other components' do not
+                        if ACCEL_TELEMETRY_SIGNAL in point.attributes:
+                            out[point.attributes[ACCEL_TELEMETRY_SIGNAL]] = point.value
     return out
 
 
