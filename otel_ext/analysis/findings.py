@@ -746,7 +746,11 @@ def network_path_findings(
             "hosts": [a, b],
             "directions": [dict(r) for r in rows],
             "extra_transfer_ns": extra,
-            "test": "sign test of each transfer against the reference bandwidth",
+            "test": (
+                "one-sided Fisher exact test: the share of its transfers more than the threshold "
+                "below the reference against that share among the reference's own transfers "
+                "(a sign test against a nominal rate); Bonferroni over the paths tested"
+            ),
         }
         if metrics is not None:  # both ends' port counters (node agent's net/ib sources)
             evidence["nic"] = [

@@ -146,7 +146,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
             site = (
                 f"; latest site: rank {best['rank']} at {best['site']}, order test "
                 f"p={best.get('site_p', 1.0):.2g}"
-                if best.get("site")
+                if best.get("site") and best.get("site_p", 1.0) < 0.5
                 else ""
             )
             w(
