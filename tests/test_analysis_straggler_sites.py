@@ -419,3 +419,25 @@ def test_slow_path_finding_carries_both_ends_port_counters() -> None:
     assert by_host["hB"]["drops"] == 90.0 and by_host["hA"]["drops"] == 0.0
     assert abs(by_host["hA"]["tx_bytes_per_s"] - 12e6) < 1.0
     assert "ports:" in f.summary
+
+
+def test_reports_show_the_network_model() -> None:
+    """The text and HTML reports carry the network table: host paths, or per-rank transfers
+    when the trace names no peers."""
+    from otel_ext.analysis.engine import analyze
+    from otel_ext.analysis.report_html import render_html
+    from otel_ext.analysis.report_text import render_text
+
+    rng = np.random.default_rng(9)
+    doc = analyze(EventTable.from_rows(_p2p_rows(rng, slow_ns=70_000_000)))
+    # no hosts named: each rank is its own "host"; the two slow paths stand against the others
+    assert [(f["kind"], f["target"]) for f in doc["findings"]][:2] == [
+        ("slow-network-path", "rank1->rank2"),
+        ("slow-network-path", "rank3->rank0"),
+    ]
+    text, html = render_text(doc), render_html(doc)
+    assert "Network paths:" in text and "SLOW" in text
+    assert "<h2>Network paths</h2>" in html and ">slow<" in html
+    unpaired = analyze(EventTable.from_rows(_ring_without_peers(rng, late_sender=False)))
+    assert "the trace names no peers" in render_text(unpaired)
+    assert "Transfers (the trace names no peers)" in render_html(unpaired)

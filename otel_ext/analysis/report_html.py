@@ -239,6 +239,50 @@ def _table(rows: list[list[Any]], header: list[str], num: set[int] | None = None
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _network_html(doc: dict[str, Any]) -> str:
+    """The network model's table (docs/analysis.md, "The network model"): per host path from
+    matched transfers, or per rank's sends and receives when the trace names no peers."""
+    net = doc.get("network") or {}
+    if net.get("paths"):
+        rows = [
+            [
+                p["path"],
+                p["transfers"],
+                f"{p['median_transfer_ns'] / 1e6:.3f} ms",
+                "-" if p.get("median_bw") is None else f"{p['median_bw'] / 1e6:.1f} MB/s",
+                (
+                    f"{p['slowness']:.1f}x below {p['reference']}"
+                    if p.get("slow")
+                    else (p.get("reference") or "-")
+                ),
+                "slow" if p.get("slow") else "",
+            ]
+            for p in net["paths"]
+        ]
+        return "<h2>Network paths</h2>" + _table(
+            rows, ["path", "transfers", "median", "bandwidth", "against", ""], {1, 2, 3}
+        )
+    if net.get("unpaired"):
+        rows = [
+            [
+                u["rank"],
+                u["host"],
+                u["direction"],
+                u["count"],
+                f"{u['median_ns'] / 1e6:.3f} ms",
+                f"{u['ratio']:.1f}x",
+                "slow" if u.get("slow") else "",
+            ]
+            for u in net["unpaired"]
+        ]
+        return "<h2>Transfers (the trace names no peers)</h2>" + _table(
+            rows,
+            ["rank", "host", "direction", "count", "median", "vs other ranks", ""],
+            {0, 3, 4, 5},
+        )
+    return ""
+
+
 def _findings_html(doc: dict[str, Any]) -> str:
     findings = doc.get("findings") or []
     if not findings:
@@ -364,6 +408,7 @@ Schema {_e(doc.get("schema", ""))}.</p>
             {2, 3, 4, 5},
         )
     }
+{_network_html(doc)}
 <h2>Clocks and causality</h2>{
         _table(rank_rows, ["rank", "host", "device", "clock offset", "bound"], {0, 3, 4})
     }
