@@ -42,7 +42,13 @@ DEPLOY = REPO_ROOT / "deploy"
 DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))
 RULES = sorted((DEPLOY / "prometheus" / "rules").glob("*.yaml"))
 #: Grafana macros and template variables, as Grafana would expand them for "All"
-GRAFANA_VARS = {"$__rate_interval": "1m", "$host": ".*", "$model": ".*", "$group": ".*", "$pod": ".*"}
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$host": ".*",
+    "$model": ".*",
+    "$group": ".*",
+    "$pod": ".*",
+}
 #: Panels on registry metrics that no otel-ext producer emits yet (strict xfail: the test
 #: fails as soon as one gets data, so the list cannot go stale).
 NO_PRODUCER_YET: dict[str, str] = {}
