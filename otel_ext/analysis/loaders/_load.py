@@ -362,9 +362,9 @@ def _load_whole(p: Path, data: bytes, ctx: LoadContext) -> FileResult:
                       skipped=ctx.skipped)  # fmt: skip
 
 
-def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext) -> FileResult:
-    """An XPlane protobuf (one ``XSpace`` message): read whole, up to the record limit."""
-    from otel_ext.analysis.loaders.xplane import load_xplane_bytes
+def _read_whole(p: Path, head: bytes, pieces: Iterator[bytes], what: str) -> bytearray:
+    """A file that is one message or document, read whole up to the record limit
+    (``OTEL_EXT_MAX_RECORD_BYTES``); past it, an error naming the file."""
     from otel_ext.config import MAX_RECORD_BYTES, resolve
 
     limit = resolve(MAX_RECORD_BYTES)
@@ -372,12 +372,19 @@ def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
     for piece in pieces:
         if len(data) + len(piece) > limit:
             raise InputError(
-                f"an XPlane file larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: the "
-                "XSpace is one protobuf message, read whole)",
+                f"{what} larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: it is read whole)",
                 path=str(p),
                 record="file",
             )
         data += piece
+    return data
+
+
+def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext) -> FileResult:
+    """An XPlane protobuf (one ``XSpace`` message): read whole, up to the record limit."""
+    from otel_ext.analysis.loaders.xplane import load_xplane_bytes
+
+    data = _read_whole(p, head, pieces, "an XPlane file (one XSpace protobuf message)")
     table = load_xplane_bytes(data, ctx=ctx)
     return FileResult(str(p), "xplane", table=table, skipped=ctx.skipped)
 
@@ -385,19 +392,8 @@ def _load_xplane(p: Path, head: bytes, pieces: Iterator[bytes], ctx: LoadContext
 def _load_execution_trace(p: Path, head: bytes, pieces: Iterator[bytes]) -> FileResult:
     """A PyTorch Execution Trace (one JSON document): read whole, up to the record limit."""
     from otel_ext.analysis.loaders.execution_trace import parse_execution_trace
-    from otel_ext.config import MAX_RECORD_BYTES, resolve
 
-    limit = resolve(MAX_RECORD_BYTES)
-    data = bytearray(head)
-    for piece in pieces:
-        if len(data) + len(piece) > limit:
-            raise InputError(
-                f"an Execution Trace larger than {limit} bytes (OTEL_EXT_MAX_RECORD_BYTES: "
-                "the trace is one JSON document, read whole)",
-                path=str(p),
-                record="file",
-            )
-        data += piece
+    data = _read_whole(p, head, pieces, "an Execution Trace (one JSON document)")
     et = parse_execution_trace(bytes(data), path=str(p))
     s = et.summary()
     note = (f"Execution Trace: {s['operators']} operators, {s['collectives']} collectives, "

@@ -198,10 +198,8 @@ class _Rows:
         self._more(agent, -1, kid, -1, -1, index)
         self._row(got, rec, Category.KERNEL_COMPUTE, stream=stream if stream is not None else queue)
 
-    def api(self, section: str, rec: Any, where: Where, index: int) -> None:
-        got = self._common(rec, where, "API")
-        if got is None:
-            return
+    def _kind_op(self, rec: Any, where: Where) -> tuple[int, int] | None:
+        """A record's ``kind`` and ``operation`` codes, or None (a named bad record)."""
         kind, op = rec.get("kind"), rec.get("operation")
         if (
             type(kind) is not int
@@ -209,7 +207,17 @@ class _Rows:
             or not (0 <= kind < 2**31 and 0 <= op < 2**31)
         ):
             self.ctx.bad(where(), "'kind' and 'operation' must be small non-negative integers")
+            return None
+        return kind, op
+
+    def api(self, section: str, rec: Any, where: Where, index: int) -> None:
+        got = self._common(rec, where, "API")
+        if got is None:
             return
+        kind_op = self._kind_op(rec, where)
+        if kind_op is None:
+            return
+        kind, op = kind_op
         if section == "rccl_api" and got[2] >= 0:
             self.rccl_corr.add(got[2])
         self._more(-1, -1, -1, kind, op, index)
@@ -219,14 +227,10 @@ class _Rows:
         got = self._common(rec, where, "memory copy")
         if got is None:
             return
-        kind, op = rec.get("kind"), rec.get("operation")
-        if (
-            type(kind) is not int
-            or type(op) is not int
-            or not (0 <= kind < 2**31 and 0 <= op < 2**31)
-        ):
-            self.ctx.bad(where(), "'kind' and 'operation' must be small non-negative integers")
+        kind_op = self._kind_op(rec, where)
+        if kind_op is None:
             return
+        kind, op = kind_op
         dst, src = _handle(rec, "dst_agent_id"), _handle(rec, "src_agent_id")
         nbytes = rec.get("bytes")
         # the GPU end decides the device (resolved at the end: dst when it is a GPU, else src)
