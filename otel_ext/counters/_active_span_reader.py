@@ -65,6 +65,7 @@ from otel_ext.instrumentation.active_span_record import (
     default_directory,
     parse_record_name,
     record_directory,
+    writer_alive,
 )
 
 __all__ = ["SharedActiveSpanReader", "best_span", "device_alias", "running_time"]
@@ -85,17 +86,6 @@ def device_alias(device_id: str) -> tuple[str, int] | None:
 
 
 _alias = device_alias
-
-
-def _writer_alive(fd: int) -> bool:
-    """Whether a writer holds the record's (shared) lock: taking it exclusively fails."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
 
 
 def running_time(entries: Iterable[RecordEntry], t0: int, t1: int) -> dict[int, int]:
@@ -425,7 +415,7 @@ class SharedActiveSpanReader:
                     if f is None or not f.resource:
                         continue
                     if path not in live:
-                        live[path] = _writer_alive(f.fd)
+                        live[path] = writer_alive(f.fd)
                     if live[path]:
                         out.setdefault(dev, []).append(dict(f.resource))
         except Exception as exc:  # reading must never fail a counter round

@@ -64,6 +64,7 @@ False
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import json
 import mmap
@@ -97,6 +98,7 @@ __all__ = [
     "prepare_directory",
     "record_directory",
     "remove_stale_records",
+    "writer_alive",
 ]
 
 MAGIC = int.from_bytes(b"OTXSPAN1", "little")
@@ -641,3 +643,15 @@ class ActiveSpanRecord:
             os.close(self._fd)  # the parent's lock stays: it holds its own descriptor
         except OSError:
             pass
+
+
+def writer_alive(fd: int) -> bool:
+    """Whether a writer still holds a record file's shared lock (open ``fd``): taking the lock
+    exclusively fails while it does. A record whose writer is gone is stale (a killed process)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    return False

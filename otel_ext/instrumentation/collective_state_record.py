@@ -53,6 +53,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from otel_ext.instrumentation.active_span_record import writer_alive
+
 __all__ = [
     "PAYLOAD_BYTES",
     "SUFFIX",
@@ -236,23 +238,13 @@ class CollectiveStateRecord:
             os.close(self._fd)
 
 
-def _writer_alive(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    with contextlib.suppress(OSError):
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    return False
-
-
 def _read_one(path: str, *, reap: bool) -> CollectiveState | None:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        if not _writer_alive(fd):
+        if not writer_alive(fd):
             if reap:
                 with contextlib.suppress(OSError):
                     if os.lstat(path).st_ino == os.fstat(fd).st_ino:

@@ -192,20 +192,9 @@ class JsonPull:
 
     def elements(self) -> Iterator[Any]:
         """The elements of the array that comes next, each decoded whole."""
-        self._expect("[", "a JSON array")
-        i = 0
-        while True:
-            ch = self._peek()
-            if ch == "]":
-                self._pos += 1
-                return
-            if i:
-                self._expect(",", "',' or ']' in an array")
-            self.path.append(f"[{i}]")
-            item = self.value()
-            yield item
-            self.path.pop()
-            i += 1
+        self.begin_array()
+        for _ in self.array_items():
+            yield self.value()
 
     def begin_array(self) -> None:
         self._expect("[", "a JSON array")
