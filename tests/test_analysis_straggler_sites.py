@@ -441,3 +441,14 @@ def test_reports_show_the_network_model() -> None:
     unpaired = analyze(EventTable.from_rows(_ring_without_peers(rng, late_sender=False)))
     assert "the trace names no peers" in render_text(unpaired)
     assert "Transfers (the trace names no peers)" in render_html(unpaired)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 20), min_size=2, max_size=40))
+def test_median_without_each_equals_the_median_of_the_others(values: list[int]) -> None:
+    from otel_ext._arrays import median
+    from otel_ext.analysis.network_paths import _median_without_each
+
+    v = np.asarray(values, dtype=np.float64)
+    want = [float(median(np.delete(v, i))) for i in range(len(v))]
+    assert _median_without_each(v).tolist() == want

@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext._arrays import median
+from otel_ext._arrays import group_median, median
 from otel_ext.analysis.collectives import CollectiveMatch
 from otel_ext.analysis.significance import (
     ALPHA,
@@ -375,6 +375,7 @@ def unpaired_transfer_stats(
     names = table.strings["name"]
     out: list[RankTransferStat] = []
     tests: list[dict[str, Any]] = []
+    sends = _SendCalls(table)
     for direction, family in (("send", _SEND_NAMES), ("recv", _RECV_NAMES)):
         worker = [i for i, n in enumerate(names) if n in family and n.startswith("gloo:")]
         caller = [i for i, n in enumerate(names) if n in family and not n.startswith("gloo:")]
@@ -384,26 +385,28 @@ def unpaired_transfer_stats(
         rows = np.flatnonzero(ranked & np.isin(table["name"], np.asarray(codes)))
         if len(rows) == 0:
             continue
+        order = np.argsort(table["rank"][rows], kind="stable")  # rows grouped by rank
+        rows = rows[order]
         rank = table["rank"][rows].astype(np.int64)
         dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
-        ranks = np.unique(rank)
+        ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
         if len(ranks) < 2:
             continue
-        meds = {int(r): float(median(dur[rank == r])) for r in ranks.tolist()}
-        for r in ranks.tolist():
-            mine = dur[rank == r]
-            peer = float(median(np.array([v for q, v in meds.items() if q != r])))
+        meds = group_median(dur, np.repeat(np.arange(len(ranks)), counts), len(ranks))
+        peers = _median_without_each(meds)
+        for i, r in enumerate(ranks.tolist()):
+            mine = dur[first[i] : first[i] + counts[i]]
             late = None
             if direction == "recv":
-                late = _late_sender_share(table, rows[rank == r], int(r), peer * ratio)
+                late = sends.late_share(rows[first[i] : first[i] + counts[i]], r, peers[i] * ratio)
             tests.append(
                 {
                     "rank": int(r),
                     "direction": direction,
-                    "count": len(mine),
-                    "median": meds[int(r)],
-                    "peer": peer,
-                    "slower": int((mine > peer).sum()),
+                    "count": int(counts[i]),
+                    "median": float(meds[i]),
+                    "peer": float(peers[i]),
+                    "slower": int((mine > peers[i]).sum()),
                     "late_sender_share": late,
                 }
             )
@@ -439,33 +442,67 @@ def unpaired_transfer_stats(
     return out
 
 
-def _late_sender_share(
-    table: EventTable, recv_rows: np.ndarray, rank: int, slow_ns: float
-) -> float | None:
-    """Of a rank's receives longer than ``slow_ns``, the share during whose second half some
-    other rank *called* a send (``c10d::send``, the caller's enqueue; ``gloo:send`` where the
-    trace has no caller rows): a sender that came late. None when no receive is that slow.
+def _median_without_each(values: np.ndarray) -> np.ndarray:
+    """For each element, the median of the others (one sort, not one per element).
 
-    Read on the aligned timeline: meaningful where the clocks' bounds are small against the
-    receives (milliseconds against tens of milliseconds on the harness)."""
-    dur = table["end_ns"][recv_rows] - table["start_ns"][recv_rows]
-    slow = recv_rows[dur > slow_ns]
-    if len(slow) == 0:
-        return None
-    names = table.strings["name"]
-    caller = [i for i, n in enumerate(names) if n == "c10d::send"]
-    worker = [i for i, n in enumerate(names) if n == "gloo:send"]
-    codes = caller or worker
-    if not codes:
-        return None
-    sends = np.flatnonzero(
-        (table["category"] == Category.CPU_OP)
-        & (table["rank"] >= 0)
-        & (table["rank"] != rank)
-        & np.isin(table["name"], np.asarray(codes))
-    )
-    starts = np.sort(table["start_ns"][sends])
-    lo = table["start_ns"][slow] + (table["end_ns"][slow] - table["start_ns"][slow]) // 2
-    hi = table["end_ns"][slow]
-    found = np.searchsorted(starts, hi, side="right") - np.searchsorted(starts, lo, side="left")
-    return float(np.mean(found > 0))
+    >>> _median_without_each(np.array([1.0, 2.0, 10.0, 4.0])).tolist()
+    [4.0, 4.0, 2.0, 2.0]
+    """
+    n = len(values)
+    order = np.argsort(values, kind="stable")
+    srt = values[order]
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    m = n - 1  # the others: the sorted values without one position
+
+    def kth(k: int, at: np.ndarray) -> np.ndarray:
+        return srt[np.where(k < at, k, k + 1)]  # the k-th of the others, skipping ``at``
+
+    lo, hi = (m - 1) // 2, m // 2
+    return (kth(lo, pos) + kth(hi, pos)) / 2.0
+
+
+class _SendCalls:
+    """The trace's send calls (``c10d::send``, the caller's enqueue; ``gloo:send`` where the
+    trace has no caller rows), sorted once, for :meth:`late_share`."""
+
+    def __init__(self, table: EventTable) -> None:
+        names = table.strings["name"]
+        caller = [i for i, n in enumerate(names) if n == "c10d::send"]
+        worker = [i for i, n in enumerate(names) if n == "gloo:send"]
+        codes = caller or worker
+        self.table = table
+        rows = np.zeros(0, dtype=np.int64)
+        if codes:
+            rows = np.flatnonzero(
+                (table["category"] == Category.CPU_OP)
+                & (table["rank"] >= 0)
+                & np.isin(table["name"], np.asarray(codes))
+            )
+        self.any = bool(codes)
+        self.starts = np.sort(table["start_ns"][rows])
+        order = np.lexsort((table["start_ns"][rows], table["rank"][rows]))
+        self.rank = table["rank"][rows][order].astype(np.int64)
+        self.rank_starts = table["start_ns"][rows][order]
+
+    def late_share(self, recv_rows: np.ndarray, rank: int, slow_ns: float) -> float | None:
+        """Of a rank's receives longer than ``slow_ns``, the share during whose second half
+        some *other* rank called a send (a sender that came late); None when no receive is
+        that slow or the trace has no send calls.
+
+        Read on the aligned timeline: meaningful where the clocks' bounds are small against
+        the receives (milliseconds against tens of milliseconds on the harness)."""
+        t = self.table
+        dur = t["end_ns"][recv_rows] - t["start_ns"][recv_rows]
+        slow = recv_rows[dur > slow_ns]
+        if len(slow) == 0 or not self.any:
+            return None
+        lo = t["start_ns"][slow] + (t["end_ns"][slow] - t["start_ns"][slow]) // 2
+        hi = t["end_ns"][slow]
+
+        def count(starts: np.ndarray) -> np.ndarray:
+            return np.searchsorted(starts, hi, side="right") - np.searchsorted(starts, lo)
+
+        a, b = np.searchsorted(self.rank, [rank, rank + 1])
+        others = count(self.starts) - count(self.rank_starts[a:b])  # every send but its own
+        return float(np.mean(others > 0))
