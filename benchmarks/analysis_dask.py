@@ -79,7 +79,7 @@ def _worker_reset_peak() -> int:
     """Run on a worker: import what the loading imports, reset the peak RSS to the current
     (``/proc/self/clear_refs``), and answer the current RSS (KiB)."""
     import otel_ext.analysis.loaders
-    import otel_ext.analysis.requests  # noqa: F401
+    import otel_ext.analysis.serving.requests  # noqa: F401
 
     Path("/proc/self/clear_refs").write_text("5")
     return _status_kb("VmRSS")
@@ -140,8 +140,8 @@ def _pack_cost(paths: list[Path], keep_going: bool) -> str:
 
     from otel_ext.analysis.captures import separate_captures
     from otel_ext.analysis.loaders import load_paths
-    from otel_ext.analysis.packed_rows import PackedTable
-    from otel_ext.analysis.per_rank import per_rank_tables
+    from otel_ext.analysis.rank.per_rank import per_rank_tables
+    from otel_ext.analysis.scaleout.packed_rows import PackedTable
     from otel_ext.analysis.steps import select_steps
 
     load = load_paths(paths, keep_going=keep_going, workers=1)
@@ -169,8 +169,8 @@ def _pack_cost(paths: list[Path], keep_going: bool) -> str:
 def run_set(name: str, paths: list[Path], *, workers: int, repeat: int, keep_going: bool) -> None:
     import distributed
 
-    from otel_ext.analysis import dask_backend
     from otel_ext.analysis.engine import analyze, to_json
+    from otel_ext.analysis.scaleout import dask_cluster as dask_backend
 
     t_local, doc_local = _timed(lambda: analyze(paths, keep_going=keep_going, scheduler=""), repeat)
     local_text = to_json(doc_local)
@@ -254,8 +254,8 @@ def run_folders(*, workers: int) -> None:
     cluster: the same report (True/False) per folder."""
     import distributed
 
-    from otel_ext.analysis import dask_backend
     from otel_ext.analysis.engine import analyze, to_json
+    from otel_ext.analysis.scaleout import dask_cluster as dask_backend
 
     cluster = _local_cluster(distributed, workers)
     same = 0

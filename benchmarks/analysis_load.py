@@ -51,9 +51,9 @@ if paths and paths[0] == "--no-cscan":  # the msgspec path alone (pool workers f
     from otel_ext.analysis.loaders import _kineto_fast
     _kineto_fast._cscan = None
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.breakdown import (temporal_breakdown, idle_breakdown, kernel_breakdown,
+from otel_ext.analysis.rank.breakdown import (temporal_breakdown, idle_breakdown, kernel_breakdown,
     launch_stats, drop_last_step)
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 t1 = time.perf_counter()
 r = load_paths(paths)
 t = drop_last_step(r.table)
@@ -90,8 +90,8 @@ SCALE = r"""
 import json, resource, sys, time
 import numpy as np
 from otel_ext.analysis.table import EventTable, NUMERIC_COLUMNS, STRING_COLUMNS, constant_column
-from otel_ext.analysis.breakdown import temporal_breakdown, idle_breakdown, launch_stats
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.breakdown import temporal_breakdown, idle_breakdown, launch_stats
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 ranks, per = int(sys.argv[1]), int(sys.argv[2])
 n = ranks * per
 rng = np.random.default_rng(0)

@@ -156,7 +156,7 @@ def streaming_memory(work: Path, copies: int) -> None:
 
 
 def counter_correlation(work: Path, repeat: int) -> None:
-    from otel_ext.analysis import counters
+    from otel_ext.analysis.cross import counter_evidence as counters
     from otel_ext.analysis.loaders import load_file
 
     m = load_file(work / "sim" / "metrics.jsonl").metrics

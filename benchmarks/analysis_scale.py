@@ -274,7 +274,9 @@ def _instrument_engine(memory: bool) -> dict[str, list[float]]:
     import inspect
     import tracemalloc
 
-    from otel_ext.analysis import breakdown, collectives, engine, overlap
+    from otel_ext.analysis import engine
+    from otel_ext.analysis.cross import collective_match as collectives
+    from otel_ext.analysis.rank import breakdown, overlap
 
     phases: dict[str, list[float]] = {}
     depth = [0]

@@ -118,7 +118,11 @@ def _instrument() -> dict[str, list[float]]:
 
     Returns ``{step: [wall s, CPU s, calls]}``, filled as the engine runs.
     """
-    from otel_ext.analysis import breakdown, collectives, engine, findings, overlap, requests
+    from otel_ext.analysis import engine
+    from otel_ext.analysis.cross import collective_match as collectives
+    from otel_ext.analysis.findings.build import build as findings
+    from otel_ext.analysis.rank import breakdown, overlap
+    from otel_ext.analysis.serving import requests
 
     phases: dict[str, list[float]] = {}
     stack: list[list[float]] = []  # per open call: [wall, cpu] spent in nested timed calls

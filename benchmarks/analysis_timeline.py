@@ -50,7 +50,7 @@ def child(args: argparse.Namespace) -> None:
     from analysis_scale import make_table
 
     from otel_ext.analysis.engine import analyze
-    from otel_ext.analysis.timeline import TimelineFile
+    from otel_ext.analysis.report.timeline import TimelineFile
 
     analyze(make_table(16, collectives=args.steps, steps=args.steps, kernels=2))  # warm-up
     table = make_table(

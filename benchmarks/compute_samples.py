@@ -6,9 +6,9 @@ times) measures, best of ``--repeats`` in the same process:
 
 * ``rows``: the row passes before the samples (``tests/_reference_compute_ratios.py``,
   verbatim): ``compute_ratio_stats`` and ``load_imbalance``'s compute totals;
-* ``samples``: :func:`~otel_ext.analysis.compute_samples.samples_of` per file,
-  :meth:`~otel_ext.analysis.compute_samples.ComputeSamples.join`, then
-  :func:`~otel_ext.analysis.compute_samples.ratio_stats` and ``rank_totals`` (the whole work,
+* ``samples``: :func:`~otel_ext.analysis.rank.compute_samples.samples_of` per file,
+  :meth:`~otel_ext.analysis.rank.compute_samples.ComputeSamples.join`, then
+  :func:`~otel_ext.analysis.rank.compute_samples.ratio_stats` and ``rank_totals`` (the whole work,
   wherever it runs);
 * ``client``: the client's share (join, ratio stats, totals);
 
@@ -38,10 +38,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _reference_compute_ratios as reference  # noqa: E402
 from _timing import best_of  # noqa: E402
 
-from otel_ext.analysis.compute_samples import ComputeSamples, ratio_stats, samples_of  # noqa: E402
+from otel_ext.analysis.cross.stragglers import window_edges  # noqa: E402
 from otel_ext.analysis.loaders import load_file  # noqa: E402
+from otel_ext.analysis.rank.compute_samples import ComputeSamples, ratio_stats, samples_of  # noqa: E402
 from otel_ext.analysis.runs import rank_runs  # noqa: E402
-from otel_ext.analysis.stragglers import window_edges  # noqa: E402
 from otel_ext.analysis.table import Category, EventTable  # noqa: E402
 
 

@@ -5,7 +5,7 @@ keeps every row (the walk rows among them), matches and aligns it (``align_ranks
 times, best of ``--repeats`` in the same process:
 
 * ``reference``: the walk before the split (``tests/_reference_critical_path.py``, verbatim);
-* ``split``: :func:`otel_ext.analysis.critical_path.critical_path` (peer edges, the pieces of
+* ``split``: :func:`otel_ext.analysis.cross.critical_path.critical_path` (peer edges, the pieces of
   every rank, stitched), and its parts (``peer_edges``, ``walk_pieces``, ``stitch``);
 
 checks the two give the same document, and prints the ratio. Then the travel: the bytes of the
@@ -34,7 +34,7 @@ import _reference_critical_path as reference  # noqa: E402
 from _critical_path_inputs import engine_inputs  # noqa: E402
 from _timing import best_of  # noqa: E402
 
-from otel_ext.analysis.critical_path import (  # noqa: E402
+from otel_ext.analysis.cross.critical_path import (  # noqa: E402
     WalkPieces,
     critical_path,
     peer_edges,

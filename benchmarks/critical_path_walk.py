@@ -1,6 +1,6 @@
 """Benchmark: the critical path's walk on real traces, against an earlier version of it.
 
-Loads each trace once, then times :func:`otel_ext.analysis.critical_path.critical_path`
+Loads each trace once, then times :func:`otel_ext.analysis.cross.critical_path.critical_path`
 (best of ``--repeats``) for the working tree's module and for the module as it was at
 ``--baseline`` (a git revision, read with ``git show``), in the same process, and prints the
 times, their ratio and each path's top categories.
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_ext.analysis import critical_path as current
-from otel_ext.analysis.collectives import match_collectives
+from otel_ext.analysis.cross import critical_path as current
+from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.loaders import load_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _module_at(rev: str) -> Any:
     src = subprocess.run(
-        ["git", "show", f"{rev}:otel_ext/analysis/critical_path.py"],
+        ["git", "show", f"{rev}:otel_ext/analysis/cross/critical_path.py"],
         cwd=ROOT, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     path = Path(tempfile.mkdtemp()) / "critical_path_baseline.py"

@@ -1,7 +1,7 @@
 """Per-request accelerator time and energy against the simulated cluster's ground truth.
 
 Runs the simulator (the given options), splits every engine step's device time and energy
-across its requests with :func:`otel_ext.analysis.requests.request_accounting` (from the
+across its requests with :func:`otel_ext.analysis.serving.requests.request_accounting` (from the
 telemetry files only), then reads ``truth.json`` and prints each request's relative error's
 p50, p95 and maximum, for device time and for energy, and the worst per-step conservation
 error.
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.requests import engine_steps_from_otlp, request_accounting
+from otel_ext.analysis.serving.requests import engine_steps_from_otlp, request_accounting
 from otel_ext.sim import SimConfig, run_simulation
 
 

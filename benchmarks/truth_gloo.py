@@ -55,7 +55,7 @@ from gloo_profiled_job import (  # noqa: E402
 )
 
 from otel_ext.analysis.engine import analyze  # noqa: E402
-from otel_ext.analysis.findings import CAUSE_KINDS  # noqa: E402
+from otel_ext.analysis.findings.build import CAUSE_KINDS  # noqa: E402
 
 ROOT_CAUSE_KINDS = CAUSE_KINDS
 

@@ -114,7 +114,7 @@ def print_report(
 def analyze_run(out: Path, err: TextIO) -> dict[str, Any]:
     """Analyse the output folder, write ``report.json`` and ``report.html``."""
     from otel_ext.analysis.engine import analyze, to_json
-    from otel_ext.analysis.report_html import render_html
+    from otel_ext.analysis.report.html import render_html
 
     print("  aligning clocks and analysing the telemetry files ...", file=err, flush=True)
     for stale in ("report.json", "report.html", "clock-alignment.json"):

@@ -1,8 +1,8 @@
 """Test helper: the compute-kernel passes as they were before compute samples (issue 15, item 4).
 
 Verbatim copies from commit ``62aa174`` (HEAD when compute samples began): today's
-``compute_ratio_stats`` of ``otel_ext/analysis/stragglers.py`` and the per-rank totals of the
-``compute`` part of ``otel_ext/analysis/imbalance.py::load_imbalance`` (its lines up to the
+``compute_ratio_stats`` of ``otel_ext/analysis/cross/stragglers.py`` and the per-rank totals of the
+``compute`` part of ``otel_ext/analysis/cross/imbalance.py::load_imbalance`` (its lines up to the
 peer-group loop, wrapped in a function that returns ``ur`` and ``tot``). The oracle of
 ``tests/test_analysis_compute_samples.py``; not part of the library; do not edit (only this
 docstring, the imports and the wrapper's ``def``/``return`` lines are new).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from otel_ext._arrays import distinct, distinct_rows, group_median
-from otel_ext.analysis.compute_samples import ComputeRatios
+from otel_ext.analysis.rank.compute_samples import ComputeRatios
 from otel_ext.analysis.runs import rank_runs
 from otel_ext.analysis.table import Category, EventTable
 

@@ -1,6 +1,6 @@
 """Test helper: the critical-path walk as it was before it was split per rank (issue 15, item 4).
 
-A verbatim copy of ``otel_ext/analysis/critical_path.py`` at commit ``f0d9277`` (HEAD when the
+A verbatim copy of ``otel_ext/analysis/cross/critical_path.py`` at commit ``f0d9277`` (HEAD when the
 split began): one Python loop over the whole aligned table. The differential tests in
 ``tests/test_analysis_critical_path_pieces.py`` and ``benchmarks/critical_path_pieces.py``
 compare the split walk (per-rank pieces stitched on the client) against it. Not part of the
@@ -60,7 +60,7 @@ the last arrival (the rest was waiting, off the path). The result is a list of s
 would save if the top straggler ran at the median rank's pace (its lateness, capped by the
 gap to the second-last arrival, summed over the collectives it arrived last at).
 
->>> from otel_ext.analysis.collectives import match_collectives
+>>> from otel_ext.analysis.cross.collective_match import match_collectives
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([
 ...     dict(start_ns=0, end_ns=100, rank=0, stream=1, category=C.KERNEL_COMPUTE, name="a"),
@@ -84,8 +84,8 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis._intervals import merge_intervals
-from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
+from otel_ext.analysis.intervals import merge_intervals
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = ["CriticalPath", "critical_path", "runtime_label", "straggler_saving"]
@@ -205,7 +205,7 @@ def _device_prev(rows: np.ndarray, table: EventTable) -> np.ndarray:
 def straggler_saving(match: CollectiveMatch, rank: int) -> int:
     """Time saved if ``rank`` arrived at the median pace where it arrived last (ns).
 
-    >>> from otel_ext.analysis.collectives import match_collectives
+    >>> from otel_ext.analysis.cross.collective_match import match_collectives
     >>> from otel_ext.analysis.table import Category as C, EventTable
     >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=500, rank=r, coll_seq=0,
     ...     category=C.KERNEL_COMM) for r, s in [(0, 100), (1, 120), (2, 400)]])
@@ -264,7 +264,7 @@ def critical_path(
     rcat = cat[rows]
     prev = _lane_prev(rows, table)
     dprev = _device_prev(rows, table)
-    from otel_ext.analysis.breakdown import launch_fanout, launch_rows
+    from otel_ext.analysis.rank.breakdown import launch_fanout, launch_rows
 
     lr_all = launch_rows(table)
     fan_all = launch_fanout(table, lr_all)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from otel_ext.analysis.collectives import match_collectives
+from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, EventTable
 
 __all__ = ["make_late", "scale_kernels", "shift_clock"]

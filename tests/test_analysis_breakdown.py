@@ -8,15 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis._intervals import merge_intervals
-from otel_ext.analysis.breakdown import (
+from otel_ext.analysis.intervals import merge_intervals
+from otel_ext.analysis.rank.breakdown import (
     drop_last_step,
     idle_breakdown,
     kernel_breakdown,
     launch_stats,
     temporal_breakdown,
 )
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category, EventTable
 
 DEV = [Category.KERNEL_COMPUTE, Category.KERNEL_COMM, Category.MEMCPY, Category.MEMSET]

@@ -22,17 +22,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_ext._arrays import group_median, weighted_group_median
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.compute_samples import (
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.imbalance import load_imbalance
+from otel_ext.analysis.cross.stragglers import compute_ratio_stats, find_stragglers, window_edges
+from otel_ext.analysis.loaders import load_file
+from otel_ext.analysis.rank.compute_samples import (
     ComputeSamples,
     ratio_stats,
     samples_of,
     window_of,
 )
-from otel_ext.analysis.imbalance import load_imbalance
-from otel_ext.analysis.loaders import load_file
 from otel_ext.analysis.runs import rank_runs
-from otel_ext.analysis.stragglers import compute_ratio_stats, find_stragglers, window_edges
 from otel_ext.analysis.table import Category, EventTable
 
 BASE = 1_700_000_000_000_000_000  # epoch-scale times, as profiler traces have them
@@ -245,8 +245,8 @@ def test_ranks_alone_in_their_run_counted_in_total_give_the_same(
     """A rank alone in its run has nothing to compare its work with: its kernels travel as
     a total (``held_samples``' ``alone``), and the stragglers and the imbalance are those
     from every row."""
-    from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.per_rank import held_samples, per_rank_tables
+    from otel_ext.analysis.cross.alignment import RankClocks
+    from otel_ext.analysis.rank.per_rank import held_samples, per_rank_tables
 
     rows, windows = case
     t = EventTable.from_rows(rows)

@@ -23,9 +23,9 @@ from _critical_path_inputs import engine_inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis import critical_path as cp_mod
-from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
-from otel_ext.analysis.critical_path import (
+from otel_ext.analysis.cross import critical_path as cp_mod
+from otel_ext.analysis.cross.collective_match import CollectiveMatch, match_collectives
+from otel_ext.analysis.cross.critical_path import (
     PeerEdges,
     WalkPieces,
     critical_path,

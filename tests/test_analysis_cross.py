@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.alignment import align_ranks, count_violations
-from otel_ext.analysis.collectives import link_stats, match_collectives
-from otel_ext.analysis.counters import change_point, correlate_counters
-from otel_ext.analysis.critical_path import critical_path, straggler_saving
-from otel_ext.analysis.imbalance import load_imbalance
+from otel_ext.analysis.cross.alignment import align_ranks, count_violations
+from otel_ext.analysis.cross.collective_match import link_stats, match_collectives
+from otel_ext.analysis.cross.counter_evidence import change_point, correlate_counters
+from otel_ext.analysis.cross.critical_path import critical_path, straggler_saving
+from otel_ext.analysis.cross.imbalance import load_imbalance
+from otel_ext.analysis.cross.stragglers import find_stragglers
 from otel_ext.analysis.loaders import MetricPoints
-from otel_ext.analysis.requests import request_latency
-from otel_ext.analysis.roofline import roofline
-from otel_ext.analysis.stragglers import find_stragglers
+from otel_ext.analysis.rank.roofline import roofline
+from otel_ext.analysis.serving.requests import request_latency
 from otel_ext.analysis.table import Category, EventTable
 
 BASE = 1_700_000_000_000_000_000  # epoch-scale times: float64 would lose nanoseconds here

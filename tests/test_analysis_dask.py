@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from conftest import require
 
-from otel_ext.analysis import dask_backend
 from otel_ext.analysis.engine import analyze, to_json
-from otel_ext.analysis.per_rank import HELD_CATEGORIES
+from otel_ext.analysis.rank.per_rank import HELD_CATEGORIES
+from otel_ext.analysis.scaleout import dask_cluster as dask_backend
 from otel_ext.analysis.table import Category
 from otel_ext.cli import main
 from otel_ext.errors import ConfigError, InputError, OtelExtError
@@ -119,7 +119,7 @@ def test_simulated_requests_read_the_held_rows_busy_time(simulated: Path, addres
 @needs_dask
 def test_simulated_rows_travel_packed(simulated: Path, address: str) -> None:
     """An OTLP run's reduced rows (nearly every row of it) and metric points travel packed
-    (:class:`~otel_ext.analysis.packed_rows.PackedTable`): the client unpacks the rows a
+    (:class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`): the client unpacks the rows a
     partition computed, every category counted, the per-rank round in well under half the
     bytes it weighs unpacked; the report is the in-process one."""
     paths = [simulated]

@@ -19,11 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_ext._arrays import median
-from otel_ext.analysis import collectives, counters, requests, serving
-from otel_ext.analysis.counters import correlate_counters, series_of
+from otel_ext.analysis.cross import collective_match as collectives
+from otel_ext.analysis.cross import counter_evidence as counters
+from otel_ext.analysis.cross.counter_evidence import correlate_counters, series_of
 from otel_ext.analysis.loaders import MetricPoints, load_paths
 from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_value
-from otel_ext.analysis.requests import _Coverage, engine_steps_from_otlp, request_latency
+from otel_ext.analysis.serving import engine_telemetry as serving
+from otel_ext.analysis.serving import requests
+from otel_ext.analysis.serving.requests import _Coverage, engine_steps_from_otlp, request_latency
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.sim import SimConfig, parse_fault, run_simulation
 
@@ -304,7 +307,7 @@ def _reference_calls(table: Any, input_bytes: dict[tuple[str, int], int], limit:
     limit=st.integers(1, 40),
 )
 def test_collective_calls_equal_a_pass_per_call(kernels: list[tuple[Any, ...]], limit: int) -> None:
-    from otel_ext.analysis.comm_calls import collective_calls
+    from otel_ext.analysis.rank.comm_calls import collective_calls
 
     table = EventTable.from_rows(
         dict(start_ns=s, end_ns=s + d, category=Category.KERNEL_COMM, rank=r, external_id=e,
@@ -318,7 +321,7 @@ def test_collective_calls_equal_a_pass_per_call(kernels: list[tuple[Any, ...]], 
 
 
 def test_collective_calls_on_the_simulated_run(sim_run: tuple[Path, Any]) -> None:
-    from otel_ext.analysis.comm_calls import collective_calls
+    from otel_ext.analysis.rank.comm_calls import collective_calls
 
     table = sim_run[1].table
     got = collective_calls(table, input_bytes={})
@@ -459,7 +462,7 @@ def test_port_stats_on_a_slow_nic_run(tmp_path: Path) -> None:
 def _reference_per_name(table: Any, category: Any, groups: dict[int, int] | None) -> Any:
     """The former per-name imbalance rows: a mask over the rows per peer group."""
     from otel_ext._arrays import distinct
-    from otel_ext.analysis import imbalance
+    from otel_ext.analysis.cross import imbalance
 
     rows = np.flatnonzero((table["category"] == category) & (table["rank"] >= 0))
     if len(rows) == 0:
@@ -490,7 +493,7 @@ def _reference_per_name(table: Any, category: Any, groups: dict[int, int] | None
 def test_imbalance_groups_equal_a_mask_per_group(
     spans: list[tuple[int, str, int]], grouping: dict[int, int] | None
 ) -> None:
-    from otel_ext.analysis import imbalance
+    from otel_ext.analysis.cross import imbalance
 
     table = EventTable.from_rows(
         dict(start_ns=k * 2000, end_ns=k * 2000 + d, rank=r, name=n,

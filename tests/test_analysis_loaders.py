@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.breakdown import launch_rows
 from otel_ext.analysis.loaders import load_file, load_kineto_text, load_paths, us_to_ns
+from otel_ext.analysis.rank.breakdown import launch_rows
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
 from otel_ext.semconv import attributes as A

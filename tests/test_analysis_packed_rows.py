@@ -1,6 +1,6 @@
 """The reduced rows and metric points as they travel to a Dask client
-(:class:`~otel_ext.analysis.packed_rows.PackedTable`,
-:class:`~otel_ext.analysis.packed_rows.PackedPoints`): lossless, value for value and dtype
+(:class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`,
+:class:`~otel_ext.analysis.scaleout.packed_rows.PackedPoints`): lossless, value for value and dtype
 for dtype, whatever the columns hold (extremes, wrapping steps, negative zeros, NaN), and
 smaller than the rows as :class:`EventTable` pickles them on a real simulated run."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.packed_rows import PackedFields, PackedPoints, PackedTable
+from otel_ext.analysis.scaleout.packed_rows import PackedFields, PackedPoints, PackedTable
 from otel_ext.analysis.table import (
     NUMERIC_COLUMNS,
     Category,
@@ -183,9 +183,9 @@ def test_a_simulated_runs_reduced_rows_pack_to_under_half(simulated: Path) -> No
     """An OTLP run's reduced rows (layers, collectives, communication kernels, links,
     requests, phases: nearly every row) as they leave a partition: the same rows back, in
     under half the bytes; its metric points too."""
-    from otel_ext.analysis.counters import READ_METRICS
+    from otel_ext.analysis.cross.counter_evidence import READ_METRICS
     from otel_ext.analysis.loaders import load_paths
-    from otel_ext.analysis.per_rank import per_rank_tables
+    from otel_ext.analysis.rank.per_rank import per_rank_tables
 
     load = load_paths([simulated], workers=1)
     per = per_rank_tables(load.table, hold=True)
@@ -205,7 +205,7 @@ def test_a_simulated_runs_reduced_rows_pack_to_under_half(simulated: Path) -> No
 def test_packed_fields_unpack_to_the_object(data: st.DataObject) -> None:
     """The walk's pieces and the held samples travel as :class:`PackedFields`: every array
     back value for value and dtype for dtype, the other fields untouched."""
-    from otel_ext.analysis.critical_path_walk import WalkPieces
+    from otel_ext.analysis.cross.critical_path_walk import WalkPieces
 
     pieces = WalkPieces.empty()
     for name, value in list(vars(pieces).items()):
@@ -235,7 +235,7 @@ def _drawn(data: st.DataObject, like: np.ndarray, n: int) -> np.ndarray:
 def test_packed_busy_intervals_unpack_exactly(pairs: list[tuple[int, int]], rank: int) -> None:
     """The held rows' busy intervals: starts as steps, ends as lengths (wrapping where the
     values are extremes), back exactly."""
-    from otel_ext.analysis.packed_rows import packed_busy, unpacked_busy
+    from otel_ext.analysis.scaleout.packed_rows import packed_busy, unpacked_busy
 
     start = np.asarray([a for a, _ in pairs], dtype=np.int64)
     end = np.asarray([b for _, b in pairs], dtype=np.int64)
@@ -256,7 +256,7 @@ def test_children_relative_to_their_parents_unpack_exactly(
     """Rows whose parent row is in the table (chains of them, some rows in a cycle, some
     pointing at themselves) travel as differences from the parent's values where that is
     narrower: the parents are resolved first, the rows in cycles travel as themselves."""
-    from otel_ext.analysis import packed_rows
+    from otel_ext.analysis.scaleout import packed_rows
 
     rng = np.random.default_rng(seed)
     span = rng.integers(1, 2**62, size=n, dtype=np.int64).astype(np.uint64)
@@ -292,7 +292,7 @@ def test_kernels_travel_from_their_collectives() -> None:
     """Communication kernels under collective spans of random ranks and times: their ranks
     and starts travel as differences from their parents' (zero, and a few microseconds),
     narrower than the values; exact."""
-    from otel_ext.analysis import packed_rows
+    from otel_ext.analysis.scaleout import packed_rows
 
     rng = np.random.default_rng(7)
     m = 500
@@ -319,7 +319,7 @@ def test_kernels_travel_from_their_collectives() -> None:
 def test_a_deep_chain_of_parents_is_bounded() -> None:
     """A chain of 100 nested spans: the first 32 below the root travel from their parents,
     the deeper ones as themselves (the client resolves at most 32 levels); all exact."""
-    from otel_ext.analysis import packed_rows
+    from otel_ext.analysis.scaleout import packed_rows
 
     n = 100
     span = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(2**40 + 7)

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis import breakdown, overlap
 from otel_ext.analysis.captures import separate_captures
-from otel_ext.analysis.per_rank import (
+from otel_ext.analysis.rank import breakdown, overlap
+from otel_ext.analysis.rank.per_rank import (
     HELD_CATEGORIES,
     cross_rank_mask,
     held_samples,
@@ -30,7 +30,7 @@ from otel_ext.analysis.per_rank import (
     name_counts,
     per_rank_tables,
 )
-from otel_ext.analysis.per_rank_jobs import (
+from otel_ext.analysis.scaleout.per_rank_jobs import (
     KeptFile,
     RankDecision,
     decide_ranks,
@@ -196,9 +196,9 @@ def test_held_samples_and_the_sent_rows_samples_are_the_wholes(
 ) -> None:
     """The samples of the partitions' held compute rows (taken where they are) joined with
     the samples of the compute rows that travelled: the samples of every compute row."""
-    from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.compute_samples import ComputeSamples, samples_of
+    from otel_ext.analysis.cross.alignment import RankClocks
     from otel_ext.analysis.loaders import FileResult
+    from otel_ext.analysis.rank.compute_samples import ComputeSamples, samples_of
 
     whole = EventTable.concat(files)
     lo, hi = int(whole["start_ns"].min(initial=0)), int(whole["end_ns"].max(initial=1))
@@ -297,7 +297,7 @@ def test_reduced_rows_are_fewer_on_profiler_traces(shared_traces: Path, folder: 
 @settings(max_examples=200, deadline=None)
 @given(st.sets(st.integers(0, 5_000), max_size=300), st.integers(0, 10**12))
 def test_packed_positions_unpack_to_the_positions(rows: set[int], offset: int) -> None:
-    from otel_ext.analysis.per_rank_jobs import PackedPositions
+    from otel_ext.analysis.scaleout.per_rank_jobs import PackedPositions
 
     positions = np.asarray(sorted(rows), dtype=np.int64) + offset
     packed = PackedPositions.of(positions)

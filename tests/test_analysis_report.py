@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from test_analysis_findings import _run
 
 from otel_ext.analysis.engine import analyze, to_json
-from otel_ext.analysis.report_html import json_for_script, render_html
-from otel_ext.analysis.report_text import render_text
+from otel_ext.analysis.report.html import json_for_script, render_html
+from otel_ext.analysis.report.text import render_text
 
 
 @pytest.fixture(scope="module")

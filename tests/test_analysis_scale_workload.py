@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from otel_ext.analysis.collectives import match_collectives
+from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.table import Category
 

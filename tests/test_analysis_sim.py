@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from otel_ext.analysis.engine import analyze
-from otel_ext.analysis.findings import CAUSE_KINDS
+from otel_ext.analysis.findings.build import CAUSE_KINDS
 from otel_ext.cli import main
 
 _CACHE: dict[tuple[str, int, int], tuple[Path, dict[str, Any]]] = {}

@@ -14,16 +14,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.findings import network_path_findings, unpaired_transfer_findings
-from otel_ext.analysis.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
-from otel_ext.analysis.straggler_sites import (
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
+from otel_ext.analysis.cross.straggler_sites import (
     adjust_tarone,
     collective_sites,
     self_caused_lateness,
     site_tests,
     uniform_sum_upper_tail,
 )
+from otel_ext.analysis.findings.build import network_path_findings, unpaired_transfer_findings
 from otel_ext.analysis.table import Category, EventTable
 
 
@@ -38,7 +38,7 @@ def test_uniform_sum_tail_equals_enumeration(n: int, k: int, data: st.DataObject
 
 def test_uniform_sum_tail_normal_branch_close_to_exact() -> None:
     # past the exact size the normal approximation is used: compare it where both exist
-    import otel_ext.analysis.straggler_sites as mod
+    import otel_ext.analysis.cross.straggler_sites as mod
 
     exact = uniform_sum_upper_tail(140, 40, 8)
     saved = mod._EXACT_CELLS
@@ -425,8 +425,8 @@ def test_reports_show_the_network_model() -> None:
     """The text and HTML reports carry the network table: host paths, or per-rank transfers
     when the trace names no peers."""
     from otel_ext.analysis.engine import analyze
-    from otel_ext.analysis.report_html import render_html
-    from otel_ext.analysis.report_text import render_text
+    from otel_ext.analysis.report.html import render_html
+    from otel_ext.analysis.report.text import render_text
 
     rng = np.random.default_rng(9)
     doc = analyze(EventTable.from_rows(_p2p_rows(rng, slow_ns=70_000_000)))
@@ -447,7 +447,7 @@ def test_reports_show_the_network_model() -> None:
 @given(st.lists(st.integers(0, 20), min_size=2, max_size=40))
 def test_median_without_each_equals_the_median_of_the_others(values: list[int]) -> None:
     from otel_ext._arrays import median
-    from otel_ext.analysis.network_paths import _median_without_each
+    from otel_ext.analysis.cross.network_paths import _median_without_each
 
     v = np.asarray(values, dtype=np.float64)
     want = [float(median(np.delete(v, i))) for i in range(len(v))]

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.breakdown import temporal_breakdown
-from otel_ext.analysis.collectives import match_collectives
+from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.loaders import _kineto_fast, load_file, load_paths
 from otel_ext.analysis.loaders._common import LoadContext
 from otel_ext.analysis.loaders.kineto import load_kineto_careful
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.breakdown import temporal_breakdown
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import (
     NUMERIC_COLUMNS,
     STRING_COLUMNS,

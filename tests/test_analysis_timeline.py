@@ -29,14 +29,12 @@ from conftest import require, require_binary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.alignment import align_ranks
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.critical_path import critical_path
+from otel_ext.analysis.cross.alignment import align_ranks
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.critical_path import critical_path
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import load_kineto_text, load_paths, us_to_ns
-from otel_ext.analysis.table import Category as C
-from otel_ext.analysis.table import EventTable
-from otel_ext.analysis.timeline import (
+from otel_ext.analysis.report.timeline import (
     CRITICAL_PATH_PID,
     FINDINGS_PID,
     TimelineFile,
@@ -45,6 +43,8 @@ from otel_ext.analysis.timeline import (
     _us,
     write_timeline,
 )
+from otel_ext.analysis.table import Category as C
+from otel_ext.analysis.table import EventTable
 
 DLRM = "param_dlrm_v100_8rank"
 

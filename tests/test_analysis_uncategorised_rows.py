@@ -1,7 +1,7 @@
 """Rows of no category stay behind in the per-rank phase: the report is what keeping them gives.
 
 No cross-rank pass reads a row of category ``OTHER`` (an old trace's host operators, an OTLP
-run's engine steps and instant events); :func:`otel_ext.analysis.per_rank.cross_rank_mask`
+run's engine steps and instant events); :func:`otel_ext.analysis.rank.per_rank.cross_rank_mask`
 leaves them out but for each file and rank's first start and last end. Differential tests:
 the whole analysis document with those rows left out against the same analysis with them
 kept (the rule before), on random multi-rank tables (hypothesis) and on the real old trace
@@ -20,8 +20,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis import per_rank
 from otel_ext.analysis.engine import analyze, to_json
+from otel_ext.analysis.rank import per_rank
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis.captures import separate_captures
-from otel_ext.analysis.collectives import bus_factor, match_collectives
+from otel_ext.analysis.cross.collective_match import bus_factor, match_collectives
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.significance import binomial_upper_tail
 from otel_ext.analysis.steps import select_steps
@@ -212,8 +212,8 @@ def test_trace_without_rank_is_rank_zero_of_its_own_run() -> None:
 
 @pytest.mark.parametrize("name", ["two_rank", "a100_train"])
 def test_default_steps_are_what_hta_keeps(name: str) -> None:
-    from otel_ext.analysis.breakdown import drop_last_step, temporal_breakdown
     from otel_ext.analysis.loaders import load_paths
+    from otel_ext.analysis.rank.breakdown import drop_last_step, temporal_breakdown
 
     folder = SHARED_TRACES / name
     require(folder.is_dir(), f"real traces folder {folder}")

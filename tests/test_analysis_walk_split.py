@@ -17,16 +17,16 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.alignment import align_ranks
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.critical_path import (
+from otel_ext.analysis.cross.alignment import align_ranks
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.critical_path import (
     WalkPieces,
     critical_path,
     peer_edges,
     stitch,
     walk_mask,
 )
-from otel_ext.analysis.per_rank import (
+from otel_ext.analysis.rank.per_rank import (
     RepairedRows,
     WalkShares,
     aligned_walk,
@@ -257,7 +257,7 @@ def test_only_the_reachable_ranks_pieces_are_needed(
     partitions the path can reach, ``DaskCluster.walk_phase``): the ranks the peer edges lead
     to from the global start are one run's, and their partitions' pieces alone stitch the
     path every partition's pieces give."""
-    from otel_ext.analysis.dask_backend import _global_start_rank
+    from otel_ext.analysis.scaleout.dask_cluster import _global_start_rank
 
     table = EventTable.concat([first, _second_run(second, rank_shift=10, time_shift=shift)])
     ranks = sorted({int(r) for r in table["rank"].tolist()})
@@ -287,7 +287,7 @@ def test_held_device_busy_moved_is_the_aligned_rows_busy(
     joined with the rows that travelled, they give every window the busy time the aligned
     table's device rows give (the correction is one increasing function per rank: a union
     of unions is the union)."""
-    from otel_ext.analysis.requests import _Coverage
+    from otel_ext.analysis.serving.requests import _Coverage
 
     per = per_rank_tables(table, positions=np.arange(len(table), dtype=np.int64), hold=True)
     reduced = per.reduced[0]

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.alignment import align_ranks
+from otel_ext.analysis.cross.alignment import align_ranks
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.clocks import estimate_offsets_from_collectives
 

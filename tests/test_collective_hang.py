@@ -35,7 +35,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.hangs import find_hangs
+from otel_ext.analysis.cross.hangs import find_hangs
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.instrumentation.collective_state_record import (
     CollectiveStateRecord,

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otel_ext.analysis.cross.nic_stats import NicStat, nic_stats, path_nic_evidence
 from otel_ext.analysis.loaders.metrics import MetricPoints
-from otel_ext.analysis.nic_stats import NicStat, nic_stats, path_nic_evidence
 from otel_ext.counters import CounterBridge, CounterCollector, NetDevSource
 from otel_ext.counters import cli as agent_cli
 from otel_ext.counters._net import link_is_up

@@ -4,7 +4,7 @@ HTA runs in its own virtual environment (it needs pandas < 3 and numpy < 2), cre
 cached (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``), through
 ``benchmarks/hta_runner.py`` with ``HTA_DISABLE_NS_ROUNDING=1`` (times at the traces' own
 resolution). HTA drops the last profiler step by default; we compare on what it keeps
-(:func:`~otel_ext.analysis.breakdown.drop_last_step`).
+(:func:`~otel_ext.analysis.rank.breakdown.drop_last_step`).
 
 Where HTA is right, temporal breakdown and overlap agree within 0.5 percentage points. Where it
 is wrong the test states the right answer:
@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, require
 
-from otel_ext.analysis._intervals import union_length
-from otel_ext.analysis.breakdown import drop_last_step, temporal_breakdown
+from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.breakdown import drop_last_step, temporal_breakdown
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
 
 pytestmark = pytest.mark.integration

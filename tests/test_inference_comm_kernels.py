@@ -17,10 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_ext.analysis import classify
-from otel_ext.analysis._intervals import union_length
-from otel_ext.analysis.comm_calls import collective_calls, input_bytes_by_external_id
+from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.overlap import comm_comp_overlap
+from otel_ext.analysis.rank.comm_calls import collective_calls, input_bytes_by_external_id
+from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
 from otel_ext.errors import InputError
 

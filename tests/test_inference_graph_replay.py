@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from otel_ext.analysis.breakdown import (
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.critical_path import critical_path
+from otel_ext.analysis.loaders import load_paths
+from otel_ext.analysis.rank.breakdown import (
     graph_replays,
     idle_breakdown,
     launch_fanout,
     launch_stats,
     temporal_breakdown,
 )
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.critical_path import critical_path
-from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.table import Category, EventTable
 
 SGLANG_DECODE = "tracelens_sglang_qwen3_8b_mi300x/sglang_Qwen3-8B_decode.json.gz"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from otel_ext.analysis.requests import TTFT_PARTS, request_latency
+from otel_ext.analysis.serving.requests import TTFT_PARTS, request_latency
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
 from otel_ext.sim import SimConfig, run_simulation

@@ -1,4 +1,4 @@
-"""Counter correlation grouped once (``otel_ext.analysis.counters``): the same series and the
+"""Counter correlation grouped once (``otel_ext.analysis.cross.counter_evidence``): the same series and the
 same summaries as a scan per series, on a simulated run's counters and on generated points."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis import counters
-from otel_ext.analysis.counters import correlate_counters, series_of
+from otel_ext.analysis.cross import counter_evidence as counters
+from otel_ext.analysis.cross.counter_evidence import correlate_counters, series_of
 from otel_ext.analysis.loaders import MetricPoints, load_paths
 
 

@@ -21,13 +21,13 @@ from conftest import SHARED_TRACES, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.collectives import match_collectives
-from otel_ext.analysis.critical_path import critical_path
-from otel_ext.analysis.critical_path_walk import _device_prev, walk_mask
-from otel_ext.analysis.data_deps import with_data_dependencies
+from otel_ext.analysis.cross.collective_match import match_collectives
+from otel_ext.analysis.cross.critical_path import critical_path
+from otel_ext.analysis.cross.critical_path_walk import _device_prev, walk_mask
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import detect_format, load_file, load_paths
 from otel_ext.analysis.loaders.execution_trace import parse_execution_trace
+from otel_ext.analysis.rank.data_deps import with_data_dependencies
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
 

@@ -24,9 +24,9 @@ from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import detect_format, load_paths
 from otel_ext.analysis.loaders._common import LoadContext
 from otel_ext.analysis.loaders.memory_timeline import CATEGORIES, load_memory_timeline_pieces
-from otel_ext.analysis.memory import NEAR_CAPACITY, memory_findings, memory_section
-from otel_ext.analysis.report_html import render_html
-from otel_ext.analysis.report_text import render_text
+from otel_ext.analysis.rank.memory import NEAR_CAPACITY, memory_findings, memory_section
+from otel_ext.analysis.report.html import render_html
+from otel_ext.analysis.report.text import render_text
 from otel_ext.errors import InputError
 
 FOLDER = SHARED_TRACES.parent / "other-formats" / "pytorch_memory_timeline"

@@ -21,14 +21,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from otel_ext.analysis.requests import request_latency
-from otel_ext.analysis.serving import (
+from otel_ext.analysis.serving.engine_telemetry import (
     join_serving,
     read_serving_spans,
     serving_rows,
     serving_table,
     with_serving_requests,
 )
+from otel_ext.analysis.serving.requests import request_latency
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
 from otel_ext.exporters import OtlpJsonFileSpanExporter

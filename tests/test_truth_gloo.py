@@ -50,7 +50,7 @@ from gloo_profiled_job import (
 )
 
 from otel_ext.analysis.engine import analyze
-from otel_ext.analysis.findings import CAUSE_KINDS
+from otel_ext.analysis.findings.build import CAUSE_KINDS
 
 WORLD = 4
 STEPS = 8  # 14 collectives analysed after the last step is dropped

@@ -56,7 +56,7 @@ from multihost_job import (
 )
 
 from otel_ext.analysis.engine import analyze
-from otel_ext.analysis.findings import CAUSE_KINDS
+from otel_ext.analysis.findings.build import CAUSE_KINDS
 
 SEEDS = {"slow-link": 11, "slow-rank": 12, "healthy": 13}
 STEPS = 12  # as the runs: 11 all-reduces analysed (the last step is dropped)

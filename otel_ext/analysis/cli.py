@@ -7,9 +7,9 @@ stdout or ``--out``. Progress goes to stderr: a live bar when stderr is a termin
 one final line. Bad input is one line naming the file, the record and the problem, and exit
 status 1 (the dispatcher prints :class:`~otel_ext.errors.OtelExtError`); never a traceback.
 ``--format perfetto --out FILE`` writes the merged, clock-aligned timeline of every rank
-(:mod:`otel_ext.analysis.timeline`) instead of a report; ``--timeline FILE`` writes it beside
+(:mod:`otel_ext.analysis.report.timeline`) instead of a report; ``--timeline FILE`` writes it beside
 the report, and an HTML report then links to it. ``--scheduler`` (default ``OTEL_EXT_DASK_SCHEDULER``) reads the files on a Dask cluster
-(:mod:`otel_ext.analysis.dask_backend`); a malformed address, or Dask not installed, is one
+(:mod:`otel_ext.analysis.scaleout.dask_cluster`); a malformed address, or Dask not installed, is one
 line and exit status 2, as other usage errors.
 
 >>> import argparse
@@ -142,10 +142,10 @@ def _render(doc: dict[str, Any], fmt: str) -> str:
 
         return to_json(doc) + "\n"
     if fmt == "html":
-        from otel_ext.analysis.report_html import render_html
+        from otel_ext.analysis.report.html import render_html
 
         return render_html(doc)
-    from otel_ext.analysis.report_text import render_text
+    from otel_ext.analysis.report.text import render_text
 
     return render_text(doc)
 
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = bool(getattr(args, "quiet", False))
     scheduler = resolve(DASK_SCHEDULER, getattr(args, "scheduler", None)).strip()
     if scheduler:
-        from otel_ext.analysis.dask_backend import parse_scheduler, require_distributed
+        from otel_ext.analysis.scaleout.dask_cluster import parse_scheduler, require_distributed
 
         try:  # usage errors, before any file is read
             parse_scheduler(scheduler)
@@ -184,14 +184,14 @@ def run(args: argparse.Namespace) -> int:
     bar = None if quiet else ProgressBar(sys.stderr)
     if args.workers is not None and args.workers < 1:
         raise InputError("--workers must be at least 1")
-    from otel_ext.analysis.alignment import parse_host_of
+    from otel_ext.analysis.cross.alignment import parse_host_of
 
     clock_of = None
     if getattr(args, "host_of", None):
         clock_of = parse_host_of(args.host_of)
     timeline = None
     if timeline_path:
-        from otel_ext.analysis.timeline import TimelineFile
+        from otel_ext.analysis.report.timeline import TimelineFile
 
         timeline = TimelineFile(timeline_path)
     try:

@@ -36,22 +36,27 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis.alignment import Alignment, align_ranks
 from otel_ext.analysis.captures import hosts_from_file_names, separate_captures
-from otel_ext.analysis.collectives import (
+from otel_ext.analysis.cross.alignment import Alignment, align_ranks
+from otel_ext.analysis.cross.collective_match import (
     CollectiveMatch,
     link_stats,
     match_collectives,
     port_stats,
     sampled_fraction,
 )
-from otel_ext.analysis.critical_path import peer_edges, stitch
-from otel_ext.analysis.findings import Thresholds, build_findings, straggler_verdicts
-from otel_ext.analysis.hangs import hang_findings
-from otel_ext.analysis.imbalance import load_imbalance
-from otel_ext.analysis.memory import memory_findings, memory_section
-from otel_ext.analysis.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
-from otel_ext.analysis.per_rank import (
+from otel_ext.analysis.cross.critical_path import peer_edges, stitch
+from otel_ext.analysis.cross.hangs import hang_findings
+from otel_ext.analysis.cross.imbalance import load_imbalance
+from otel_ext.analysis.cross.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
+from otel_ext.analysis.cross.stragglers import (
+    find_stragglers,
+    rank_devices_from_counts,
+    window_edges,
+)
+from otel_ext.analysis.findings.build import Thresholds, build_findings, straggler_verdicts
+from otel_ext.analysis.rank.memory import memory_findings, memory_section
+from otel_ext.analysis.rank.per_rank import (
     RankTables,
     RepairedRows,
     merge_name_counts,
@@ -61,24 +66,23 @@ from otel_ext.analysis.per_rank import (
     walk_of,
     walk_of_aligned,
 )
-from otel_ext.analysis.requests import (
+from otel_ext.analysis.rank.roofline import roofline
+from otel_ext.analysis.runs import rank_runs, runs_summary
+from otel_ext.analysis.serving.requests import (
     engine_step_order,
     engine_steps_from_otlp,
     request_accounting,
     request_accounting_for_inputs,
     request_latency,
 )
-from otel_ext.analysis.roofline import roofline
-from otel_ext.analysis.runs import rank_runs, runs_summary
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
-from otel_ext.analysis.stragglers import find_stragglers, rank_devices_from_counts, window_edges
 from otel_ext.analysis.table import Category, EventTable
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.compute_samples import ComputeSamples
-    from otel_ext.analysis.critical_path_walk import WalkPieces
-    from otel_ext.analysis.dask_backend import DaskCluster, PerRankPhase
-    from otel_ext.analysis.timeline import TimelineInputs
+    from otel_ext.analysis.cross.critical_path_walk import WalkPieces
+    from otel_ext.analysis.rank.compute_samples import ComputeSamples
+    from otel_ext.analysis.report.timeline import TimelineInputs
+    from otel_ext.analysis.scaleout.dask_cluster import DaskCluster, PerRankPhase
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
 
@@ -204,12 +208,12 @@ def _collective_calls(
     matched: int,
     cluster: DaskCluster | None = None,
 ) -> dict[str, Any]:
-    """Communication kernels grouped into calls per rank (:mod:`otel_ext.analysis.comm_calls`),
+    """Communication kernels grouped into calls per rank (:mod:`otel_ext.analysis.rank.comm_calls`),
     each call's size from metadata or, for kernels without it (symmetric-memory all-reduces),
     from the launching operation's input shapes: small profiler files that hold such kernels
     are read once more for those shapes, when no collective matched across ranks (a single
     rank's trace) and they are small (:data:`_CALL_SIZES_MAX_EVENTS` in all)."""
-    from otel_ext.analysis import comm_calls
+    from otel_ext.analysis.rank import comm_calls
 
     comm = table["category"] == Category.KERNEL_COMM
     if not comm.any():
@@ -227,7 +231,7 @@ def _collective_calls(
 
 def _call_sizes(paths: list[str]) -> list[dict[tuple[str, int], int]]:
     """Each profiler file's collective input sizes by external id (a per-file job)."""
-    from otel_ext.analysis import comm_calls
+    from otel_ext.analysis.rank import comm_calls
 
     return [comm_calls.input_bytes_by_external_id(p) for p in paths]
 
@@ -238,10 +242,10 @@ def _serving_requests(
     """vLLM's and SGLang's request spans as otel-ext requests, joined with otel-ext's rows.
 
     Only the span files whose loaded rows carry an engine's request or stage names are read
-    again for the engines' attributes (:mod:`otel_ext.analysis.serving`); other inputs cost
+    again for the engines' attributes (:mod:`otel_ext.analysis.serving.engine_telemetry`); other inputs cost
     nothing.
     """
-    from otel_ext.analysis import serving
+    from otel_ext.analysis.serving import engine_telemetry as serving
 
     marks = serving_mark_codes(table)
     if not marks or not len(table):
@@ -271,7 +275,7 @@ def _serving_requests(
 def _request_accounting(
     inputs: list[dict[str, Any]], metrics: Any, *, cluster: DaskCluster | None
 ) -> dict[str, Any]:
-    """Per-request device time and energy (:mod:`otel_ext.analysis.requests`), the engine
+    """Per-request device time and energy (:mod:`otel_ext.analysis.serving.requests`), the engine
     steps read from the OTLP span files on the cluster's workers when there is one."""
     if cluster is None:
         return request_accounting_for_inputs(inputs, metrics)
@@ -353,15 +357,15 @@ def analyze(
         clock_of: rank -> clock name, for ranks known to share a clock.
         one_run: every file one run (default: separate captures are separate runs, see
             :mod:`otel_ext.analysis.captures`).
-        scheduler: read the files on a Dask cluster (:mod:`otel_ext.analysis.dask_backend`):
+        scheduler: read the files on a Dask cluster (:mod:`otel_ext.analysis.scaleout.dask_cluster`):
             ``local:N``, ``tcp://HOST:PORT`` or a scheduler file (default:
             ``OTEL_EXT_DASK_SCHEDULER``; empty: in process), or a connected
-            :class:`~otel_ext.analysis.dask_backend.DaskCluster`. The document is the same.
+            :class:`~otel_ext.analysis.scaleout.dask_cluster.DaskCluster`. The document is the same.
         timeline: called once with what the merged timeline needs
-            (:class:`~otel_ext.analysis.timeline.TimelineInputs`), e.g. a
-            :class:`~otel_ext.analysis.timeline.TimelineFile`; what it returns is the
+            (:class:`~otel_ext.analysis.report.timeline.TimelineInputs`), e.g. a
+            :class:`~otel_ext.analysis.report.timeline.TimelineFile`; what it returns is the
             document's ``timeline`` key. In process every analysed row is parked for it in a
-            temporary folder (:func:`~otel_ext.analysis.timeline.park_rows`); on a cluster
+            temporary folder (:func:`~otel_ext.analysis.report.timeline.park_rows`); on a cluster
             it gets the cross-rank rows, every device row among them.
 
     Returns:
@@ -391,7 +395,7 @@ def analyze(
         return _analyze(source, cluster=scheduler, **options)
     address = resolve(DASK_SCHEDULER, scheduler).strip()
     if address and _is_paths(source):
-        from otel_ext.analysis import dask_backend
+        from otel_ext.analysis.scaleout import dask_cluster as dask_backend
 
         with dask_backend.connect(address) as cluster:
             return _analyze(source, cluster=cluster, **options)
@@ -441,7 +445,7 @@ def _walk(
         )  # fmt: skip
         if not holds:
             return pieces, None
-        from otel_ext.analysis.compute_samples import ComputeSamples, samples_of
+        from otel_ext.analysis.rank.compute_samples import ComputeSamples, samples_of
 
         return pieces, ComputeSamples.join([samples_of(aligned, edges), *held])
     if per.walk_travels:  # the walk rows are the aligned rows here
@@ -457,7 +461,7 @@ def _network(
     *,
     nominal_bw: float | None = None,
 ) -> dict[str, Any]:
-    """The network model (:mod:`otel_ext.analysis.network_paths`): bandwidth per host path from
+    """The network model (:mod:`otel_ext.analysis.cross.network_paths`): bandwidth per host path from
     matched point-to-point transfers, or, where the trace names no peers, each rank's sends and
     receives against the other ranks'."""
     host_of = {r: (h or f"rank{r}") for r, (h, _) in names.items()}
@@ -502,7 +506,7 @@ def _analyze(
     """:func:`analyze` with the cluster (or None) that reads the files.
 
     Two phases (``docs/analysis.md``, "Per-rank and cross-rank passes"): the per-rank passes
-    (:mod:`otel_ext.analysis.per_rank`) over every rank's rows, leaving the compact rows the
+    (:mod:`otel_ext.analysis.rank.per_rank`) over every rank's rows, leaving the compact rows the
     cross-rank passes read; then those passes over the compact rows. In process both run
     here; with a cluster the first runs on the workers, where the files are loaded and kept.
     """
@@ -526,7 +530,7 @@ def _analyze(
         phase = None
         kept = None
         if timeline is not None:  # every row, for the timeline: parked on disk meanwhile
-            from otel_ext.analysis.timeline import park_rows
+            from otel_ext.analysis.report.timeline import park_rows
 
             kept = park_rows(whole)
         del whole
@@ -751,7 +755,7 @@ def _timeline_inputs(
     """What the timeline writer needs: every analysed row when they were kept here (the
     aligned rows' keys are their positions there), else (on a cluster) the rows aligned:
     the cross-rank rows, every device row among them (host operators stay there)."""
-    from otel_ext.analysis.timeline import TimelineInputs
+    from otel_ext.analysis.report.timeline import TimelineInputs
 
     rest = (findings, ranks, metrics)
     if kept is not None:

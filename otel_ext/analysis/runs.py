@@ -5,7 +5,7 @@ same steps, within the hosts' clock differences (milliseconds with NTP, seconds 
 Ranks whose time spans lie more than :data:`RUN_GAP_NS` apart are from separate runs (two
 captures compared side by side, such as an A100 run and a V100 run): their collectives are
 not one collective, and aligning one run's clock to the other's would move it by days.
-Collectives are therefore matched within a run only (:mod:`otel_ext.analysis.collectives`),
+Collectives are therefore matched within a run only (:mod:`otel_ext.analysis.cross.collective_match`),
 and the report lists the runs.
 """
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis.breakdown import device_mask, launch_rows
+from otel_ext.analysis.rank.breakdown import device_mask, launch_rows
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import OtelExtError
 

@@ -18,7 +18,7 @@ Buckets are the ones the OpenTelemetry gen-ai conventions advise
 An engine step (one continuous-batching iteration) is an ``accel.engine.step`` span
 (:func:`engine_step`) naming the requests it served and, aligned with them, the prompt and
 generated tokens it computed for each, with the step's device busy time when the engine
-measures it (device events around the forward). ``otel_ext.analysis.requests`` splits each
+measures it (device events around the forward). ``otel_ext.analysis.serving.requests`` splits each
 step's device time and energy across those requests after the run; :class:`RequestAccounting`
 does the same online, so that each request span ends with ``accel.request.device_time_ns``
 and ``accel.request.energy``.

@@ -153,7 +153,7 @@ class FileResult:
             "note": self.note,
             "unfinished": self.unfinished,
             # a memory timeline's brief travels with its record (the engine moves it to the
-            # report's memory section: otel_ext.analysis.memory)
+            # report's memory section: otel_ext.analysis.rank.memory)
             **(
                 {"memory": t.meta["memory"].summary()}
                 if t is not None and "memory" in t.meta
@@ -549,7 +549,7 @@ def load_paths(
             disk; 1 = in-process). With fewer files than workers, each large Kineto file is
             decoded in stripes by several processes and put back together in order.
         executor: run the file and stripe jobs on this executor (a Dask cluster's, see
-            :mod:`otel_ext.analysis.dask_backend`) instead of a local process pool, even for
+            :mod:`otel_ext.analysis.scaleout.dask_cluster`) instead of a local process pool, even for
             one file; ``workers`` is then its number of job slots. The caller owns it.
 
     Returns:

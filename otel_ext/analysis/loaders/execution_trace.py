@@ -34,7 +34,7 @@ used only when the counts and every pair's operation agree. Then
   metadata;
 * each data dependency whose two operators launched device work becomes a ``data_dep`` on
   the consumer's first device row: the ``correlation`` of the producer's last device row
-  (:mod:`otel_ext.analysis.data_deps` gives it to the critical path).
+  (:mod:`otel_ext.analysis.rank.data_deps` gives it to the critical path).
 
 >>> import json
 >>> doc = {"schema": "1.0.1", "pid": 7, "nodes": [

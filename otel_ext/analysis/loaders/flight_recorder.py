@@ -10,8 +10,8 @@ gloo groups answer too with ``TORCH_FR_BUFFER_SIZE`` set; or the ``fr_trace`` to
 pickle form is **never** unpickled (a pickle can run code): convert it with PyTorch's own
 tools first.
 
-Each entry becomes one row for :mod:`otel_ext.analysis.hangs`: a collective not completed is
-a :data:`~otel_ext.analysis.hangs.FLIGHT_RECORDER_PENDING` row (start: when it was created,
+Each entry becomes one row for :mod:`otel_ext.analysis.cross.hangs`: a collective not completed is
+a :data:`~otel_ext.analysis.cross.hangs.FLIGHT_RECORDER_PENDING` row (start: when it was created,
 end: the latest time the dump shows, so its wait is a lower bound), a completed one a
 :data:`FLIGHT_RECORDER_COMPLETED` row; both of category ``OTHER`` (the ring is partial and
 its sequence numbers are the recorder's, so the collective analyses never see them). The
@@ -42,7 +42,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from otel_ext.analysis.hangs import FLIGHT_RECORDER_COMPLETED, FLIGHT_RECORDER_PENDING
+from otel_ext.analysis.cross.hangs import FLIGHT_RECORDER_COMPLETED, FLIGHT_RECORDER_PENDING
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
 

@@ -19,7 +19,7 @@ Neither says the device or its capacity: the file is the memory of one device, n
 the profiler call, not in the file. The reader gives a :class:`MemoryTimeline` (times and
 bytes held by category at each change, numpy arrays) in the ``memory`` entry of an empty
 event table's ``meta``: a memory timeline has no events with durations, and the analyses
-read it from there (:mod:`otel_ext.analysis.memory`).
+read it from there (:mod:`otel_ext.analysis.rank.memory`).
 
 Read in pieces (:mod:`otel_ext.analysis.loaders._jsonpull`): memory is the arrays, 24 bytes
 an event, never the text.

@@ -1,9 +1,9 @@
 """Compute work as compact per-rank samples: value counts of (name, host, rank, window, duration).
 
 Two cross-rank passes read compute kernels only through their durations: the compute ratios
-of :mod:`otel_ext.analysis.stragglers` (each kernel's duration against the median of the same
+of :mod:`otel_ext.analysis.cross.stragglers` (each kernel's duration against the median of the same
 work on the other ranks, in the same time window) and the compute part of
-:mod:`otel_ext.analysis.imbalance` (each rank's summed kernel time). Both are functions of the
+:mod:`otel_ext.analysis.cross.imbalance` (each rank's summed kernel time). Both are functions of the
 *multiset* of ``(name, host, rank, window, duration)`` keys, so a rank's kernels can be sent
 as the distinct keys with how many rows have each (:class:`ComputeSamples`) rather than as
 rows. The samples are exact value counts, not sketches: the statistics computed from them
@@ -72,7 +72,7 @@ class ComputeSamples:
         category: the :class:`~otel_ext.analysis.table.Category` the rows came from.
         totals_only: rank -> (summed duration ns, rows) of ranks whose rows are counted here
             only in total: ranks alone in their run, whose work no other rank ran with them
-            (no ratio can compare it; :func:`~otel_ext.analysis.per_rank.held_samples`' ``alone``).
+            (no ratio can compare it; :func:`~otel_ext.analysis.rank.per_rank.held_samples`' ``alone``).
             They count in :attr:`rows` and :meth:`rank_totals`, not in :func:`ratio_stats`,
             which would find nothing comparable in them anyway.
     """
@@ -281,7 +281,7 @@ def samples_of(
 
     Args:
         table: the (aligned) event table.
-        edges: the window edges in ns (:func:`otel_ext.analysis.stragglers.window_edges`);
+        edges: the window edges in ns (:func:`otel_ext.analysis.cross.stragglers.window_edges`);
             a row's window is :func:`window_of` its start.
         category: which rows (compute kernels; layer spans for the fallback).
         rows: when given, only the rows at these positions are sampled.

@@ -54,7 +54,7 @@ were slow.
 ...         rows.append(dict(rank=dst, category=Category.COLLECTIVE, coll_op="recv", coll_id=cid,
 ...                          coll_bytes=1 << 20, start_ns=t0, end_ns=t0 + dur))
 >>> t = EventTable.from_rows(rows)
->>> from otel_ext.analysis.collectives import match_collectives
+>>> from otel_ext.analysis.cross.collective_match import match_collectives
 >>> hosts = {0: "hA", 1: "hA", 2: "hB", 3: "hB"}
 >>> paths = path_stats(p2p_transfers(t, match_collectives(t)), hosts)
 >>> [(p.path, p.slow) for p in paths]
@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import group_median, median
-from otel_ext.analysis.collectives import CollectiveMatch
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
 from otel_ext.analysis.significance import (
     ALPHA,
     adjusted,

@@ -19,7 +19,7 @@ and last).
 
 Per-rank results of tables that hold disjoint sets of ranks (the partitions of a Dask
 cluster) join with :func:`merge_rank_tables` into what one table of them all gives: rows in
-the order :func:`~otel_ext.analysis.breakdown.rank_groups` gives them, kernel statistics
+the order :func:`~otel_ext.analysis.rank.breakdown.rank_groups` gives them, kernel statistics
 summed (counts, sums, minima, maxima: exact for integer nanoseconds), the device names'
 counts added.
 
@@ -45,16 +45,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from otel_ext.analysis import breakdown, overlap
-from otel_ext.analysis._intervals import group_slices
-from otel_ext.analysis.breakdown import KernelStats, kernel_stats
-from otel_ext.analysis.collectives import HOST_COLLECTIVE_FAMILIES
+from otel_ext.analysis.cross.collective_match import HOST_COLLECTIVE_FAMILIES
+from otel_ext.analysis.intervals import group_slices
+from otel_ext.analysis.rank import breakdown, overlap
+from otel_ext.analysis.rank.breakdown import KernelStats, kernel_stats
 from otel_ext.analysis.table import NUMERIC_COLUMNS, Category, EventTable, constant_column
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.compute_samples import ComputeSamples
-    from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
+    from otel_ext.analysis.cross.alignment import RankClocks
+    from otel_ext.analysis.cross.critical_path_walk import PeerEdges, WalkPieces
+    from otel_ext.analysis.rank.compute_samples import ComputeSamples
 
 __all__ = [
     "HeldSamples",
@@ -98,13 +98,13 @@ CROSS_RANK_CATEGORIES = (
 #: ``hold``): besides the critical path's walk, which runs there too, only the causality
 #: repair, the request and serving joins (which then fetch them: :meth:`RankTables.with_held`)
 #: and two passes that take compact samples of them instead
-#: (:mod:`otel_ext.analysis.compute_samples`) read them
+#: (:mod:`otel_ext.analysis.rank.compute_samples`) read them
 HELD_CATEGORIES = (Category.KERNEL_COMPUTE, Category.MEMCPY, Category.MEMSET)
 
 
 def _serving_mark(name: str) -> bool:
-    """A row name :mod:`otel_ext.analysis.serving` looks for (a request or stage span)."""
-    from otel_ext.analysis import serving
+    """A row name :mod:`otel_ext.analysis.serving.engine_telemetry` looks for (a request or stage span)."""
+    from otel_ext.analysis.serving import engine_telemetry as serving
 
     return (
         name == serving.VLLM_REQUEST_SPAN
@@ -115,7 +115,7 @@ def _serving_mark(name: str) -> bool:
 
 def serving_mark_codes(table: EventTable) -> list[int]:
     """The ``name`` codes of ``table``'s dictionary that name a serving engine's requests or
-    stages (:mod:`otel_ext.analysis.serving`).
+    stages (:mod:`otel_ext.analysis.serving.engine_telemetry`).
 
     >>> serving_mark_codes(EventTable.from_rows([dict(name="gemm"), dict(name="Req 7")]))
     [2]
@@ -230,7 +230,7 @@ def _with_envelope(table: EventTable, keep: np.ndarray) -> np.ndarray:
 
 def name_counts(table: EventTable) -> dict[int, dict[str, dict[str, int]]]:
     """Per rank, how many rows name each device and each host (what
-    :func:`~otel_ext.analysis.stragglers.rank_devices` takes the most frequent of).
+    :func:`~otel_ext.analysis.cross.stragglers.rank_devices` takes the most frequent of).
 
     >>> name_counts(EventTable.from_rows([dict(rank=0, host="h0", device="h0/chip0")] * 2))
     {0: {'device': {'h0/chip0': 2}, 'host': {'h0': 2}}}
@@ -279,7 +279,7 @@ class RankTables:
 
     Attributes:
         temporal, idle, overlap, launch: the per-rank breakdown rows
-            (:mod:`otel_ext.analysis.breakdown`, :mod:`otel_ext.analysis.overlap`).
+            (:mod:`otel_ext.analysis.rank.breakdown`, :mod:`otel_ext.analysis.rank.overlap`).
         kernels: kernel statistics (:class:`KernelStats`).
         names: per rank, the rows naming each device and host (:func:`name_counts`).
         events: rows of the table.
@@ -288,10 +288,10 @@ class RankTables:
         reduced_positions: for each reduced table, its rows' positions in the whole set
             (when ``positions`` were given; empty otherwise).
         walk: the rows the critical path's walk reads (every device row and runtime call of
-            the ranks, :func:`~otel_ext.analysis.critical_path_walk.walk_mask`), as recorded; they
+            the ranks, :func:`~otel_ext.analysis.cross.critical_path_walk.walk_mask`), as recorded; they
             stay where the per-rank phase ran (None once the results left it).
         walk_keys: each walk row's position in the whole set (its row number without
-            ``positions``): the keys :func:`~otel_ext.analysis.critical_path_walk.walk_pieces`
+            ``positions``): the keys :func:`~otel_ext.analysis.cross.critical_path_walk.walk_pieces`
             takes.
         walk_travels: every walk row is among the reduced rows too (no runtime calls but
             the rank's first and last rows: an OTLP run); then ``walk`` is None and these
@@ -375,7 +375,7 @@ def per_rank_tables(
             (:attr:`RankTables.device_busy`; only request latency reads them: the client
             says no when no file has requests).
     """
-    from otel_ext.analysis.critical_path_walk import walk_mask
+    from otel_ext.analysis.cross.critical_path_walk import walk_mask
 
     whole = [table] if parts is None else list(parts)
     wanted = cross_rank_mask(table)
@@ -448,7 +448,7 @@ def device_busy(
     >>> [(r, s.tolist(), e.tolist()) for r, s, e in device_busy(t, np.ones(3, bool))["d"]]
     [(0, [0, 20], [12, 30])]
     """
-    from otel_ext.analysis.requests import union_of
+    from otel_ext.analysis.serving.requests import union_of
 
     # device rows only: the held rows can include a file's and rank's first or last row of
     # another kind, which a held device row displaced from the rows that travel
@@ -476,7 +476,7 @@ def _codes(categories: Iterable[Category]) -> np.ndarray:
 
 
 def _group_key(row: Any, source_code: Mapping[str, int]) -> int:
-    """:func:`~otel_ext.analysis.breakdown.rank_groups`' order: rank, or for rows of no
+    """:func:`~otel_ext.analysis.rank.breakdown.rank_groups`' order: rank, or for rows of no
     rank ``-1 - code`` of their file in the joined table."""
     return int(row.rank) if row.rank >= 0 else -1 - source_code[row.source]
 
@@ -580,7 +580,7 @@ class WalkShares:
         the ranks the edges lead to from it, transitively; the critical path needs no other
         rank's pieces.
 
-        >>> from otel_ext.analysis.critical_path_walk import PeerEdges
+        >>> from otel_ext.analysis.cross.critical_path_walk import PeerEdges
         >>> keys, ranks = np.arange(4), np.array([0, 1, 2, 3])
         >>> edges = PeerEdges(np.array([0, 1]), np.array([1, 2]), np.array([5, 6]))
         >>> sorted(WalkShares(keys, ranks, RepairedRows.none(), edges).reachable(0))
@@ -596,7 +596,7 @@ class WalkShares:
 
     def of(self, ranks: Iterable[int]) -> tuple[RepairedRows, PeerEdges]:
         """The share of a partition of ``ranks``."""
-        from otel_ext.analysis.critical_path_walk import PeerEdges
+        from otel_ext.analysis.cross.critical_path_walk import PeerEdges
 
         wanted = np.asarray(sorted(ranks), dtype=np.int64)
         mine = np.isin(self._member_rank, wanted) | np.isin(self._target_rank, wanted)
@@ -617,9 +617,9 @@ def aligned_walk(
     walk: EventTable, keys: np.ndarray, clocks: RankClocks, repaired: RepairedRows
 ) -> EventTable:
     """The walk rows on the aligned timeline: the clock correction the alignment applied
-    (:class:`~otel_ext.analysis.alignment.RankClocks`), then the repaired rows' times.
+    (:class:`~otel_ext.analysis.cross.alignment.RankClocks`), then the repaired rows' times.
 
-    >>> from otel_ext.analysis.alignment import RankClocks
+    >>> from otel_ext.analysis.cross.alignment import RankClocks
     >>> from otel_ext.analysis.table import Category as C
     >>> w = EventTable.from_rows([dict(start_ns=s, end_ns=s + 5, rank=0,
     ...     category=C.KERNEL_COMM) for s in (0, 10)])
@@ -655,7 +655,7 @@ def walk_of_aligned(
     """The walk of ``ranks`` (default: all) from the aligned reduced rows, for ranks whose
     walk rows all travelled with them (:attr:`RankTables.walk_travels`); ``keys`` are the
     reduced rows' keys, ``every_rank`` as :func:`walk_of`'s."""
-    from otel_ext.analysis.critical_path_walk import walk_mask, walk_pieces
+    from otel_ext.analysis.cross.critical_path_walk import walk_mask, walk_pieces
 
     sel = walk_mask(aligned)
     if ranks is not None:
@@ -681,12 +681,12 @@ def walk_of(
 ) -> WalkPieces:
     """The critical path's walk over the ranks of ``tables`` (where their walk rows are: in
     process, or on the worker that ran their per-rank phase), after the client's alignment:
-    the pieces :func:`~otel_ext.analysis.critical_path.stitch` joins across ranks.
+    the pieces :func:`~otel_ext.analysis.cross.critical_path.stitch` joins across ranks.
 
     ``every_rank``: ``tables`` holds every rank (in process), so only what the walk from the
     run's last event reaches is walked; a partition walks from every entry its ranks have.
     """
-    from otel_ext.analysis.critical_path_walk import walk_pieces
+    from otel_ext.analysis.cross.critical_path_walk import walk_pieces
 
     if tables.walk is None or tables.walk_keys is None:
         raise ValueError("these per-rank results have left their walk rows behind")
@@ -729,14 +729,14 @@ def held_samples(
     *,
     alone: Iterable[int] = (),
 ) -> list[HeldSamples]:
-    """The samples (:mod:`otel_ext.analysis.compute_samples`) of ``tables``' held compute
+    """The samples (:mod:`otel_ext.analysis.rank.compute_samples`) of ``tables``' held compute
     rows on the aligned timeline (the clock correction the alignment applied; a held row is
     never among the repaired ones: a repair fetches every held row first), in the
     stragglers' time windows ``edges``: one per part that holds some. The rows of ranks in
     ``alone`` (each the only rank of its run: nothing to compare their work with) are
     counted in total only (``ComputeSamples.totals_only``).
 
-    >>> from otel_ext.analysis.alignment import RankClocks
+    >>> from otel_ext.analysis.cross.alignment import RankClocks
     >>> from otel_ext.analysis.table import Category as C
     >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 4, rank=0, name=n,
     ...     category=C.KERNEL_COMPUTE) for s, n in [(0, "a"), (9, "b"), (20, "b"), (30, "c")]])
@@ -744,7 +744,7 @@ def held_samples(
     >>> h.resolved(t.strings["name"]).names, h.samples.count.tolist()
     (['b'], [2])
     """
-    from otel_ext.analysis.compute_samples import samples_of
+    from otel_ext.analysis.rank.compute_samples import samples_of
 
     lone = np.asarray(sorted(alone), dtype=np.int64)
     out = []

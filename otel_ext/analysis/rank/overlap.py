@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from otel_ext.analysis._intervals import union_length
-from otel_ext.analysis.breakdown import device_mask, rank_groups
+from otel_ext.analysis.intervals import union_length
+from otel_ext.analysis.rank.breakdown import device_mask, rank_groups
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = ["OverlapRow", "comm_comp_overlap"]

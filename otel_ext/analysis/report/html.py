@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
-from otel_ext.analysis.memory import memory_html
+from otel_ext.analysis.rank.memory import memory_html
 
 __all__ = ["json_for_script", "render_html"]
 

@@ -216,7 +216,7 @@ def hang_findings(
     names: dict[int, tuple[str, str]] | None = None,
     run_ns: int = 0,
 ) -> list[Any]:
-    """``collective-hang`` findings (:class:`~otel_ext.analysis.findings.Finding`) of
+    """``collective-hang`` findings (:class:`~otel_ext.analysis.findings.build.Finding`) of
     :func:`find_hangs`; their impact is the longest wait (a hang costs the rest of the job).
 
     Args:
@@ -224,7 +224,7 @@ def hang_findings(
         names: rank -> (host, device) names.
         run_ns: the run's length (for ``impact_pct``).
     """
-    from otel_ext.analysis.findings import Finding
+    from otel_ext.analysis.findings.build import Finding
 
     names = names or {}
     out = []

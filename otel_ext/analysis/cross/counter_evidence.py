@@ -70,7 +70,7 @@ _COUNTS = (M.METRIC_ACCEL_LINK_ERRORS, M.METRIC_ACCEL_LINK_REPLAYS, M.METRIC_HW_
 
 #: every metric an analysis reads the points of: the counter correlation's (chips, links,
 #: network ports; a port's errors for the findings) and the energy accounting's cumulative
-#: energy (:func:`~otel_ext.analysis.requests.step_energy`). Only these travel from a
+#: energy (:func:`~otel_ext.analysis.serving.requests.step_energy`). Only these travel from a
 #: cluster's workers (:meth:`~otel_ext.analysis.loaders.metrics.MetricPoints.only_names`);
 #: the others are counted.
 #: what the network-path findings read of the hosts' Ethernet/RoCE ports (nic_stats)

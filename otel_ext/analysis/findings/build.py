@@ -16,7 +16,7 @@ numbers it rests on) and a one-line ``summary``. The kinds, and how they are tol
   in most of them, while no rank computes slowly; the link's counters are shown.
 * **slow-nic**: transfers through one host's network port (KV-cache, inter-host) run well
   below the port's expected rate, and that port explains the slow transfers better than
-  any other (see :func:`~otel_ext.analysis.collectives.port_stats`; when two ports crossed
+  any other (see :func:`~otel_ext.analysis.cross.collective_match.port_stats`; when two ports crossed
   exactly the same transfers the finding says it is ambiguous, unless one port's error
   counter settles it).
 * **exposed-communication**: communication not hidden behind computation takes a large share
@@ -42,7 +42,7 @@ produce (exposed communication, imbalance, idle), each group by ``impact_ns``; a
 an impact under ``min_cause_pct`` ranks with the symptoms unless counters show it directly.
 
 Impact of a slow rank: the run time saved if it arrived at the median pace (see
-:func:`otel_ext.analysis.critical_path.straggler_saving`); of a slow link: the time its
+:func:`otel_ext.analysis.cross.critical_path.straggler_saving`); of a slow link: the time its
 collectives waited for it beyond their next-slowest link; both measured on the traced
 collectives and divided by the traced share of the group's collectives (sampled traces).
 Of a slow port: its slow transfers' time beyond the healthy rate.
@@ -57,12 +57,12 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import median
-from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.counters import correlate_counters, series_of
-from otel_ext.analysis.critical_path import straggler_saving
-from otel_ext.analysis.nic_stats import path_nic_evidence
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
+from otel_ext.analysis.cross.counter_evidence import correlate_counters, series_of
+from otel_ext.analysis.cross.critical_path import straggler_saving
+from otel_ext.analysis.cross.nic_stats import path_nic_evidence
+from otel_ext.analysis.cross.stragglers import StragglerReport
 from otel_ext.analysis.significance import ALPHA
-from otel_ext.analysis.stragglers import StragglerReport
 from otel_ext.semconv import metrics as M
 
 __all__ = ["CAUSE_KINDS", "Finding", "Thresholds", "build_findings", "straggler_verdicts"]
@@ -294,30 +294,30 @@ def build_findings(
 
     Args:
         match: collectives matched across ranks (aligned).
-        stragglers: :func:`~otel_ext.analysis.stragglers.find_stragglers`'s report.
-        links: :func:`~otel_ext.analysis.collectives.link_stats`'s rows (a chip link's
+        stragglers: :func:`~otel_ext.analysis.cross.stragglers.find_stragglers`'s report.
+        links: :func:`~otel_ext.analysis.cross.collective_match.link_stats`'s rows (a chip link's
             ``group``, when set, is the collective group its transfers served).
-        ports: :func:`~otel_ext.analysis.collectives.port_stats`'s rows.
+        ports: :func:`~otel_ext.analysis.cross.collective_match.port_stats`'s rows.
         coverage: per collective group, the share of its collectives traced
-            (:func:`~otel_ext.analysis.collectives.sampled_fraction`): costs measured on
+            (:func:`~otel_ext.analysis.cross.collective_match.sampled_fraction`): costs measured on
             traced collectives are divided by it to estimate the whole run's.
         metrics: the loaded metric points (for counter evidence), or None.
         overlap, temporal, idle: part A's per-rank rows as dicts.
-        imbalance: :func:`~otel_ext.analysis.imbalance.load_imbalance`'s output.
+        imbalance: :func:`~otel_ext.analysis.cross.imbalance.load_imbalance`'s output.
         run_ns: the run's length (for ``impact_pct``).
         run_ns_of_rank: the length of each rank's run: a finding about one rank is rated
             against its own run when the input holds several (never above 100 %).
         run_of_rank: each rank's run: ranks sharing a verdict are one finding per run.
         rank_names: rank -> (host, device) names.
         thresholds: where numbers become findings.
-        paths: :func:`~otel_ext.analysis.network_paths.path_stats`'s rows (as dicts).
-        unpaired: :func:`~otel_ext.analysis.network_paths.unpaired_transfer_stats`'s rows.
+        paths: :func:`~otel_ext.analysis.cross.network_paths.path_stats`'s rows (as dicts).
+        unpaired: :func:`~otel_ext.analysis.cross.network_paths.unpaired_transfer_stats`'s rows.
 
     Returns:
         Finding dicts, ranked (see the module docstring).
 
-    >>> from otel_ext.analysis.collectives import match_collectives
-    >>> from otel_ext.analysis.stragglers import find_stragglers
+    >>> from otel_ext.analysis.cross.collective_match import match_collectives
+    >>> from otel_ext.analysis.cross.stragglers import find_stragglers
     >>> from otel_ext.analysis.table import EventTable
     >>> t = EventTable.empty()
     >>> build_findings(match=match_collectives(t), stragglers=find_stragglers(
@@ -715,7 +715,7 @@ def network_path_findings(
     paths: Sequence[dict[str, Any]], pct: Any, metrics: Any = None
 ) -> list[Finding]:
     """One ``slow-network-path`` finding per host pair with a slow direction (both directions
-    in one finding when both are slow), from :func:`~otel_ext.analysis.network_paths.path_stats`.
+    in one finding when both are slow), from :func:`~otel_ext.analysis.cross.network_paths.path_stats`.
 
     >>> row = dict(path="hA->hB", src_host="hA", dst_host="hB", slow=True, transfers=12,
     ...     slower=12, p=2.9e-3, median_bw=12e6, reference_bw=1e9, slowness=83.3,

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct, percentile
-from otel_ext.analysis._intervals import group_slices, union_length
+from otel_ext.analysis.intervals import group_slices, union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = [
@@ -453,7 +453,7 @@ class KernelStats:
             mine_c[2] = max(mine_c[2], hi)
 
     def breakdown(self, *, top: int = 30) -> KernelBreakdown:
-        """:func:`~otel_ext.analysis.breakdown.kernel_breakdown` of the rows counted.
+        """:func:`~otel_ext.analysis.rank.breakdown.kernel_breakdown` of the rows counted.
 
         The means are the sums over the counts: numpy's mean of integer nanoseconds sums them
         exactly in float64 (below 2**53 ns, 104 days) and divides once, as this does.

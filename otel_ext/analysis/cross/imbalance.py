@@ -201,7 +201,7 @@ def load_imbalance(
         groups: rank -> peer-group id (ranks that meet at collectives); None or empty
             compares all ranks together.
         compute_totals: rank -> (summed compute-kernel ns, kernel rows) when the caller has
-            them (:meth:`~otel_ext.analysis.compute_samples.ComputeSamples.rank_totals`);
+            them (:meth:`~otel_ext.analysis.rank.compute_samples.ComputeSamples.rank_totals`);
             else the table's compute kernels are summed.
 
     Returns:

@@ -16,14 +16,14 @@ on the workers:
 3. :func:`piece_of` (one job per file and partition, where the file is kept): the file's rows
    of the partition's ranks, renumbered, with their positions in the whole set.
 4. :func:`partition_pass` (one job per partition, on its pieces): join them and run
-   :func:`~otel_ext.analysis.per_rank.per_rank_tables`; only its
-   :class:`~otel_ext.analysis.per_rank.RankTables` travel to the client, which puts each
+   :func:`~otel_ext.analysis.rank.per_rank.per_rank_tables`; only its
+   :class:`~otel_ext.analysis.rank.per_rank.RankTables` travel to the client, which puts each
    file's reduced rows back in order (:func:`reassemble`). The reduced rows travel as a
-   :class:`~otel_ext.analysis.packed_rows.PackedTable`, the metric points as
-   :class:`~otel_ext.analysis.packed_rows.PackedPoints`, the busy intervals and the walk's
-   pieces packed too (:mod:`otel_ext.analysis.packed_rows`: all lossless).
+   :class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`, the metric points as
+   :class:`~otel_ext.analysis.scaleout.packed_rows.PackedPoints`, the busy intervals and the walk's
+   pieces packed too (:mod:`otel_ext.analysis.scaleout.packed_rows`: all lossless).
 
-The functions are plain (no Dask here): :mod:`otel_ext.analysis.dask_backend` submits them.
+The functions are plain (no Dask here): :mod:`otel_ext.analysis.scaleout.dask_cluster` submits them.
 
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=s + 5, rank=0, source="a",
@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis._intervals import group_slices
 from otel_ext.analysis.captures import separate_captures
+from otel_ext.analysis.intervals import group_slices
 from otel_ext.analysis.loaders import FileResult
-from otel_ext.analysis.packed_rows import PackedPoints
-from otel_ext.analysis.per_rank import RankTables, joins_by_time, per_rank_tables
+from otel_ext.analysis.rank.per_rank import RankTables, joins_by_time, per_rank_tables
+from otel_ext.analysis.scaleout.packed_rows import PackedPoints
 from otel_ext.analysis.steps import parse_steps, select_steps
 from otel_ext.analysis.table import STRING_COLUMNS, Category, EventTable, constant_column
 from otel_ext.errors import OtelExtError
@@ -100,7 +100,7 @@ class KeptFile:
     """What a worker keeps of one file: its load result (the table with the selected steps),
     the file's record as loaded, its step record and the sketch of its table as loaded;
     whether its rows are joined with device rows by time
-    (:func:`~otel_ext.analysis.per_rank.joins_by_time`: then no partition holds any), and
+    (:func:`~otel_ext.analysis.rank.per_rank.joins_by_time`: then no partition holds any), and
     whether it has request or phase rows (then the partitions send their held rows' busy
     intervals)."""
 
@@ -115,11 +115,11 @@ class KeptFile:
 class FileSummary(FileResult):
     """The client's view of a kept file: its record (as :meth:`FileResult.info` gives it),
     skipped records and the points of the metrics an analysis reads
-    (:data:`~otel_ext.analysis.counters.READ_METRICS`; the others counted); ``table`` is the
+    (:data:`~otel_ext.analysis.cross.counter_evidence.READ_METRICS`; the others counted); ``table`` is the
     file's sketch (:func:`sketch`)."""
 
     def __init__(self, kept: KeptFile) -> None:
-        from otel_ext.analysis.counters import READ_METRICS
+        from otel_ext.analysis.cross.counter_evidence import READ_METRICS
 
         r = kept.result
         points = None if r.metrics is None else r.metrics.only_names(READ_METRICS)
@@ -348,8 +348,8 @@ def partition_pass(
             carries the file's string dictionaries (the others' are empty; the client puts
             the owner's back, :func:`reassemble`); default: all carry them.
         hold: keep the device rows the cross-rank passes take samples of here
-            (:func:`~otel_ext.analysis.per_rank.per_rank_tables`' ``hold``); the client
-            says no when some file :func:`~otel_ext.analysis.per_rank.joins_by_time`.
+            (:func:`~otel_ext.analysis.rank.per_rank.per_rank_tables`' ``hold``); the client
+            says no when some file :func:`~otel_ext.analysis.rank.per_rank.joins_by_time`.
         busy: with ``hold``, also the held rows' busy intervals (the client says no when no
             file has request rows).
     """

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
-from otel_ext.analysis.memory import memory_text
+from otel_ext.analysis.rank.memory import memory_text
 
 __all__ = ["render_text"]
 

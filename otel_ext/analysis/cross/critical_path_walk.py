@@ -1,13 +1,13 @@
 """The critical path's walk inside a rank: its edges and the pieces it leaves.
 
-Every edge of the walk (:mod:`otel_ext.analysis.critical_path` lists them) is inside one rank
+Every edge of the walk (:mod:`otel_ext.analysis.cross.critical_path` lists them) is inside one rank
 but the **peer** edge, from a collective member to the last arriver's row. So the walk is cut
 there: :func:`peer_edges` gives the cross-rank edges from the match (where the match is: the
 client); :func:`walk_pieces` walks a table holding every walk row (:func:`walk_mask`) of some
 ranks from each place a walk can enter a rank (its last event; every row a peer edge targets)
 until it leaves it through a peer edge or ends, memoising walk states so that walks that meet
 share the rest; :class:`WalkPieces` holds the result (per step its segments and graph-replay
-steps) and joins across disjoint ranks. :func:`~otel_ext.analysis.critical_path.stitch` joins
+steps) and joins across disjoint ranks. :func:`~otel_ext.analysis.cross.critical_path.stitch` joins
 the pieces into the path. Keys are opaque int64 row identities that sort like the rows of the
 whole table (row numbers in process, positions in the whole set of files on a cluster).
 """
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis._intervals import merge_intervals
-from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.data_deps import with_data_dependencies
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
+from otel_ext.analysis.intervals import merge_intervals
+from otel_ext.analysis.rank.data_deps import with_data_dependencies
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = [
@@ -217,7 +217,7 @@ def peer_edges(table: EventTable, match: CollectiveMatch, keys: np.ndarray) -> P
     one-loop walk used: members whose row and target are walk rows; a member that is its own
     target has none; a row the match lists twice keeps its last listing's target.
 
-    >>> from otel_ext.analysis.collectives import match_collectives
+    >>> from otel_ext.analysis.cross.collective_match import match_collectives
     >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=500, rank=r, coll_seq=0,
     ...     category=Category.KERNEL_COMM) for r, s in [(0, 100), (1, 400), (2, 120)]])
     >>> e = peer_edges(t, match_collectives(t), np.array([10, 20, 30]))
@@ -441,8 +441,8 @@ def walk_pieces(
     the table's own start and the targets the walk reaches (the table holds every rank, as
     in process: the path is the same, walked once).
 
-    >>> from otel_ext.analysis.collectives import match_collectives
-    >>> from otel_ext.analysis.critical_path import stitch
+    >>> from otel_ext.analysis.cross.collective_match import match_collectives
+    >>> from otel_ext.analysis.cross.critical_path import stitch
     >>> t = EventTable.from_rows([
     ...     dict(start_ns=0, end_ns=100, rank=0, stream=1, category=Category.KERNEL_COMPUTE),
     ...     dict(start_ns=0, end_ns=300, rank=1, stream=1, category=Category.KERNEL_COMPUTE),
@@ -471,7 +471,7 @@ def walk_pieces(
     prev = _lane_prev(rows, table)
     dprev = _device_prev(rows, table)
     dprev = with_data_dependencies(rows, table, dprev)  # recorded ones replace the guess
-    from otel_ext.analysis.breakdown import launch_fanout, launch_rows
+    from otel_ext.analysis.rank.breakdown import launch_fanout, launch_rows
 
     lr_all = launch_rows(table)
     fan_all = launch_fanout(table, lr_all)

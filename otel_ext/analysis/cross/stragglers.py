@@ -7,7 +7,7 @@ median member's arrival. Per rank:
 * ``blame_ns``: the time the others lost waiting for it alone: in each collective where its
   self-caused lateness is the largest, ``(last − second-last arrival) × (members − 1)`` times
   the share of the last arrival's lateness that this self-caused lateness explains (the rest
-  was a wait: blame follows the waits, see :mod:`otel_ext.analysis.straggler_sites`);
+  was a wait: blame follows the waits, see :mod:`otel_ext.analysis.cross.straggler_sites`);
   ``waiting_ns``: that product summed over every collective (the waiting there was);
 * ``persistence``: the fraction of time windows (``windows`` equal slices of the run) in which
   it was the latest rank on average;
@@ -20,7 +20,7 @@ kernels with the same name on all ranks; ``compute_ratio`` is the rank's median 
 ``compute_ratio_by_window`` the same per window, which tells a chip slow all run (a
 straggler) from one that slows part-way (a throttle).
 
->>> from otel_ext.analysis.collectives import match_collectives
+>>> from otel_ext.analysis.cross.collective_match import match_collectives
 >>> from otel_ext.analysis.table import Category, EventTable
 >>> rows = [dict(start_ns=k * 1000 + (300 if r == 2 else 10 * r), end_ns=k * 1000 + 500,
 ...              rank=r, category=Category.KERNEL_COMM, coll_seq=k, coll_group="g")
@@ -39,16 +39,8 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct, group_median, median
-from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.compute_samples import (
-    ComputeRatios,
-    ComputeSamples,
-    ratio_stats,
-    samples_of,
-)
-from otel_ext.analysis.runs import rank_runs
-from otel_ext.analysis.significance import ALPHA, adjusted, binomial_upper_tail
-from otel_ext.analysis.straggler_sites import (
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
+from otel_ext.analysis.cross.straggler_sites import (
     SiteTest,
     collective_sites,
     self_caused_lateness,
@@ -56,6 +48,14 @@ from otel_ext.analysis.straggler_sites import (
     step_of_instances,
     wait_rows,
 )
+from otel_ext.analysis.rank.compute_samples import (
+    ComputeRatios,
+    ComputeSamples,
+    ratio_stats,
+    samples_of,
+)
+from otel_ext.analysis.runs import rank_runs
+from otel_ext.analysis.significance import ALPHA, adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
@@ -116,7 +116,7 @@ def rank_devices_from_counts(
     strings: dict[str, list[str]],
 ) -> dict[int, tuple[str, str]]:
     """:func:`rank_devices` from per-rank counts of the rows naming each device and host
-    (:func:`otel_ext.analysis.per_rank.name_counts`): the most frequent, ties to the name
+    (:func:`otel_ext.analysis.rank.per_rank.name_counts`): the most frequent, ties to the name
     first in ``strings`` (the table's dictionaries), as :func:`rank_devices` has them.
 
     >>> rank_devices_from_counts({0: {"device": {"b": 2, "a": 2}}}, [0, 1],
@@ -183,7 +183,7 @@ def compute_ratios(
 def compute_ratio_stats(table: EventTable, edges: np.ndarray) -> ComputeRatios:
     """:func:`compute_ratios` with the sign-test counts, in one linear pass.
 
-    The ratios of :func:`~otel_ext.analysis.compute_samples.ratio_stats` over the samples of
+    The ratios of :func:`~otel_ext.analysis.rank.compute_samples.ratio_stats` over the samples of
     the table's compute kernels (of its layer spans when it has no compute kernels).
 
     >>> from otel_ext.analysis.table import Category, EventTable

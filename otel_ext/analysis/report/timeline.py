@@ -12,7 +12,7 @@ UI (ui.perfetto.dev) and ``chrome://tracing`` open. What is on it (``docs/analys
   two events of one track overlap without nesting (a repaired end, overlapping spans) the
   later goes to an extra lane (``stream 7 #2``), so every track nests;
 * every event at its **aligned** time: the rank's clock correction
-  (:class:`~otel_ext.analysis.alignment.RankClocks`), then the event-level causality repair
+  (:class:`~otel_ext.analysis.cross.alignment.RankClocks`), then the event-level causality repair
   for the rows it moved (marked ``args.repaired = true``, with ``repair_shift_ns`` and
   ``repair_end_shift_ns``: how far the repair moved the start and the end);
 * **flows** joining the members of each matched collective in arrival order (category
@@ -73,8 +73,8 @@ from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable, is_
 from otel_ext.errors import OtelExtError
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.alignment import Alignment
-    from otel_ext.analysis.critical_path import CriticalPath
+    from otel_ext.analysis.cross.alignment import Alignment
+    from otel_ext.analysis.cross.critical_path import CriticalPath
 
 __all__ = ["SCHEMA", "TimelineFile", "TimelineInputs", "park_rows", "write_timeline"]
 

@@ -1,6 +1,6 @@
 """Communication kernels grouped into collective calls, one rank at a time.
 
-Matching collectives across ranks (:mod:`otel_ext.analysis.collectives`) needs two or more
+Matching collectives across ranks (:mod:`otel_ext.analysis.cross.collective_match`) needs two or more
 ranks and keys the metadata gives. A single rank's trace, or kernels without metadata (PyTorch
 symmetric memory's ``multimem_all_reduce_kernel``, vLLM's custom all-reduce), still tell what
 the rank communicated: each communication kernel, with the kernels launched from the same host
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.classify import comm_kernel_op
-from otel_ext.analysis.collectives import normalize_op
+from otel_ext.analysis.cross.collective_match import normalize_op
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
 

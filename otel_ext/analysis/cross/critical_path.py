@@ -53,7 +53,7 @@ with the walk states shared so that walks that meet store the rest once, and :fu
 joins the pieces into the path from the global start. :func:`critical_path` is the three in
 one process; on a cluster the pieces are computed where each rank's rows are.
 
->>> from otel_ext.analysis.collectives import match_collectives
+>>> from otel_ext.analysis.cross.collective_match import match_collectives
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([
 ...     dict(start_ns=0, end_ns=100, rank=0, stream=1, category=C.KERNEL_COMPUTE, name="a"),
@@ -75,8 +75,8 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis.collectives import CollectiveMatch
-from otel_ext.analysis.critical_path_walk import (
+from otel_ext.analysis.cross.collective_match import CollectiveMatch
+from otel_ext.analysis.cross.critical_path_walk import (
     ANY_FLAG,
     PIECE_CONTINUE,
     PIECE_END,
@@ -139,7 +139,7 @@ class CriticalPath:
 def straggler_saving(match: CollectiveMatch, rank: int) -> int:
     """Time saved if ``rank`` arrived at the median pace where it arrived last (ns).
 
-    >>> from otel_ext.analysis.collectives import match_collectives
+    >>> from otel_ext.analysis.cross.collective_match import match_collectives
     >>> from otel_ext.analysis.table import Category as C, EventTable
     >>> t = EventTable.from_rows([dict(start_ns=s, end_ns=500, rank=r, coll_seq=0,
     ...     category=C.KERNEL_COMM) for r, s in [(0, 100), (1, 120), (2, 400)]])

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext._arrays import distinct, distinct_rows, median
-from otel_ext.analysis.collectives import CollectiveMatch, match_collectives
+from otel_ext.analysis.cross.collective_match import CollectiveMatch, match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import OtelExtError
 

@@ -28,7 +28,7 @@ What each engine emits, as their sources define it (versions in ``docs/analysis.
   decode; other stages (tokenize, dispatch, bootstrap) are left out of the phases. Where
   several TP ranks record the same stage, the phase spans the earliest start to the latest end.
 
->>> from otel_ext.analysis.serving import ServingSpan, serving_rows
+>>> from otel_ext.analysis.serving.engine_telemetry import ServingSpan, serving_rows
 >>> s = ServingSpan("ab" * 16, 1, 0, "llm_request", 0, 9_000_000_000, {
 ...     "gen_ai.request.id": "cmpl-1", "gen_ai.latency.time_in_queue": 0.5,
 ...     "gen_ai.latency.time_in_model_prefill": 1.0, "gen_ai.latency.time_in_model_decode": 7.0,
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis._intervals import union_length
+from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
 

@@ -4,7 +4,7 @@ Reading the telemetry is most of an analysis' time and all of its memory that gr
 raw size of the set; the cross-rank passes need far less than every row. So on a cluster the
 workers (which see the files, through a shared file system) load the files and keep them,
 and run every per-rank pass; the client decides what needs every file and runs the
-cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
+cross-rank passes (:mod:`otel_ext.analysis.scaleout.per_rank_jobs` has the jobs):
 
 * on the workers, one job per file: finding its format, inflating and decoding it into its
   columnar :class:`~otel_ext.analysis.table.EventTable` or
@@ -15,14 +15,14 @@ cross-rank passes (:mod:`otel_ext.analysis.per_rank_jobs` has the jobs):
   every trace, the runs) and cuts the ranks into partitions;
 * on the workers, one job per file and partition of ranks, where the file is kept: its rows
   of those ranks, renumbered; then one job per partition on those pieces: the per-rank
-  passes (:func:`~otel_ext.analysis.per_rank.per_rank_tables`: temporal, idle and overlap
+  passes (:func:`~otel_ext.analysis.rank.per_rank.per_rank_tables`: temporal, idle and overlap
   breakdowns, launch and kernel statistics, the names of each rank's device);
 * to the client: those per-rank tables and the rows the cross-rank passes read (device
   activity, runtime calls, collectives, layers, requests, links; not the host operators);
   then the client runs matching, alignment, stragglers, critical path, imbalance, roofline,
   requests and findings over them, as in process (which runs the same two phases): the
   report is the same document. The rows, the metric points, the busy intervals, the walk's
-  pieces and the held samples travel packed (:class:`~otel_ext.analysis.packed_rows.PackedTable`
+  pieces and the held samples travel packed (:class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`
   and its kin: lossless, unpacked on arrival to what was packed). The few passes that read a file again (engine steps of OTLP
   span files, vLLM/SGLang request spans, collective-call sizes of small profiler files) run
   on the workers too, one job per file.
@@ -60,11 +60,11 @@ import numpy as np
 from otel_ext.errors import ConfigError, OtelExtError
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.alignment import RankClocks
-    from otel_ext.analysis.compute_samples import ComputeSamples
-    from otel_ext.analysis.critical_path_walk import PeerEdges, WalkPieces
+    from otel_ext.analysis.cross.alignment import RankClocks
+    from otel_ext.analysis.cross.critical_path_walk import PeerEdges, WalkPieces
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
-    from otel_ext.analysis.per_rank import RankTables, RepairedRows
+    from otel_ext.analysis.rank.compute_samples import ComputeSamples
+    from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -219,7 +219,7 @@ class _JobExecutor(concurrent.futures.Executor):
 
 def _summary_or_raised(kept: Any) -> Any:
     """Run on a worker: the client's view of a kept file (or the job's error, passed on)."""
-    from otel_ext.analysis.per_rank_jobs import summary_of
+    from otel_ext.analysis.scaleout.per_rank_jobs import summary_of
 
     return kept if isinstance(kept, _Raised) else summary_of(kept)
 
@@ -229,7 +229,7 @@ def _pieces_pass(
 ) -> Any:
     """Run on a worker: the per-rank passes over a partition's pieces (or the first piece's
     error, passed on)."""
-    from otel_ext.analysis.per_rank_jobs import partition_pass
+    from otel_ext.analysis.scaleout.per_rank_jobs import partition_pass
 
     for p in pieces:
         if isinstance(p, _Raised):
@@ -243,14 +243,14 @@ def _pieces_pass(
 def _tables_of(kept: Any, measure: bool = False) -> Any:
     """Run on a worker: a partition's per-rank results without the walk rows, which stay
     there for the critical path, with the reduced rows' positions and the rows themselves
-    packed (:class:`~otel_ext.analysis.packed_rows.PackedTable`: lossless), or the
+    packed (:class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`: lossless), or the
     partition's error, passed on. With ``measure``, also what the answer weighs unpacked
     (the results with the rows as they are and the packed positions, pickled here: their
     shared strings once, as one pickle of them keeps them), else 0."""
     from dataclasses import replace
 
-    from otel_ext.analysis.packed_rows import PackedTable, packed_busy
-    from otel_ext.analysis.per_rank_jobs import PackedPositions
+    from otel_ext.analysis.scaleout.packed_rows import PackedTable, packed_busy
+    from otel_ext.analysis.scaleout.per_rank_jobs import PackedPositions
 
     if isinstance(kept, _Raised):
         return kept
@@ -277,8 +277,8 @@ def _walk_pass(
 ) -> Any:
     """Run on the worker that keeps a partition's walk rows: its ranks' critical-path
     pieces, and (with ``edges``) the samples of its held compute work on the aligned
-    timeline (:func:`~otel_ext.analysis.per_rank.held_samples`), or None."""
-    from otel_ext.analysis.per_rank import held_samples, walk_of
+    timeline (:func:`~otel_ext.analysis.rank.per_rank.held_samples`), or None."""
+    from otel_ext.analysis.rank.per_rank import held_samples, walk_of
 
     pieces = walk_of(kept, clocks, repaired, peers, device_bound_share=device_bound_share)
     held = None
@@ -292,7 +292,7 @@ def _walk_starts(walked: Any) -> Any:
     (the pieces stay until the client knows whether the path can reach its ranks)."""
     from dataclasses import replace
 
-    from otel_ext.analysis.packed_rows import PackedFields
+    from otel_ext.analysis.scaleout.packed_rows import PackedFields
 
     pieces, held = walked
     if held is None:
@@ -302,8 +302,8 @@ def _walk_starts(walked: Any) -> Any:
 
 def _walk_pieces_of(walked: Any) -> Any:
     """Run where a partition's walk is kept: its pieces, packed
-    (:class:`~otel_ext.analysis.packed_rows.PackedFields`)."""
-    from otel_ext.analysis.packed_rows import PackedFields
+    (:class:`~otel_ext.analysis.scaleout.packed_rows.PackedFields`)."""
+    from otel_ext.analysis.scaleout.packed_rows import PackedFields
 
     return PackedFields.of(walked[0])
 
@@ -320,8 +320,8 @@ def _unpacked_held(packed: Any) -> Any:
 def _held_pass(kept: Any, split: list[bool], owned: list[bool]) -> Any:
     """Run on the worker that keeps a partition: its reduced rows with the held rows back,
     as :func:`_tables_of` sends them."""
-    from otel_ext.analysis.packed_rows import PackedTable
-    from otel_ext.analysis.per_rank_jobs import PackedPositions, for_client
+    from otel_ext.analysis.scaleout.packed_rows import PackedTable
+    from otel_ext.analysis.scaleout.per_rank_jobs import PackedPositions, for_client
 
     out = for_client(kept.with_held(), split=split, owned=owned)
     return (
@@ -338,7 +338,7 @@ def _pickled_size(value: Any) -> int:
 
 def _count_rows(into: dict[str, list[int]], tables: Sequence[Any]) -> None:
     """Add the rows and pickled bytes of each category of ``tables`` (packed reduced rows,
-    :class:`~otel_ext.analysis.packed_rows.PackedTable`) and of their string
+    :class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable`) and of their string
     dictionaries to ``into`` (name -> [rows, bytes])."""
     from otel_ext.analysis.table import Category
 
@@ -354,8 +354,8 @@ def _count_rows(into: dict[str, list[int]], tables: Sequence[Any]) -> None:
 
 class _KeepingExecutor(concurrent.futures.Executor):
     """Loader jobs whose results stay on the workers: each job's answer there is the file's
-    :class:`~otel_ext.analysis.per_rank_jobs.KeptFile` (its steps selected); the client's
-    future answers its :class:`~otel_ext.analysis.per_rank_jobs.FileSummary`, and
+    :class:`~otel_ext.analysis.scaleout.per_rank_jobs.KeptFile` (its steps selected); the client's
+    future answers its :class:`~otel_ext.analysis.scaleout.per_rank_jobs.FileSummary`, and
     :attr:`kept` holds, in the order of submission, the cluster's future of each kept file."""
 
     def __init__(self, client: Any, steps: str, *, measure: bool) -> None:
@@ -369,7 +369,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
         self.unpacked_point_bytes = 0
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        from otel_ext.analysis.per_rank_jobs import load_and_keep
+        from otel_ext.analysis.scaleout.per_rank_jobs import load_and_keep
 
         if kwargs or len(args) != 1:
             raise TypeError("a loader job takes one argument")
@@ -395,7 +395,7 @@ class _KeepingExecutor(concurrent.futures.Executor):
 
     def _count(self, answer: Any) -> None:
         self.received_bytes += _pickled_size(answer)
-        from otel_ext.analysis.packed_rows import PackedPoints
+        from otel_ext.analysis.scaleout.packed_rows import PackedPoints
 
         if answer.metrics is not None:  # as they travelled (packed), and as they would have
             self.metric_bytes += _pickled_size(PackedPoints.of(answer.metrics))
@@ -414,7 +414,7 @@ class PerRankPhase:
             files' sketches, not their events).
         captures: :func:`~otel_ext.analysis.captures.separate_captures`' records.
         steps: the step selection's record.
-        ranks: the per-rank results (:class:`~otel_ext.analysis.per_rank.RankTables`).
+        ranks: the per-rank results (:class:`~otel_ext.analysis.rank.per_rank.RankTables`).
         reduced: the rows the cross-rank passes read, every file's, joined in file order.
         keys: each reduced row's position in the whole set (ascending).
         received_bytes: what travelled to the client, pickled (0 unless measured).
@@ -472,10 +472,10 @@ def _worker_version() -> str:
 def _global_start_rank(
     pieces: Sequence[WalkPieces], starts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> int:
-    """The rank the critical path starts at (:func:`~otel_ext.analysis.critical_path.start_of`
+    """The rank the critical path starts at (:func:`~otel_ext.analysis.cross.critical_path.start_of`
     over every rank's start: those of ``pieces`` walked here and the workers' ``starts``);
     -1 without ranks."""
-    from otel_ext.analysis.critical_path import start_of
+    from otel_ext.analysis.cross.critical_path import start_of
 
     every = [p.starts() for p in pieces] + list(starts)
     rank = np.concatenate([r for r, _, _ in every] or [np.zeros(0, np.int64)])
@@ -491,7 +491,7 @@ def _joined(
 ) -> tuple[EventTable, np.ndarray]:
     """The partitions' reduced rows (one table per piece, with the pieces' positions) as one
     table in file order, and its rows' keys (ascending)."""
-    from otel_ext.analysis import per_rank_jobs as jobs
+    from otel_ext.analysis.scaleout import per_rank_jobs as jobs
     from otel_ext.analysis.table import EventTable
 
     plan, rank_runs = joining
@@ -540,7 +540,7 @@ class DaskCluster:
         #: of the last per-rank round (when measured), what its answers weigh unpacked (the
         #: rows as :class:`~otel_ext.analysis.table.EventTable` pickles them, the metric
         #: points as :class:`~otel_ext.analysis.loaders.MetricPoints` does: how they
-        #: travelled before :class:`~otel_ext.analysis.packed_rows.PackedTable` and its
+        #: travelled before :class:`~otel_ext.analysis.scaleout.packed_rows.PackedTable` and its
         #: kin); the kinds of :attr:`received_by_category` are pickled one by one, so a
         #: dictionary two kinds share counts in each
         self.unpacked_round_bytes = 0
@@ -568,7 +568,7 @@ class DaskCluster:
         one_run: bool,
     ) -> PerRankPhase:
         """Load the files on the workers and keep them there, decide ranks and steps here,
-        run the per-rank passes there (:mod:`otel_ext.analysis.per_rank_jobs`); only
+        run the per-rank passes there (:mod:`otel_ext.analysis.scaleout.per_rank_jobs`); only
         summaries and the per-rank tables travel here.
 
         Raises:
@@ -577,10 +577,10 @@ class DaskCluster:
         """
         from dataclasses import replace
 
-        from otel_ext.analysis import per_rank_jobs as jobs
         from otel_ext.analysis.loaders import load_paths
-        from otel_ext.analysis.packed_rows import unpacked_busy
-        from otel_ext.analysis.per_rank import merge_rank_tables, per_rank_tables
+        from otel_ext.analysis.rank.per_rank import merge_rank_tables, per_rank_tables
+        from otel_ext.analysis.scaleout import per_rank_jobs as jobs
+        from otel_ext.analysis.scaleout.packed_rows import unpacked_busy
         from otel_ext.analysis.steps import merge_step_records, parse_steps
         from otel_ext.analysis.table import EventTable
 
@@ -764,7 +764,7 @@ class DaskCluster:
         from the aligned rows, and its pieces do not travel. The other pieces stay on the
         workers at first: each partition sends its ranks' starts, and only the partitions
         holding a rank the path can reach from the global start
-        (:meth:`~otel_ext.analysis.per_rank.WalkShares.reachable`) send their pieces
+        (:meth:`~otel_ext.analysis.rank.per_rank.WalkShares.reachable`) send their pieces
         (:attr:`walked_partitions`, :attr:`pieces_fetched`). The walk rows are let go after.
 
         Returns the pieces of the partitions the path can reach (a stitch of them is the
@@ -781,8 +781,8 @@ class DaskCluster:
         Returns:
             The pieces, and the held rows' samples (one per partition that sent some).
         """
-        from otel_ext.analysis.critical_path_walk import WalkPieces
-        from otel_ext.analysis.per_rank import WalkShares, walk_of_aligned
+        from otel_ext.analysis.cross.critical_path_walk import WalkPieces
+        from otel_ext.analysis.rank.per_rank import WalkShares, walk_of_aligned
 
         shares = WalkShares(keys, aligned["rank"], repaired, peers)
         here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})

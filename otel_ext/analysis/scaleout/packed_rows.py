@@ -10,7 +10,7 @@ dictionaries compressed. :class:`PackedPoints` packs metric points the same way 
 codes as one index into their series), :func:`packed_busy` the per-device busy intervals,
 :class:`PackedFields` any object's array fields. Each ``unpack`` gives back the same values and
 dtypes (``tests/test_analysis_packed_rows.py``), so no pass on the client changes;
-:mod:`otel_ext.analysis.per_rank_jobs` and :mod:`otel_ext.analysis.dask_backend` use them.
+:mod:`otel_ext.analysis.scaleout.per_rank_jobs` and :mod:`otel_ext.analysis.scaleout.dask_cluster` use them.
 """
 
 from __future__ import annotations
@@ -507,8 +507,8 @@ class PackedPoints:
 @dataclass(frozen=True)
 class PackedFields:
     """A dataclass of numpy arrays (the critical path's
-    :class:`~otel_ext.analysis.critical_path_walk.WalkPieces`, the held rows'
-    :class:`~otel_ext.analysis.compute_samples.ComputeSamples`) as it travels: each
+    :class:`~otel_ext.analysis.cross.critical_path_walk.WalkPieces`, the held rows'
+    :class:`~otel_ext.analysis.rank.compute_samples.ComputeSamples`) as it travels: each
     one-dimensional integer or float array packed as :class:`PackedTable` packs a column
     (integer arrays as steps when that is narrower), the other fields as they are;
     :meth:`unpack` gives the object back as unpickling it would (its fields set, no
@@ -553,7 +553,7 @@ class PackedFields:
 
 
 def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> dict[str, Any]:
-    """The held rows' busy intervals (:attr:`~otel_ext.analysis.per_rank.RankTables.device_busy`)
+    """The held rows' busy intervals (:attr:`~otel_ext.analysis.rank.per_rank.RankTables.device_busy`)
     as they travel: per device and rank the starts as steps, the ends as lengths, each at
     the width it needs; :func:`unpacked_busy` gives them back exactly.
 

@@ -1,7 +1,7 @@
 """Recorded data dependencies for the critical path's cross-stream edge.
 
 A trace does not record why a device row started when it did on another stream; the critical
-path's walk (:mod:`otel_ext.analysis.critical_path_walk`) guesses: the same rank's device row
+path's walk (:mod:`otel_ext.analysis.cross.critical_path_walk`) guesses: the same rank's device row
 that ended last before it. An Execution Trace records the operators' data dependencies; its
 join to the Kineto trace (:mod:`otel_ext.analysis.loaders.execution_trace`) writes them as
 ``data_dep``: on a consumer's first device row, the ``correlation`` of the producer's last

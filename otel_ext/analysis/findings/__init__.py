@@ -1,0 +1,5 @@
+"""Findings: the rules that turn the passes' evidence into ranked, evidence-backed verdicts.
+
+Thin on purpose: modules are imported by their full name, so importing the package
+imports no pass (the passes import each other; an eager ``__init__`` would make cycles).
+"""
