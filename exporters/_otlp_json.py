@@ -42,12 +42,10 @@ __all__ = [
     "hex_ids_in_metrics",
     "hex_ids_in_traces",
     "id_to_hex",
-    "metrics_to_otlp_dict",
     "reference_encode_metrics_json",
     "reference_encode_spans_json",
     "reference_metrics_to_otlp_dict",
     "reference_spans_to_otlp_dict",
-    "spans_to_otlp_dict",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -212,29 +210,3 @@ def encode_metrics_json(data: MetricsData) -> bytes:
     except Exception as exc:
         _logger.debug("direct metrics encoding fell back to the reference: %s", exc)
         return reference_encode_metrics_json(data)
-
-
-def spans_to_otlp_dict(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """Encode finished spans as one OTLP/JSON ``ExportTraceServiceRequest`` dict.
-
-    Args:
-        spans: finished SDK spans.
-
-    Returns:
-        The request as the Collector's file exporter would write it (hex ids).
-    """
-    result: dict[str, Any] = json.loads(encode_spans_json(spans))
-    return result
-
-
-def metrics_to_otlp_dict(data: MetricsData) -> dict[str, Any]:
-    """Encode collected metrics as one OTLP/JSON ``ExportMetricsServiceRequest`` dict.
-
-    Args:
-        data: what a metric reader collected.
-
-    Returns:
-        The request as the Collector's file exporter would write it (hex exemplar ids).
-    """
-    result: dict[str, Any] = json.loads(encode_metrics_json(data))
-    return result

@@ -1,4 +1,4 @@
-"""Vectorised interval arithmetic on integer nanoseconds (unions, lengths, intersections).
+"""Vectorised interval arithmetic on integer nanoseconds (unions, lengths, grouping).
 
 Everything is a sort plus a few linear numpy passes: O(n log n) for the sort, linear after.
 
@@ -7,15 +7,13 @@ Everything is a sort plus a few linear numpy passes: O(n log n) for the sort, li
 ([0, 20], [12, 30])
 >>> union_length(np.array([0, 5, 20]), np.array([10, 12, 30]))
 22
->>> intersection_length(np.array([0]), np.array([10]), np.array([5]), np.array([20]))
-5
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["group_slices", "intersection_length", "merge_intervals", "union_length"]
+__all__ = ["group_slices", "merge_intervals", "union_length"]
 
 
 def merge_intervals(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,16 +38,6 @@ def union_length(start: np.ndarray, end: np.ndarray) -> int:
     """Total length covered by the union of the intervals."""
     s, e = merge_intervals(start, end)
     return int((e - s).sum())
-
-
-def intersection_length(
-    a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray
-) -> int:
-    """Length of (union of A) ∩ (union of B), by inclusion–exclusion: |A| + |B| − |A ∪ B|."""
-    la = union_length(a_start, a_end)
-    lb = union_length(b_start, b_end)
-    lab = union_length(np.concatenate([a_start, b_start]), np.concatenate([a_end, b_end]))
-    return la + lb - lab
 
 
 def group_slices(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[slice]]:
