@@ -4,7 +4,7 @@ Sources (one interface, :class:`CounterSource`; each :class:`Sample` carries met
 attributes, value, timestamp and clock domain): :class:`NvmlSource` (NVIDIA GPUs),
 :class:`HostSource` (``/proc``), :class:`InfinibandSource` (sysfs port counters),
 :class:`NetDevSource` (Ethernet/RoCE interfaces, ``/sys/class/net``),
-:class:`SimulatedSource` (any :class:`SimCounterModel`; :class:`BuiltinSimModel` stands
+:class:`SimulatedSource` (any :class:`CounterModel`; :class:`BuiltinSimModel` stands
 alone). :class:`CounterBridge` samples them, unfolds counters (reset and wrap-around),
 evaluates the registry's derived metrics with provenance, and guards cardinality;
 :class:`CounterCollector` exposes it to Prometheus (OpenMetrics with exemplars from the
@@ -41,7 +41,7 @@ from otel_ext.counters._podresources import (
 )
 from otel_ext.counters._prometheus import CounterCollector
 from otel_ext.counters._rates import CounterTracker, RatePoint, counter_delta
-from otel_ext.counters._sim import BuiltinSimModel, SimCounterModel, SimulatedSource
+from otel_ext.counters._sim import BuiltinSimModel, CounterModel, SimulatedSource
 from otel_ext.counters._source import (
     CLOCK_HOST_MONOTONIC,
     CLOCK_HOST_REALTIME,
@@ -86,7 +86,7 @@ __all__ = [
     "SeriesDescription",
     "SeriesState",
     "SharedActiveSpanReader",
-    "SimCounterModel",
+    "CounterModel",
     "SimulatedSource",
     "TargetInfoCollector",
     "best_span",

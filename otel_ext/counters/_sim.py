@@ -1,7 +1,7 @@
 """The simulated accelerator source, and a small built-in simulated device model.
 
 The simulated cluster (``otel_ext.sim``) plugs in here: any object with
-``read(now_ns) -> list[Sample]`` (the :class:`SimCounterModel` protocol) becomes a counter
+``read(now_ns) -> list[Sample]`` (the :class:`CounterModel` protocol) becomes a counter
 source through :class:`SimulatedSource`, exactly like NVML or sysfs. Counters must be
 returned as the hardware would show them (cumulative, possibly wrapping: set
 ``Sample.wrap_bits``); the bridge unfolds and derives.
@@ -65,14 +65,14 @@ from otel_ext.semconv.metrics import (
 )
 from otel_ext.semconv.registry import device_specs
 
-__all__ = ["BuiltinSimModel", "SimCounterModel", "SimulatedSource"]
+__all__ = ["BuiltinSimModel", "CounterModel", "SimulatedSource"]
 
 CLOCK_SIM = "sim.host"
 _HIST_BOUNDS = (0.001, 0.002, 0.005, 0.01, 0.05, 0.1)
 
 
 @runtime_checkable
-class SimCounterModel(Protocol):
+class CounterModel(Protocol):
     """What the simulated cluster implements to feed the counter bridge.
 
     ``read(now_ns)`` returns the current counter values of every simulated device and link
@@ -86,20 +86,20 @@ class SimulatedSource(BaseSource):
     """A counter source over a simulated model.
 
     Args:
-        model: a :class:`SimCounterModel`, or a plain callable ``now_ns -> list[Sample]``.
+        model: a :class:`CounterModel`, or a plain callable ``now_ns -> list[Sample]``.
         name: the source name (``sim``).
         clock: the clock passed to the model, in nanoseconds (``time.time_ns``).
     """
 
     def __init__(
         self,
-        model: SimCounterModel | Callable[[int], list[Sample]],
+        model: CounterModel | Callable[[int], list[Sample]],
         *,
         name: str = "sim",
         clock: Callable[[], int] = time.time_ns,
     ):
         self.name = name
-        self._read = model.read if isinstance(model, SimCounterModel) else model
+        self._read = model.read if isinstance(model, CounterModel) else model
         self._model = model
         self._clock = clock
 

@@ -31,7 +31,7 @@ from otel_ext.sim._clocks import EPOCH_NS, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name
 from otel_ext.sim._counters import SimCounterModel
 from otel_ext.sim._engine import Engine
-from otel_ext.sim._telemetry import Telemetry
+from otel_ext.sim._telemetry import SimTelemetry
 
 __all__ = ["OUTPUT_FILES", "LiveCounters", "SimResult", "run_simulation"]
 
@@ -245,7 +245,7 @@ def run_simulation(
         metric_exporters.append(perfetto.metric_exporter())
     span_exporter = _TeeSpanExporter(span_exporters)
     metric_exporter = _TeeMetricExporter(metric_exporters)
-    telemetry = Telemetry(
+    telemetry = SimTelemetry(
         cfg,
         engine,
         host_clocks,

@@ -115,7 +115,7 @@ from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from otel_ext.sim._counters import SimCounterModel
 from otel_ext.sim._engine import Engine, KvTransfer, Request, StepRecord
 
-__all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "Telemetry"]
+__all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "SimTelemetry"]
 
 SCOPE_NAME = "otel_ext.sim"
 _OPERATION = "text_completion"
@@ -276,7 +276,7 @@ class _Hist:
             self.exemplars[i] = (value, time_ns, trace_id, span_id)
 
 
-class Telemetry:
+class SimTelemetry:
     """The engine's sink: turns steps, transfers and requests into spans and metric points.
 
     Args:

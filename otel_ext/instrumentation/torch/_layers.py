@@ -277,8 +277,10 @@ class _CudaTimer:
         self._drain.close()
 
 
-class _State:
-    """Everything one ``instrument()`` call set up; dropped by ``uninstrument()``."""
+class _LayerInstrumentation:
+    """The layer tracing one ``instrument()`` call set up (tracer, options, module hooks and
+    their per-module metadata, the deferred recorder and CUDA timer); dropped by
+    ``uninstrument()``."""
 
     def __init__(
         self,
@@ -767,7 +769,7 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``uninstrument()`` removes every hook and restores ``scaled_dot_product_attention``.
     """
 
-    _state: _State | None = None
+    _state: _LayerInstrumentation | None = None
     _sdpa_original: Callable[..., Any] | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -775,7 +777,7 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ("torch >= 2.0",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        state = _State(
+        state = _LayerInstrumentation(
             tracer_provider=kwargs.get("tracer_provider"),
             max_depth=kwargs.get("max_depth"),
             include=kwargs.get("include"),
@@ -801,7 +803,7 @@ class TorchLayerInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._patch_sdpa(state)
         self._state = state
 
-    def _patch_sdpa(self, state: _State) -> None:
+    def _patch_sdpa(self, state: _LayerInstrumentation) -> None:
         original = F.scaled_dot_product_attention
 
         def scaled_dot_product_attention(
