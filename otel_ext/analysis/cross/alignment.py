@@ -5,18 +5,19 @@ subtracting one global minimum, which leaves every offset between the hosts in p
 what collectives guarantee instead: the members of one collective leave it at nearly the same
 instant (nobody can leave before the last one arrives, and the data then flows at once), so
 ``end[k, r] = E[k] + offset[r] (+ drift[r] · t)`` for every matched collective ``k`` and rank
-``r``. A robust fit (alternating medians, then a drift slope when it is significant) gives each
-rank's offset, drift and a bound (the largest residual of that rank's exits): aligned time =
-raw time − offset − drift · (raw time − reference time).
+``r``. The clocks package's collective-based estimator
+(:func:`otel_ext.clocks.estimate_offsets_from_collectives`) fits one offset (and drift, when
+significant) per clock domain with a bound: aligned time = raw time − offset −
+drift · (raw time − reference time). When it declines (no collective two domains share), the
+ranks keep their recorded times.
 
 Causality: no member of a collective can leave before the last member arrives. A violation is
 a member whose (aligned) end precedes the (aligned) last arrival. We count them on the raw
-times and after alignment and repair. Repair first uses the per-rank corrections above; what
-remains (noise below the bound) is fixed event by event, moving the offending end forward to
-the last arrival and pushing later events of the same stream just enough to keep their order
-(a controlled-logical-clock forward pass). When :mod:`otel_ext.clocks` offers its
-collective-based estimator and causality repair, those are used; the fallbacks here follow
-the same contract.
+times and after alignment and repair. What remains beyond the clocks' bounds after the
+per-domain corrections is fixed event by event by the clocks package's causality repair
+(:func:`otel_ext.clocks.repair_causality`), moving the offending end forward to the last
+arrival and pushing later events of the same stream just enough to keep their order (a
+controlled-logical-clock forward pass). When it declines, the violations stay as counted.
 
 >>> from otel_ext.analysis.table import Category, EventTable
 >>> rows = []
@@ -34,22 +35,26 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
-from otel_ext._arrays import distinct, distinct_rows, median
+from otel_ext._arrays import distinct, distinct_rows
 from otel_ext.analysis.cross.collective_match import CollectiveMatch, match_collectives
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import OtelExtError
 
+if TYPE_CHECKING:
+    from otel_ext.clocks import CollectiveOffsets
+
 __all__ = [
     "Alignment",
+    "CausalityJson",
     "RankClocks",
+    "RankRepairJson",
     "align_ranks",
     "clock_groups",
     "count_violations",
-    "estimate_rank_offsets",
     "parse_host_of",
 ]
 
@@ -73,7 +78,7 @@ class RankClocks:
 
     rank_domain: dict[int, int] = field(default_factory=dict)
     applied: frozenset[int] = frozenset()
-    estimate: Any = None
+    estimate: CollectiveOffsets | None = None
     base: int = 0
 
     def move(self, rank: int, times: np.ndarray) -> np.ndarray:
@@ -91,6 +96,27 @@ class RankClocks:
         if self.estimate is None or not self.applied:
             return table
         return _apply_domains(table, self.rank_domain, self.estimate, self.base, set(self.applied))
+
+
+class RankRepairJson(TypedDict):
+    """One rank the event-level repair moved: how many rows, and the largest shift."""
+
+    rank: int
+    moved_events: int
+    max_shift_ns: int
+
+
+class CausalityJson(TypedDict):
+    """The report's ``causality`` object (:meth:`Alignment.causality`)."""
+
+    violations_before: int
+    violations_within_bound: int
+    violations_after: int
+    repaired_events: int
+    max_repair_shift_ns: int
+    method: str
+    constraints_consistent: bool
+    per_rank: list[RankRepairJson]
 
 
 @dataclass
@@ -135,7 +161,7 @@ class Alignment:
     repaired_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     repair_skipped: bool = False
 
-    def causality(self) -> dict[str, Any]:
+    def causality(self) -> CausalityJson:
         """The JSON ``causality`` object."""
         return {
             "violations_before": self.violations_before,
@@ -177,98 +203,6 @@ def count_violations(
     np.maximum.at(latest, match.member_instance, match.member_start_ns - slack_ns)
     late = match.member_end_ns + slack_ns + tolerance_ns < latest[match.member_instance]
     return int(np.count_nonzero(late))
-
-
-def estimate_rank_offsets(
-    rank: np.ndarray,
-    instance: np.ndarray,
-    end_ns: np.ndarray,
-    *,
-    iterations: int = 6,
-    fit_drift: bool = True,
-) -> tuple[dict[int, float], dict[int, float], dict[int, float], dict[int, int]]:
-    """Per-rank clock offset, drift and bound from collective exit times.
-
-    Args:
-        rank, instance, end_ns: one entry per collective member (same length).
-        iterations: rounds of the alternating-median fit.
-        fit_drift: also fit a linear drift per rank when it is significant.
-
-    Returns:
-        ``(offsets_ns, drift_ppm, bounds_ns, reference_ns)``, each keyed by rank; the lowest
-        rank is the reference (offset 0, drift 0).
-
-    >>> off, drift, bound, _ = estimate_rank_offsets(
-    ...     np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]), np.array([100, 350, 200, 450]))
-    >>> off, bound
-    ({0: 0.0, 1: 250.0}, {0: 0.0, 1: 0.0})
-    """
-    ranks = distinct(rank)
-    if len(ranks) == 0:
-        return {}, {}, {}, {}
-    rpos = np.searchsorted(ranks, rank)
-    _, ipos = np.unique(instance, return_inverse=True)
-    ipos = ipos.reshape(-1)
-    n_inst = int(ipos.max()) + 1 if len(ipos) else 0
-    base = int(end_ns.min())
-    e = (end_ns - base).astype(np.float64)  # relative: float64 keeps every nanosecond
-    t0 = np.array([e[rpos == i].min() for i in range(len(ranks))])
-    off = np.zeros(len(ranks))
-    drift = np.zeros(len(ranks))
-
-    def corrected() -> np.ndarray:
-        return e - off[rpos] - drift[rpos] * (e - t0[rpos])
-
-    def inst_median(v: np.ndarray) -> np.ndarray:
-        order = np.lexsort((v, ipos))
-        counts = np.bincount(ipos, minlength=n_inst)
-        starts = np.r_[0, np.cumsum(counts)[:-1]]
-        lo = v[order[starts + (counts - 1) // 2]]
-        hi = v[order[starts + counts // 2]]
-        return (lo + hi) / 2
-
-    def rank_median(v: np.ndarray) -> np.ndarray:
-        return np.array([median(v[rpos == i]) for i in range(len(ranks))])
-
-    for _ in range(iterations):
-        ek = inst_median(corrected())
-        off = rank_median(e - drift[rpos] * (e - t0[rpos]) - ek[ipos])
-        off -= off[0]
-    if fit_drift:
-        ek = inst_median(corrected())
-        for i in range(1, len(ranks)):
-            sel = rpos == i
-            if sel.sum() < 8:
-                continue
-            x = e[sel] - t0[i]
-            if np.ptp(x) <= 0:
-                continue
-            y = e[sel] - ek[ipos[sel]] - off[i]
-            slope = np.polyfit(x, y, 1)[0]
-            resid_before = median(np.abs(y - median(y)))
-            y2 = y - slope * x
-            resid_after = median(np.abs(y2 - median(y2)))
-            if resid_after < 0.5 * resid_before and abs(slope) * np.ptp(x) > 3 * resid_after:
-                drift[i] = slope
-        for _ in range(iterations):
-            ek = inst_median(corrected())
-            off = rank_median(e - drift[rpos] * (e - t0[rpos]) - ek[ipos])
-            off -= off[0]
-    resid = corrected() - inst_median(corrected())[ipos]
-    bounds = np.zeros(len(ranks))
-    for i in range(len(ranks)):
-        if i == 0:
-            continue
-        r = resid[rpos == i]
-        # the reference's own residual noise counts too
-        bounds[i] = float(np.abs(r).max() + np.abs(resid[rpos == 0]).max()) if len(r) else 0.0
-    keys = [int(r) for r in ranks]
-    return (
-        {k: float(off[i]) for i, k in enumerate(keys)},
-        {k: float(drift[i] * 1e6) for i, k in enumerate(keys)},
-        {k: float(bounds[i]) for i, k in enumerate(keys)},
-        {k: int(t0[i]) + base for i, k in enumerate(keys)},
-    )
 
 
 def parse_host_of(spec: str) -> dict[int, str]:
@@ -346,7 +280,7 @@ def _domain_estimate(
     *,
     fit_drift: bool,
     uncertainty_ns: np.ndarray | None = None,
-) -> tuple[Any, int] | None:
+) -> tuple[CollectiveOffsets, int] | None:
     """The clocks package's collective-based estimator, one offset per clock domain;
     ``uncertainty_ns`` per member (its spans' stated clock uncertainty) loosens the causal
     limits."""
@@ -363,7 +297,7 @@ def _domain_estimate(
             uncertainty_ns=uncertainty_ns,
         )
     except OtelExtError as exc:
-        _log.info("clocks estimator declined (%s); using the built-in fit", exc)
+        _log.info("clocks estimator declined (%s); ranks keep their recorded times", exc)
         return None
     return est, base
 
@@ -382,7 +316,11 @@ def _member_uncertainty(table: EventTable, match: CollectiveMatch) -> np.ndarray
 
 
 def _apply_domains(
-    table: EventTable, rank_domain: dict[int, int], est: Any, base: int, applied: set[int]
+    table: EventTable,
+    rank_domain: dict[int, int],
+    est: CollectiveOffsets,
+    base: int,
+    applied: set[int],
 ) -> EventTable:
     """Rows of ranks whose clock domain's shift is applied, moved onto the reference's
     timeline; every other row kept as recorded."""
@@ -434,7 +372,7 @@ def _clocks_repair(
             domain_offsets=False,  # offsets were estimated, with their bounds, before
         )
     except OtelExtError as exc:
-        _log.info("clocks repair declined (%s); using the built-in repair", exc)
+        _log.info("clocks repair declined (%s); violations left unrepaired", exc)
         return None
     start = table["start_ns"].copy()
     end = table["end_ns"].copy()
@@ -461,6 +399,171 @@ def _moved_by_rank(before: EventTable, after: EventTable) -> dict[int, tuple[int
     top = np.zeros(len(ur), dtype=np.int64)
     np.maximum.at(top, inv.reshape(-1), shift)
     return {int(x): (int(c), int(m)) for x, c, m in zip(ur.tolist(), counts.tolist(), top.tolist())}
+
+
+@dataclass
+class _DomainFit:
+    """Per rank, what the per-domain clock estimate said and what :func:`align_ranks` applies.
+
+    ``offsets``/``drift`` hold the applied corrections (0 where none applies), ``estimate`` the
+    estimated offset whether applied or not, ``bounds`` its bound (inf: no estimate).
+    """
+
+    offsets: dict[int, float]
+    drift: dict[int, float]
+    bounds: dict[int, float]
+    estimate: dict[int, float]
+    status: dict[int, str]
+    ref_time: dict[int, int]
+    clocks: RankClocks
+    method: str = "none"
+    consistent: bool = True
+
+
+@dataclass
+class _Repair:
+    """The aligned table and match after the event-level causality repair (unchanged when it
+    did not run or declined), with what it moved."""
+
+    table: EventTable
+    match: CollectiveMatch
+    moved: int = 0
+    max_shift_ns: int = 0
+    by_rank: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def _rank_domains(groups: dict[str, list[int]]) -> dict[int, int]:
+    """Rank -> clock domain index, the lowest rank's clock first (domain 0)."""
+    names = sorted(groups, key=lambda g: min(groups[g]))
+    return {r: i for i, g in enumerate(names) for r in groups[g]}
+
+
+def _fit_domains(
+    table: EventTable,
+    match: CollectiveMatch,
+    groups: dict[str, list[int]],
+    ranks: list[int],
+    *,
+    fit_drift: bool,
+) -> _DomainFit:
+    """Estimate each clock domain's offset from the matched collectives and decide, per
+    domain, whether its shift is applied (it exceeds its own bound)."""
+    rank_domain = _rank_domains(groups)
+    lut_r = np.array(sorted(rank_domain), dtype=np.int64)
+    lut_d = np.array([rank_domain[r] for r in lut_r.tolist()], dtype=np.int64)
+    member_domain = lut_d[np.searchsorted(lut_r, match.member_rank)]
+    got = _domain_estimate(
+        match, member_domain, fit_drift=fit_drift, uncertainty_ns=_member_uncertainty(table, match)
+    )
+    zero = {r: 0.0 for r in ranks}
+    if got is None:
+        return _DomainFit(
+            offsets=dict(zero),
+            drift=dict(zero),
+            bounds={r: float("inf") for r in ranks},
+            estimate=dict(zero),
+            status={r: "unidentifiable" for r in ranks},
+            ref_time={},
+            clocks=RankClocks(dict(rank_domain)),
+        )
+    est, base = got
+    shared = any(len(m) > 1 for m in groups.values())
+    return _fit_from_estimate(est, base, rank_domain, ranks, shared_clock=shared)
+
+
+def _fit_from_estimate(
+    est: CollectiveOffsets,
+    base: int,
+    rank_domain: dict[int, int],
+    ranks: list[int],
+    *,
+    shared_clock: bool,
+) -> _DomainFit:
+    """Per rank, the estimator's offset, drift and bound of its domain, applied where the
+    offset exceeds its bound (the reference domain is never moved)."""
+    ref_dom = int(est.reference_rank)
+    per_dom: dict[int, tuple[float, float, float]] = {
+        int(d): (float(est.offset_ns[i]), float(est.drift_ppm[i]), float(est.bound_ns[i]))
+        for i, d in enumerate(est.ranks)
+    }
+    applied = {
+        d for d, (o, _dr, b) in per_dom.items() if d != ref_dom and np.isfinite(b) and abs(o) > b
+    }
+    zero = {r: 0.0 for r in ranks}
+    fit = _DomainFit(
+        offsets=dict(zero),
+        drift=dict(zero),
+        bounds={},
+        estimate=dict(zero),
+        status={},
+        ref_time={},
+        clocks=RankClocks(dict(rank_domain), frozenset(applied), est, base),
+        method="collectives+shared-clock" if shared_clock else "collectives",
+        consistent=bool(est.consistent),
+    )
+    for r in ranks:
+        d = rank_domain[r]
+        if d not in per_dom:
+            fit.status[r] = "no shared collective"
+            fit.bounds[r] = float("inf")
+            continue
+        o, dr, b = per_dom[d]
+        fit.estimate[r] = o
+        fit.bounds[r] = b
+        fit.ref_time[r] = int(est.reference_time_ns) + base
+        if d == ref_dom:
+            fit.status[r] = "reference"
+        elif d in applied:
+            fit.offsets[r], fit.drift[r] = o, dr
+            fit.status[r] = "applied"
+        else:
+            fit.status[r] = "unidentifiable"
+    return fit
+
+
+def _slack_of_rank(fit: _DomainFit, ranks: list[int]) -> dict[int, int]:
+    """Each rank's remaining clock uncertainty (ns): its bound, plus the estimated offset it
+    did not apply; :data:`_UNBOUNDED_NS` where nothing bounds it."""
+    return {
+        r: int(
+            min(
+                _UNBOUNDED_NS,
+                np.ceil(
+                    fit.bounds.get(r, 0.0)
+                    + abs(fit.estimate.get(r, 0.0)) * (fit.status.get(r) != "applied")
+                ),
+            )
+        )
+        if np.isfinite(fit.bounds.get(r, 0.0))
+        else _UNBOUNDED_NS
+        for r in ranks
+    }
+
+
+def _repair_beyond_bounds(
+    aligned: EventTable,
+    amatch: CollectiveMatch,
+    match: CollectiveMatch,
+    slack_of_rank: dict[int, int],
+) -> _Repair:
+    """The clocks package's event-level repair of the violations beyond the clocks' bounds,
+    with the rows it moved; the aligned table unchanged when it declines."""
+    fixed = _clocks_repair(aligned, amatch, slack_of_rank)
+    if fixed is None:
+        return _Repair(aligned, amatch)
+    repaired, moved, max_shift = fixed
+    rows = np.flatnonzero(
+        (repaired["start_ns"] != aligned["start_ns"]) | (repaired["end_ns"] != aligned["end_ns"])
+    ).astype(np.int64)
+    return _Repair(
+        repaired,
+        match.retime(repaired),
+        moved,
+        max_shift,
+        _moved_by_rank(aligned, repaired),
+        rows,
+    )
 
 
 def align_ranks(
@@ -497,109 +600,36 @@ def align_ranks(
     ranks = sorted(int(r) for r in distinct(table["rank"]) if r >= 0)
     groups = clock_groups(table, clock_of)
     clock_name = {r: name for name, members in groups.items() for r in members}
-    zero = {r: 0.0 for r in ranks}
     if match.n_instances == 0 or len(distinct(match.member_rank)) < 2:
+        zero = {r: 0.0 for r in ranks}
         status = {r: "no shared collective" for r in ranks}
         return Alignment(
             table, match, zero, dict(zero), dict(zero), "none", before, before,
             estimate_ns=dict(zero), status=status, clock_of=clock_name,
             violations_within_bound=0,
         )  # fmt: skip
-    names = sorted(groups, key=lambda g: min(groups[g]))  # the lowest rank's clock first
-    rank_domain = {r: i for i, g in enumerate(names) for r in groups[g]}
-    lut_r = np.array(sorted(rank_domain), dtype=np.int64)
-    lut_d = np.array([rank_domain[r] for r in lut_r.tolist()], dtype=np.int64)
-    member_domain = lut_d[np.searchsorted(lut_r, match.member_rank)]
-    got = _domain_estimate(
-        match, member_domain, fit_drift=fit_drift, uncertainty_ns=_member_uncertainty(table, match)
-    )
-    offsets, drift, bounds, estimate, status = dict(zero), dict(zero), {}, dict(zero), {}
-    applied: set[int] = set()
-    ref_time: dict[int, int] = {}
-    aligned = table
-    clocks = RankClocks(dict(rank_domain))
-    method = "none"
-    consistent = True
-    if got is not None:
-        est, base = got
-        method = "collectives"
-        consistent = bool(est.consistent)
-        dom_ids = [int(d) for d in est.ranks]
-        ref_dom = int(est.reference_rank)
-        per_dom: dict[int, tuple[float, float, float]] = {
-            d: (float(est.offset_ns[i]), float(est.drift_ppm[i]), float(est.bound_ns[i]))
-            for i, d in enumerate(dom_ids)
-        }
-        for d, (o, _dr, b) in per_dom.items():
-            if d != ref_dom and np.isfinite(b) and abs(o) > b:
-                applied.add(d)
-        clocks = RankClocks(dict(rank_domain), frozenset(applied), est, base)
-        aligned = clocks.apply(table)
-        for r in ranks:
-            d = rank_domain[r]
-            if d not in per_dom:
-                status[r] = "no shared collective"
-                bounds[r] = float("inf")
-                continue
-            o, dr, b = per_dom[d]
-            estimate[r] = o
-            bounds[r] = b
-            ref_time[r] = int(est.reference_time_ns) + base
-            if d == ref_dom:
-                status[r] = "reference"
-            elif d in applied:
-                offsets[r], drift[r] = o, dr
-                status[r] = "applied"
-            else:
-                status[r] = "unidentifiable"
-        if any(len(m) > 1 for m in groups.values()):
-            method += "+shared-clock"
-    else:
-        bounds = {r: float("inf") for r in ranks}
-        status = {r: "unidentifiable" for r in ranks}
-    # each rank's remaining clock uncertainty: its bound, plus the estimate it did not apply
-    slack_of_rank = {
-        r: int(
-            min(
-                _UNBOUNDED_NS,
-                np.ceil(
-                    bounds.get(r, 0.0) + abs(estimate.get(r, 0.0)) * (status.get(r) != "applied")
-                ),
-            )
-        )
-        if np.isfinite(bounds.get(r, 0.0))
-        else _UNBOUNDED_NS
-        for r in ranks
-    }
+    fit = _fit_domains(table, match, groups, ranks, fit_drift=fit_drift)
+    aligned = fit.clocks.apply(table)
+    slack_of_rank = _slack_of_rank(fit, ranks)
     amatch = match.retime(aligned)
     member_slack = np.array(
         [slack_of_rank.get(int(r), 0) for r in amatch.member_rank.tolist()], dtype=np.int64
     )
     after_align = count_violations(amatch)
     beyond = count_violations(amatch, slack_ns=member_slack)
-    moved = max_shift = 0
-    by_rank: dict[int, tuple[int, int]] = {}
-    repaired_rows = np.zeros(0, dtype=np.int64)
-    if repair and beyond and consistent:
+    fixed = _Repair(aligned, amatch)
+    if repair and beyond and fit.consistent:
         # (constraints that contradict each other, which no clock offsets can satisfy, are
         # no evidence of a clock error: members matched by order that are not one collective,
         # or a kernel that is not the collective's arrival; nothing is moved on them)
-        fixed = _clocks_repair(aligned, amatch, slack_of_rank)
-        if fixed is not None:
-            repaired, moved, max_shift = fixed
-            by_rank = _moved_by_rank(aligned, repaired)
-            repaired_rows = np.flatnonzero(
-                (repaired["start_ns"] != aligned["start_ns"])
-                | (repaired["end_ns"] != aligned["end_ns"])
-            ).astype(np.int64)
-            aligned = repaired
-            amatch = match.retime(aligned)
-    after = count_violations(amatch, slack_ns=member_slack)
+        fixed = _repair_beyond_bounds(aligned, amatch, match, slack_of_rank)
+    after = count_violations(fixed.match, slack_ns=member_slack)
     return Alignment(
-        aligned, amatch, offsets, drift, {r: bounds.get(r, 0.0) for r in ranks}, method,
-        before, after, moved, max_shift, ref_time,
-        estimate_ns=estimate, status=status, clock_of=clock_name,
-        violations_within_bound=max(after_align - beyond, 0), moved_by_rank=by_rank,
-        consistent=consistent, clocks=clocks, repaired_rows=repaired_rows,
-        repair_skipped=bool(beyond and consistent and not repair),
+        fixed.table, fixed.match, fit.offsets, fit.drift,
+        {r: fit.bounds.get(r, 0.0) for r in ranks}, fit.method,
+        before, after, fixed.moved, fixed.max_shift_ns, fit.ref_time,
+        estimate_ns=fit.estimate, status=fit.status, clock_of=clock_name,
+        violations_within_bound=max(after_align - beyond, 0), moved_by_rank=fixed.by_rank,
+        consistent=fit.consistent, clocks=fit.clocks, repaired_rows=fixed.rows,
+        repair_skipped=bool(beyond and fit.consistent and not repair),
     )  # fmt: skip
