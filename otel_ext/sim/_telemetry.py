@@ -113,7 +113,7 @@ from otel_ext.semconv.spans import SPAN_ACCEL_LINK_TRANSFER
 from otel_ext.sim._clocks import COUNTER_BITS, EPOCH_NS, TICKS_PER_SECOND, ChipClock, HostClock
 from otel_ext.sim._config import SimConfig, chip_name, host_name, nic_name
 from otel_ext.sim._counters import SimCounterModel
-from otel_ext.sim._engine import Engine, KvTransfer, Request, StepRecord
+from otel_ext.sim._engine import Engine, GroupRecord, KvTransfer, Request, StepRecord
 
 __all__ = ["OrderedBatchSpanProcessor", "SeededIdGenerator", "SimTelemetry"]
 
@@ -310,59 +310,17 @@ class SimTelemetry:
         self.metric_exporter = metric_exporter
         self.on_slice = on_slice
         self.world = config.hosts * config.chips
-        self.resources = [
-            Resource.create(
-                {
-                    SERVICE_NAME: "sim-inference-server",
-                    # the SDK would add a random instance id; a seeded run names its own so
-                    # that the same seed gives byte-identical files in any process
-                    SERVICE_INSTANCE_ID: f"sim-seed{config.seed}-{host_name(h)}",
-                    HOST_NAME: host_name(h),
-                    ACCEL_HOST_ID: host_name(h),
-                    ACCEL_DEVICE_KIND: "sim",
-                    ACCEL_DEVICE_MODEL: config.device_model,
-                    ACCEL_WORLD_SIZE: config.hosts * config.chips,
-                    ACCEL_CLOCK_COUNTER_BITS: COUNTER_BITS,
-                    ACCEL_CLOCK_TICKS_PER_SECOND: TICKS_PER_SECOND,
-                }
-            )
-            for h in range(config.hosts)
-        ]
+        self.resources = [self._host_resource(h) for h in range(config.hosts)]
         self.processors: list[OrderedBatchSpanProcessor] = []
         self.providers: list[TracerProvider] = []
-        for h in range(config.hosts):
-            provider = TracerProvider(
-                resource=self.resources[h], id_generator=SeededIdGenerator(f"{config.seed}:{h}")
-            )
-            proc = OrderedBatchSpanProcessor(span_exporter)
-            provider.add_span_processor(proc)
-            self.providers.append(provider)
-            self.processors.append(proc)
+        self._make_providers(span_exporter)
         self.scope = InstrumentationScope(SCOPE_NAME)
         # clock sampling: one sampler per chip, reading through a virtual read path
         self.read_paths: list[_ReadPath] = []
         self.samplers: list[ClockSampler] = []
-        interval = int(config.clock_sample_interval_ms * 1e6)
         self._next_bracket: list[int] = []
-        for i, chip in enumerate(chip_clocks):
-            h = i // config.chips
-            path = _ReadPath(chip, host_clocks[h], random.Random(f"reads:{config.seed}:{i}"))
-            self.read_paths.append(path)
-            self.samplers.append(
-                ClockSampler(
-                    path.reader,
-                    domain=chip.domain,
-                    counter_bits=COUNTER_BITS,
-                    ticks_per_second=TICKS_PER_SECOND,
-                    host_clock=path.host_clock,
-                    burst=1,
-                    window_s=_CLOCK_WINDOW_S,
-                )
-            )
-            self._next_bracket.append(
-                EPOCH_NS - 1_000_000_000 + (i * interval) // max(1, len(chip_clocks))
-            )
-        self._bracket_interval = interval
+        self._bracket_interval = int(config.clock_sample_interval_ms * 1e6)
+        self._make_clock_samplers()
         # the brackets and fitted mappings go out as accel.clock.sync spans (in virtual time),
         # so the analysis can re-fit every chip's clock offline from traces.jsonl
         self.clock_emitters = [
@@ -380,12 +338,7 @@ class SimTelemetry:
         # keep it; its total goes on the request span
         self._accounting = RequestAccounting()
         self._hists: list[dict[str, _Hist]] = [
-            {
-                METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: _Hist(_TTFT_BOUNDS),
-                METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: _Hist(_TPOT_BOUNDS),
-                METRIC_GEN_AI_SERVER_REQUEST_DURATION: _Hist(_DURATION_BOUNDS),
-            }
-            for _ in range(config.hosts)
+            self._request_histograms() for _ in range(config.hosts)
         ]
         # per host: (metric, chip) -> (point attributes, histogram), in creation order
         self._coll_hists: list[dict[tuple[str, int], tuple[dict[str, Any], _Hist]]] = [
@@ -397,6 +350,70 @@ class SimTelemetry:
         self.samples_taken = 0
         # take the brackets of the second before the run starts (the sampler runs before work)
         self._sample_clocks(EPOCH_NS)
+
+    def _host_resource(self, h: int) -> Resource:
+        """Host ``h``'s resource: the simulated server, its host and device identity."""
+        config = self.config
+        return Resource.create(
+            {
+                SERVICE_NAME: "sim-inference-server",
+                # the SDK would add a random instance id; a seeded run names its own so
+                # that the same seed gives byte-identical files in any process
+                SERVICE_INSTANCE_ID: f"sim-seed{config.seed}-{host_name(h)}",
+                HOST_NAME: host_name(h),
+                ACCEL_HOST_ID: host_name(h),
+                ACCEL_DEVICE_KIND: "sim",
+                ACCEL_DEVICE_MODEL: config.device_model,
+                ACCEL_WORLD_SIZE: config.hosts * config.chips,
+                ACCEL_CLOCK_COUNTER_BITS: COUNTER_BITS,
+                ACCEL_CLOCK_TICKS_PER_SECOND: TICKS_PER_SECOND,
+            }
+        )
+
+    def _make_providers(self, span_exporter: SpanExporter) -> None:
+        """One tracer provider per host (seeded ids), each with its ordered batch processor."""
+        config = self.config
+        for h in range(config.hosts):
+            provider = TracerProvider(
+                resource=self.resources[h], id_generator=SeededIdGenerator(f"{config.seed}:{h}")
+            )
+            proc = OrderedBatchSpanProcessor(span_exporter)
+            provider.add_span_processor(proc)
+            self.providers.append(provider)
+            self.processors.append(proc)
+
+    def _make_clock_samplers(self) -> None:
+        """One clock sampler per chip, reading through a seeded virtual read path, with its
+        first bracket time staggered across the chips."""
+        config, chip_clocks = self.config, self.chip_clocks
+        interval = self._bracket_interval
+        for i, chip in enumerate(chip_clocks):
+            h = i // config.chips
+            path = _ReadPath(chip, self.host_clocks[h], random.Random(f"reads:{config.seed}:{i}"))
+            self.read_paths.append(path)
+            self.samplers.append(
+                ClockSampler(
+                    path.reader,
+                    domain=chip.domain,
+                    counter_bits=COUNTER_BITS,
+                    ticks_per_second=TICKS_PER_SECOND,
+                    host_clock=path.host_clock,
+                    burst=1,
+                    window_s=_CLOCK_WINDOW_S,
+                )
+            )
+            self._next_bracket.append(
+                EPOCH_NS - 1_000_000_000 + (i * interval) // max(1, len(chip_clocks))
+            )
+
+    @staticmethod
+    def _request_histograms() -> dict[str, _Hist]:
+        """A host's request-latency histograms (time to first token, per output token, total)."""
+        return {
+            METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN: _Hist(_TTFT_BOUNDS),
+            METRIC_GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN: _Hist(_TPOT_BOUNDS),
+            METRIC_GEN_AI_SERVER_REQUEST_DURATION: _Hist(_DURATION_BOUNDS),
+        }
 
     # -- helpers --------------------------------------------------------------------------
     def _host_ns(self, host: int, true_ns: int) -> int:
@@ -458,9 +475,21 @@ class SimTelemetry:
                     entry[1].record(value, at, trace_id, span_id)
 
     def on_step(self, record: StepRecord) -> None:
-        cfg = self.config
+        """One engine step: its per-request accounting and, every ``trace_step_interval``
+        steps, each chip's layer, kernel, collective and link spans; the collective
+        histograms always."""
+        self._record_engine_step(record)
         coll_spans: dict[tuple[int, int], trace.SpanContext] = {}
-        # every step names the requests it served and their tokens (per-request accounting)
+        if (record.step - 1) % self.config.trace_step_interval:
+            self._collective_histograms(record, coll_spans)
+            return
+        for c in range(self.config.chips):
+            self._trace_chip_step(record, c, coll_spans)
+        self._collective_histograms(record, coll_spans)
+
+    def _record_engine_step(self, record: StepRecord) -> None:
+        """The ``engine_step`` span naming the requests the step served and their tokens, and
+        each request's share of the step's device time."""
         served = [(r.request_id, chunk, 0) for r, chunk in record.prefill]
         served += [(r.request_id, 0, 1) for r in record.decode]
         engine_step(
@@ -469,173 +498,239 @@ class SimTelemetry:
             start_time=self._host_ns(record.host, record.start_ns),
             end_time=self._host_ns(record.host, record.end_ns),
             device_time_ns=record.device_ns,
-            chips=cfg.chips,
+            chips=self.config.chips,
             attributes={ACCEL_HOST_ID: host_name(record.host)},
             tracer_provider=self.providers[record.host],
             context=Context(),
         )
         self._accounting.step(served, device_time_ns=record.device_ns)
-        if (record.step - 1) % cfg.trace_step_interval:
-            self._collective_histograms(record, coll_spans)
-            return
+
+    def _trace_chip_step(
+        self,
+        record: StepRecord,
+        c: int,
+        coll_spans: dict[tuple[int, int], trace.SpanContext],
+    ) -> None:
+        """Chip ``c``'s ``model`` layer span of the step, with each layer group inside it."""
+        cfg = self.config
         h = record.host
-        hn = self._host_ns
+        dev = self._device_attrs(h, c)
+        with layer(
+            "model",
+            index=0,
+            layer_type=cfg.model.name,
+            depth=0,
+            flops=sum(g.flops_per_chip for g in record.groups),
+            nbytes=sum(g.bytes_per_chip for g in record.groups),
+            attributes=dev,
+            tracer_provider=self.providers[h],
+            context=Context(),
+            start_time=self._host_ns(h, record.start_ns),
+            end_time=self._host_ns(h, record.end_ns),
+        ) as root:
+            root_ctx = trace.set_span_in_context(root.span)
+            if c == 0:
+                self._step_roots[(h, record.step)] = root.span.get_span_context()
+            for g in record.groups:
+                self._trace_layer_group(h, c, g, dev, root_ctx, coll_spans)
+
+    def _trace_layer_group(
+        self,
+        h: int,
+        c: int,
+        g: GroupRecord,
+        dev: dict[str, Any],
+        root_ctx: Context,
+        coll_spans: dict[tuple[int, int], trace.SpanContext],
+    ) -> None:
+        """One layer group on chip ``c``: its layer span and compute kernel, then (with more
+        than one chip) its all-reduce span, communication kernel and link transfers."""
+        cfg = self.config
         n = cfg.chips
         layers_per_group = cfg.model.layers / cfg.layer_groups
-        provider = self.providers[h]
-        total_flops = sum(g.flops_per_chip for g in record.groups)
-        total_bytes = sum(g.bytes_per_chip for g in record.groups)
+        lo = int(g.index * layers_per_group)
+        hi = int((g.index + 1) * layers_per_group) - 1
+        with layer(
+            f"model.layers.{lo}-{hi}",
+            index=g.index,
+            layer_type="DecoderLayerGroup",
+            depth=1,
+            flops=g.flops_per_chip,
+            nbytes=g.bytes_per_chip,
+            attributes=dev,
+            tracer_provider=self.providers[h],
+            context=root_ctx,
+            start_time=self._host_ns(h, g.start_ns),
+            end_time=self._host_ns(h, g.ar_end_ns),
+        ) as grp:
+            grp_ctx = trace.set_span_in_context(grp.span)
+        compute = {
+            "kind": "compute",
+            "stream": 7,
+            "flops": g.flops_per_chip,
+            "nbytes": g.bytes_per_chip,
+        }
+        chip_index = h * n + c
+        self._buffer.append(
+            _Activity(
+                "kernel",
+                chip_index,
+                g.start_ns,
+                g.compute_end_ns[c],
+                "sim_gemm_bf16",
+                dev,
+                grp_ctx,
+                compute,
+            )
+        )
+        if n < 2:
+            return
+        coll_ctx = self._trace_all_reduce(h, c, g, dev, grp_ctx, coll_spans)
+        if cfg.trace_link_transfers:
+            self._buffer_link_transfers(h, c, g, dev, coll_ctx)
+
+    def _trace_all_reduce(
+        self,
+        h: int,
+        c: int,
+        g: GroupRecord,
+        dev: dict[str, Any],
+        grp_ctx: Context,
+        coll_spans: dict[tuple[int, int], trace.SpanContext],
+    ) -> Context:
+        """Chip ``c``'s all-reduce span of a layer group and its communication kernel; the
+        span's context (parent of the link transfers)."""
+        cfg = self.config
+        n = cfg.chips
         group_name = f"{host_name(h)}/tp"
-        for c in range(n):
-            dev = self._device_attrs(h, c)
-            chip_index = h * n + c
-            with layer(
-                "model",
-                index=0,
-                layer_type=cfg.model.name,
-                depth=0,
-                flops=total_flops,
-                nbytes=total_bytes,
-                attributes=dev,
-                tracer_provider=provider,
-                context=Context(),
-                start_time=hn(h, record.start_ns),
-                end_time=hn(h, record.end_ns),
-            ) as root:
-                root_ctx = trace.set_span_in_context(root.span)
-                if c == 0:
-                    self._step_roots[(h, record.step)] = root.span.get_span_context()
-                for g in record.groups:
-                    lo = int(g.index * layers_per_group)
-                    hi = int((g.index + 1) * layers_per_group) - 1
-                    with layer(
-                        f"model.layers.{lo}-{hi}",
-                        index=g.index,
-                        layer_type="DecoderLayerGroup",
-                        depth=1,
-                        flops=g.flops_per_chip,
-                        nbytes=g.bytes_per_chip,
-                        attributes=dev,
-                        tracer_provider=provider,
-                        context=root_ctx,
-                        start_time=hn(h, g.start_ns),
-                        end_time=hn(h, g.ar_end_ns),
-                    ) as grp:
-                        grp_ctx = trace.set_span_in_context(grp.span)
-                    self._buffer.append(
-                        _Activity(
-                            "kernel",
-                            chip_index,
-                            g.start_ns,
-                            g.compute_end_ns[c],
-                            "sim_gemm_bf16",
-                            dev,
-                            grp_ctx,
-                            {
-                                "kind": "compute",
-                                "stream": 7,
-                                "flops": g.flops_per_chip,
-                                "nbytes": g.bytes_per_chip,
-                            },
-                        )
-                    )
-                    if n < 2:
-                        continue
-                    with collective(
-                        "all_reduce",
-                        group=group_name,
-                        group_size=n,
-                        rank=c,
-                        seq=g.seq,
-                        nbytes=g.ar_bytes,
-                        dtype="bfloat16",
-                        attributes=dev,
-                        tracer_provider=provider,
-                        context=grp_ctx,
-                        start_time=hn(h, g.compute_end_ns[c]),
-                        end_time=hn(h, g.ar_end_ns),
-                    ) as coll:
-                        coll_ctx = trace.set_span_in_context(coll.span)
-                        coll_spans[(g.index, c)] = coll.span.get_span_context()
-                    comm_attrs = dict(dev)
-                    comm_attrs.update(
-                        collective_attributes(
-                            "all_reduce",
-                            group=group_name,
-                            group_size=n,
-                            rank=c,
-                            seq=g.seq,
-                            nbytes=g.ar_bytes,
-                        )
-                    )
-                    self._buffer.append(
-                        _Activity(
-                            "kernel",
-                            chip_index,
-                            g.compute_end_ns[c],
-                            g.ar_end_ns,
-                            "sim_allreduce_ring_bf16"
-                            if cfg.topology == "ring"
-                            else "sim_allreduce_mesh_bf16",
-                            comm_attrs,
-                            coll_ctx,
-                            {"kind": "communication", "stream": 9, "flops": None, "nbytes": None},
-                        )
-                    )
-                    if not cfg.trace_link_transfers:
-                        continue
-                    for tr in g.transfers:
-                        if tr.src_chip != c or (
-                            n > 2 and cfg.topology == "ring" and tr.dst_chip != (c + 1) % n
-                        ):
-                            continue
-                        if n == 2 and tr.src_chip != 0:
-                            continue
-                        self._buffer.append(
-                            _Activity(
-                                "link",
-                                chip_index,
-                                tr.start_ns,
-                                tr.end_ns,
-                                tr.link,
-                                dev,
-                                coll_ctx,
-                                {
-                                    "nbytes": tr.nbytes,
-                                    "src": chip_name(h, tr.src_chip),
-                                    "dst": chip_name(h, tr.dst_chip),
-                                },
-                            )
-                        )
-        self._collective_histograms(record, coll_spans)
+        with collective(
+            "all_reduce",
+            group=group_name,
+            group_size=n,
+            rank=c,
+            seq=g.seq,
+            nbytes=g.ar_bytes,
+            dtype="bfloat16",
+            attributes=dev,
+            tracer_provider=self.providers[h],
+            context=grp_ctx,
+            start_time=self._host_ns(h, g.compute_end_ns[c]),
+            end_time=self._host_ns(h, g.ar_end_ns),
+        ) as coll:
+            coll_ctx = trace.set_span_in_context(coll.span)
+            coll_spans[(g.index, c)] = coll.span.get_span_context()
+        comm_attrs = dict(dev)
+        comm_attrs.update(
+            collective_attributes(
+                "all_reduce",
+                group=group_name,
+                group_size=n,
+                rank=c,
+                seq=g.seq,
+                nbytes=g.ar_bytes,
+            )
+        )
+        self._buffer.append(
+            _Activity(
+                "kernel",
+                h * n + c,
+                g.compute_end_ns[c],
+                g.ar_end_ns,
+                "sim_allreduce_ring_bf16" if cfg.topology == "ring" else "sim_allreduce_mesh_bf16",
+                comm_attrs,
+                coll_ctx,
+                {"kind": "communication", "stream": 9, "flops": None, "nbytes": None},
+            )
+        )
+        return coll_ctx
+
+    def _buffer_link_transfers(
+        self, h: int, c: int, g: GroupRecord, dev: dict[str, Any], coll_ctx: Context
+    ) -> None:
+        """The link transfers chip ``c`` sends in a layer group's all-reduce (on a ring of more
+        than two chips, those to its successor; with two chips, chip 0's only)."""
+        n = self.config.chips
+        ring = self.config.topology == "ring"
+        for tr in g.transfers:
+            if tr.src_chip != c or (n > 2 and ring and tr.dst_chip != (c + 1) % n):
+                continue
+            if n == 2 and tr.src_chip != 0:
+                continue
+            self._buffer.append(
+                _Activity(
+                    "link",
+                    h * n + c,
+                    tr.start_ns,
+                    tr.end_ns,
+                    tr.link,
+                    dev,
+                    coll_ctx,
+                    {
+                        "nbytes": tr.nbytes,
+                        "src": chip_name(h, tr.src_chip),
+                        "dst": chip_name(h, tr.dst_chip),
+                    },
+                )
+            )
 
     def on_kv_transfer(self, transfer: KvTransfer) -> None:
         """Nothing to do at once: the transfer is traced with its request."""
 
     def on_request_done(self, req: Request) -> None:
-        cfg = self.config
-        ph, dh = req.prefill_host, req.decode_host
-        front = self.providers[ph]
-        hn = self._host_ns
+        """A finished request's spans (the request, its queue, prefill, KV transfer and
+        decode phases) and its latency histograms, on the prefill and decode hosts' clocks."""
+        end_true = req.done_ns + 40_000
+        root_ctx, root_span_ctx = self._trace_request_root(req, end_true)
+        self._trace_prefill_phases(req, root_ctx)
+        if self.engine.mode == "disaggregated":
+            self._trace_kv_transfer(req, root_ctx)
+        if self.engine.mode == "disaggregated" and req.decode_steps:
+            self._trace_decode_handover(req, root_ctx)
+        if req.output_tokens > 1 and req.decode_steps:
+            dh = req.decode_host
+            with phase(
+                "decode",
+                step=None,
+                batch_size=max(1, round(req.batch_sizes / req.decode_steps)),
+                attributes={ACCEL_HOST_ID: host_name(dh), ACCEL_REQUEST_ID: req.request_id},
+                tracer_provider=self.providers[dh],
+                context=root_ctx,
+                start_time=self._host_ns(dh, req.decode_start_ns),
+                end_time=self._host_ns(dh, req.done_ns),
+            ):
+                pass
+        self._record_request_latency(req, root_span_ctx, end_true)
+
+    def _trace_request_root(self, req: Request, end_true: int) -> tuple[Context, trace.SpanContext]:
+        """The request's root span on the prefill host (with its share of device time); its
+        context (the phases' parent) and span context (the histograms' exemplar)."""
+        ph = req.prefill_host
         model_attrs: dict[str, Any] = {ACCEL_HOST_ID: host_name(ph)}
         share = self._accounting.pop(req.request_id)
         if share is not None:
             model_attrs[ACCEL_REQUEST_DEVICE_TIME_NS] = round(share[0])
-        end_true = req.done_ns + 40_000
         with request(
             req.request_id,
-            model=cfg.model.name,
+            model=self.config.model.name,
             operation=_OPERATION,
             input_tokens=req.prompt_tokens,
             output_tokens=req.output_tokens,
             attributes=model_attrs,
-            tracer_provider=front,
+            tracer_provider=self.providers[ph],
             context=Context(),
-            start_time=hn(ph, req.arrival_ns),
-            end_time=hn(ph, end_true),
+            start_time=self._host_ns(ph, req.arrival_ns),
+            end_time=self._host_ns(ph, end_true),
         ) as root:
             root_ctx = trace.set_span_in_context(root.span)
             root_span_ctx = root.span.get_span_context()
+        return root_ctx, root_span_ctx
+
+    def _trace_prefill_phases(self, req: Request, root_ctx: Context) -> None:
+        """The ``queue`` and ``prefill`` phases on the prefill host; the prefill linked to the
+        first and last engine steps it ran in (when they were traced)."""
+        ph = req.prefill_host
+        front = self.providers[ph]
+        hn = self._host_ns
         with phase(
             "queue",
             attributes={ACCEL_HOST_ID: host_name(ph), ACCEL_REQUEST_ID: req.request_id},
@@ -662,69 +757,73 @@ class SimTelemetry:
         ) as pre:
             for link in links:
                 pre.span.add_link(link.context)
-        if self.engine.mode == "disaggregated":
-            with phase(
-                "kv_transfer",
-                attributes={ACCEL_HOST_ID: host_name(ph), ACCEL_REQUEST_ID: req.request_id},
-                tracer_provider=front,
-                context=root_ctx,
-                start_time=hn(ph, req.first_token_ns),
-                end_time=hn(ph, req.kv_end_ns),
-            ) as kv:
-                kv_ctx = trace.set_span_in_context(kv.span)
-            span = trace.get_tracer(SCOPE_NAME, tracer_provider=front).start_span(
-                SPAN_ACCEL_LINK_TRANSFER,
-                context=kv_ctx,
-                kind=SpanKind.CLIENT,
-                attributes={
-                    ACCEL_LINK_ID: nic_name(ph),
-                    ACCEL_LINK_KIND: "nic",
-                    ACCEL_LINK_BYTES: req.prompt_tokens * cfg.model.kv_bytes_per_token,
-                    ACCEL_LINK_SRC: host_name(ph),
-                    ACCEL_LINK_DST: host_name(dh),
-                    ACCEL_HOST_ID: host_name(ph),
-                    ACCEL_REQUEST_ID: req.request_id,
-                },
-                start_time=hn(ph, req.kv_start_ns),
-            )
-            span.end(end_time=hn(ph, req.kv_end_ns))
-        if self.engine.mode == "disaggregated" and req.decode_steps:
-            # on the decode engine's clock: waiting for a batch slot once the KV cache is
-            # there, then the step that streams the first token to the client
-            dec_attrs = {ACCEL_HOST_ID: host_name(dh), ACCEL_REQUEST_ID: req.request_id}
-            with phase(
-                "decode_queue",
-                attributes=dec_attrs,
-                tracer_provider=self.providers[dh],
-                context=root_ctx,
-                start_time=hn(dh, req.kv_end_ns),
-                end_time=hn(dh, req.decode_start_ns),
-            ):
-                pass
-            with phase(
-                "first_decode_step",
-                attributes=dec_attrs,
-                tracer_provider=self.providers[dh],
-                context=root_ctx,
-                start_time=hn(dh, req.decode_start_ns),
-                end_time=hn(dh, req.first_decode_end_ns),
-            ):
-                pass
-        if req.output_tokens > 1 and req.decode_steps:
-            with phase(
-                "decode",
-                step=None,
-                batch_size=max(1, round(req.batch_sizes / req.decode_steps)),
-                attributes={ACCEL_HOST_ID: host_name(dh), ACCEL_REQUEST_ID: req.request_id},
-                tracer_provider=self.providers[dh],
-                context=root_ctx,
-                start_time=hn(dh, req.decode_start_ns),
-                end_time=hn(dh, req.done_ns),
-            ):
-                pass
+
+    def _trace_kv_transfer(self, req: Request, root_ctx: Context) -> None:
+        """Disaggregated serving: the ``kv_transfer`` phase and its NIC link transfer span from
+        the prefill host to the decode host."""
+        ph, dh = req.prefill_host, req.decode_host
+        front = self.providers[ph]
+        hn = self._host_ns
+        with phase(
+            "kv_transfer",
+            attributes={ACCEL_HOST_ID: host_name(ph), ACCEL_REQUEST_ID: req.request_id},
+            tracer_provider=front,
+            context=root_ctx,
+            start_time=hn(ph, req.first_token_ns),
+            end_time=hn(ph, req.kv_end_ns),
+        ) as kv:
+            kv_ctx = trace.set_span_in_context(kv.span)
+        span = trace.get_tracer(SCOPE_NAME, tracer_provider=front).start_span(
+            SPAN_ACCEL_LINK_TRANSFER,
+            context=kv_ctx,
+            kind=SpanKind.CLIENT,
+            attributes={
+                ACCEL_LINK_ID: nic_name(ph),
+                ACCEL_LINK_KIND: "nic",
+                ACCEL_LINK_BYTES: req.prompt_tokens * self.config.model.kv_bytes_per_token,
+                ACCEL_LINK_SRC: host_name(ph),
+                ACCEL_LINK_DST: host_name(dh),
+                ACCEL_HOST_ID: host_name(ph),
+                ACCEL_REQUEST_ID: req.request_id,
+            },
+            start_time=hn(ph, req.kv_start_ns),
+        )
+        span.end(end_time=hn(ph, req.kv_end_ns))
+
+    def _trace_decode_handover(self, req: Request, root_ctx: Context) -> None:
+        """Disaggregated serving, on the decode engine's clock: waiting for a batch slot once
+        the KV cache is there (``decode_queue``), then the step that streams the first token
+        to the client (``first_decode_step``)."""
+        dh = req.decode_host
+        dec_attrs = {ACCEL_HOST_ID: host_name(dh), ACCEL_REQUEST_ID: req.request_id}
+        with phase(
+            "decode_queue",
+            attributes=dec_attrs,
+            tracer_provider=self.providers[dh],
+            context=root_ctx,
+            start_time=self._host_ns(dh, req.kv_end_ns),
+            end_time=self._host_ns(dh, req.decode_start_ns),
+        ):
+            pass
+        with phase(
+            "first_decode_step",
+            attributes=dec_attrs,
+            tracer_provider=self.providers[dh],
+            context=root_ctx,
+            start_time=self._host_ns(dh, req.decode_start_ns),
+            end_time=self._host_ns(dh, req.first_decode_end_ns),
+        ):
+            pass
+
+    def _record_request_latency(
+        self, req: Request, root_span_ctx: trace.SpanContext, end_true: int
+    ) -> None:
+        """The request's time to first token, time per output token (more than one token) and
+        duration, in the prefill host's histograms with the request span as exemplar."""
+        ph = req.prefill_host
         hists = self._hists[ph]
         trace_id, span_id = root_span_ctx.trace_id, root_span_ctx.span_id
-        done_host = hn(ph, end_true)
+        done_host = self._host_ns(ph, end_true)
         ttft = (req.first_token_ns - req.arrival_ns) / 1e9
         hists[METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN].record(ttft, done_host, trace_id, span_id)
         if req.output_tokens > 1:
