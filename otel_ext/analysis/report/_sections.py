@@ -1,0 +1,343 @@
+"""The analysis document's sections as the reports read them, typed.
+
+The engine (:func:`otel_ext.analysis.engine.analyze`) builds the document; the text, HTML
+and timeline reports read it. These ``TypedDict`` classes name the keys they read and the
+types of their values. Every key is optional (``total=False``): a report reads a section
+with ``.get`` where the engine leaves a key out.
+
+>>> row: StragglerRow = {"rank": 3, "score": 0.8, "late_ns": 5_000}
+>>> row["rank"]
+3
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias, TypedDict
+
+__all__ = [
+    "AccountingSummary",
+    "BreakdownRow",
+    "CallsByOp",
+    "CallsSection",
+    "CategoryTime",
+    "CausalityRank",
+    "CausalitySection",
+    "CollectiveSummaryRow",
+    "CollectivesSection",
+    "CriticalPathSection",
+    "Evidence",
+    "FindingEntry",
+    "GraphReplay",
+    "InputEntry",
+    "JsonValue",
+    "LinkRow",
+    "NetworkPath",
+    "NetworkSection",
+    "OverlapRow",
+    "RankEntry",
+    "RankTime",
+    "RequestAccounting",
+    "RequestSummary",
+    "RequestsSection",
+    "RunEntry",
+    "RunSection",
+    "Segment",
+    "SkippedEntry",
+    "StragglerRow",
+    "TimelineSection",
+    "UnpairedTransfers",
+    "WhatIf",
+]
+
+#: a JSON value (what a finding's free-form evidence holds)
+JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
+
+#: a finding's evidence: the statistics it rests on, by name (their keys vary by finding kind)
+Evidence: TypeAlias = "dict[str, JsonValue]"
+
+
+class RunSection(TypedDict, total=False):
+    """``run``: the whole run's size."""
+
+    events: int
+    metric_points: int
+    duration_ns: int
+
+
+class InputEntry(TypedDict, total=False):
+    """One of ``inputs``: a file and what became of it."""
+
+    path: str
+    status: str
+    note: str
+    unfinished: bool
+
+
+class RunEntry(TypedDict, total=False):
+    """One of ``runs``: the ranks of one separate run."""
+
+    ranks: list[int]
+
+
+class FindingEntry(TypedDict, total=False):
+    """One of ``findings``, most important first."""
+
+    kind: str
+    target: str
+    impact_ns: float
+    impact_pct: float
+    summary: str
+    evidence: Evidence
+
+
+class RankEntry(TypedDict, total=False):
+    """One of ``ranks``: a rank's device and how its clock was treated."""
+
+    rank: int
+    host: str
+    device: str
+    clock_offset_ns: float
+    clock_bound_ns: float | None
+    clock_status: str
+    clock_offset_estimate_ns: float
+    clock: str
+    clock_drift_ppm: float | None
+
+
+class BreakdownRow(TypedDict, total=False):
+    """One of ``temporal_breakdown``: a rank's time by kind, in percent."""
+
+    rank: int
+    device: str
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+
+
+class OverlapRow(TypedDict, total=False):
+    """One of ``comm_comp_overlap``."""
+
+    rank: int
+    overlap_pct: float
+
+
+class StragglerRow(TypedDict, total=False):
+    """One of ``stragglers``, most likely first."""
+
+    rank: int
+    device: str
+    score: float
+    late_ns: float
+    blame_ns: float
+    last_arrivals: int
+    collectives: int
+    expected_last: float
+    p_last: float
+    site: str | None
+    site_p: float
+    compute_ratio: float | None
+
+
+class CollectiveSummaryRow(TypedDict, total=False):
+    """One of ``collectives.summary``: an operation on a group."""
+
+    op: str
+    group: str
+    count: int
+    total_wait_ns: float
+    median_transfer_ns: float
+    median_busbw: float | None
+
+
+class CallsByOp(TypedDict, total=False):
+    """One of ``collectives.calls.by_op``."""
+
+    op: str
+    calls: int
+    bytes_total: float
+    bytes_known: bool
+
+
+class CallsSection(TypedDict, total=False):
+    """``collectives.calls``: collective calls that were not matched across ranks."""
+
+    count: int
+    by_op: list[CallsByOp]
+
+
+class CollectivesSection(TypedDict, total=False):
+    """``collectives``: the collectives matched across ranks."""
+
+    count: int
+    matched_by: str
+    total_wait_ns: float
+    summary: list[CollectiveSummaryRow]
+    calls: CallsSection
+    wait_heatmap: dict[str, JsonValue] | None
+
+
+class LinkRow(TypedDict, total=False):
+    """One of ``links``."""
+
+    link: str
+    transfers: int
+    median_ns: float
+    slowness: float
+
+
+class NetworkPath(TypedDict, total=False):
+    """One of ``network.paths``: a host path's transfers."""
+
+    path: str
+    transfers: int
+    median_transfer_ns: float
+    median_bw: float | None
+    slowness: float
+    slow: bool
+    reference: str
+    reference_bw: float
+
+
+class UnpairedTransfers(TypedDict, total=False):
+    """One of ``network.unpaired``: a rank's sends or receives, when no peer is named."""
+
+    rank: int
+    host: str
+    direction: str
+    count: int
+    median_ns: float
+    ratio: float
+    slow: bool
+
+
+class NetworkSection(TypedDict, total=False):
+    """``network``: the network model."""
+
+    paths: list[NetworkPath]
+    unpaired: list[UnpairedTransfers]
+
+
+class CategoryTime(TypedDict):
+    """One of ``critical_path.by_category``."""
+
+    category: str
+    ns: float
+
+
+class RankTime(TypedDict):
+    """One of ``critical_path.by_rank``."""
+
+    rank: int
+    ns: float
+
+
+class GraphReplay(TypedDict, total=False):
+    """One of ``critical_path.graph_replays``: many kernels queued by one launch."""
+
+    kernels: int
+    launch: str
+    on_path_ns: float
+
+
+class WhatIf(TypedDict, total=False):
+    """``critical_path.straggler_what_if``."""
+
+    rank: int
+    saved_ns: float
+    saved_pct: float
+    saved_run_ns: float
+    sampled_fraction: float
+
+
+class Segment(TypedDict, total=False):
+    """One of ``critical_path.segments`` (aligned times)."""
+
+    rank: int
+    start_ns: int
+    end_ns: int
+    category: str
+    name: str
+
+
+class CriticalPathSection(TypedDict, total=False):
+    """``critical_path``."""
+
+    length_ns: float
+    by_category: list[CategoryTime]
+    by_rank: list[RankTime]
+    graph_replays: list[GraphReplay]
+    straggler_what_if: WhatIf | None
+    segments: list[Segment]
+
+
+class CausalityRank(TypedDict, total=False):
+    """One of ``causality.per_rank``."""
+
+    rank: int
+    moved_events: int
+    max_shift_ns: float
+
+
+class CausalitySection(TypedDict, total=False):
+    """``causality``: violations before and after the alignment and repair."""
+
+    violations_before: int
+    violations_within_bound: int
+    violations_after: int
+    repaired_events: int
+    constraints_consistent: bool
+    max_repair_shift_ns: float
+    per_rank: list[CausalityRank]
+
+
+class RequestSummary(TypedDict, total=False):
+    """``requests.summary``: latency percentiles and where the time to first token went."""
+
+    ttft_p50_ns: float
+    ttft_p99_ns: float
+    tpot_p50_ns: float
+    tpot_p99_ns: float
+    ttft_queue_pct: float
+    ttft_prefill_pct: float
+    ttft_layers_pct: float
+    ttft_collectives_pct: float
+
+
+class AccountingSummary(TypedDict, total=False):
+    """``requests.accounting.summary``: accelerator time and energy per request."""
+
+    accelerator_ms_p50: float
+    accelerator_ms_p99: float
+    joules_p50: float | None
+    joules_p99: float | None
+
+
+class RequestAccounting(TypedDict, total=False):
+    """``requests.accounting``."""
+
+    summary: AccountingSummary | None
+
+
+class RequestsSection(TypedDict, total=False):
+    """``requests``: serving requests."""
+
+    count: int
+    summary: RequestSummary
+    accounting: RequestAccounting | None
+
+
+class SkippedEntry(TypedDict, total=False):
+    """One of ``skipped``: a file or record left out."""
+
+    path: str
+    record: str
+    reason: str
+    count: int
+
+
+class TimelineSection(TypedDict, total=False):
+    """``timeline``: the merged timeline written beside the report."""
+
+    path: str
+    link: str
+    events: int
