@@ -138,9 +138,9 @@ def _pack_cost(paths: list[Path], keep_going: bool) -> str:
     process, best of 5): ``PackedTable.of`` and ``unpack``, against pickling them."""
     import numpy as np
 
-    from otel_ext.analysis.captures import separate_captures
     from otel_ext.analysis.loaders import load_paths
     from otel_ext.analysis.rank.per_rank import per_rank_tables
+    from otel_ext.analysis.runs import separate_captures
     from otel_ext.analysis.scaleout.packed_rows import PackedTable
     from otel_ext.analysis.steps import select_steps
 

@@ -30,10 +30,10 @@ from unittest import mock
 
 import numpy as np
 
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.rank import per_rank
 from otel_ext.analysis.rank.per_rank import cross_rank_mask, per_rank_tables
+from otel_ext.analysis.runs import separate_captures
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.table import Category, EventTable
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.cross.alignment import align_ranks
 from otel_ext.analysis.cross.collective_match import CollectiveMatch, match_collectives
 from otel_ext.analysis.loaders import load_paths
+from otel_ext.analysis.runs import separate_captures
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
 from otel_ext.analysis.table import EventTable
 

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.rank import breakdown, overlap
 from otel_ext.analysis.rank.per_rank import (
     HELD_CATEGORIES,
@@ -30,6 +29,7 @@ from otel_ext.analysis.rank.per_rank import (
     name_counts,
     per_rank_tables,
 )
+from otel_ext.analysis.runs import separate_captures
 from otel_ext.analysis.scaleout.per_rank_jobs import (
     KeptFile,
     RankDecision,

@@ -8,9 +8,9 @@ from conftest import SHARED_TRACES, require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.cross.collective_match import bus_factor, match_collectives
 from otel_ext.analysis.engine import analyze
+from otel_ext.analysis.runs import separate_captures
 from otel_ext.analysis.significance import binomial_upper_tail
 from otel_ext.analysis.steps import select_steps
 from otel_ext.analysis.table import Category as C

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from otel_ext._arrays import distinct
-from otel_ext.analysis.captures import hosts_from_file_names, separate_captures
 from otel_ext.analysis.cross.alignment import Alignment, align_ranks
 from otel_ext.analysis.cross.collective_match import (
     CollectiveMatch,
@@ -67,7 +66,12 @@ from otel_ext.analysis.rank.per_rank import (
     walk_of_aligned,
 )
 from otel_ext.analysis.rank.roofline import roofline
-from otel_ext.analysis.runs import rank_runs, runs_summary
+from otel_ext.analysis.runs import (
+    hosts_from_file_names,
+    rank_runs,
+    runs_summary,
+    separate_captures,
+)
 from otel_ext.analysis.serving.requests import (
     engine_step_order,
     engine_steps_from_otlp,
@@ -356,7 +360,7 @@ def analyze(
         same_clock: every rank's times are on one clock (no per-rank shifts).
         clock_of: rank -> clock name, for ranks known to share a clock.
         one_run: every file one run (default: separate captures are separate runs, see
-            :mod:`otel_ext.analysis.captures`).
+            :mod:`otel_ext.analysis.runs`).
         scheduler: read the files on a Dask cluster (:mod:`otel_ext.analysis.scaleout.dask_cluster`):
             ``local:N``, ``tcp://HOST:PORT`` or a scheduler file (default:
             ``OTEL_EXT_DASK_SCHEDULER``; empty: in process), or a connected

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
     from otel_ext.analysis.rank.compute_samples import ComputeSamples
     from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows
+    from otel_ext.analysis.runs import Capture
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -412,7 +413,7 @@ class PerRankPhase:
     Attributes:
         load: the files' records, skipped records and metric points (its ``table`` is the
             files' sketches, not their events).
-        captures: :func:`~otel_ext.analysis.captures.separate_captures`' records.
+        captures: :func:`~otel_ext.analysis.runs.separate_captures`' records.
         steps: the step selection's record.
         ranks: the per-rank results (:class:`~otel_ext.analysis.rank.per_rank.RankTables`).
         reduced: the rows the cross-rank passes read, every file's, joined in file order.
@@ -431,7 +432,7 @@ class PerRankPhase:
     """
 
     load: LoadResult
-    captures: list[dict[str, Any]]
+    captures: list[Capture]
     steps: dict[str, Any]
     ranks: RankTables
     reduced: EventTable

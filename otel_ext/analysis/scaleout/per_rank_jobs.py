@@ -8,7 +8,7 @@ on the workers:
    worker's memory; :func:`summary_of` gives the client only a :class:`FileSummary`: the
    file's record, its skipped records, its metric points, its step record and a *sketch* of
    its table (per rank the row that starts first and the one that ends last, with the file's
-   ``source`` dictionary), which is all :func:`~otel_ext.analysis.captures.separate_captures`
+   ``source`` dictionary), which is all :func:`~otel_ext.analysis.runs.separate_captures`
    reads.
 2. On the client, :func:`decide_ranks` runs ``separate_captures`` on the joined sketches: the
    rank each (file, trace rank) gets, the runs; :func:`rank_partitions` cuts the ranks into
@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from otel_ext.analysis.captures import separate_captures
 from otel_ext.analysis.intervals import group_slices
 from otel_ext.analysis.loaders import FileResult
 from otel_ext.analysis.rank.per_rank import RankTables, joins_by_time, per_rank_tables
+from otel_ext.analysis.runs import Capture, separate_captures
 from otel_ext.analysis.scaleout.packed_rows import PackedPoints
 from otel_ext.analysis.steps import parse_steps, select_steps
 from otel_ext.analysis.table import STRING_COLUMNS, Category, EventTable, constant_column
@@ -71,7 +71,7 @@ __all__ = [
 def sketch(table: EventTable) -> EventTable:
     """Per rank, the row that starts first and the row that ends last, with the file's
     ``source`` dictionary (its other string columns empty): what
-    :func:`~otel_ext.analysis.captures.separate_captures` reads of a table.
+    :func:`~otel_ext.analysis.runs.separate_captures` reads of a table.
     """
     if len(table) == 0:
         rows = np.zeros(0, dtype=np.int64)
@@ -176,7 +176,7 @@ def summary_of(kept: KeptFile) -> FileSummary:
 class RankDecision:
     """The client's decision on ranks: per file (by index), trace rank -> rank; the runs."""
 
-    captures: list[dict[str, Any]]
+    captures: list[Capture]
     renumber: dict[int, dict[int, int]]
     rank_runs: dict[int, int]
     ranks_of: dict[int, set[int]] = field(default_factory=dict)
@@ -185,7 +185,7 @@ class RankDecision:
 def decide_ranks(
     sketches: list[EventTable | None], *, formats: dict[str, str], one_run: bool
 ) -> RankDecision:
-    """:func:`~otel_ext.analysis.captures.separate_captures` on the files' sketches (in
+    """:func:`~otel_ext.analysis.runs.separate_captures` on the files' sketches (in
     file order; None for a file without a table)."""
     have = [(i, t) for i, t in enumerate(sketches) if t is not None]
     joined = EventTable.concat([t for _, t in have])
