@@ -12,7 +12,11 @@ the pods on each device from three places, each optional:
     lives (holds the record's lock);
 (b) **the kubelet's PodResources API** (:mod:`otel_ext.counters._podresources`), when its
     socket is there: the containers a device is allocated to, matched by GPU UUID (also a
-    time-sliced share ``UUID::N``) or by index (a plugin configured with index ids);
+    time-sliced share ``UUID::N``) or by index (a plugin configured with index ids); a MIG
+    instance (``MIG-<uuid>``, or the pre-R470 form ``MIG-GPU-<uuid>/<gi>/<ci>``) counts for
+    its parent GPU (``mig_parents``: NVML's MIG-to-GPU map,
+    :meth:`~otel_ext.counters.NvmlSource.mig_parents`), whose series carry the pod of every
+    instance in use, one copy per pod as for a shared GPU;
 (c) **the processes using the device** (``processes``: NVML's compute and graphics process
     lists, :meth:`~otel_ext.counters.NvmlSource.device_pids`): the pod UID in each one's
     ``/proc/PID/cgroup`` (:func:`pod_of_cgroup`), named through the records' ``k8s.pod.uid``;
@@ -70,6 +74,7 @@ __all__ = [
     "LABEL_STYLES",
     "PodAttributor",
     "PodRef",
+    "mig_parent",
     "pod_labels",
     "pod_of_cgroup",
 ]
@@ -163,6 +168,8 @@ class PodAttributor:
         proc_root: where ``PID/cgroup`` is read (the host's ``/proc``).
         style: ``dcgm`` (``pod``, ``namespace``, ``container``) or ``k8s``.
         hold_s: how long a failed PodResources call keeps its last answer.
+        mig_parents: MIG instance UUID -> its parent GPU's UUID (NVML), asked in a round
+            whose allocations name a MIG instance.
 
     Raises:
         ConfigError: an unknown ``style``.
@@ -177,6 +184,7 @@ class PodAttributor:
         proc_root: str | os.PathLike[str] = "/proc",
         style: str = "dcgm",
         hold_s: float = 0.0,
+        mig_parents: Callable[[], Mapping[str, str]] | None = None,
     ):
         if style not in LABEL_STYLES:
             raise ConfigError(f"pod label style {style!r}: expected one of {sorted(LABEL_STYLES)}")
@@ -188,6 +196,7 @@ class PodAttributor:
         #: the label names it adds (the bridge derives without them)
         self.label_keys = frozenset(LABEL_STYLES[style].values())
         self.hold_ns = int(hold_s * 1e9)
+        self.mig_parents = mig_parents
         #: ``accel.device.id`` -> the pods found on it in the last round
         self.pods: dict[str, list[PodRef]] = {}
         self._labels: dict[str, tuple[dict[str, AttributeValue], ...]] = {}
@@ -283,12 +292,14 @@ class PodAttributor:
         # the last one holds for hold_s
         if now_ns - self._allocations_ns > self.hold_ns:
             self._allocations = []
+        parents = self._mig_parents()
         out = []
         for alloc in self._allocations:
+            device_id = mig_parent(alloc.device_id, parents) or alloc.device_id
             for dev, uuid in uuids.items():
-                if (
-                    uuid and (alloc.device_id == uuid or alloc.device_id.startswith(uuid + "::"))
-                ) or (alloc.device_id.isdigit() and indices.get(dev) == alloc.device_id):
+                if (uuid and (device_id == uuid or device_id.startswith(uuid + "::"))) or (
+                    device_id.isdigit() and indices.get(dev) == device_id
+                ):
                     out.append(
                         (
                             dev,
@@ -296,6 +307,18 @@ class PodAttributor:
                         )
                     )
         return out
+
+    def _mig_parents(self) -> Mapping[str, str]:
+        """NVML's MIG-to-GPU map, asked only when an allocation names a MIG instance."""
+        if self.mig_parents is None or not any(
+            a.device_id.startswith("MIG-") for a in self._allocations
+        ):
+            return {}
+        try:
+            return self.mig_parents()
+        except Exception as exc:
+            self._warn("mig", f"the MIG instances' parent GPUs cannot be read: {exc!r}")
+            return {}
 
     def _from_processes(self, devices: set[str]) -> list[tuple[str, str]]:
         if self.processes is None:
@@ -319,6 +342,26 @@ class PodAttributor:
                 if got is not None:
                     out.append((dev, got[0]))
         return out
+
+
+def mig_parent(device_id: str, parents: Mapping[str, str]) -> str | None:
+    """The parent GPU UUID of a MIG instance id, ``None`` for an id that is not one.
+
+    The pre-R470 form names its parent (``MIG-GPU-<uuid>/<gi>/<ci>``); the current form
+    (``MIG-<uuid>``) is looked up in ``parents`` (NVML's map).
+
+    >>> mig_parent("MIG-GPU-5f3c0a1e-0000-0000-0000-000000000001/1/0", {})
+    'GPU-5f3c0a1e-0000-0000-0000-000000000001'
+    >>> mig_parent("MIG-8e0a", {"MIG-8e0a": "GPU-5f3c"})
+    'GPU-5f3c'
+    >>> mig_parent("GPU-5f3c", {}) is None, mig_parent("MIG-unknown", {}) is None
+    (True, True)
+    """
+    if device_id.startswith("MIG-") and "/" in device_id:  # MIG-<parent>/<gi>/<ci>
+        return device_id[len("MIG-") :].split("/", 1)[0]
+    if device_id.startswith("MIG-"):
+        return parents.get(device_id)
+    return None
 
 
 def _merge(refs: list[PodRef]) -> list[PodRef]:

@@ -226,6 +226,36 @@ class NvmlSource(BaseSource):
         """
         return {str(d.attrs[ACCEL_DEVICE_ID]): str(d.hw_attrs[HW_ID]) for d in self.devices}
 
+    def mig_parents(self) -> dict[str, str]:
+        """MIG instance UUID (``MIG-...``) -> its parent GPU's UUID, for the opened GPUs in
+        MIG mode (none without MIG; a GPU that cannot be asked is left out).
+
+        The kubelet's PodResources API names a MIG instance, not its GPU; the node agent
+        labels the parent GPU's series with the pods of its instances through this map.
+        """
+        nv = self._nvml
+        out: dict[str, str] = {}
+        count_fn = getattr(nv, "nvmlDeviceGetMaxMigDeviceCount", None)
+        handle_fn = getattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex", None)
+        if count_fn is None or handle_fn is None:
+            return out
+        for dev in self.devices:
+            if dev.lost:
+                continue
+            try:
+                slots = int(count_fn(dev.handle))
+            except Exception as exc:  # not MIG capable, or MIG disabled
+                _log.debug("GPU %s: no MIG instances: %r", dev.attrs[ACCEL_DEVICE_ID], exc)
+                continue
+            for slot in range(slots):
+                try:
+                    uuid = nv.nvmlDeviceGetUUID(handle_fn(dev.handle, slot))
+                except Exception:
+                    continue  # an empty slot
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+                out[uuid] = str(dev.hw_attrs[HW_ID])
+        return out
+
     def device_pids(self) -> dict[str, list[int]]:
         """``accel.device.id`` -> the pids of the processes using each GPU (compute and
         graphics), as NVML lists them (host pids); a GPU it cannot ask is left out."""

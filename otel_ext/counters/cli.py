@@ -198,6 +198,13 @@ def pod_labeller(
                 out.update(src.device_pids())
         return out
 
+    def mig_parents() -> dict[str, str]:
+        out: dict[str, str] = {}
+        for src in sources():
+            if hasattr(src, "mig_parents") and getattr(src, "devices", None):
+                out.update(src.mig_parents())
+        return out
+
     interval = config.resolve(config.COUNTER_INTERVAL_S, args.interval)
     return PodAttributor(
         records=reader,
@@ -206,6 +213,7 @@ def pod_labeller(
         proc_root=args.proc_root,
         style=args.pod_labels,
         hold_s=2 * interval,
+        mig_parents=mig_parents,
     )
 
 
