@@ -22,6 +22,21 @@ from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
 from otel_ext.analysis.rank.memory import memory_html
+from otel_ext.analysis.report._sections import (
+    BreakdownRow,
+    CausalitySection,
+    CollectivesSection,
+    CriticalPathSection,
+    FindingEntry,
+    JsonValue,
+    NetworkSection,
+    RankEntry,
+    RequestsSection,
+    RunSection,
+    StragglerRow,
+    TimelineSection,
+    WhatIf,
+)
 
 __all__ = ["json_for_script", "render_html"]
 
@@ -141,24 +156,27 @@ try{
 """
 
 
-def _e(x: Any) -> str:
+def _e(x: object) -> str:
+    """``x`` as escaped HTML text."""
     return html.escape(str(x), quote=True)
 
 
-def _ms(ns: Any) -> str:
+def _ms(ns: float | None) -> str:
+    """Nanoseconds as milliseconds, three decimals (``-`` for none)."""
     return "-" if ns is None else f"{float(ns) / 1e6:.3f} ms"
 
 
 def _legend(keys: list[str]) -> str:
+    """A colour legend for ``keys``."""
     items = "".join(f'<span><i style="background:{_COLORS[k]}"></i>{_e(k)}</span>' for k in keys)
     return f'<div class="legend">{items}</div>'
 
 
-def _breakdown_svg(doc: dict[str, Any]) -> str:
-    rows = doc.get("temporal_breakdown") or []
+def _breakdown_svg(rows: list[BreakdownRow], ranks: list[RankEntry]) -> str:
+    """Per rank, a bar of its compute, non-compute and idle time."""
     if not rows:
         return '<p class="muted">No device events.</p>'
-    names = {r["rank"]: r.get("device", "") for r in doc.get("ranks") or []}
+    names = {r["rank"]: r.get("device", "") for r in ranks}
     bar_w, left, h = 640, 170, 18
     parts = [f'<svg width="{left + bar_w + 80}" height="{len(rows) * (h + 4) + 10}" role="img">']
     for i, r in enumerate(rows):
@@ -184,8 +202,9 @@ def _breakdown_svg(doc: dict[str, Any]) -> str:
     return _legend(["compute", "non_compute", "idle"]) + "".join(parts)
 
 
-def _critical_path_svg(doc: dict[str, Any]) -> str:
-    cp = doc.get("critical_path") or {}
+def _critical_path_svg(cp: CriticalPathSection) -> str:
+    """The critical path on a timeline: one lane per rank, coloured by category, its
+    cross-rank edges as lines."""
     segs = cp.get("segments") or []
     if not segs:
         return '<p class="muted">No critical path (no device events).</p>'
@@ -227,6 +246,7 @@ def _critical_path_svg(doc: dict[str, Any]) -> str:
 
 
 def _table(rows: list[list[Any]], header: list[str], num: set[int] | None = None) -> str:
+    """A table of ``rows`` under ``header``; the columns in ``num`` right-aligned."""
     num = num or set()
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = []
@@ -239,17 +259,16 @@ def _table(rows: list[list[Any]], header: list[str], num: set[int] | None = None
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _network_html(doc: dict[str, Any]) -> str:
+def _network_html(net: NetworkSection) -> str:
     """The network model's table (docs/analysis.md, "The network model"): per host path from
     matched transfers, or per rank's sends and receives when the trace names no peers."""
-    net = doc.get("network") or {}
     if net.get("paths"):
         rows = [
             [
                 p["path"],
                 p["transfers"],
                 f"{p['median_transfer_ns'] / 1e6:.3f} ms",
-                "-" if p.get("median_bw") is None else f"{p['median_bw'] / 1e6:.1f} MB/s",
+                "-" if (bw := p.get("median_bw")) is None else f"{bw / 1e6:.1f} MB/s",
                 (
                     f"{p['slowness']:.1f}x below {p['reference']}"
                     if p.get("slow")
@@ -283,8 +302,8 @@ def _network_html(doc: dict[str, Any]) -> str:
     return ""
 
 
-def _findings_html(doc: dict[str, Any]) -> str:
-    findings = doc.get("findings") or []
+def _findings_html(findings: list[FindingEntry]) -> str:
+    """The findings table, each with its evidence (counters aside) folded."""
     if not findings:
         return '<p class="muted">No findings: nothing stands out.</p>'
     rows = []
@@ -304,17 +323,17 @@ def _findings_html(doc: dict[str, Any]) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _top_counters(doc: dict[str, Any]) -> dict[str, Any] | None:
-    for f in doc.get("findings") or []:
+def _top_counters(findings: list[FindingEntry]) -> dict[str, JsonValue] | None:
+    """The counters of the first finding that carries a series of them."""
+    for f in findings:
         c = (f.get("evidence") or {}).get("counters")
-        if c and c.get("series"):
+        if c and isinstance(c, dict) and c.get("series"):
             return c
     return None
 
 
-def _timeline_html(doc: dict[str, Any]) -> str:
+def _timeline_html(tl: TimelineSection) -> str:
     """A link to the merged timeline written beside the report (``--timeline``), if any."""
-    tl = doc.get("timeline") or {}
     link = tl.get("link")
     if not link:
         return ""
@@ -336,90 +355,122 @@ def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str
     Returns:
         The HTML text.
     """
-    run = doc.get("run") or {}
-    coll = doc.get("collectives") or {}
-    counters = _top_counters(doc)
-    data = {"heatmap": coll.get("wait_heatmap"), "counters": counters}
-    blob = json_for_script(data)
-    strag = doc.get("stragglers") or []
-    strag_rows = [
-        [s["rank"], s.get("device", ""), f"{s['score']:.2f}", _ms(s["late_ns"]), _ms(s["blame_ns"]),
-         s["last_arrivals"], "-" if s.get("compute_ratio") is None else f"{s['compute_ratio']:.3f}"]
-        for s in strag[:16]
-    ]  # fmt: skip
-    rank_rows = [
-        [r["rank"], r.get("host", ""), r.get("device", ""), _ms(r["clock_offset_ns"]),
-         _ms(r["clock_bound_ns"])]
-        for r in doc.get("ranks") or []
-    ]  # fmt: skip
-    coll_rows = [
-        [s["op"], s["group"] or "-", s["count"], _ms(s["total_wait_ns"]),
-         _ms(s["median_transfer_ns"]),
-         "-" if s.get("median_busbw") is None else f"{s['median_busbw'] / 1e9:.2f} GB/s"]
-        for s in coll.get("summary") or []
-    ]  # fmt: skip
-    cz = doc.get("causality") or {}
-    cp = doc.get("critical_path") or {}
-    wi = cp.get("straggler_what_if")
-    req = doc.get("requests") or {}
-    req_html = '<p class="muted">No request spans.</p>'
-    if req.get("count"):
-        s = req["summary"]
-        req_html = _table(
-            [[req["count"], _ms(s["ttft_p50_ns"]), _ms(s["ttft_p99_ns"]), _ms(s["tpot_p50_ns"]),
-              _ms(s["tpot_p99_ns"]), s["ttft_queue_pct"], s["ttft_prefill_pct"]]],
-            ["requests", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "queue % of TTFT",
-             "prefill % of TTFT"],
-        )  # fmt: skip
-    counters_title = f" ({_e(counters['target'])})" if counters else ""
-    body = f"""
-<h1>{_e(title)}</h1>
-<p class="muted">{_e(run.get("events", 0))} events, {_e(run.get("metric_points", 0))} metric points,
-{len(doc.get("ranks") or [])} ranks, run {_e(_ms(run.get("duration_ns", 0)))}.
-Schema {_e(doc.get("schema", ""))}.</p>
-{"".join(f'<p class="muted"><b>{_e(line)}</b></p>' for line in unfinished_lines(doc))}
-{_timeline_html(doc)}
-<h2>Findings</h2>{_findings_html(doc)}
-<h2>Per-rank breakdown</h2>{_breakdown_svg(doc)}
-<h2>Collective wait (ranks × time)</h2><div id="heatmap"></div>
-<h2>Critical path</h2>
-<p class="muted">Length {_e(_ms(cp.get("length_ns")))}.{
-        ""
-        if not wi
-        else f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved on the traced path ({float(wi['saved_pct']):.1f}%)"
-        + (
-            f"; about {_e(_ms(wi['saved_run_ns']))} over the whole run ({float(wi['sampled_fraction']):.0%} of its collectives traced)."
-            if float(wi.get("sampled_fraction", 1.0)) < 1.0 and "saved_run_ns" in wi
-            else "."
-        )
-    }</p>{_critical_path_svg(doc)}
-<h2>Counters of the implicated target{counters_title}</h2><div id="counters"></div>
-<h2>Stragglers</h2>{
-        _table(
-            strag_rows,
-            ["rank", "device", "score", "late", "others waited", "last arrivals", "compute ratio"],
-            {0, 2, 3, 4, 5, 6},
-        )
-    }
-<h2>Collectives</h2>{
-        _table(
-            coll_rows,
-            ["op", "group", "count", "total wait", "median transfer", "median busbw"],
-            {2, 3, 4, 5},
-        )
-    }
-{_network_html(doc)}
-<h2>Clocks and causality</h2>{
-        _table(rank_rows, ["rank", "host", "device", "clock offset", "bound"], {0, 3, 4})
-    }
-<p>Causality violations: {_e(cz.get("violations_before", 0))} on the raw clocks,
-{_e(cz.get("violations_after", 0))} after alignment and repair.</p>
-<h2>Requests</h2>{req_html}
-{memory_html(doc)}
-"""
+    findings: list[FindingEntry] = doc.get("findings") or []
+    coll: CollectivesSection = doc.get("collectives") or CollectivesSection()
+    counters = _top_counters(findings)
+    blob = json_for_script({"heatmap": coll.get("wait_heatmap"), "counters": counters})
+    body = _body_html(doc, title=title, findings=findings, coll=coll, counters=counters)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}"
         f'<script type="application/json" id="report-data">{blob}</script>'
         f"<script>{_JS}</script></body></html>\n"
     )
+
+
+def _body_html(
+    doc: dict[str, Any],
+    *,
+    title: str,
+    findings: list[FindingEntry],
+    coll: CollectivesSection,
+    counters: dict[str, JsonValue] | None,
+) -> str:
+    """The page's body: heading, findings, plots and tables, section by section."""
+    run: RunSection = doc.get("run") or RunSection()
+    cz: CausalitySection = doc.get("causality") or CausalitySection()
+    cp: CriticalPathSection = doc.get("critical_path") or CriticalPathSection()
+    net: NetworkSection = doc.get("network") or NetworkSection()
+    req: RequestsSection = doc.get("requests") or RequestsSection()
+    tl: TimelineSection = doc.get("timeline") or TimelineSection()
+    ranks: list[RankEntry] = doc.get("ranks") or []
+    counters_title = f" ({_e(counters['target'])})" if counters else ""
+    return f"""
+<h1>{_e(title)}</h1>
+<p class="muted">{_e(run.get("events", 0))} events, {_e(run.get("metric_points", 0))} metric points,
+{len(ranks)} ranks, run {_e(_ms(run.get("duration_ns", 0)))}.
+Schema {_e(doc.get("schema", ""))}.</p>
+{"".join(f'<p class="muted"><b>{_e(line)}</b></p>' for line in unfinished_lines(doc))}
+{_timeline_html(tl)}
+<h2>Findings</h2>{_findings_html(findings)}
+<h2>Per-rank breakdown</h2>{_breakdown_svg(doc.get("temporal_breakdown") or [], ranks)}
+<h2>Collective wait (ranks × time)</h2><div id="heatmap"></div>
+<h2>Critical path</h2>
+<p class="muted">Length {_e(_ms(cp.get("length_ns")))}.{_what_if_html(cp.get("straggler_what_if"))}</p>{_critical_path_svg(cp)}
+<h2>Counters of the implicated target{counters_title}</h2><div id="counters"></div>
+<h2>Stragglers</h2>{_stragglers_table(doc.get("stragglers") or [])}
+<h2>Collectives</h2>{_collectives_table(coll)}
+{_network_html(net)}
+<h2>Clocks and causality</h2>{_ranks_table(ranks)}
+<p>Causality violations: {_e(cz.get("violations_before", 0))} on the raw clocks,
+{_e(cz.get("violations_after", 0))} after alignment and repair.</p>
+<h2>Requests</h2>{_requests_html(req)}
+{memory_html(doc)}
+"""
+
+
+def _what_if_html(wi: WhatIf | None) -> str:
+    """What the straggler at the median pace would save (the critical path's sentence)."""
+    if not wi:
+        return ""
+    whole = (
+        f"; about {_e(_ms(wi['saved_run_ns']))} over the whole run ({float(wi['sampled_fraction']):.0%} of its collectives traced)."
+        if float(wi.get("sampled_fraction", 1.0)) < 1.0 and "saved_run_ns" in wi
+        else "."
+    )
+    return (
+        f" If rank {_e(wi['rank'])} ran at the median pace: {_e(_ms(wi['saved_ns']))} saved on the traced path ({float(wi['saved_pct']):.1f}%)"
+        + whole
+    )
+
+
+def _stragglers_table(strag: list[StragglerRow]) -> str:
+    """The stragglers table, at most 16 rows."""
+    rows = [
+        [s["rank"], s.get("device", ""), f"{s['score']:.2f}", _ms(s["late_ns"]), _ms(s["blame_ns"]),
+         s["last_arrivals"], "-" if s.get("compute_ratio") is None else f"{s['compute_ratio']:.3f}"]
+        for s in strag[:16]
+    ]  # fmt: skip
+    return _table(
+        rows,
+        ["rank", "device", "score", "late", "others waited", "last arrivals", "compute ratio"],
+        {0, 2, 3, 4, 5, 6},
+    )
+
+
+def _collectives_table(coll: CollectivesSection) -> str:
+    """The matched collectives per operation and group."""
+    rows = [
+        [s["op"], s["group"] or "-", s["count"], _ms(s["total_wait_ns"]),
+         _ms(s["median_transfer_ns"]),
+         "-" if (bw := s.get("median_busbw")) is None else f"{bw / 1e9:.2f} GB/s"]
+        for s in coll.get("summary") or []
+    ]  # fmt: skip
+    return _table(
+        rows,
+        ["op", "group", "count", "total wait", "median transfer", "median busbw"],
+        {2, 3, 4, 5},
+    )
+
+
+def _ranks_table(ranks: list[RankEntry]) -> str:
+    """Each rank's host, device, clock offset and bound."""
+    rows = [
+        [r["rank"], r.get("host", ""), r.get("device", ""), _ms(r["clock_offset_ns"]),
+         _ms(r["clock_bound_ns"])]
+        for r in ranks
+    ]  # fmt: skip
+    return _table(rows, ["rank", "host", "device", "clock offset", "bound"], {0, 3, 4})
+
+
+def _requests_html(req: RequestsSection) -> str:
+    """The serving requests' latency percentiles (or a note that there are none)."""
+    if not req.get("count"):
+        return '<p class="muted">No request spans.</p>'
+    s = req["summary"]
+    return _table(
+        [[req["count"], _ms(s["ttft_p50_ns"]), _ms(s["ttft_p99_ns"]), _ms(s["tpot_p50_ns"]),
+          _ms(s["tpot_p99_ns"]), s["ttft_queue_pct"], s["ttft_prefill_pct"]]],
+        ["requests", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "queue % of TTFT",
+         "prefill % of TTFT"],
+    )  # fmt: skip
