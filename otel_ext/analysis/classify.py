@@ -26,7 +26,10 @@ We decide from three kinds of evidence, strongest first:
    ``multimem_*``), vLLM's and SGLang's custom all-reduce (``cross_device_reduce_*``), vLLM's
    quick all-reduce, TensorRT-LLM's one-/two-shot all-reduce, Transformer Engine
    ``userbuffers``, and generic collective kernel names. More tables of the same shape
-   extend it without code: ``OTEL_EXT_COMM_KERNELS`` names them.
+   extend it without code: ``OTEL_EXT_COMM_KERNELS`` names them. The tables are read by
+   :mod:`otel_ext.analysis.loaders.kernel_tables`; this module matches names against the
+   parsed patterns (the packaged table and those of ``OTEL_EXT_COMM_KERNELS``, read on the
+   first match, or any list given to :func:`use_comm_kernel_table`).
 
 DeepEP's ``get_dispatch_layout`` only computes a routing table from local data; it moves
 nothing between ranks, so it stays computation.
@@ -46,20 +49,15 @@ Memory activities come from the profiler category (``gpu_memcpy``, ``gpu_memset`
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from otel_ext.analysis.table import Category
-from otel_ext.config import COMM_KERNELS, resolve
-from otel_ext.errors import InputError
 
 __all__ = [
     "COLLECTIVE_ARG_KEYS",
-    "COMM_KERNEL_TABLE",
     "CommKernelPattern",
     "classify_kernel",
     "classify_kineto",
@@ -68,7 +66,6 @@ __all__ = [
     "has_collective_metadata",
     "is_collective_host_op",
     "is_comm_kernel_name",
-    "load_comm_kernel_table",
     "use_comm_kernel_table",
 ]
 
@@ -85,15 +82,6 @@ COLLECTIVE_ARG_KEYS: tuple[str, ...] = (
     "collective_name",
 )
 
-#: the packaged table of communication-kernel name patterns (see its header for the fields)
-COMM_KERNEL_TABLE = (
-    Path(__file__).resolve().parents[2]
-    / "semantic_conventions"
-    / "model"
-    / "kernels"
-    / "communication.yaml"
-)
-
 
 @dataclass(frozen=True)
 class CommKernelPattern:
@@ -107,98 +95,6 @@ class CommKernelPattern:
     examples: tuple[str, ...]
     counter_examples: tuple[str, ...]
     source: str
-
-
-def _table_error(path: Path | str, record: str, problem: str) -> InputError:
-    return InputError(problem, path=str(path), record=record)
-
-
-def _strings(path: Path, rec: str, raw: dict[str, Any], key: str) -> tuple[str, ...]:
-    v = raw.get(key) or []
-    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-        raise _table_error(path, rec, f"'{key}' must be a list of non-empty strings")
-    return tuple(v)
-
-
-def _read_table(path: Path) -> list[CommKernelPattern]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
-    except OSError as exc:
-        raise _table_error(
-            path, "-", f"cannot read the kernel table: {exc.strerror or exc}"
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "-"
-        raise _table_error(path, where, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
-        raise _table_error(path, "-", "expected a mapping with a 'patterns' list")
-    out = []
-    for k, raw in enumerate(doc["patterns"]):
-        if not isinstance(raw, dict) or not isinstance(raw.get("id"), str):
-            raise _table_error(path, f"patterns[{k}]", "every pattern needs an 'id' (a string)")
-        rec = f"pattern {raw['id']!r}"
-        regex = raw.get("regex")
-        if not isinstance(regex, str) or not regex:
-            raise _table_error(path, rec, "'regex' must be a non-empty string")
-        if "(?P<" in regex:
-            raise _table_error(path, rec, "'regex' must not name groups (use (?:...))")
-        try:
-            re.compile(regex, re.IGNORECASE)
-        except re.error as exc:
-            raise _table_error(path, rec, f"'regex' does not compile: {exc}") from None
-        hints = _strings(path, rec, raw, "hints")
-        for h in hints:
-            if h != h.casefold() or "i" in h or "ss" in h:
-                raise _table_error(path, rec, f"hint {h!r} must be casefolded, without 'i' or 'ss'")
-        op = raw.get("op")
-        if op is not None and not isinstance(op, str):
-            raise _table_error(path, rec, "'op' must be a string")
-        out.append(
-            CommKernelPattern(
-                id=raw["id"], library=str(raw.get("library", "")), regex=regex, hints=hints,
-                op=op, examples=_strings(path, rec, raw, "examples"),
-                counter_examples=_strings(path, rec, raw, "counter_examples"), source=str(path),
-            )
-        )  # fmt: skip
-    return out
-
-
-def load_comm_kernel_table(
-    *, extra_tables: Sequence[str | Path] | None = None, env: Mapping[str, str] | None = None
-) -> list[CommKernelPattern]:
-    """The communication-kernel patterns: the packaged table, then the extra tables.
-
-    Args:
-        extra_tables: more table files of the same shape; default: the paths in
-            ``OTEL_EXT_COMM_KERNELS`` (separated by ``os.pathsep``).
-        env: the environment to read (default ``os.environ``).
-
-    Raises:
-        InputError: a table is unreadable, not YAML, or an entry is malformed (the message
-            names the file and the entry), or two entries share an id.
-
-    >>> ids = [p.id for p in load_comm_kernel_table(env={})]
-    >>> "torch_symm_mem_multimem" in ids and "vllm_custom_all_reduce" in ids
-    True
-    """
-    if extra_tables is None:
-        raw = resolve(COMM_KERNELS, env=env)
-        extra_tables = [p for p in raw.split(os.pathsep) if p.strip()] if raw else []
-    out: list[CommKernelPattern] = []
-    seen: dict[str, str] = {}
-    for path in [COMM_KERNEL_TABLE, *(Path(p) for p in extra_tables)]:
-        for pat in _read_table(Path(path)):
-            if pat.id in seen:
-                raise _table_error(
-                    path, f"pattern {pat.id!r}", f"duplicate id (also in {seen[pat.id]})"
-                )
-            seen[pat.id] = str(path)
-            out.append(pat)
-    return out
 
 
 class _CommNames:
@@ -230,19 +126,34 @@ class _CommNames:
         return None  # pragma: no cover - one alternative always matched
 
 
-_NAMES = _CommNames(load_comm_kernel_table())
-#: the table as one pattern (every entry an alternative)
-_COMM_NAME_RE = _NAMES.regex
+#: the patterns names are matched against (None until the first match reads the tables)
+_NAMES: _CommNames | None = None
+#: the table as one pattern (every entry an alternative), once read
+_COMM_NAME_RE: re.Pattern[str] | None = None
 
 
 def use_comm_kernel_table(patterns: Sequence[CommKernelPattern]) -> None:
     """Classify with ``patterns`` from now on, in this process (e.g. a table loaded with
-    :func:`load_comm_kernel_table` and ``extra_tables=``). Loader processes started later
-    read ``OTEL_EXT_COMM_KERNELS`` themselves: set it to extend a whole ``otel-ext analyze``.
+    :func:`~otel_ext.analysis.loaders.kernel_tables.load_comm_kernel_table` and
+    ``extra_tables=``). Loader processes started later read ``OTEL_EXT_COMM_KERNELS``
+    themselves: set it to extend a whole ``otel-ext analyze``.
     """
     global _NAMES, _COMM_NAME_RE
     _NAMES = _CommNames(patterns)
     _COMM_NAME_RE = _NAMES.regex
+
+
+def _names() -> _CommNames:
+    """The patterns in use: on the first call, the packaged table and those of
+    ``OTEL_EXT_COMM_KERNELS`` (read by the loaders, which import this module: hence the
+    import here)."""
+    global _NAMES, _COMM_NAME_RE
+    if _NAMES is None:
+        from otel_ext.analysis.loaders.kernel_tables import load_comm_kernel_table
+
+        _NAMES = _CommNames(load_comm_kernel_table())
+        _COMM_NAME_RE = _NAMES.regex
+    return _NAMES
 
 
 def comm_kernel_pattern(name: str) -> CommKernelPattern | None:
@@ -253,7 +164,7 @@ def comm_kernel_pattern(name: str) -> CommKernelPattern | None:
     >>> comm_kernel_pattern("volta_sgemm_128x64_nn") is None
     True
     """
-    return _NAMES.match(name)
+    return _names().match(name)
 
 
 #: operations spelled in kernel names (letters only, lower case), first match wins
@@ -279,7 +190,7 @@ def comm_kernel_op(name: str) -> str | None:
     >>> comm_kernel_op("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)") is None
     True
     """
-    pat = _NAMES.match(name)
+    pat = _names().match(name)
     if pat is None:
         return None
     if pat.op:
@@ -302,7 +213,7 @@ def is_comm_kernel_name(name: str) -> bool:
     >>> is_comm_kernel_name("void at::native::vectorized_elementwise_kernel<4>")
     False
     """
-    return _NAMES.match(name) is not None
+    return _names().match(name) is not None
 
 
 def has_collective_metadata(args: Mapping[str, Any] | None) -> bool:
