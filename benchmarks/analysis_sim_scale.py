@@ -81,7 +81,7 @@ GROUPS = {
     "load_imbalance": "stragglers",
     "roofline": "stragglers",
     "request_latency": "requests",
-    "request_accounting_for_inputs": "requests",
+    "request_accounting": "requests",
     "engine_steps_from_otlp": "requests",
     "correlate_counters": "counters",
     "build_findings": "findings",
@@ -121,8 +121,8 @@ def _instrument() -> dict[str, list[float]]:
     from otel_ext.analysis import engine
     from otel_ext.analysis.cross import collective_match as collectives
     from otel_ext.analysis.findings.build import build as findings
+    from otel_ext.analysis.loaders import serving_inputs
     from otel_ext.analysis.rank import breakdown, overlap
-    from otel_ext.analysis.serving import requests
 
     phases: dict[str, list[float]] = {}
     stack: list[list[float]] = []  # per open call: [wall, cpu] spent in nested timed calls
@@ -158,8 +158,8 @@ def _instrument() -> dict[str, list[float]]:
             if inspect.isfunction(obj) and obj.__module__ == mod.__name__ and name[0] != "_":
                 setattr(mod, name, wrap(f"{short}.{name}", obj))
     findings.correlate_counters = wrap("correlate_counters", findings.correlate_counters)
-    requests.engine_steps_from_otlp = wrap(
-        "engine_steps_from_otlp", requests.engine_steps_from_otlp
+    serving_inputs.engine_steps_from_otlp = wrap(
+        "engine_steps_from_otlp", serving_inputs.engine_steps_from_otlp
     )
     cls = collectives.CollectiveMatch
     for meth in ("summary", "rows", "mismatches"):

@@ -21,12 +21,14 @@ from hypothesis import strategies as st
 from otel_ext._arrays import median
 from otel_ext.analysis.cross import collective_match as collectives
 from otel_ext.analysis.cross import counter_evidence as counters
+from otel_ext.analysis.cross import link_stats as links
 from otel_ext.analysis.cross.counter_evidence import correlate_counters, series_of
-from otel_ext.analysis.loaders import MetricPoints, load_paths
+from otel_ext.analysis.loaders import MetricPoints, load_paths, serving_inputs
+from otel_ext.analysis.loaders.serving_inputs import engine_steps_from_otlp
 from otel_ext.analysis.loaders.spans import otlp_attrs, otlp_value
 from otel_ext.analysis.serving import engine_telemetry as serving
 from otel_ext.analysis.serving import requests
-from otel_ext.analysis.serving.requests import _Coverage, engine_steps_from_otlp, request_latency
+from otel_ext.analysis.serving.requests import _Coverage, request_latency
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.sim import SimConfig, parse_fault, run_simulation
 
@@ -169,7 +171,7 @@ def test_engine_steps_lean_decoding_equals_the_generic_reading(
     )
     new = engine_steps_from_otlp([traces, odd])
     # the reference: every line read by json, every attribute by the loaders' otlp_attrs
-    monkeypatch.setattr(requests, "_steps_of_line", requests._steps_of_line_generic)
+    monkeypatch.setattr(serving_inputs, "engine_steps_of_line", requests._steps_of_line_generic)
     monkeypatch.setattr(requests, "_step_attrs", otlp_attrs)
     old = engine_steps_from_otlp([traces, odd])
     assert new == old
@@ -178,10 +180,10 @@ def test_engine_steps_lean_decoding_equals_the_generic_reading(
 
 def test_link_peers_equal_a_mask_per_link(sim_run: tuple[Path, Any]) -> None:
     table = sim_run[1].table
-    stats = collectives.link_stats(table)
+    stats = links.link_stats(table)
     rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
     dev = table["device"][rows]
-    inst, _group = collectives._instances(table, rows)
+    inst, _group = links._instances(table, rows)
     same = [s for s in stats if s["basis"] == "same collective"]
     assert len(same) >= 4 and any(s["slow"] for s in same)
     for s in same:
@@ -343,7 +345,7 @@ def _reference_port_stats(
     nic = [
         r
         for r in rows.tolist()
-        if collectives._link_kind(table.strings["device"][int(table["device"][r])]) == "nic"
+        if links._link_kind(table.strings["device"][int(table["device"][r])]) == "nic"
     ]
     if not nic:
         return []
@@ -352,8 +354,8 @@ def _reference_port_stats(
     b = table["coll_bytes"][idx].astype(np.float64)
     ok = (d > 0) & (b > 0)
     bw = np.where(ok, b / np.maximum(d, 1) * 1e9, np.nan)
-    ends = [collectives._endpoints(table, r) for r in nic]
-    named = [collectives._host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
+    ends = [links._endpoints(table, r) for r in nic]
+    named = [links._host_of(table.strings["device"][int(table["device"][r])]) for r in nic]
     hosts = sorted({h for e in ends for h in e})
     touch = {h: np.asarray([h in e for e in ends]) & ok for h in hosts}
     med = {h: float(median(bw[touch[h]])) if touch[h].any() else None for h in hosts}
@@ -445,7 +447,7 @@ def test_port_stats_equal_a_test_per_host(
         dict(start_ns=0, end_ns=5, category=Category.LINK_TRANSFER, device="h0/chip0-chip1")
     )
     table = EventTable.from_rows(rows)
-    assert collectives.port_stats(table, nominal_bw=nominal, min_transfers=2) == (
+    assert links.port_stats(table, nominal_bw=nominal, min_transfers=2) == (
         _reference_port_stats(table, nominal_bw=nominal, min_transfers=2)
     )
 
@@ -454,7 +456,7 @@ def test_port_stats_on_a_slow_nic_run(tmp_path: Path) -> None:
     cfg = SimConfig(hosts=3, chips=2, requests=20, seed=2, faults=(parse_fault("slow-nic@host1"),))
     run_simulation(cfg, tmp_path, timeline=False)
     table = load_paths([tmp_path / "traces.jsonl"], workers=1).table
-    got = collectives.port_stats(table)
+    got = links.port_stats(table)
     assert got == _reference_port_stats(table)
     assert [p["host"] for p in got if p["chosen"]] == ["host1"]
 

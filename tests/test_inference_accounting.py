@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis.loaders import load_paths
+from otel_ext.analysis.loaders.serving_inputs import engine_steps_from_otlp
 from otel_ext.analysis.serving.requests import (
     EngineStep,
     engine_step_from_attributes,
-    engine_steps_from_otlp,
     fit_token_costs,
     request_accounting,
     step_shares,
@@ -198,7 +198,7 @@ def test_online_accounting_never_raises_and_bounds_its_memory() -> None:
 def test_simulated_request_spans_carry_their_online_device_time(tmp_path: Path) -> None:
     """The simulator keeps the accounting online as a serving process would: every request
     span ends with ``accel.request.device_time_ns``, within 10 % of the truth at p95."""
-    from otel_ext.analysis.serving.engine_telemetry import read_serving_spans
+    from otel_ext.analysis.loaders.serving_inputs import read_serving_spans
 
     run_simulation(SimConfig(requests=40, seed=9), tmp_path, timeline=False)
     spans = [

@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 from otel_ext.analysis import classify
 from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.rank.comm_calls import collective_calls, input_bytes_by_external_id
+from otel_ext.analysis.loaders.kernel_tables import load_comm_kernel_table
+from otel_ext.analysis.loaders.op_input_bytes import input_bytes_by_external_id
+from otel_ext.analysis.rank.comm_calls import collective_calls
 from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
 from otel_ext.errors import InputError
 
 B200 = "tracelens_vllm_tp8_b200/eager_trace.json.gz"
-TABLE = classify.load_comm_kernel_table(env={})
+TABLE = load_comm_kernel_table(env={})
 
 
 @pytest.mark.parametrize("pat", TABLE, ids=lambda p: p.id)
@@ -75,9 +77,9 @@ def test_an_extra_table_extends_the_patterns_without_code(tmp_path: Path) -> Non
     )
     name = "void acme::ring_allreduce<8>(float*)"
     assert classify.classify_kernel(name) is Category.KERNEL_COMPUTE
-    table = classify.load_comm_kernel_table(env={"OTEL_EXT_COMM_KERNELS": str(extra)})
+    table = load_comm_kernel_table(env={"OTEL_EXT_COMM_KERNELS": str(extra)})
     assert [p.id for p in table][-1] == "acme_ring"
-    before = classify.load_comm_kernel_table(env={})
+    before = load_comm_kernel_table(env={})
     try:
         classify.use_comm_kernel_table(table)
         assert classify.classify_kernel(name) is Category.KERNEL_COMM
@@ -104,7 +106,7 @@ def test_an_extra_table_extends_the_patterns_without_code(tmp_path: Path) -> Non
 def test_bad_tables_name_file_entry_and_problem(tmp_path: Path, text: str, problem: str) -> None:
     bad = _write(tmp_path / "bad.yaml", text)
     with pytest.raises(InputError) as err:
-        classify.load_comm_kernel_table(extra_tables=[bad])
+        load_comm_kernel_table(extra_tables=[bad])
     assert problem in str(err.value) and str(bad) in str(err.value)
 
 

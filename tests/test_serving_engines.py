@@ -21,11 +21,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from otel_ext.analysis.loaders.serving_inputs import (
+    read_serving_spans,
+    serving_span_paths,
+    serving_table,
+)
 from otel_ext.analysis.serving.engine_telemetry import (
     join_serving,
-    read_serving_spans,
     serving_rows,
-    serving_table,
     with_serving_requests,
 )
 from otel_ext.analysis.serving.requests import request_latency
@@ -281,7 +284,8 @@ def test_with_serving_requests_appends_engine_requests_after_loading(vllm_file: 
     from otel_ext.analysis.loaders import load_paths
 
     load = load_paths([vllm_file])
-    table, joined = with_serving_requests(load.table, load.inputs)
+    spans = read_serving_spans(serving_span_paths(load.inputs))
+    table, joined = with_serving_requests(load.table, spans)
     assert joined is not None and joined["requests"] == 3
     assert int((table["category"] == Category.REQUEST).sum()) == 3
     assert len(table) == len(load.table) + 3 + 9  # three requests, three phases each

@@ -39,14 +39,13 @@ from otel_ext._arrays import distinct
 from otel_ext.analysis.cross.alignment import Alignment, align_ranks
 from otel_ext.analysis.cross.collective_match import (
     CollectiveMatch,
-    link_stats,
     match_collectives,
-    port_stats,
     sampled_fraction,
 )
 from otel_ext.analysis.cross.critical_path import peer_edges, stitch
 from otel_ext.analysis.cross.hangs import hang_findings
 from otel_ext.analysis.cross.imbalance import load_imbalance
+from otel_ext.analysis.cross.link_stats import link_stats, port_stats
 from otel_ext.analysis.cross.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
 from otel_ext.analysis.cross.stragglers import (
     find_stragglers,
@@ -74,9 +73,7 @@ from otel_ext.analysis.runs import (
 )
 from otel_ext.analysis.serving.requests import (
     engine_step_order,
-    engine_steps_from_otlp,
     request_accounting,
-    request_accounting_for_inputs,
     request_latency,
 )
 from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
@@ -235,9 +232,9 @@ def _collective_calls(
 
 def _call_sizes(paths: list[str]) -> list[dict[tuple[str, int], int]]:
     """Each profiler file's collective input sizes by external id (a per-file job)."""
-    from otel_ext.analysis.rank import comm_calls
+    from otel_ext.analysis.loaders.op_input_bytes import input_bytes_by_external_id
 
-    return [comm_calls.input_bytes_by_external_id(p) for p in paths]
+    return [input_bytes_by_external_id(p) for p in paths]
 
 
 def _serving_requests(
@@ -259,21 +256,10 @@ def _serving_requests(
     chosen = [i for i in inputs if i.get("path") in paths]
     if not chosen:
         return table, None
-    if cluster is None:
-        return serving.with_serving_requests(table, chosen)
-    # serving.with_serving_requests, with the files read on the workers
-    span_paths = [
-        str(i["path"])
-        for i in chosen
-        if i.get("format") in ("otlp-traces", "jaeger") and i.get("status") == "loaded"
-    ]
-    if not span_paths:
-        return table, None
-    spans = _per_file(cluster, serving.read_serving_spans, span_paths)
-    extra = EventTable.from_rows(serving.serving_rows(spans))
-    if not len(extra):
-        return table, None
-    return EventTable.concat([table, extra]), serving.join_serving(table, extra)
+    from otel_ext.analysis.loaders.serving_inputs import read_serving_spans, serving_span_paths
+
+    spans = _per_file(cluster, read_serving_spans, serving_span_paths(chosen))
+    return serving.with_serving_requests(table, spans)
 
 
 def _request_accounting(
@@ -281,14 +267,9 @@ def _request_accounting(
 ) -> dict[str, Any]:
     """Per-request device time and energy (:mod:`otel_ext.analysis.serving.requests`), the engine
     steps read from the OTLP span files on the cluster's workers when there is one."""
-    if cluster is None:
-        return request_accounting_for_inputs(inputs, metrics)
-    paths = [
-        str(i["path"])
-        for i in inputs
-        if i.get("format") == "otlp-traces" and i.get("status") == "loaded"
-    ]
-    steps = _per_file(cluster, engine_steps_from_otlp, paths)
+    from otel_ext.analysis.loaders.serving_inputs import engine_steps_from_otlp, otlp_trace_paths
+
+    steps = _per_file(cluster, engine_steps_from_otlp, otlp_trace_paths(inputs))
     steps.sort(key=engine_step_order)  # as one reading of every file orders them
     return request_accounting(steps, metrics=metrics)
 

@@ -10,7 +10,7 @@ operation (``external_id``), is one collective call. Per call:
   (:func:`otel_ext.analysis.classify.comm_kernel_op`), else ``"unknown"``;
 * ``bytes``: from the metadata (``coll_bytes``), else from the launching host operation's first
   input tensor (its ``Input Dims`` and ``Input type`` in a PyTorch profiler trace, read by
-  :func:`input_bytes_by_external_id`), else unknown (-1); ``bytes_from`` says which.
+  :func:`otel_ext.analysis.loaders.op_input_bytes.input_bytes_by_external_id`), else unknown (-1); ``bytes_from`` says which.
 
 >>> from otel_ext.analysis.table import Category as C, EventTable
 >>> t = EventTable.from_rows([
@@ -25,10 +25,7 @@ operation (``external_id``), is one collective call. Per call:
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +33,8 @@ import numpy as np
 from otel_ext.analysis.classify import comm_kernel_op
 from otel_ext.analysis.cross.collective_match import normalize_op
 from otel_ext.analysis.table import Category, EventTable
-from otel_ext.errors import InputError
 
-__all__ = ["DTYPE_BYTES", "collective_calls", "input_bytes_by_external_id", "tensor_bytes"]
+__all__ = ["DTYPE_BYTES", "collective_calls", "tensor_bytes"]
 
 #: bytes per element of the ``Input type`` strings PyTorch's profiler writes
 DTYPE_BYTES: dict[str, int] = {
@@ -63,45 +59,6 @@ def tensor_bytes(dims: Any, dtype: Any) -> int:
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
         return -1
     return int(np.prod(np.asarray(dims, dtype=np.int64))) * size
-
-
-def input_bytes_by_external_id(path: str | Path) -> dict[tuple[str, int], int]:
-    """``{(source, external id): bytes}`` of the first sized input of each host operation in a
-    PyTorch profiler trace (``source`` is the path as the loader names the file).
-
-    Raises:
-        InputError: the file cannot be read or is not a JSON trace.
-    """
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise InputError(f"cannot read the trace: {exc}", path=str(p)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"not JSON: {exc}", path=str(p)) from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else None
-    if not isinstance(events, list):
-        raise InputError("no 'traceEvents' list", path=str(p))
-    out: dict[tuple[str, int], int] = {}
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("cat") != "cpu_op":
-            continue
-        args = ev.get("args")
-        if not isinstance(args, dict):
-            continue
-        ext = args.get("External id")
-        dims, types = args.get("Input Dims"), args.get("Input type")
-        if not isinstance(ext, int) or not isinstance(dims, list) or not isinstance(types, list):
-            continue
-        for d, ty in zip(dims, types):
-            b = tensor_bytes(d, ty)
-            if b >= 0:
-                out[(str(p), ext)] = b
-                break
-    return out
 
 
 def collective_calls(

@@ -1,8 +1,9 @@
 """Serving engines' own telemetry (vLLM, SGLang) read as inputs and joined with otel-ext's.
 
-vLLM and SGLang already emit OpenTelemetry spans; this module reads them from the files an SRE
-already has (a Collector's file exporter: OTLP-JSON, one export request a line; or a Jaeger
-JSON export), turns each engine request into otel-ext's request model (an ``accel.request``
+vLLM and SGLang already emit OpenTelemetry spans; read from the files an SRE already has (a
+Collector's file exporter: OTLP-JSON, one export request a line; or a Jaeger JSON export) by
+:func:`otel_ext.analysis.loaders.serving_inputs.read_serving_spans`, this module turns each
+engine request into otel-ext's request model (an ``accel.request``
 row with ``accel.request.phase`` rows: ``queue``, ``prefill``, ``kv_transfer``,
 ``decode_queue``, ``decode``) and joins it with otel-ext's spans and device activity: **by
 trace context** when otel-ext rows share the request's trace id (the engine propagated
@@ -39,27 +40,21 @@ What each engine emits, as their sources define it (versions in ``docs/analysis.
 
 from __future__ import annotations
 
-import gzip
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
-from otel_ext.errors import InputError
 
 __all__ = [
     "SGLANG_STAGE_PHASES",
     "VLLM_REQUEST_SPAN",
     "ServingSpan",
     "join_serving",
-    "read_serving_spans",
     "serving_rows",
-    "serving_table",
     "with_serving_requests",
 ]
 
@@ -90,111 +85,6 @@ class ServingSpan:
     end_ns: int
     attributes: dict[str, Any]
     resource: dict[str, Any]
-
-
-def _hex_id(v: Any, width: int) -> str:
-    if isinstance(v, int):
-        return f"{v:0{width}x}"
-    s = str(v or "").strip().lower()
-    return s.rjust(width, "0") if s else ""
-
-
-def _int_id(v: Any) -> int:
-    try:
-        return int(str(v), 16) if v not in (None, "") else 0
-    except ValueError:
-        return 0
-
-
-def _otlp_spans(doc: dict[str, Any]) -> Iterable[ServingSpan]:
-    from otel_ext.analysis.loaders.spans import otlp_attrs
-
-    for rs in doc.get("resourceSpans") or []:
-        res = otlp_attrs((rs.get("resource") or {}).get("attributes"))
-        for ss in rs.get("scopeSpans") or []:
-            for sp in ss.get("spans") or []:
-                yield ServingSpan(
-                    _hex_id(sp.get("traceId"), 32),
-                    _int_id(sp.get("spanId")),
-                    _int_id(sp.get("parentSpanId")),
-                    str(sp.get("name", "")),
-                    int(sp.get("startTimeUnixNano", 0)),
-                    int(sp.get("endTimeUnixNano", 0)),
-                    otlp_attrs(sp.get("attributes")),
-                    res,
-                )
-
-
-def _jaeger_spans(doc: dict[str, Any]) -> Iterable[ServingSpan]:
-    def tags(items: Any) -> dict[str, Any]:
-        return {t["key"]: t.get("value") for t in items or [] if isinstance(t, dict) and "key" in t}
-
-    for tr in doc.get("data") or []:
-        procs = tr.get("processes") or {}
-        for sp in tr.get("spans") or []:
-            parent = 0
-            for ref in sp.get("references") or []:
-                if ref.get("refType") == "CHILD_OF":
-                    parent = _int_id(ref.get("spanID"))
-            proc = procs.get(sp.get("processID"), {})
-            res = tags(proc.get("tags"))
-            if proc.get("serviceName"):
-                res["service.name"] = proc["serviceName"]
-            start = int(sp.get("startTime", 0)) * 1000
-            yield ServingSpan(
-                _hex_id(sp.get("traceID"), 32),
-                _int_id(sp.get("spanID")),
-                parent,
-                str(sp.get("operationName", "")),
-                start,
-                start + int(sp.get("duration", 0)) * 1000,
-                tags(sp.get("tags")),
-                res,
-            )
-
-
-def read_serving_spans(paths: Sequence[str | Path]) -> list[ServingSpan]:
-    """Every span of OTLP-JSON (one export request a line) and Jaeger JSON files.
-
-    Raises:
-        InputError: a file that is neither (its path and line named).
-    """
-    out: list[ServingSpan] = []
-    for path in paths:
-        p = Path(path)
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", path=str(p)) from None
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        text = raw.decode("utf-8", errors="replace").strip()
-        if not text:
-            continue
-        try:
-            whole = json.loads(text)
-        except ValueError:
-            whole = None
-        if isinstance(whole, dict) and "data" in whole:
-            out.extend(_jaeger_spans(whole))
-            continue
-        if isinstance(whole, dict) and "resourceSpans" in whole:
-            out.extend(_otlp_spans(whole))
-            continue
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                raise InputError(
-                    "neither OTLP-JSON lines nor a Jaeger export",
-                    path=str(p),
-                    record=f"line {lineno}",
-                ) from None
-            if isinstance(doc, dict) and "resourceSpans" in doc:
-                out.extend(_otlp_spans(doc))
-    return out
 
 
 def _seconds(attrs: dict[str, Any], key: str) -> int | None:
@@ -267,11 +157,6 @@ def serving_rows(spans: Sequence[ServingSpan]) -> list[dict[str, Any]]:
         elif "rid" in s.attributes and s.parent_span_id == 0:
             rows.extend(_sglang_rows(s, by_trace[s.trace_id]))
     return rows
-
-
-def serving_table(paths: Sequence[str | Path]) -> EventTable:
-    """The engines' requests in ``paths`` as event-table rows (see :func:`serving_rows`)."""
-    return EventTable.from_rows(serving_rows(read_serving_spans(paths)))
 
 
 def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
@@ -352,22 +237,18 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
 
 
 def with_serving_requests(
-    table: EventTable, inputs: Sequence[dict[str, Any]]
+    table: EventTable, spans: Sequence[ServingSpan]
 ) -> tuple[EventTable, dict[str, Any] | None]:
-    """``table`` with the engine requests of the loaded span files among ``inputs`` (the
-    loader's per-file records) appended, and their join (:func:`join_serving`); ``table``
-    unchanged and None when the files hold no vLLM or SGLang request.
+    """``table`` with the engine requests among ``spans`` (the loaded span files' spans,
+    :func:`~otel_ext.analysis.loaders.serving_inputs.read_serving_spans`) appended, and
+    their join (:func:`join_serving`); ``table`` unchanged and None when the spans hold no
+    vLLM or SGLang request.
 
     >>> t, joined = with_serving_requests(EventTable.from_rows([]), [])
     >>> len(t), joined
     (0, None)
     """
-    paths = [
-        str(i["path"])
-        for i in inputs
-        if i.get("format") in ("otlp-traces", "jaeger") and i.get("status") == "loaded"
-    ]
-    serving = EventTable.from_rows(serving_rows(read_serving_spans(paths))) if paths else None
-    if serving is None or not len(serving):
+    serving = EventTable.from_rows(serving_rows(spans))
+    if not len(serving):
         return table, None
     return EventTable.concat([table, serving]), join_serving(table, serving)

@@ -32,11 +32,9 @@ named only by the span kind take it from their order (queue, prefill, then decod
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -63,10 +61,9 @@ __all__ = [
     "EngineStep",
     "engine_step_from_attributes",
     "engine_step_order",
-    "engine_steps_from_otlp",
+    "engine_steps_of_line",
     "fit_token_costs",
     "request_accounting",
-    "request_accounting_for_inputs",
     "request_latency",
     "step_energy",
     "step_shares",
@@ -544,9 +541,14 @@ def _plain_array(v: Any) -> list[Any] | None:
     return [i if i is None or lo <= i < hi else None for i in ints]
 
 
-def _steps_of_line(line: bytes, where: str) -> list[EngineStep]:
-    """The step spans of one export request (one line): decoded into lean structs (only the
-    step spans' attributes are parsed); a line those do not fit is read the generic way."""
+def engine_steps_of_line(line: bytes, where: str) -> list[EngineStep]:
+    """The step spans of one OTLP-JSON export request (one line, ``where`` naming it in
+    errors): decoded into lean structs (only the step spans' attributes are parsed); a line
+    those do not fit is read the generic way. Both give the same steps.
+
+    >>> engine_steps_of_line(b'{"resourceSpans": []}', "f:1")
+    []
+    """
     try:
         doc = _LEAN.decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -598,35 +600,9 @@ def _steps_of_line_generic(line: bytes, where: str) -> list[EngineStep]:
     return out
 
 
-def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
-    """The ``accel.engine.step`` spans of OTLP-JSON trace files (one export request a line,
-    as our file exporters and the Collector's file exporter write them); other files and
-    lines are passed over.
-
-    Each line holding a step span is decoded into lean structs (``msgspec``: the other spans'
-    attributes are skipped, not parsed), falling back to the generic JSON reading for a line
-    those do not fit; both give the same steps.
-
-    Raises:
-        InputError: a step span's lists are malformed (file and line named).
-    """
-    needle = SPAN_ACCEL_ENGINE_STEP.encode()
-    out: list[EngineStep] = []
-    for path in paths:
-        p = Path(path)
-        if not p.is_file():
-            continue
-        opener: Any = gzip.open if p.suffix == ".gz" else open
-        with opener(p, "rb") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if needle in line:
-                    out.extend(_steps_of_line(line, f"{p}:{lineno}"))
-    out.sort(key=engine_step_order)
-    return out
-
-
 def engine_step_order(step: EngineStep) -> tuple[str, int, int]:
-    """The order :func:`engine_steps_from_otlp` gives steps in (host, start, step number); the
+    """The order :func:`~otel_ext.analysis.loaders.serving_inputs.engine_steps_from_otlp`
+    gives steps in (host, start, step number); the
     steps of several files read one by one, joined in file order and sorted (stably) by it,
     come in the order reading them all at once gives."""
     return (step.host, step.start_ns, step.step)
@@ -828,7 +804,8 @@ def request_accounting(
     parts add up to its measured value (``conservation_max_error_pct``).
 
     Args:
-        steps: the run's engine steps (:func:`engine_steps_from_otlp`).
+        steps: the run's engine steps
+            (:func:`~otel_ext.analysis.loaders.serving_inputs.engine_steps_from_otlp`).
         metrics: metric points with the devices' ``hw.energy`` counters (for joules).
         limit: at most this many requests listed (most device time first).
 
@@ -906,16 +883,3 @@ def request_accounting(
         "summary": summary,
         "requests": rows[:limit],
     }
-
-
-def request_accounting_for_inputs(
-    inputs: Sequence[Mapping[str, Any]], metrics: Any = None, *, limit: int = 200
-) -> dict[str, Any]:
-    """:func:`request_accounting` over the engine steps of the loaded OTLP trace files among
-    ``inputs`` (the loader's per-file records: ``path``, ``format``, ``status``)."""
-    paths = [
-        str(i["path"])
-        for i in inputs
-        if i.get("format") == "otlp-traces" and i.get("status") == "loaded"
-    ]
-    return request_accounting(engine_steps_from_otlp(paths), metrics=metrics, limit=limit)
