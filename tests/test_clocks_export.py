@@ -475,7 +475,7 @@ def test_emitter_never_raises_and_logs_once(caplog: pytest.LogCaptureFixture) ->
     reads = Counting()
     sampler = _sampler(reads)
     emitter = ClockSyncSpanEmitter(sampler, tracer_provider=BrokenTracerProvider())
-    with caplog.at_level(logging.WARNING, logger="otel_ext.clocks._export"):
+    with caplog.at_level(logging.WARNING, logger="otel_ext.clocks.runtime._export"):
         for _ in range(3):
             _take(sampler, reads, 2)
             assert emitter.emit() == 0

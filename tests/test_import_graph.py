@@ -10,7 +10,9 @@ subpackages (``otel_ext.analysis``, ``otel_ext.exporters``, …) and its root mo
 * a private module or name (``_x``) is imported only from inside the package that holds it;
 * ``otel_ext.semconv`` imports only the leaf modules (errors, config);
 * ``otel_ext.exporters`` never imports ``otel_ext.counters`` or ``otel_ext.analysis``;
-* ``otel_ext.clocks`` imports no exporter and does no file I/O.
+* ``otel_ext.clocks`` imports no exporter and does no file I/O;
+* the clock math (``otel_ext.clocks`` outside ``otel_ext.clocks.runtime``) starts no thread,
+  logs nothing and emits no telemetry: only the runtime does.
 """
 
 from __future__ import annotations
@@ -277,3 +279,29 @@ def test_clocks_import_no_exporter_and_do_no_file_io() -> None:
                 if called in FILE_IO_CALLS:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: calls {called}()")
     assert not bad, "\n".join(bad)
+
+
+#: What only the clocks' runtime (``otel_ext.clocks.runtime``) may import: threads, logging,
+#: the clock of the process, OpenTelemetry beyond its type aliases, the drop ledger.
+CLOCK_RUNTIME_IMPORTS = {"threading", "logging", "time", "weakref", "opentelemetry"}
+
+
+def test_clock_math_is_apart_from_the_clock_runtime() -> None:
+    bad = []
+    for name, path in MODULES.items():
+        pure = name.startswith("otel_ext.clocks.") and not (
+            name == "otel_ext.clocks.runtime" or name.startswith("otel_ext.clocks.runtime.")
+        )
+        if not pure:  # the package itself is the facade: it re-exports the runtime too
+            continue
+        for target, line, _ in _imports(name):
+            runtime = (
+                target.split(".")[0] in CLOCK_RUNTIME_IMPORTS
+                and target != "opentelemetry.util.types"
+            ) or target.startswith(("otel_ext.clocks.runtime", "otel_ext._drops"))
+            if runtime:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    assert not bad, (
+        "the clock math must stay pure (runtime goes to otel_ext.clocks.runtime):\n"
+        + "\n".join(bad)
+    )

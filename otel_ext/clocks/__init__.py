@@ -1,18 +1,25 @@
 """Clock alignment: device and host clocks onto one timeline, with bounds that hold.
 
-Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
+Two layers. The estimation math, here in :mod:`otel_ext.clocks` (pure numpy: no I/O, no
+threads, no spans or metrics): fitting, composition, ping-pong, offsets from collectives,
+causality repair, the conversion of mappings to span attributes and the offline re-fits.
+The runtime, in :mod:`otel_ext.clocks.runtime` (sampler thread, span processor, clock
+telemetry, sync-span emission), calls it. Every public name of both is importable from
+here:
 
 * :func:`fit_clock` → :class:`ClockMapping` (``to_host_ns``, ``bound_ns``), composable with
   :func:`compose` (device → host → reference host);
-* :class:`ClockSampler` collects brackets from any device-timestamp reader on a background
-  thread; :class:`ClockRegistry` holds the sampler or mapping of each clock domain;
+* (runtime) :class:`ClockSampler` collects brackets from any device-timestamp reader on a
+  background thread; :class:`ClockRegistry` holds the sampler or mapping of each clock domain;
 * :func:`align_hosts` fits one host's clock to another's from ping-pong exchanges;
 * :func:`estimate_offsets_from_collectives` aligns ranks that have no clock samples;
 * :func:`repair_causality` shifts events minimally so no message is received before it is sent;
-* :class:`ClockReconcilingSpanProcessor` and :func:`record_device_span` put device spans on
-  the aligned timeline; :class:`ClockTelemetry` exports clock health under ``accel.clock.*``;
-* :class:`ClockSyncSpanEmitter` and :func:`emit_clock_sync_spans` export brackets and fitted
-  mappings as ``accel.clock.sync`` spans; :func:`refit_from_spans` and
+* (runtime) :class:`ClockReconcilingSpanProcessor` and :func:`record_device_span` put device
+  spans on the aligned timeline; :class:`ClockTelemetry` exports clock health under
+  ``accel.clock.*``;
+* (runtime) :class:`ClockSyncSpanEmitter` and :func:`emit_clock_sync_spans` export brackets
+  and fitted mappings as ``accel.clock.sync`` spans (:func:`mapping_attributes` writes the
+  knots, :func:`mapping_from_attributes` reads them back); :func:`refit_from_spans` and
   :func:`brackets_from_span_records` re-fit them offline;
 * :mod:`otel_ext.clocks.synthetic` simulates clocks with known truth.
 
@@ -26,12 +33,6 @@ Pure math (no I/O) plus a thin sampler and OpenTelemetry glue:
 from otel_ext.clocks._causality import CausalityRepair, count_violations, repair_causality
 from otel_ext.clocks._collectives import CollectiveOffsets, estimate_offsets_from_collectives
 from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError, InsufficientSamplesError
-from otel_ext.clocks._export import (
-    ClockSyncSpanEmitter,
-    emit_clock_sync_spans,
-    mapping_attributes,
-    mapping_from_attributes,
-)
 from otel_ext.clocks._fit import fit_clock
 from otel_ext.clocks._mapping import ClockMapping, ComposedMapping, TimeMapping, compose
 from otel_ext.clocks._offline import (
@@ -41,9 +42,18 @@ from otel_ext.clocks._offline import (
     refit_from_spans,
 )
 from otel_ext.clocks._pingpong import align_hosts, pingpong_brackets, pingpong_offset
-from otel_ext.clocks._sampler import ClockRegistry, ClockSampler
-from otel_ext.clocks._spans import ClockReconcilingSpanProcessor, record_device_span
-from otel_ext.clocks._telemetry import ClockTelemetry
+from otel_ext.clocks._sync_attributes import mapping_attributes, mapping_from_attributes
+
+# the runtime (threads, span processors, metrics) last: it builds on the math above
+from otel_ext.clocks.runtime import (
+    ClockReconcilingSpanProcessor,
+    ClockRegistry,
+    ClockSampler,
+    ClockSyncSpanEmitter,
+    ClockTelemetry,
+    emit_clock_sync_spans,
+    record_device_span,
+)
 
 __all__ = [
     "AmbiguousTicksError",

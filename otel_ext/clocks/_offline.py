@@ -39,9 +39,9 @@ from numpy.typing import NDArray
 
 from otel_ext._arrays import distinct_rows
 from otel_ext.clocks._errors import ClockFitError
-from otel_ext.clocks._export import mapping_from_attributes
 from otel_ext.clocks._fit import fit_clock
 from otel_ext.clocks._mapping import ClockMapping
+from otel_ext.clocks._sync_attributes import mapping_from_attributes
 from otel_ext.semconv.attributes import (
     ACCEL_CLOCK_COUNTER_BITS,
     ACCEL_CLOCK_DEVICE_TICKS,

@@ -27,7 +27,7 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from otel_ext._drops import LEDGER
 from otel_ext.clocks._errors import COMPONENT
 from otel_ext.clocks._mapping import ClockMapping
-from otel_ext.clocks._sampler import ClockRegistry
+from otel_ext.clocks.runtime._sampler import ClockRegistry
 from otel_ext.semconv.attributes import ACCEL_CLOCK_DOMAIN, ACCEL_CLOCK_REFERENCE
 from otel_ext.semconv.metrics import (
     METRIC_ACCEL_CLOCK_BOUND,
