@@ -457,49 +457,65 @@ class SimCounterModel:
         for state in self.chips:
             self._advance(state.pending, state.cum, now_ns)
             ratio = self._ratio(state.host, state.chip, (prev + now_ns) // 2)
-            state.elapsed_cycles += dt_s * self.max_clock * ratio
-            energy = self.idle_power * (now_ns - EPOCH_NS) / 1e9 + state.cum[6]
-            if dt_s > 0:
-                state.power = (energy - state.energy) / dt_s
-                target = _AMBIENT_C + _C_PER_WATT * state.power
-                failed = self._cooling(state.host, state.chip)
-                if failed is not None and now_ns >= failed:
-                    target += _COOLING_FAILURE_C
-                state.temperature += (target - state.temperature) * (
-                    1.0 - math.exp(-dt_s / _THERMAL_TAU_S)
-                )
-            state.energy = energy
+            self._advance_physics(state, ratio, dt_s, now_ns)
             ts = host_ts[state.host]
-            a, hw = state.attrs, state.hw_attrs
-            temp = round(state.temperature + self._rng.gauss(0.0, 0.15), 2)
-            memory = self._weights + kv_by_host[state.host] * self._kv_per_token / self.config.chips
-            out.extend(
-                (
-                    Sample(
-                        METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, a, float(int(state.elapsed_cycles)), ts
-                    ),
-                    Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, a, float(int(state.cum[0])), ts),
-                    Sample(
-                        METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, a, float(int(state.cum[1])), ts
-                    ),
-                    Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, self.max_clock * ratio, ts),
-                    Sample(METRIC_ACCEL_DEVICE_OPERATIONS, a, float(state.cum[2]), ts),
-                    Sample(METRIC_ACCEL_DEVICE_KERNELS, a, float(round(state.cum[5])), ts),
-                    Sample(METRIC_ACCEL_MEMORY_IO_READ, a, float(int(state.cum[3])), ts),
-                    Sample(METRIC_ACCEL_MEMORY_IO_WRITTEN, a, float(int(state.cum[4])), ts),
-                    Sample(METRIC_HW_POWER, hw, round(state.power, 3), ts),
-                    Sample(METRIC_HW_ENERGY, hw, round(state.energy, 6), ts),
-                    Sample(METRIC_HW_TEMPERATURE, hw, temp, ts),
-                    Sample(METRIC_HW_GPU_MEMORY_USAGE, hw, float(int(memory)), ts),
-                    Sample(METRIC_HW_GPU_MEMORY_LIMIT, hw, self.memory_size, ts),
-                )
-            )
+            out.extend(self._chip_samples(state, ratio, kv_by_host[state.host], ts))
             for _key, series in sorted(state.collectives.items()):
                 self._advance(series.pending, series.cum, now_ns)
                 out.extend(
                     Sample(metric, series.attrs, float(value), ts)
                     for metric, value in zip(_COLLECTIVE_METRICS, series.cum)
                 )
+        out.extend(self._network_samples(now_ns, host_ts))
+        for h in range(self.config.hosts):
+            out.extend(self._host_samples(h, now_ns, host_ts[h]))
+        self._latest = out
+        return list(out)
+
+    def _advance_physics(self, state: _Chip, ratio: float, dt_s: float, now_ns: int) -> None:
+        """A chip's elapsed cycles at its clock ratio, its energy (idle plus work), and over
+        ``dt_s`` its power and temperature (first-order towards the power's equilibrium, hotter
+        once its cooling failed)."""
+        state.elapsed_cycles += dt_s * self.max_clock * ratio
+        energy = self.idle_power * (now_ns - EPOCH_NS) / 1e9 + state.cum[6]
+        if dt_s > 0:
+            state.power = (energy - state.energy) / dt_s
+            target = _AMBIENT_C + _C_PER_WATT * state.power
+            failed = self._cooling(state.host, state.chip)
+            if failed is not None and now_ns >= failed:
+                target += _COOLING_FAILURE_C
+            state.temperature += (target - state.temperature) * (
+                1.0 - math.exp(-dt_s / _THERMAL_TAU_S)
+            )
+        state.energy = energy
+
+    def _chip_samples(
+        self, state: _Chip, ratio: float, kv_tokens: int, ts: int
+    ) -> tuple[Sample, ...]:
+        """A chip's device counters (cycles, clock, operations, kernels, memory traffic) and
+        hardware readings (power, energy, a noisy temperature, memory in use and its limit)."""
+        a, hw = state.attrs, state.hw_attrs
+        temp = round(state.temperature + self._rng.gauss(0.0, 0.15), 2)
+        memory = self._weights + kv_tokens * self._kv_per_token / self.config.chips
+        return (
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, a, float(int(state.elapsed_cycles)), ts),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, a, float(int(state.cum[0])), ts),
+            Sample(METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, a, float(int(state.cum[1])), ts),
+            Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, a, self.max_clock * ratio, ts),
+            Sample(METRIC_ACCEL_DEVICE_OPERATIONS, a, float(state.cum[2]), ts),
+            Sample(METRIC_ACCEL_DEVICE_KERNELS, a, float(round(state.cum[5])), ts),
+            Sample(METRIC_ACCEL_MEMORY_IO_READ, a, float(int(state.cum[3])), ts),
+            Sample(METRIC_ACCEL_MEMORY_IO_WRITTEN, a, float(int(state.cum[4])), ts),
+            Sample(METRIC_HW_POWER, hw, round(state.power, 3), ts),
+            Sample(METRIC_HW_ENERGY, hw, round(state.energy, 6), ts),
+            Sample(METRIC_HW_TEMPERATURE, hw, temp, ts),
+            Sample(METRIC_HW_GPU_MEMORY_USAGE, hw, float(int(memory)), ts),
+            Sample(METRIC_HW_GPU_MEMORY_LIMIT, hw, self.memory_size, ts),
+        )
+
+    def _network_samples(self, now_ns: int, host_ts: dict[int, int]) -> list[Sample]:
+        """The chip-to-chip links' and NICs' bytes per direction, and the NICs' retransmits."""
+        out: list[Sample] = []
         for (link, direction), (cum, pending) in sorted(self._links.items()):
             self._advance(pending, cum, now_ns)
             host = int(link.split("/")[0][4:])
@@ -522,32 +538,27 @@ class SimCounterModel:
             errs = sum(n for at, n in counted if at <= now_ns)
             attrs = {ACCEL_LINK_ID: nic_name(host), ERROR_TYPE: "retransmit"}
             out.append(Sample(METRIC_HW_ERRORS, attrs, float(errs), host_ts[host]))
-        for h in range(self.config.hosts):
-            hn = host_name(h)
-            for token_type in ("input", "output"):
-                total = sum(c for at, c in self._tokens.get((h, token_type), ()) if at <= now_ns)
-                out.append(
-                    Sample(
-                        METRIC_ACCEL_INFERENCE_TOKENS,
-                        {GEN_AI_TOKEN_TYPE: token_type, ACCEL_HOST_ID: hn},
-                        float(total),
-                        host_ts[h],
-                    )
-                )
-            done = sum(1 for at in self._requests[h] if at <= now_ns)
+        return out
+
+    def _host_samples(self, h: int, now_ns: int, ts: int) -> list[Sample]:
+        """Host ``h``'s serving counters: input and output tokens, finished requests, queue
+        depth."""
+        hn = host_name(h)
+        out: list[Sample] = []
+        for token_type in ("input", "output"):
+            total = sum(c for at, c in self._tokens.get((h, token_type), ()) if at <= now_ns)
             out.append(
                 Sample(
-                    METRIC_ACCEL_INFERENCE_REQUESTS, {ACCEL_HOST_ID: hn}, float(done), host_ts[h]
+                    METRIC_ACCEL_INFERENCE_TOKENS,
+                    {GEN_AI_TOKEN_TYPE: token_type, ACCEL_HOST_ID: hn},
+                    float(total),
+                    ts,
                 )
             )
-            depth = self._last_at(self._queue[h], now_ns)
-            out.append(
-                Sample(
-                    METRIC_ACCEL_INFERENCE_QUEUE_DEPTH,
-                    {ACCEL_HOST_ID: hn},
-                    float(depth),
-                    host_ts[h],
-                )
-            )
-        self._latest = out
-        return list(out)
+        done = sum(1 for at in self._requests[h] if at <= now_ns)
+        out.append(Sample(METRIC_ACCEL_INFERENCE_REQUESTS, {ACCEL_HOST_ID: hn}, float(done), ts))
+        depth = self._last_at(self._queue[h], now_ns)
+        out.append(
+            Sample(METRIC_ACCEL_INFERENCE_QUEUE_DEPTH, {ACCEL_HOST_ID: hn}, float(depth), ts)
+        )
+        return out

@@ -23,7 +23,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from otel_ext.sim._clocks import EPOCH_NS
 from otel_ext.sim._config import SimConfig, chip_name, host_name, link_name
@@ -113,6 +113,17 @@ class GroupRecord:
     ar_bytes: int
     seq: int
     transfers: list[LinkTransfer]
+
+
+class _GroupWork(NamedTuple):
+    """One layer group's work per chip in a step, and its all-reduce."""
+
+    layers: float  # model layers per group
+    flops_chip: float
+    read_chip: float  # bytes read
+    write_chip: float  # bytes written
+    ar_bytes: int  # the all-reduce buffer
+    n_coll: int  # all-reduces the group stands for (two per layer)
 
 
 @dataclass
@@ -392,29 +403,9 @@ class Engine:
 
     # -- one engine step --------------------------------------------------------------------
     def _step(self, host: _Host, now: int) -> None:
-        cfg = self.config
-        prefill: list[tuple[Request, int]] = []
-        decode: list[Request] = []
-        if host.role in ("decode", "both"):
-            decode = list(host.running[: cfg.max_batch])
-        if host.role == "decode":
-            while host.waiting and len(host.running) + len(prefill) < cfg.max_batch:
-                req = host.waiting.popleft()
-                req.decode_start_ns = now
-                host.running.append(req)
-                decode.append(req)
-        else:
-            budget = cfg.prefill_chunk - len(decode)
-            slots = cfg.max_batch - len(host.running) if host.role == "both" else cfg.max_batch
-            for taken, req in enumerate(list(host.waiting)):
-                if budget <= 0 or taken >= slots:
-                    break
-                chunk = min(budget, req.prompt_tokens - req.prefilled)
-                if req.prefilled == 0:
-                    req.admitted_ns = now
-                    req.prefill_start_ns = now
-                prefill.append((req, chunk))
-                budget -= chunk
+        """One engine step on ``host`` at ``now``: admit work, run its layer groups, report
+        the step, then account its tokens and schedule the next step."""
+        prefill, decode = self._admit(host, now)
         if not prefill and not decode:
             return
         host.step += 1
@@ -434,6 +425,45 @@ class Engine:
         # the step is reported before the requests it finished (their telemetry may need it)
         self.sink.on_step(record)
         # token accounting at the end of the step
+        n_in = self._finish_prefill(host, prefill, end)
+        self._finish_decode(host, decode, end)
+        self._count_tokens(host, prefill, decode, n_in, end)
+        host.free_at = end + _STEP_GAP_NS
+        if host.waiting or host.running:
+            host.scheduled = True
+            self._push(host.free_at, _STEP, host.index)
+
+    def _admit(self, host: _Host, now: int) -> tuple[list[tuple[Request, int]], list[Request]]:
+        """The step's work: the running requests to decode (and, on a decode host, waiting
+        ones admitted into free batch slots), or the prefill chunks within the token budget."""
+        cfg = self.config
+        prefill: list[tuple[Request, int]] = []
+        decode: list[Request] = []
+        if host.role in ("decode", "both"):
+            decode = list(host.running[: cfg.max_batch])
+        if host.role == "decode":
+            while host.waiting and len(host.running) + len(prefill) < cfg.max_batch:
+                req = host.waiting.popleft()
+                req.decode_start_ns = now
+                host.running.append(req)
+                decode.append(req)
+            return prefill, decode
+        budget = cfg.prefill_chunk - len(decode)
+        slots = cfg.max_batch - len(host.running) if host.role == "both" else cfg.max_batch
+        for taken, req in enumerate(list(host.waiting)):
+            if budget <= 0 or taken >= slots:
+                break
+            chunk = min(budget, req.prompt_tokens - req.prefilled)
+            if req.prefilled == 0:
+                req.admitted_ns = now
+                req.prefill_start_ns = now
+            prefill.append((req, chunk))
+            budget -= chunk
+        return prefill, decode
+
+    def _finish_prefill(self, host: _Host, prefill: list[tuple[Request, int]], end: int) -> int:
+        """The prefill chunks done at ``end``: a fully prefilled request has its first token
+        and goes to its decode host, finishes, or starts decoding here; the input tokens."""
         n_in = 0
         for req, chunk in prefill:
             req.prefilled += chunk
@@ -450,6 +480,10 @@ class Engine:
                 else:
                     req.decode_start_ns = end
                     host.running.append(req)
+        return n_in
+
+    def _finish_decode(self, host: _Host, decode: list[Request], end: int) -> None:
+        """One more token for each decoded request; those with all their tokens finish."""
         finished = []
         for req in decode:
             req.generated += 1
@@ -462,6 +496,17 @@ class Engine:
         for req in finished:
             host.running.remove(req)
             self._finish(req, host, end)
+
+    def _count_tokens(
+        self,
+        host: _Host,
+        prefill: list[tuple[Request, int]],
+        decode: list[Request],
+        n_in: int,
+        end: int,
+    ) -> None:
+        """The step's input and output tokens, KV-cache tokens and queue depth, into the
+        counter model."""
         if n_in:
             self.counters.add_tokens(host.index, "input", n_in, end)
         n_out = len(decode) + sum(1 for req, _ in prefill if req.first_token_ns == end)
@@ -470,10 +515,6 @@ class Engine:
         kv_tokens = sum(r.prompt_tokens + r.generated for r in host.running)
         self.counters.set_kv_tokens(host.index, kv_tokens, end)
         self.counters.set_queue_depth(host.index, len(host.waiting), end)
-        host.free_at = end + _STEP_GAP_NS
-        if host.waiting or host.running:
-            host.scheduled = True
-            self._push(host.free_at, _STEP, host.index)
 
     def _work_shares(
         self, prefill: list[tuple[Request, int]], decode: list[Request]
@@ -546,9 +587,48 @@ class Engine:
     def _run_groups(
         self, host: _Host, now: int, prefill: list[tuple[Request, int]], decode: list[Request]
     ) -> tuple[list[GroupRecord], int]:
-        cfg, spec, model = self.config, self.specs, self.config.model
-        n = cfg.chips
-        g_count = cfg.layer_groups
+        """The step's layer groups one after the other from ``now``: each group's compute on
+        every chip, then (with more than one chip) its all-reduce; the groups and the end."""
+        work = self._group_work(prefill, decode)
+        n = self.config.chips
+        t = now
+        groups: list[GroupRecord] = []
+        for g in range(self.config.layer_groups):
+            ends = self._run_compute(host, t, work)
+            host.seq += 1
+            bytes_chip = work.read_chip + work.write_chip
+            if n < 2:
+                groups.append(
+                    GroupRecord(
+                        g, t, ends, ends[0], ends[0], work.flops_chip, bytes_chip, 0, host.seq, []
+                    )
+                )
+                t = ends[0]
+                continue
+            ar_start, ar_end, transfers = self._run_all_reduce(host, t, ends, work)
+            groups.append(
+                GroupRecord(
+                    g,
+                    t,
+                    ends,
+                    ar_start,
+                    ar_end,
+                    work.flops_chip,
+                    bytes_chip,
+                    work.ar_bytes,
+                    host.seq,
+                    transfers,
+                )
+            )
+            t = ar_end
+        return groups, t
+
+    def _group_work(self, prefill: list[tuple[Request, int]], decode: list[Request]) -> _GroupWork:
+        """One layer group's work per chip for the step's tokens (weights, attention over the
+        context, KV-cache reads and writes) and its all-reduce size."""
+        model = self.config.model
+        n = self.config.chips
+        g_count = self.config.layer_groups
         layers = model.layers / g_count
         tokens = sum(chunk for _, chunk in prefill) + len(decode)
         # attention work: token x context pairs
@@ -565,118 +645,109 @@ class Engine:
             + tokens * model.hidden * 2 * layers
         )
         write_g = kv_write / g_count + tokens * model.hidden * 2 * layers
-        flops_chip, read_chip, write_chip = flops_g / n, read_g / n, write_g / n
-        ar_bytes = int(tokens * model.hidden * 2 * 2 * layers)
-        n_coll = round(2 * layers)
-        links = self._links(host.index)
+        return _GroupWork(
+            layers=layers,
+            flops_chip=flops_g / n,
+            read_chip=read_g / n,
+            write_chip=write_g / n,
+            ar_bytes=int(tokens * model.hidden * 2 * 2 * layers),
+            n_coll=round(2 * layers),
+        )
+
+    def _run_compute(self, host: _Host, t: int, work: _GroupWork) -> list[int]:
+        """Each chip's compute of one layer group from ``t`` (roofline time at its clock, its
+        slowdown, seeded noise), fed to the counter model; each chip's end."""
+        spec, n = self.specs, self.config.chips
         rng = self.rngs[host.index]
+        ends: list[int] = []
+        for c in range(n):
+            ratio = self.clock_ratio(host.index, c, t)
+            t_flops = work.flops_chip / (spec["peak_flops_bf16"] * _MFU * ratio)
+            t_mem = work.read_chip / (spec["memory_bandwidth"] * _MBU) + work.write_chip / (
+                spec["memory_bandwidth"] * _MBU
+            )
+            base = max(t_flops, t_mem) * 1e9 + _LAYER_OVERHEAD_NS * work.layers
+            dur = base * self.compute_factor.get((host.index, c), 1.0)
+            dur *= math.exp(rng.gauss(0.0, 0.02))
+            dur_ns = max(1_000, int(dur))
+            ends.append(t + dur_ns)
+            tensor = min(1.0, t_flops * 1e9 / dur_ns)
+            self._step_joules += self.counters.add_compute(
+                host.index * n + c,
+                t,
+                t + dur_ns,
+                flops=work.flops_chip,
+                read_bytes=work.read_chip,
+                written_bytes=work.write_chip,
+                tensor_fraction=tensor,
+                clock_ratio=ratio,
+                kernels=round(work.layers * 8),
+            )
+        return ends
+
+    def _run_all_reduce(
+        self, host: _Host, t: int, ends: list[int], work: _GroupWork
+    ) -> tuple[int, int, list[LinkTransfer]]:
+        """A layer group's all-reduce, once the last chip arrives: its link transfers, each
+        chip's wait and the collective, fed to the counter model and recorded; its start,
+        end and transfers."""
+        n = self.config.chips
+        ar_start = max(ends)
+        transfers, slowest = self._link_transfers(host, ar_start, work)
+        ar_end = ar_start + slowest + 5_000
         group_name = f"{host_name(host.index)}/tp"
-        t = now
-        groups: list[GroupRecord] = []
-        for g in range(g_count):
-            ends: list[int] = []
-            for c in range(n):
-                ratio = self.clock_ratio(host.index, c, t)
-                t_flops = flops_chip / (spec["peak_flops_bf16"] * _MFU * ratio)
-                t_mem = read_chip / (spec["memory_bandwidth"] * _MBU) + write_chip / (
-                    spec["memory_bandwidth"] * _MBU
-                )
-                base = max(t_flops, t_mem) * 1e9 + _LAYER_OVERHEAD_NS * layers
-                dur = base * self.compute_factor.get((host.index, c), 1.0)
-                dur *= math.exp(rng.gauss(0.0, 0.02))
-                dur_ns = max(1_000, int(dur))
-                ends.append(t + dur_ns)
-                tensor = min(1.0, t_flops * 1e9 / dur_ns)
-                self._step_joules += self.counters.add_compute(
-                    host.index * n + c,
-                    t,
-                    t + dur_ns,
-                    flops=flops_chip,
-                    read_bytes=read_chip,
-                    written_bytes=write_chip,
-                    tensor_fraction=tensor,
-                    clock_ratio=ratio,
-                    kernels=round(layers * 8),
-                )
-            host.seq += 1
-            if n < 2:
-                groups.append(
-                    GroupRecord(
-                        g,
-                        t,
-                        ends,
-                        ends[0],
-                        ends[0],
-                        flops_chip,
-                        read_chip + write_chip,
-                        0,
-                        host.seq,
-                        [],
-                    )
-                )
-                t = ends[0]
-                continue
-            ar_start = max(ends)
-            transfers: list[LinkTransfer] = []
-            if cfg.topology == "ring" or n == 2:
-                # bidirectional ring: 2(n-1)/n of the buffer crosses each link, half each way
-                per_dir = int((n - 1) / n * ar_bytes)
-                hops = 2 * (n - 1)
-            else:
-                per_dir = int(2 * ar_bytes / n)
-                hops = 2
-            slowest = 0
-            for a, b in links:
-                name = link_name(host.index, a, b)
-                bw = spec["link_bandwidth"] * self.link_factor.get(name, 1.0)
-                dur_ns = hops * n_coll * cfg.link_latency_ns + int(per_dir / bw * 1e9)
-                dur_ns = int(dur_ns * math.exp(rng.gauss(0.0, 0.01)))
-                directions = [(a, b), (b, a)] if (n == 2 or cfg.topology == "ring") else [(a, b)]
-                for src, dst in directions:
-                    transfers.append(
-                        LinkTransfer(name, src, dst, ar_start, ar_start + dur_ns, per_dir)
-                    )
-                    direction = "transmit" if src < dst else "receive"
-                    self.counters.add_link(name, direction, ar_start, ar_start + dur_ns, per_dir)
-                slowest = max(slowest, dur_ns)
-            ar_end = ar_start + slowest + 5_000
-            for c in range(n):
-                self._step_joules += self.counters.add_comm(
-                    host.index * n + c,
-                    ends[c],
-                    ar_end,
-                    clock_ratio=self.clock_ratio(host.index, c, t),
-                )
-                self.counters.add_collective(
-                    host.index * n + c,
-                    group=group_name,
-                    op="all_reduce",
-                    group_size=n,
-                    enter_ns=ends[c],
-                    last_arrival_ns=ar_start,
-                    exit_ns=ar_end,
-                    nbytes=ar_bytes,
-                )
-            cid = f"{group_name}:{host.seq}"
-            self.collectives.append(
-                CollectiveRecord(cid, host.index, ar_start, ar_end, list(ends), ar_bytes)
+        for c in range(n):
+            self._step_joules += self.counters.add_comm(
+                host.index * n + c,
+                ends[c],
+                ar_end,
+                clock_ratio=self.clock_ratio(host.index, c, t),
             )
-            groups.append(
-                GroupRecord(
-                    g,
-                    t,
-                    ends,
-                    ar_start,
-                    ar_end,
-                    flops_chip,
-                    read_chip + write_chip,
-                    ar_bytes,
-                    host.seq,
-                    transfers,
-                )
+            self.counters.add_collective(
+                host.index * n + c,
+                group=group_name,
+                op="all_reduce",
+                group_size=n,
+                enter_ns=ends[c],
+                last_arrival_ns=ar_start,
+                exit_ns=ar_end,
+                nbytes=work.ar_bytes,
             )
-            t = ar_end
-        return groups, t
+        cid = f"{group_name}:{host.seq}"
+        self.collectives.append(
+            CollectiveRecord(cid, host.index, ar_start, ar_end, list(ends), work.ar_bytes)
+        )
+        return ar_start, ar_end, transfers
+
+    def _link_transfers(
+        self, host: _Host, ar_start: int, work: _GroupWork
+    ) -> tuple[list[LinkTransfer], int]:
+        """The all-reduce's transfers on every link of the host's topology (seeded noise, the
+        link's slowdown), fed to the counter model; the transfers and the slowest one's
+        duration."""
+        cfg, n = self.config, self.config.chips
+        rng = self.rngs[host.index]
+        transfers: list[LinkTransfer] = []
+        if cfg.topology == "ring" or n == 2:
+            # bidirectional ring: 2(n-1)/n of the buffer crosses each link, half each way
+            per_dir = int((n - 1) / n * work.ar_bytes)
+            hops = 2 * (n - 1)
+        else:
+            per_dir = int(2 * work.ar_bytes / n)
+            hops = 2
+        slowest = 0
+        for a, b in self._links(host.index):
+            name = link_name(host.index, a, b)
+            bw = self.specs["link_bandwidth"] * self.link_factor.get(name, 1.0)
+            dur_ns = hops * work.n_coll * cfg.link_latency_ns + int(per_dir / bw * 1e9)
+            dur_ns = int(dur_ns * math.exp(rng.gauss(0.0, 0.01)))
+            directions = [(a, b), (b, a)] if (n == 2 or cfg.topology == "ring") else [(a, b)]
+            for src, dst in directions:
+                transfers.append(LinkTransfer(name, src, dst, ar_start, ar_start + dur_ns, per_dir))
+                direction = "transmit" if src < dst else "receive"
+                self.counters.add_link(name, direction, ar_start, ar_start + dur_ns, per_dir)
+            slowest = max(slowest, dur_ns)
+        return transfers, slowest
 
     def device(self, host: int, chip: int) -> str:
         """The telemetry name of a chip."""

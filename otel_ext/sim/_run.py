@@ -205,46 +205,14 @@ def run_simulation(
     """
     started = time.perf_counter()
     cfg = config.validated()
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        _clear_outputs(out)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot use output folder: {exc.strerror or exc}", path=str(out)
-        ) from None
+    out = _prepare_out_dir(out_dir)
     specs = device_specs(cfg.device_model)
-    rng = random.Random(f"clocks:{cfg.seed}")
-    host_clocks = [
-        HostClock.random(host_name(h), rng, reference=(h == 0)) for h in range(cfg.hosts)
-    ]
-    expected_ns = int(cfg.requests / cfg.arrival_rate * 1e9) + 2_000_000_000
-    chip_clocks = [
-        ChipClock.random(chip_name(h, c), rng, run_ns=expected_ns)
-        for h in range(cfg.hosts)
-        for c in range(cfg.chips)
-    ]
+    host_clocks, chip_clocks = _make_clocks(cfg)
     engine = Engine(cfg, specs, sink=None, counters=None, progress=progress)  # type: ignore[arg-type]
-    model = cfg.model
-    counters = SimCounterModel(
-        cfg,
-        specs,
-        host_clock=lambda h, t: host_clocks[h].read(t),
-        clock_ratio=engine.clock_ratio,
-        cooling_failed_at=engine.cooling_failed_at,
-        weights_bytes_per_chip=model.parameters * model.bytes_per_param / cfg.chips,
-        kv_bytes_per_token=model.kv_bytes_per_token,
-    )
+    counters = _counter_model(cfg, specs, engine, host_clocks)
     live = LiveCounters(counters)
     engine.counters = counters
-    span_exporters: list[SpanExporter] = [_span_exporter(out / "traces.jsonl")]
-    metric_exporters: list[MetricExporter] = [_metric_exporter(out / "metrics.jsonl")]
-    if timeline:
-        perfetto = _perfetto_exporter(out / "timeline.json")
-        span_exporters.append(perfetto)
-        metric_exporters.append(perfetto.metric_exporter())
-    span_exporter = _TeeSpanExporter(span_exporters)
-    metric_exporter = _TeeMetricExporter(metric_exporters)
+    span_exporter, metric_exporter = _exporters(out, timeline=timeline)
     telemetry = SimTelemetry(
         cfg,
         engine,
@@ -258,28 +226,17 @@ def run_simulation(
     engine.sink = telemetry
     if on_start is not None:
         on_start(live)
-    try:
-        engine.run()
-        telemetry.flush_device_activity(engine.end_ns)
-    finally:
-        telemetry.shutdown()
-        span_exporter.shutdown()
-        metric_exporter.shutdown()
+    _run_to_end(engine, telemetry, span_exporter, metric_exporter)
     spans = sum(p.exported for p in telemetry.processors)
-    files = {"traces.jsonl": out / "traces.jsonl", "metrics.jsonl": out / "metrics.jsonl"}
     truth = _truth(cfg, engine, host_clocks, chip_clocks, spans, telemetry.metric_points)
-    truth_path = out / "truth.json"
-    truth_path.write_text(json.dumps(truth, separators=(",", ":")) + "\n", encoding="utf-8")
-    files["truth.json"] = truth_path
-    if timeline:
-        files["timeline.json"] = out / "timeline.json"
-    steps = sum(h.step for h in engine.hosts)
+    text = json.dumps(truth, separators=(",", ":")) + "\n"
+    (out / "truth.json").write_text(text, encoding="utf-8")
     return SimResult(
         out_dir=out,
-        files=files,
+        files=_output_files(out, timeline=timeline),
         config=cfg,
         requests=engine.done,
-        steps=steps,
+        steps=sum(h.step for h in engine.hosts),
         collectives=len(engine.collectives),
         spans=spans,
         metric_points=telemetry.metric_points,
@@ -287,6 +244,92 @@ def run_simulation(
         wall_seconds=time.perf_counter() - started,
         counters=live,
     )
+
+
+def _run_to_end(
+    engine: Engine,
+    telemetry: SimTelemetry,
+    span_exporter: SpanExporter,
+    metric_exporter: MetricExporter,
+) -> None:
+    """Run the engine to its end and record the device activity still buffered; the
+    telemetry and exporters shut down (files complete) whatever happens."""
+    try:
+        engine.run()
+        telemetry.flush_device_activity(engine.end_ns)
+    finally:
+        telemetry.shutdown()
+        span_exporter.shutdown()
+        metric_exporter.shutdown()
+
+
+def _output_files(out: Path, *, timeline: bool) -> dict[str, Path]:
+    """The run's output files by name (the timeline when one is written)."""
+    names = ["traces.jsonl", "metrics.jsonl", "truth.json"]
+    if timeline:
+        names.append("timeline.json")
+    return {name: out / name for name in names}
+
+
+def _prepare_out_dir(out_dir: str | os.PathLike[str]) -> Path:
+    """The output folder, created, with an earlier run's outputs removed.
+
+    Raises:
+        ConfigError: the folder cannot be created or cleared.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _clear_outputs(out)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use output folder: {exc.strerror or exc}", path=str(out)
+        ) from None
+    return out
+
+
+def _make_clocks(cfg: SimConfig) -> tuple[list[HostClock], list[ChipClock]]:
+    """Each host's clock (host 0 the reference) and each chip's counter clock, host-major,
+    drawn from one generator seeded by the run's seed."""
+    rng = random.Random(f"clocks:{cfg.seed}")
+    host_clocks = [
+        HostClock.random(host_name(h), rng, reference=(h == 0)) for h in range(cfg.hosts)
+    ]
+    expected_ns = int(cfg.requests / cfg.arrival_rate * 1e9) + 2_000_000_000
+    chip_clocks = [
+        ChipClock.random(chip_name(h, c), rng, run_ns=expected_ns)
+        for h in range(cfg.hosts)
+        for c in range(cfg.chips)
+    ]
+    return host_clocks, chip_clocks
+
+
+def _counter_model(
+    cfg: SimConfig, specs: dict[str, float], engine: Engine, host_clocks: list[HostClock]
+) -> SimCounterModel:
+    """The counter model: samples stamped with their host's clock, chips at the engine's
+    clock ratio, the model's weights and KV cache in device memory."""
+    model = cfg.model
+    return SimCounterModel(
+        cfg,
+        specs,
+        host_clock=lambda h, t: host_clocks[h].read(t),
+        clock_ratio=engine.clock_ratio,
+        cooling_failed_at=engine.cooling_failed_at,
+        weights_bytes_per_chip=model.parameters * model.bytes_per_param / cfg.chips,
+        kv_bytes_per_token=model.kv_bytes_per_token,
+    )
+
+
+def _exporters(out: Path, *, timeline: bool) -> tuple[_TeeSpanExporter, _TeeMetricExporter]:
+    """The span and metric exporters: OTLP JSON lines files, and the Perfetto timeline."""
+    span_exporters: list[SpanExporter] = [_span_exporter(out / "traces.jsonl")]
+    metric_exporters: list[MetricExporter] = [_metric_exporter(out / "metrics.jsonl")]
+    if timeline:
+        perfetto = _perfetto_exporter(out / "timeline.json")
+        span_exporters.append(perfetto)
+        metric_exporters.append(perfetto.metric_exporter())
+    return _TeeSpanExporter(span_exporters), _TeeMetricExporter(metric_exporters)
 
 
 def _truth(
