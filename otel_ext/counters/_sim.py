@@ -245,7 +245,6 @@ class BuiltinSimModel:
         dt = 0.0 if self._last_ns is None else max(0.0, (now_ns - self._last_ns) / 1e9)
         self._last_ns = now_ns
         t = (now_ns - self._t0) / 1e9
-        wrap = 2**self.bits
         out: list[Sample] = []
         host = self.host
         for i in range(self.chips):
@@ -259,86 +258,11 @@ class BuiltinSimModel:
                 HW_VENDOR: str(self.spec.get("vendor", "sim")).upper(),
                 HW_MODEL: self.model,
             }
-            for metric, k in (
-                (METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, "elapsed"),
-                (METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, "active"),
-                (METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, "tensor"),
-            ):
-                v = self._add((dev, k), r[k] * dt)
-                out.append(
-                    Sample(metric, attrs, float(int(v) % wrap), now_ns, CLOCK_SIM, self.bits)
-                )
-            for metric, k in (
-                (METRIC_ACCEL_DEVICE_OPERATIONS, "ops"),
-                (METRIC_ACCEL_MEMORY_IO_READ, "rd"),
-                (METRIC_ACCEL_MEMORY_IO_WRITTEN, "wr"),
-            ):
-                out.append(Sample(metric, attrs, self._add((dev, k), r[k] * dt), now_ns, CLOCK_SIM))
-            out.append(
-                Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, attrs, r["freq"], now_ns, CLOCK_SIM)
-            )
-            reasons = 4.0 if i == self.throttled_chip else 0.0  # 0x4: software power cap
-            out.append(
-                Sample(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, attrs, reasons, now_ns, CLOCK_SIM)
-            )
-            util = r["active"] / r["elapsed"] if r["elapsed"] else 0.0
-            out.append(Sample(METRIC_HW_GPU_UTILIZATION, hw, util, now_ns, CLOCK_SIM))
-            for state in ("ok", "degraded", "failed"):
-                status = {**hw, HW_STATE: state}
-                ok = 1.0 if state == "ok" else 0.0
-                out.append(Sample(METRIC_HW_STATUS, status, ok, now_ns, CLOCK_SIM))
-            out.append(Sample(METRIC_HW_POWER, hw, r["power"], now_ns, CLOCK_SIM))
-            out.append(
-                Sample(
-                    METRIC_HW_ENERGY,
-                    hw,
-                    self._add((dev, "energy"), r["power"] * dt),
-                    now_ns,
-                    CLOCK_SIM,
-                )
-            )
-            out.append(Sample(METRIC_HW_TEMPERATURE, hw, r["temp"], now_ns, CLOCK_SIM))
-            out.append(Sample(METRIC_HW_GPU_MEMORY_USAGE, hw, r["mem_used"], now_ns, CLOCK_SIM))
-            out.append(
-                Sample(
-                    METRIC_HW_GPU_MEMORY_LIMIT,
-                    hw,
-                    float(self.spec["memory_size"]),
-                    now_ns,
-                    CLOCK_SIM,
-                )
-            )
+            out.extend(self._device_samples(i, attrs, r, dt, now_ns))
+            out.extend(self._hardware_samples(dev, hw, r, dt, now_ns))
             if self.chips > 1:
-                for direction in ("transmit", "receive"):
-                    la = {
-                        ACCEL_LINK_ID: self.link(i),
-                        ACCEL_DEVICE_ID: dev,
-                        ACCEL_HOST_ID: host,
-                        ACCEL_DEVICE_MODEL: self.model,
-                        NETWORK_IO_DIRECTION: direction,
-                    }
-                    v = self._add((self.link(i), direction), r["link"] * dt)
-                    out.append(Sample(METRIC_ACCEL_LINK_IO, la, v, now_ns, CLOCK_SIM))
-            counts = self._hist.setdefault(dev, [0] * (len(_HIST_BOUNDS) + 1))
-            obs = r["collective_s"]
-            if dt > 0:
-                idx = next((j for j, b in enumerate(_HIST_BOUNDS) if obs <= b), len(_HIST_BOUNDS))
-                counts[idx] += 1
-                self._hist_sum[dev] = self._hist_sum.get(dev, 0.0) + obs
-            out.append(
-                Sample(
-                    METRIC_ACCEL_COLLECTIVE_DURATION,
-                    {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: host, ACCEL_COLLECTIVE_GROUP: "tp0"},
-                    HistogramValue(
-                        _HIST_BOUNDS,
-                        tuple(counts),
-                        self._hist_sum.get(dev, 0.0),
-                        obs if dt > 0 else None,
-                    ),
-                    now_ns,
-                    CLOCK_SIM,
-                )
-            )
+                out.extend(self._link_samples(i, r, dt, now_ns))
+            out.append(self._collective_histogram(dev, r, dt, now_ns))
         for ttype, rate in (("output", 1000.0 * self.chips), ("input", 4000.0 * self.chips)):
             v = self._add((host, ttype), rate * dt)
             out.append(
@@ -351,3 +275,90 @@ class BuiltinSimModel:
                 )
             )
         return out
+
+    def _device_samples(
+        self, i: int, attrs: dict[str, str], r: dict[str, float], dt: float, now_ns: int
+    ) -> list[Sample]:
+        """Chip ``i``'s device counters: cycles (wrapping at ``bits``), operations, memory
+        bytes, clock frequency, throttle reasons."""
+        dev = attrs[ACCEL_DEVICE_ID]
+        wrap = 2**self.bits
+        out: list[Sample] = []
+        for metric, k in (
+            (METRIC_ACCEL_DEVICE_CYCLES_ELAPSED, "elapsed"),
+            (METRIC_ACCEL_DEVICE_CYCLES_ACTIVE, "active"),
+            (METRIC_ACCEL_DEVICE_CYCLES_TENSOR_ACTIVE, "tensor"),
+        ):
+            v = self._add((dev, k), r[k] * dt)
+            out.append(Sample(metric, attrs, float(int(v) % wrap), now_ns, CLOCK_SIM, self.bits))
+        for metric, k in (
+            (METRIC_ACCEL_DEVICE_OPERATIONS, "ops"),
+            (METRIC_ACCEL_MEMORY_IO_READ, "rd"),
+            (METRIC_ACCEL_MEMORY_IO_WRITTEN, "wr"),
+        ):
+            out.append(Sample(metric, attrs, self._add((dev, k), r[k] * dt), now_ns, CLOCK_SIM))
+        out.append(Sample(METRIC_ACCEL_DEVICE_CLOCK_FREQUENCY, attrs, r["freq"], now_ns, CLOCK_SIM))
+        reasons = 4.0 if i == self.throttled_chip else 0.0  # 0x4: software power cap
+        out.append(Sample(METRIC_ACCEL_DEVICE_THROTTLE_REASONS, attrs, reasons, now_ns, CLOCK_SIM))
+        return out
+
+    def _hardware_samples(
+        self, dev: str, hw: dict[str, str], r: dict[str, float], dt: float, now_ns: int
+    ) -> list[Sample]:
+        """A chip's ``hw.*`` series: utilization, status (always ok), power, energy,
+        temperature, memory in use and its limit."""
+        util = r["active"] / r["elapsed"] if r["elapsed"] else 0.0
+        out = [Sample(METRIC_HW_GPU_UTILIZATION, hw, util, now_ns, CLOCK_SIM)]
+        for state in ("ok", "degraded", "failed"):
+            status = {**hw, HW_STATE: state}
+            ok = 1.0 if state == "ok" else 0.0
+            out.append(Sample(METRIC_HW_STATUS, status, ok, now_ns, CLOCK_SIM))
+        energy = self._add((dev, "energy"), r["power"] * dt)
+        memory_size = float(self.spec["memory_size"])
+        out += [
+            Sample(METRIC_HW_POWER, hw, r["power"], now_ns, CLOCK_SIM),
+            Sample(METRIC_HW_ENERGY, hw, energy, now_ns, CLOCK_SIM),
+            Sample(METRIC_HW_TEMPERATURE, hw, r["temp"], now_ns, CLOCK_SIM),
+            Sample(METRIC_HW_GPU_MEMORY_USAGE, hw, r["mem_used"], now_ns, CLOCK_SIM),
+            Sample(METRIC_HW_GPU_MEMORY_LIMIT, hw, memory_size, now_ns, CLOCK_SIM),
+        ]
+        return out
+
+    def _link_samples(self, i: int, r: dict[str, float], dt: float, now_ns: int) -> list[Sample]:
+        """Chip ``i``'s ring link to its successor: bytes each way."""
+        out: list[Sample] = []
+        for direction in ("transmit", "receive"):
+            la = {
+                ACCEL_LINK_ID: self.link(i),
+                ACCEL_DEVICE_ID: self.device(i),
+                ACCEL_HOST_ID: self.host,
+                ACCEL_DEVICE_MODEL: self.model,
+                NETWORK_IO_DIRECTION: direction,
+            }
+            v = self._add((self.link(i), direction), r["link"] * dt)
+            out.append(Sample(METRIC_ACCEL_LINK_IO, la, v, now_ns, CLOCK_SIM))
+        return out
+
+    def _collective_histogram(
+        self, dev: str, r: dict[str, float], dt: float, now_ns: int
+    ) -> Sample:
+        """A chip's ``accel.collective.duration`` histogram, one observation per read that
+        moved time forward."""
+        counts = self._hist.setdefault(dev, [0] * (len(_HIST_BOUNDS) + 1))
+        obs = r["collective_s"]
+        if dt > 0:
+            idx = next((j for j, b in enumerate(_HIST_BOUNDS) if obs <= b), len(_HIST_BOUNDS))
+            counts[idx] += 1
+            self._hist_sum[dev] = self._hist_sum.get(dev, 0.0) + obs
+        return Sample(
+            METRIC_ACCEL_COLLECTIVE_DURATION,
+            {ACCEL_DEVICE_ID: dev, ACCEL_HOST_ID: self.host, ACCEL_COLLECTIVE_GROUP: "tp0"},
+            HistogramValue(
+                _HIST_BOUNDS,
+                tuple(counts),
+                self._hist_sum.get(dev, 0.0),
+                obs if dt > 0 else None,
+            ),
+            now_ns,
+            CLOCK_SIM,
+        )
