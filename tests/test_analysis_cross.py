@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_ext.analysis.cross.alignment import align_ranks, count_violations
-from otel_ext.analysis.cross.collective_match import link_stats, match_collectives
+from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.cross.counter_evidence import change_point, correlate_counters
 from otel_ext.analysis.cross.critical_path import critical_path, straggler_saving
 from otel_ext.analysis.cross.imbalance import load_imbalance
+from otel_ext.analysis.cross.link_stats import link_stats
 from otel_ext.analysis.cross.stragglers import find_stragglers
 from otel_ext.analysis.loaders import MetricPoints
 from otel_ext.analysis.rank.roofline import roofline

@@ -608,7 +608,9 @@ def _analyze(
     for row in links:
         port = by_host.get(row["host"]) if row["kind"] == "nic" else None
         if port is not None:
-            row.update(slowness=port["slowness"], basis=port["reference"], slow=port["chosen"])
+            row.update(
+                {"slowness": port["slowness"], "basis": port["reference"], "slow": port["chosen"]}
+            )
     network = _network(aligned, amatch, names, th, nominal_bw=_spec(model, "nic_bandwidth"))
     peers = _peer_groups(amatch)
     run_list = runs_summary(aligned)

@@ -16,7 +16,7 @@ numbers it rests on) and a one-line ``summary``. The kinds, and how they are tol
   in most of them, while no rank computes slowly; the link's counters are shown.
 * **slow-nic**: transfers through one host's network port (KV-cache, inter-host) run well
   below the port's expected rate, and that port explains the slow transfers better than
-  any other (see :func:`~otel_ext.analysis.cross.collective_match.port_stats`; when two ports crossed
+  any other (see :func:`~otel_ext.analysis.cross.link_stats.port_stats`; when two ports crossed
   exactly the same transfers the finding says it is ambiguous, unless one port's error
   counter settles it).
 * **exposed-communication**: communication not hidden behind computation takes a large share
@@ -60,6 +60,7 @@ from otel_ext._arrays import median
 from otel_ext.analysis.cross.collective_match import CollectiveMatch
 from otel_ext.analysis.cross.counter_evidence import correlate_counters, series_of
 from otel_ext.analysis.cross.critical_path import straggler_saving
+from otel_ext.analysis.cross.link_stats import LinkStat, PortStat
 from otel_ext.analysis.cross.nic_stats import path_nic_evidence
 from otel_ext.analysis.cross.stragglers import StragglerReport
 from otel_ext.analysis.significance import ALPHA
@@ -274,8 +275,8 @@ def build_findings(
     *,
     match: CollectiveMatch,
     stragglers: StragglerReport,
-    links: list[dict[str, Any]],
-    ports: Sequence[dict[str, Any]] = (),
+    links: Sequence[LinkStat],
+    ports: Sequence[PortStat] = (),
     coverage: dict[str, float] | None = None,
     metrics: Any = None,
     overlap: Sequence[dict[str, Any]] = (),
@@ -295,9 +296,9 @@ def build_findings(
     Args:
         match: collectives matched across ranks (aligned).
         stragglers: :func:`~otel_ext.analysis.cross.stragglers.find_stragglers`'s report.
-        links: :func:`~otel_ext.analysis.cross.collective_match.link_stats`'s rows (a chip link's
+        links: :func:`~otel_ext.analysis.cross.link_stats.link_stats`'s rows (a chip link's
             ``group``, when set, is the collective group its transfers served).
-        ports: :func:`~otel_ext.analysis.cross.collective_match.port_stats`'s rows.
+        ports: :func:`~otel_ext.analysis.cross.link_stats.port_stats`'s rows.
         coverage: per collective group, the share of its collectives traced
             (:func:`~otel_ext.analysis.cross.collective_match.sampled_fraction`): costs measured on
             traced collectives are divided by it to estimate the whole run's.
@@ -509,9 +510,9 @@ def build_findings(
         if p["ambiguous"] and have_metrics:
             # the transfers cannot tell the ports apart; a port counting errors can
             errs = {c: _port_errors(metrics, c) for c in p["candidates"]}
-            worst = max(errs, key=lambda c: errs[c])
-            if errs[worst] > 0 and sum(1 for v in errs.values() if v > 0) == 1:
-                target, resolved = worst, {"by": M.METRIC_HW_ERRORS, "errors": errs}
+            worst_port = max(errs, key=lambda c: errs[c])
+            if errs[worst_port] > 0 and sum(1 for v in errs.values() if v > 0) == 1:
+                target, resolved = worst_port, {"by": M.METRIC_HW_ERRORS, "errors": errs}
                 p = {**p, "ambiguous": False}
         evidence = {
             "port": target,
