@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Required, TypedDict
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from otel_ext.analysis.table import Category, EventTable
 __all__ = [
     "HOST_COLLECTIVE_FAMILIES",
     "CollectiveMatch",
+    "CollectiveMismatch",
+    "CollectiveRow",
+    "CollectiveSummary",
     "bus_factor",
     "host_collective_rows",
     "match_collectives",
@@ -99,6 +102,59 @@ def bus_factor(op: str, n: int) -> float:
     return 1.0
 
 
+class CollectiveMismatch(TypedDict, total=False):
+    """One entry of :meth:`CollectiveMatch.mismatches` (the report's ``mismatches``).
+
+    ``kind`` ``bytes``: an instance whose members name different sizes (``key``, ``op``,
+    ``group``, ``bytes_min``, ``bytes_max``), or only ``more``: how many such instances the
+    list leaves out. ``kind`` ``count``: ranks whose number of calls of one ``op`` in one
+    ``group`` differs from the ``typical_calls`` (``ranks``: rank -> its calls).
+    """
+
+    kind: Required[str]
+    key: str
+    op: str
+    group: str
+    bytes_min: int
+    bytes_max: int
+    more: int
+    typical_calls: int
+    ranks: dict[str, int]
+
+
+class CollectiveRow(TypedDict):
+    """One collective instance of :meth:`CollectiveMatch.rows` (the report's ``instances``)."""
+
+    key: str
+    op: str
+    group: str
+    n_ranks: int
+    group_size: int
+    group_size_from: str  # "metadata" or "ranks seen"
+    bytes: int
+    first_arrival_ns: int
+    last_arrival_ns: int
+    last_rank: int
+    start_skew_ns: int
+    end_skew_ns: int
+    transfer_ns: int
+    total_wait_ns: int
+    algbw: float | None
+    busbw: float | None
+
+
+class CollectiveSummary(TypedDict):
+    """One (operation, group) of :meth:`CollectiveMatch.summary` (the report's ``summary``)."""
+
+    op: str
+    group: str
+    count: int
+    total_wait_ns: int
+    median_transfer_ns: int
+    median_start_skew_ns: int
+    median_busbw: float | None
+
+
 @dataclass
 class CollectiveMatch:
     """Collectives matched across ranks.
@@ -128,7 +184,7 @@ class CollectiveMatch:
     group_size: np.ndarray | None = None  # from metadata per instance, -1 where unknown
     bytes_min: np.ndarray | None = None  # the smallest and largest bytes its members name
     bytes_max: np.ndarray | None = None
-    count_mismatches: list[dict[str, Any]] | None = None
+    count_mismatches: list[CollectiveMismatch] | None = None
 
     def __post_init__(self) -> None:
         self._derive()
@@ -220,7 +276,7 @@ class CollectiveMatch:
             self.count_mismatches,
         )
 
-    def mismatches(self) -> list[dict[str, Any]]:
+    def mismatches(self) -> list[CollectiveMismatch]:
         """Members matched as one collective that disagree (a desync, or a wrong match).
 
         Two kinds: an instance whose members name different sizes for an operation where
@@ -228,7 +284,7 @@ class CollectiveMatch:
         reduce); and, when matched by order, ranks that recorded different numbers of one
         operation in one group (their n-th calls cannot all be the same collective).
         """
-        out: list[dict[str, Any]] = []
+        out: list[CollectiveMismatch] = []
         if self.bytes_min is not None and self.bytes_max is not None and self.n_instances:
             bad = np.flatnonzero(
                 (self.bytes_min > 0)
@@ -251,7 +307,7 @@ class CollectiveMatch:
         out.extend(self.count_mismatches or [])
         return out
 
-    def rows(self, *, limit: int | None = None) -> list[dict[str, Any]]:
+    def rows(self, *, limit: int | None = None) -> list[CollectiveRow]:
         """One JSON-ready row per collective instance, most waited-for first (up to ``limit``)."""
         inst = self.member_instance
         total_wait = np.zeros(self.n_instances, dtype=np.int64)
@@ -259,7 +315,7 @@ class CollectiveMatch:
         order = np.argsort(-total_wait, kind="stable")
         if limit is not None:
             order = order[:limit]
-        out = []
+        out: list[CollectiveRow] = []
         for k in order:
             out.append(
                 {
@@ -283,7 +339,7 @@ class CollectiveMatch:
             )
         return out
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self) -> list[CollectiveSummary]:
         """Per operation and group: count, total wait, median transfer time and bus bandwidth.
 
         One pass: instances coded by (op, group) once, then grouped sums and medians (no mask
@@ -305,7 +361,7 @@ class CollectiveMatch:
         skew = group_median(self.start_skew_ns, code, n)
         finite = np.isfinite(self.busbw)
         bw = group_median(self.busbw[finite], code[finite], n)
-        out = []
+        out: list[CollectiveSummary] = []
         for (op, grp), i in sorted(pairs.items()):
             out.append(
                 {
@@ -473,69 +529,89 @@ def _op_codes(table: EventTable, rows: np.ndarray) -> tuple[np.ndarray, list[str
     return codes, list(ops)
 
 
-def _match(
-    table: EventTable, rows: np.ndarray, source: str, *, alias: np.ndarray | None = None
-) -> CollectiveMatch:
-    """Match ``rows`` into collective instances; a row with ``alias[i] >= 0`` takes the key of
-    row ``alias[i]`` (and merges into its member) instead of being numbered itself."""
-    rank = table["rank"][rows].astype(np.int64)
-    start = table["start_ns"][rows]
-    end = table["end_ns"][rows]
-    group = table["coll_group"][rows].astype(np.int64)
-    op_code, op_names = _op_codes(table, rows)
-    if source == "ordinal":
-        # each rank's n-th collective of an (op, group) is the same collective
-        order = np.lexsort((start, group, op_code, rank))
-        k_rank, k_op, k_grp = rank[order], op_code[order], group[order]
-        new = np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_op[1:] != k_op[:-1])]
-        new |= np.r_[True, k_grp[1:] != k_grp[:-1]]
-        if alias is not None and (alias >= 0).any():
-            # numbered among the primary rows only; an aliased row copies its partner's key
-            prim = np.flatnonzero(alias < 0)
-            order = prim[np.lexsort((start[prim], group[prim], op_code[prim], rank[prim]))]
-            k_rank, k_op, k_grp = rank[order], op_code[order], group[order]
-            new = np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_op[1:] != k_op[:-1])]
-            new |= np.r_[True, k_grp[1:] != k_grp[:-1]]
-        idx = np.arange(len(order))
-        first = np.maximum.accumulate(np.where(new, idx, 0))
-        ordinal = np.zeros(len(rows), dtype=np.int64)
-        ordinal[order] = idx - first
-        if alias is not None and (alias >= 0).any():
-            al = np.flatnonzero(alias >= 0)
-            op_code = op_code.copy()
-            group = group.copy()
-            ordinal[al] = ordinal[alias[al]]
-            op_code[al] = op_code[alias[al]]
-            group[al] = group[alias[al]]
-        key = np.stack([np.zeros_like(rank), op_code, group, ordinal], axis=1)
-    else:
-        cid = table["coll_id"][rows].astype(np.int64)
-        seq = table["coll_seq"][rows]
-        use_id = cid > 0
-        key = np.stack(
-            [
-                use_id.astype(np.int64),
-                np.where(use_id, cid, op_code * 0),
-                np.where(use_id, 0, group),
-                np.where(use_id, -1, seq),
-            ],
-            axis=1,
-        )
-        if not use_id.all():
-            # group + seq alone may repeat across operations in some producers: add the op
-            key[:, 1] = np.where(use_id, cid, op_code)
-    if len(rows) == 0:
-        return _empty(source)
+def _ordinal_keys(
+    rank: np.ndarray,
+    start: np.ndarray,
+    op_code: np.ndarray,
+    group: np.ndarray,
+    alias: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Keys ``(0, op, group, ordinal)`` when matching by order: each rank's n-th collective
+    of an (op, group) is the same collective. Rows with ``alias >= 0`` are not numbered but
+    copy their partner's op, group and ordinal; returns the keys and the (copied) op and
+    group codes."""
+    aliased = alias is not None and bool((alias >= 0).any())
+    # numbered among the primary rows only; an aliased row copies its partner's key
+    prim = np.flatnonzero(alias < 0) if alias is not None and aliased else np.arange(len(rank))
+    order = prim[np.lexsort((start[prim], group[prim], op_code[prim], rank[prim]))]
+    k_rank, k_op, k_grp = rank[order], op_code[order], group[order]
+    new = np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_op[1:] != k_op[:-1])]
+    new |= np.r_[True, k_grp[1:] != k_grp[:-1]]
+    idx = np.arange(len(order))
+    first = np.maximum.accumulate(np.where(new, idx, 0))
+    ordinal = np.zeros(len(rank), dtype=np.int64)
+    ordinal[order] = idx - first
+    if alias is not None and aliased:
+        al = np.flatnonzero(alias >= 0)
+        op_code = op_code.copy()
+        group = group.copy()
+        ordinal[al] = ordinal[alias[al]]
+        op_code[al] = op_code[alias[al]]
+        group[al] = group[alias[al]]
+    key = np.stack([np.zeros_like(rank), op_code, group, ordinal], axis=1)
+    return key, op_code, group
+
+
+def _id_keys(
+    table: EventTable, rows: np.ndarray, op_code: np.ndarray, group: np.ndarray
+) -> np.ndarray:
+    """Keys ``(1, id, 0, -1)`` for rows with a collective id, else ``(0, op, group, seq)``
+    (group and sequence number alone may repeat across operations in some producers)."""
+    cid = table["coll_id"][rows].astype(np.int64)
+    seq = table["coll_seq"][rows]
+    use_id = cid > 0
+    key = np.stack(
+        [
+            use_id.astype(np.int64),
+            np.where(use_id, cid, op_code * 0),
+            np.where(use_id, 0, group),
+            np.where(use_id, -1, seq),
+        ],
+        axis=1,
+    )
+    if not use_id.all():
+        key[:, 1] = np.where(use_id, cid, op_code)
+    return key
+
+
+def _within_runs(table: EventTable, rank: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """``key`` with each row's run prepended when the table holds files of separate runs (a
+    collective is within one run)."""
     runs = rank_runs(table)
-    if len(set(runs.values())) > 1:  # files of separate runs: a collective is within one
-        rk = np.array(sorted(runs), dtype=np.int64)
-        run_ids = np.array([runs[r] for r in rk.tolist()], dtype=np.int64)
-        key = np.column_stack([run_ids[np.searchsorted(rk, rank)], key])
-    ukeys, inst = np.unique(key, axis=0, return_inverse=True)
-    inst = inst.reshape(-1)
-    # merge rows of one (instance, rank)
-    mk = np.stack([inst, rank], axis=1)
-    umk, member_of_row = np.unique(mk, axis=0, return_inverse=True)
+    if len(set(runs.values())) <= 1:
+        return key
+    rk = np.array(sorted(runs), dtype=np.int64)
+    run_ids = np.array([runs[r] for r in rk.tolist()], dtype=np.int64)
+    return np.column_stack([run_ids[np.searchsorted(rk, rank)], key])
+
+
+@dataclass
+class _Members:
+    """Rows merged into members, one per (instance, rank): first start, last end, first
+    row."""
+
+    ids: np.ndarray  # (instance, rank) per member, sorted
+    of_row: np.ndarray  # each row's member
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    row: np.ndarray  # the member's first row of the table
+
+
+def _merge_members(
+    inst: np.ndarray, rank: np.ndarray, start: np.ndarray, end: np.ndarray, rows: np.ndarray
+) -> _Members:
+    """Merge the rows of one (instance, rank) into one member."""
+    umk, member_of_row = np.unique(np.stack([inst, rank], axis=1), axis=0, return_inverse=True)
     member_of_row = member_of_row.reshape(-1)
     m = len(umk)
     ms = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
@@ -544,31 +620,42 @@ def _match(
     np.maximum.at(me, member_of_row, end)
     mrow = np.zeros(m, dtype=np.int64)
     mrow[member_of_row[::-1]] = rows[::-1]
-    # keep instances with at least two ranks
-    counts = np.bincount(umk[:, 0], minlength=len(ukeys))
-    keep_inst = counts >= 2
-    new_id = np.cumsum(keep_inst) - 1
-    keep_member = keep_inst[umk[:, 0]]
-    member_new = np.cumsum(keep_member) - 1
-    keep_row = keep_member[member_of_row]
-    kept_insts = np.flatnonzero(keep_inst)
-    # per-instance descriptors
-    first_row_of_inst = np.zeros(len(ukeys), dtype=np.int64)
-    first_row_of_inst[inst[::-1]] = np.arange(len(rows))[::-1]
-    nbytes = np.full(len(ukeys), -1, dtype=np.int64)
+    return _Members(umk, member_of_row, ms, me, mrow)
+
+
+def _instance_sizes(
+    table: EventTable, rows: np.ndarray, inst: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance: the largest and smallest bytes its rows name (-1 none) and the largest
+    group size (-1 unknown)."""
+    nbytes = np.full(n, -1, dtype=np.int64)
     row_bytes = table["coll_bytes"][rows]
     np.maximum.at(nbytes, inst, row_bytes)
-    bmin = np.full(len(ukeys), np.iinfo(np.int64).max, dtype=np.int64)
+    bmin = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     has_b = row_bytes > 0
     np.minimum.at(bmin, inst[has_b], row_bytes[has_b])
     bmin[bmin == np.iinfo(np.int64).max] = -1
-    gsize = np.full(len(ukeys), -1, dtype=np.int64)
+    gsize = np.full(n, -1, dtype=np.int64)
     np.maximum.at(gsize, inst, table["coll_group_size"][rows].astype(np.int64))
+    return nbytes, bmin, gsize
+
+
+def _instance_labels(
+    table: EventTable,
+    kept: np.ndarray,
+    first_row: np.ndarray,
+    ukeys: np.ndarray,
+    codes: tuple[np.ndarray, list[str], np.ndarray],
+    source: str,
+) -> tuple[list[str], list[str], list[str]]:
+    """The op, group and key text of each kept instance, from its first row; ``codes`` are
+    the rows' op codes, the op names and the rows' group codes."""
+    op_code, op_names, group = codes
     ops, groups, keys = [], [], []
     gstrings = table.strings["coll_group"]
     istrings = table.strings["coll_id"]
-    for k in kept_insts:
-        r = first_row_of_inst[k]
+    for k in kept:
+        r = first_row[k]
         op = op_names[int(op_code[r])]
         grp = gstrings[int(group[r])]
         ops.append(op)
@@ -580,25 +667,59 @@ def _match(
             keys.append(f"{op}/{grp}#{int(kk[3])}" if grp else f"{op}#{int(kk[3])}")
         else:
             keys.append(f"{grp}#{int(kk[3])}" if grp else f"{op}#{int(kk[3])}")
+    return ops, groups, keys
+
+
+def _match(
+    table: EventTable, rows: np.ndarray, source: str, *, alias: np.ndarray | None = None
+) -> CollectiveMatch:
+    """Match ``rows`` into collective instances; a row with ``alias[i] >= 0`` takes the key of
+    row ``alias[i]`` (and merges into its member) instead of being numbered itself."""
+    rank = table["rank"][rows].astype(np.int64)
+    start = table["start_ns"][rows]
+    group = table["coll_group"][rows].astype(np.int64)
+    op_code, op_names = _op_codes(table, rows)
+    if source == "ordinal":
+        key, op_code, group = _ordinal_keys(rank, start, op_code, group, alias)
+    else:
+        key = _id_keys(table, rows, op_code, group)
+    if len(rows) == 0:
+        return _empty(source)
+    ukeys, inst = np.unique(_within_runs(table, rank, key), axis=0, return_inverse=True)
+    inst = inst.reshape(-1)
+    mem = _merge_members(inst, rank, start, table["end_ns"][rows], rows)
+    # keep instances with at least two ranks
+    keep_inst = np.bincount(mem.ids[:, 0], minlength=len(ukeys)) >= 2
+    new_id = np.cumsum(keep_inst) - 1
+    keep_member = keep_inst[mem.ids[:, 0]]
+    member_new = np.cumsum(keep_member) - 1
+    keep_row = keep_member[mem.of_row]
+    kept = np.flatnonzero(keep_inst)
+    first_row = np.zeros(len(ukeys), dtype=np.int64)
+    first_row[inst[::-1]] = np.arange(len(rows))[::-1]
+    nbytes, bmin, gsize = _instance_sizes(table, rows, inst, len(ukeys))
+    ops, groups, keys = _instance_labels(
+        table, kept, first_row, ukeys, (op_code, op_names, group), source
+    )
     count_mm = (
         _count_mismatches(table, rank, op_code, op_names, group) if source == "ordinal" else []
     )
     return CollectiveMatch(
-        member_instance=new_id[umk[keep_member, 0]].astype(np.int64),
-        member_rank=umk[keep_member, 1].astype(np.int64),
-        member_start_ns=ms[keep_member],
-        member_end_ns=me[keep_member],
-        member_row=mrow[keep_member],
-        row_member=member_new[member_of_row[keep_row]].astype(np.int64),
+        member_instance=new_id[mem.ids[keep_member, 0]].astype(np.int64),
+        member_rank=mem.ids[keep_member, 1].astype(np.int64),
+        member_start_ns=mem.start_ns[keep_member],
+        member_end_ns=mem.end_ns[keep_member],
+        member_row=mem.row[keep_member],
+        row_member=member_new[mem.of_row[keep_row]].astype(np.int64),
         row_index=rows[keep_row],
         op=ops,
         group=groups,
         key=keys,
-        bytes=nbytes[kept_insts],
+        bytes=nbytes[kept],
         source=source,
-        group_size=gsize[kept_insts],
-        bytes_min=bmin[kept_insts],
-        bytes_max=nbytes[kept_insts],
+        group_size=gsize[kept],
+        bytes_min=bmin[kept],
+        bytes_max=nbytes[kept],
         count_mismatches=count_mm,
     )
 
@@ -609,7 +730,7 @@ def _count_mismatches(
     op_code: np.ndarray,
     op_names: list[str],
     group: np.ndarray,
-) -> list[dict[str, Any]]:
+) -> list[CollectiveMismatch]:
     """Per (operation, group): ranks whose number of calls differs from the others'."""
     runs = rank_runs(table)
     run = (
@@ -619,7 +740,7 @@ def _count_mismatches(
     )
     key = np.stack([run, op_code, group, rank], axis=1)
     ukey, counts = np.unique(key, axis=0, return_counts=True)
-    out: list[dict[str, Any]] = []
+    out: list[CollectiveMismatch] = []
     bounds = np.flatnonzero(np.r_[True, np.any(ukey[1:, :3] != ukey[:-1, :3], axis=1)])
     for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(ukey)].tolist()):
         c = counts[b:e]
