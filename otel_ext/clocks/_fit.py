@@ -46,6 +46,8 @@ and a curvature that proves too small is raised and the fit repeated.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -190,6 +192,349 @@ def _place_knots(
     return np.asarray(knots, dtype=np.intp)
 
 
+@dataclass(frozen=True)
+class _FitOptions:
+    """The options of one :func:`fit_clock` call, and what follows from them."""
+
+    counter_bits: int
+    ticks_per_second: float
+    domain: str | None
+    host_resolution_ns: float
+    target_model_error_ns: float
+    min_samples: int
+    max_rate_error_ppm: float
+    prior_drift_change_ppm_per_s: float
+
+    @property
+    def record(self) -> str | None:
+        """What errors name: the clock domain, when known."""
+        return f"domain {self.domain}" if self.domain else None
+
+    @property
+    def tick_ns(self) -> float:
+        """Nominal length of one tick in ns."""
+        return 1e9 / self.ticks_per_second
+
+    @property
+    def prior_curvature(self) -> float:
+        """Curvature assumed before it is measured (from the prior drift change rate)."""
+        slope0 = self.tick_ns
+        return self.prior_drift_change_ppm_per_s * 1e-6 * slope0 / self.ticks_per_second
+
+
+class _Brackets(NamedTuple):
+    """The input brackets, validated: host reads (int64 ns) and the counter (masked to its
+    width), in input order."""
+
+    hb: NDArray[np.int64]
+    raw: NDArray[np.uint64]
+    ha: NDArray[np.int64]
+
+
+def _validated(
+    host_before_ns: ArrayLike, device_ticks: ArrayLike, host_after_ns: ArrayLike, o: _FitOptions
+) -> _Brackets:
+    """The brackets as arrays, or :class:`ClockFitError` (NaN, shapes, counter options)."""
+    hb = _as_host(host_before_ns, "host_before_ns")
+    ha = _as_host(host_after_ns, "host_after_ns")
+    raw = _as_u64(device_ticks)
+    if raw.ndim != 1 or not (hb.size == raw.size == ha.size):
+        raise ClockFitError(
+            f"brackets need three 1-D arrays of one length, got {hb.size}, {raw.size}, {ha.size}",
+            record=o.record,
+        )
+    if not (1 <= o.counter_bits <= 64) or not o.ticks_per_second > 0:
+        raise ClockFitError(
+            f"counter_bits must be 1..64 and ticks_per_second positive, got {o.counter_bits}, {o.ticks_per_second}",
+            record=o.record,
+        )
+    if o.counter_bits < 64:
+        raw = raw & np.uint64((1 << o.counter_bits) - 1)
+    return _Brackets(hb, raw, ha)
+
+
+def _host_ordered(b: _Brackets, issues: list[str]) -> NDArray[np.intp]:
+    """Input indices of the brackets of positive width, in host order (zero-width or
+    reversed brackets dropped, said in ``issues``)."""
+    keep = b.ha > b.hb
+    if not keep.all():
+        first = int(np.argmin(keep))
+        issues.append(
+            f"{int((~keep).sum())} brackets with host_after <= host_before dropped "
+            f"(zero-width or non-monotonic host reads; first at bracket {first})"
+        )
+    idx = np.flatnonzero(keep)
+    return idx[np.lexsort((b.raw[idx], b.ha[idx], b.hb[idx]))]
+
+
+def _unwrapped(b: _Brackets, idx: NDArray[np.intp], o: _FitOptions) -> NDArray[np.int64]:
+    """Unwrapped ticks of the brackets ``idx`` (host order), wraps counted from host gaps."""
+    mid = (b.hb[idx] + b.ha[idx]) // 2
+    return _unwrap_sequence(b.raw[idx], mid, o.counter_bits, o.ticks_per_second)
+
+
+def _last_counter_epoch(
+    b: _Brackets, idx: NDArray[np.intp], o: _FitOptions, issues: list[str]
+) -> NDArray[np.intp]:
+    """Step 1: the brackets that agree with their neighbours on the counter, of its last epoch.
+
+    A torn, corrupt or backward read is dropped alone (never the good bracket after it);
+    after a counter reset the brackets split into epochs and the last one is fitted.
+    """
+    runs = counter_epochs(
+        _unwrapped(b, idx, o),
+        b.hb[idx],
+        b.ha[idx],
+        ticks_per_second=o.ticks_per_second,
+        max_rate_error_ppm=o.max_rate_error_ppm,
+        host_resolution_ns=o.host_resolution_ns,
+    )
+    if runs.outliers.size:
+        issues.append(
+            f"{runs.outliers.size} brackets whose device ticks disagree with their "
+            f"neighbours dropped (torn, corrupt or backwards reads): "
+            f"{_brackets(idx[runs.outliers])}"
+        )
+    if not runs.epochs:
+        raise InsufficientSamplesError(
+            f"no two of {b.hb.size} brackets agree on the device counter "
+            f"(ticks against host time off by more than {o.max_rate_error_ppm:g} ppm)",
+            record=o.record,
+        )
+    last = runs.epochs[-1]
+    if len(runs.epochs) > 1:
+        earlier = sum(int(e.size) for e in runs.epochs[:-1])
+        issues.append(
+            f"device counter reset or jumped {len(runs.epochs) - 1} time(s): fitted the "
+            f"last counter epoch, from bracket {int(idx[last[0]])} ({last.size} brackets); "
+            f"{earlier} brackets of earlier epochs not used"
+        )
+    return idx[last]
+
+
+def _distinct_ticks(
+    b: _Brackets, idx: NDArray[np.intp], o: _FitOptions, issues: list[str]
+) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+    """The brackets with strictly increasing unwrapped ticks, and those ticks.
+
+    Of overlapping brackets with equal (or, within a tick, backward) ticks, the wider is
+    dropped; gaps too long to count the wraps of a narrow counter are said in ``issues``.
+    """
+    if idx.size < 2:
+        raise InsufficientSamplesError(
+            f"need at least 2 usable brackets, got {idx.size} of {b.hb.size}", record=o.record
+        )
+    x = _unwrapped(b, idx, o)
+    if o.counter_bits < 64:
+        gaps = np.diff(x).astype(np.float64) * o.max_rate_error_ppm * 1e-6
+        if np.any(gaps >= (1 << o.counter_bits) / 4):
+            issues.append("gap between brackets too long to count counter wraps safely")
+    repeated: list[int] = []
+    while idx.size >= 2 and np.any(np.diff(x) <= 0):
+        clash = int(np.flatnonzero(np.diff(x) <= 0)[0])
+        widths = b.ha[idx[clash : clash + 2]] - b.hb[idx[clash : clash + 2]]
+        drop = clash + 1 if widths[1] >= widths[0] else clash
+        repeated.append(int(idx[drop]))
+        idx, x = np.delete(idx, drop), np.delete(x, drop)
+    if repeated:
+        issues.append(
+            f"{len(repeated)} brackets with repeated device ticks dropped: {_brackets(repeated)}"
+        )
+        if idx.size < 2:
+            raise InsufficientSamplesError(
+                "need at least 2 brackets with distinct ticks", record=o.record
+            )
+    return idx, x
+
+
+@dataclass(frozen=True)
+class _Feasible:
+    """The brackets still in the fit: input indices, unwrapped ticks, and each one's
+    interval ``[lo, hi]`` for the true host time of its read, widened by a tick at the
+    largest rate error and the host resolution.
+
+    Ticks count from ``tick_raw_ref`` and host times from ``host_ref_ns``: the raw counter
+    and ``host_before`` of the first bracket fitted, kept when brackets are dropped."""
+
+    idx: NDArray[np.intp]
+    x: NDArray[np.int64]
+    xs: NDArray[np.float64]
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
+    tick_raw_ref: int
+    host_ref_ns: int
+
+    @staticmethod
+    def of(b: _Brackets, idx: NDArray[np.intp], x: NDArray[np.int64], o: _FitOptions) -> _Feasible:
+        """The intervals of the brackets ``idx`` (ticks ``x``), relative to the first one."""
+        h0 = int(b.hb[idx[0]])
+        lo = (b.hb[idx] - h0).astype(np.float64) - o.tick_ns * (1.0 + o.max_rate_error_ppm * 1e-6)
+        hi = (b.ha[idx] - h0).astype(np.float64) + o.host_resolution_ns
+        return _Feasible(idx, x, x.astype(np.float64), lo, hi, int(b.raw[idx[0]]), h0)
+
+    def without(self, bad: NDArray[np.bool_], o: _FitOptions) -> _Feasible:
+        """These brackets less the ``bad`` ones; at least two must remain."""
+        keep = ~bad
+        out = _Feasible(
+            self.idx[keep],
+            self.x[keep],
+            self.xs[keep],
+            self.lo[keep],
+            self.hi[keep],
+            self.tick_raw_ref,
+            self.host_ref_ns,
+        )
+        if out.idx.size < 2:
+            raise InsufficientSamplesError("fewer than 2 consistent brackets", record=o.record)
+        return out
+
+
+class _KnotPass(NamedTuple):
+    """One pass of steps 2-4 at one curvature boost: knots and their feasible intervals."""
+
+    empty: NDArray[np.bool_]  # brackets whose first-pass interval is empty
+    knots: NDArray[np.intp]
+    k_lo: NDArray[np.float64]
+    k_hi: NDArray[np.float64]
+    seg_kappa: NDArray[np.float64]
+
+    @property
+    def infeasible(self) -> bool:
+        """A knot's interval is empty, or the knot centres do not increase."""
+        return bool(
+            np.any(self.k_lo > self.k_hi) or np.any(np.diff((self.k_lo + self.k_hi) / 2.0) <= 0)
+        )
+
+    def culprits(self) -> NDArray[np.bool_]:
+        """The brackets to drop when boosting the curvature did not help: those with an empty
+        first-pass interval, else the knots with an empty interval."""
+        bad = self.empty.copy()
+        if not bad.any():
+            bad[self.knots[self.k_lo > self.k_hi]] = True
+        return bad
+
+
+def _local_curvature(
+    f: _Feasible, boost: float, o: _FitOptions
+) -> tuple[NDArray[np.float64], int, NDArray[np.bool_]]:
+    """Step 3a: curvature bound per bracket (from a first pass at the boosted prior), the
+    stride it was measured at, and the brackets whose first-pass interval is empty."""
+    n = f.xs.size
+    prior = o.prior_curvature
+    k1 = np.full(n, prior * boost)
+    g_lo, g_hi = _intervals(f.xs, f.lo, f.hi, np.arange(n), k1, min(4, n))
+    empty = g_lo > g_hi
+    centre = np.where(empty, (f.lo + f.hi) / 2.0, (g_lo + g_hi) / 2.0)
+    half = np.where(empty, (f.hi - f.lo) / 2.0, (g_hi - g_lo) / 2.0)
+    kappa, stride = _curvature(f.xs, centre, half, prior)
+    kappa = np.maximum(kappa * boost, prior * 0.01)
+    if n < o.min_samples:
+        kappa = np.maximum(kappa, prior)
+    return kappa, stride, empty
+
+
+def _knot_pass(f: _Feasible, boost: float, o: _FitOptions) -> _KnotPass:
+    """Steps 2-4 once: curvature, knots placed for the target model error, and the
+    guaranteed interval of the map at each knot."""
+    kappa, stride, empty = _local_curvature(f, boost, o)
+    knots = _place_knots(f.xs, kappa, o.target_model_error_ns)
+    neighbours = max(2, min(_PAIR_NEIGHBOURS, 2 * stride))
+    k_lo, k_hi = _intervals(f.xs, f.lo, f.hi, knots, kappa, neighbours)
+    seg_kappa = np.array([kappa[a : b + 1].max() for a, b in itertools.pairwise(knots)])
+    return _KnotPass(empty, knots, k_lo, k_hi, seg_kappa)
+
+
+def _mapping_at_knots(f: _Feasible, p: _KnotPass, o: _FitOptions) -> ClockMapping:
+    """The mapping through the centres of the knots' intervals, bounded by their half-widths."""
+    try:
+        return ClockMapping(
+            knot_ticks=f.x[p.knots],
+            knot_host_ns=(p.k_lo + p.k_hi) / 2.0,
+            knot_bound_ns=(p.k_hi - p.k_lo) / 2.0,
+            segment_curvature=p.seg_kappa,
+            tick_raw_ref=f.tick_raw_ref,
+            host_ref_ns=f.host_ref_ns,
+            counter_bits=o.counter_bits,
+            ticks_per_second=o.ticks_per_second,
+            domain=o.domain,
+        )
+    except ClockFitError as exc:  # a safety net: name the brackets at the knots
+        raise ClockFitError(
+            f"{exc} (knots at {_brackets(f.idx[p.knots])})", record=o.record
+        ) from None
+
+
+def _inconsistent(mapping: ClockMapping, f: _Feasible, o: _FitOptions) -> NDArray[np.bool_]:
+    """The self-check: brackets the mapping does not meet within its bound."""
+    y, bound = mapping._eval(f.x)
+    y = y - 0.5 * o.tick_ns
+    return (y + bound < f.lo) | (y - bound > f.hi)
+
+
+class _Refit(NamedTuple):
+    """What the boost-and-drop loop ended with."""
+
+    mapping: ClockMapping | None
+    kept: _Feasible
+    boost: float
+    rejected: int
+
+
+def _fit_knots(f: _Feasible, o: _FitOptions) -> _Refit:
+    """Steps 2-4 until the mapping passes its self-check (at most six passes): when knots
+    are infeasible or brackets inconsistent, the curvature is raised (up to 16x), then the
+    offending brackets are dropped."""
+    rejected = 0
+    boost = 1.0
+    mapping: ClockMapping | None = None
+    for _attempt in range(6):
+        p = _knot_pass(f, boost, o)
+        if p.infeasible:
+            if boost < 16.0:
+                boost *= 4.0
+                continue
+            bad = p.culprits()
+            if not bad.any():
+                break
+            rejected += int(bad.sum())
+            f = f.without(bad, o)
+            continue
+        mapping = _mapping_at_knots(f, p, o)
+        bad = _inconsistent(mapping, f, o)
+        if not bad.any():
+            break
+        mapping = None
+        if boost < 16.0:
+            boost *= 4.0
+            continue
+        rejected += int(bad.sum())
+        f = f.without(bad, o)
+    return _Refit(mapping, f, boost, rejected)
+
+
+def _with_quality(refit: _Refit, issues: list[str], n_in: int, o: _FitOptions) -> ClockMapping:
+    """The fitted mapping with its quality, issues and bracket counts; or
+    :class:`ClockFitError` when no mapping passed the self-check."""
+    mapping, idx = refit.mapping, refit.kept.idx
+    if mapping is None:
+        raise ClockFitError(
+            "brackets are mutually inconsistent (device reads outside their host brackets?); "
+            f"{idx.size} left: {_brackets(idx)}",
+            record=o.record,
+        )
+    if refit.rejected:
+        issues.append(f"{refit.rejected} brackets inconsistent with their neighbours dropped")
+    if refit.boost > 1.0:
+        issues.append(f"curvature estimate raised {refit.boost:g}x to make brackets consistent")
+    if idx.size < o.min_samples:
+        issues.append(f"only {idx.size} usable brackets (fewer than {o.min_samples})")
+    mapping.quality = "low" if issues else "good"
+    mapping.issues = tuple(issues)
+    mapping.samples_used = int(idx.size)
+    mapping.samples_rejected = int(n_in - idx.size)
+    return mapping
+
+
 def fit_clock(
     host_before_ns: ArrayLike,
     device_ticks: ArrayLike,
@@ -228,188 +573,21 @@ def fit_clock(
         ClockFitError: NaN/infinite values, mismatched lengths, bad arguments.
         InsufficientSamplesError: fewer than two usable brackets.
     """
-    record = f"domain {domain}" if domain else None
-    hb = _as_host(host_before_ns, "host_before_ns")
-    ha = _as_host(host_after_ns, "host_after_ns")
-    raw = _as_u64(device_ticks)
-    if raw.ndim != 1 or not (hb.size == raw.size == ha.size):
-        raise ClockFitError(
-            f"brackets need three 1-D arrays of one length, got {hb.size}, {raw.size}, {ha.size}",
-            record=record,
-        )
-    if not (1 <= counter_bits <= 64) or not ticks_per_second > 0:
-        raise ClockFitError(
-            f"counter_bits must be 1..64 and ticks_per_second positive, got {counter_bits}, {ticks_per_second}",
-            record=record,
-        )
-    if counter_bits < 64:
-        raw = raw & np.uint64((1 << counter_bits) - 1)
-    n_in = hb.size
+    o = _FitOptions(
+        counter_bits=counter_bits,
+        ticks_per_second=ticks_per_second,
+        domain=domain,
+        host_resolution_ns=host_resolution_ns,
+        target_model_error_ns=target_model_error_ns,
+        min_samples=min_samples,
+        max_rate_error_ppm=max_rate_error_ppm,
+        prior_drift_change_ppm_per_s=prior_drift_change_ppm_per_s,
+    )
+    b = _validated(host_before_ns, device_ticks, host_after_ns, o)
     issues: list[str] = []
-    keep = ha > hb
-    if not keep.all():
-        first = int(np.argmin(keep))
-        issues.append(
-            f"{int((~keep).sum())} brackets with host_after <= host_before dropped "
-            f"(zero-width or non-monotonic host reads; first at bracket {first})"
-        )
-    idx = np.flatnonzero(keep)
-    idx = idx[np.lexsort((raw[idx], ha[idx], hb[idx]))]
-    tick_ns = 1e9 / ticks_per_second
-    period = 1 << counter_bits
-
-    # 1. unwrap, then keep the brackets that agree with their neighbours on the counter: a
-    #    torn, corrupt or backward read is dropped alone (never the good bracket after it);
-    #    after a counter reset the brackets split into epochs and the last one is fitted
+    idx = _host_ordered(b, issues)
     if idx.size >= 2:
-        mid = (hb[idx] + ha[idx]) // 2
-        x = _unwrap_sequence(raw[idx], mid, counter_bits, ticks_per_second)
-        runs = counter_epochs(
-            x,
-            hb[idx],
-            ha[idx],
-            ticks_per_second=ticks_per_second,
-            max_rate_error_ppm=max_rate_error_ppm,
-            host_resolution_ns=host_resolution_ns,
-        )
-        if runs.outliers.size:
-            issues.append(
-                f"{runs.outliers.size} brackets whose device ticks disagree with their "
-                f"neighbours dropped (torn, corrupt or backwards reads): "
-                f"{_brackets(idx[runs.outliers])}"
-            )
-        if not runs.epochs:
-            raise InsufficientSamplesError(
-                f"no two of {n_in} brackets agree on the device counter "
-                f"(ticks against host time off by more than {max_rate_error_ppm:g} ppm)",
-                record=record,
-            )
-        last = runs.epochs[-1]
-        if len(runs.epochs) > 1:
-            earlier = sum(int(e.size) for e in runs.epochs[:-1])
-            issues.append(
-                f"device counter reset or jumped {len(runs.epochs) - 1} time(s): fitted the "
-                f"last counter epoch, from bracket {int(idx[last[0]])} ({last.size} brackets); "
-                f"{earlier} brackets of earlier epochs not used"
-            )
-        idx = idx[last]
-    if idx.size < 2:
-        raise InsufficientSamplesError(
-            f"need at least 2 usable brackets, got {idx.size} of {n_in}", record=record
-        )
-    mid = (hb[idx] + ha[idx]) // 2
-    x = _unwrap_sequence(raw[idx], mid, counter_bits, ticks_per_second)
-    if counter_bits < 64:
-        gaps = np.diff(x).astype(np.float64) * max_rate_error_ppm * 1e-6
-        if np.any(gaps >= period / 4):
-            issues.append("gap between brackets too long to count counter wraps safely")
-    # overlapping brackets with equal (or, within a tick, backward) ticks: of each clash,
-    # drop the wider bracket
-    repeated: list[int] = []
-    while idx.size >= 2 and np.any(np.diff(x) <= 0):
-        clash = int(np.flatnonzero(np.diff(x) <= 0)[0])
-        widths = ha[idx[clash : clash + 2]] - hb[idx[clash : clash + 2]]
-        drop = clash + 1 if widths[1] >= widths[0] else clash
-        repeated.append(int(idx[drop]))
-        idx, x = np.delete(idx, drop), np.delete(x, drop)
-    if repeated:
-        issues.append(
-            f"{len(repeated)} brackets with repeated device ticks dropped: {_brackets(repeated)}"
-        )
-        if idx.size < 2:
-            raise InsufficientSamplesError(
-                "need at least 2 brackets with distinct ticks", record=record
-            )
-
-    h0 = int(hb[idx[0]])
-    r0 = int(raw[idx[0]])
-    xs = x.astype(np.float64)
-    lo = (hb[idx] - h0).astype(np.float64) - tick_ns * (1.0 + max_rate_error_ppm * 1e-6)
-    hi = (ha[idx] - h0).astype(np.float64) + host_resolution_ns
-    slope0 = tick_ns
-    prior = prior_drift_change_ppm_per_s * 1e-6 * slope0 / ticks_per_second
-    rejected_inconsistent = 0
-    boost = 1.0
-    mapping: ClockMapping | None = None
-    for _attempt in range(6):
-        n = xs.size
-        all_idx = np.arange(n)
-        k1 = np.full(n, prior * boost)
-        g_lo, g_hi = _intervals(xs, lo, hi, all_idx, k1, min(4, n))
-        empty = g_lo > g_hi
-        centre = np.where(empty, (lo + hi) / 2.0, (g_lo + g_hi) / 2.0)
-        half = np.where(empty, (hi - lo) / 2.0, (g_hi - g_lo) / 2.0)
-        kappa, stride = _curvature(xs, centre, half, prior)
-        kappa = np.maximum(kappa * boost, prior * 0.01)
-        if n < min_samples:
-            kappa = np.maximum(kappa, prior)
-        knots = _place_knots(xs, kappa, target_model_error_ns)
-        neighbours = max(2, min(_PAIR_NEIGHBOURS, 2 * stride))
-        k_lo, k_hi = _intervals(xs, lo, hi, knots, kappa, neighbours)
-        seg_kappa = np.array([kappa[a : b + 1].max() for a, b in itertools.pairwise(knots)])
-        if np.any(k_lo > k_hi) or np.any(np.diff((k_lo + k_hi) / 2.0) <= 0):
-            if boost < 16.0:
-                boost *= 4.0
-                continue
-            bad = empty.copy()
-            if not bad.any():
-                bad[knots[k_lo > k_hi]] = True
-            if not bad.any():
-                break
-            rejected_inconsistent += int(bad.sum())
-            keep_b = ~bad
-            idx, x, xs, lo, hi = idx[keep_b], x[keep_b], xs[keep_b], lo[keep_b], hi[keep_b]
-            if idx.size < 2:
-                raise InsufficientSamplesError("fewer than 2 consistent brackets", record=record)
-            continue
-        try:
-            mapping = ClockMapping(
-                knot_ticks=x[knots],
-                knot_host_ns=(k_lo + k_hi) / 2.0,
-                knot_bound_ns=(k_hi - k_lo) / 2.0,
-                segment_curvature=seg_kappa,
-                tick_raw_ref=r0,
-                host_ref_ns=h0,
-                counter_bits=counter_bits,
-                ticks_per_second=ticks_per_second,
-                domain=domain,
-            )
-        except ClockFitError as exc:  # a safety net: name the brackets at the knots
-            raise ClockFitError(
-                f"{exc} (knots at {_brackets(idx[knots])})", record=record
-            ) from None
-        # self-check: every bracket must be consistent with the mapping within its bound
-        y, b = mapping._eval(x)
-        y = y - 0.5 * tick_ns
-        bad = (y + b < lo) | (y - b > hi)
-        if not bad.any():
-            break
-        if boost < 16.0:
-            boost *= 4.0
-            mapping = None
-            continue
-        rejected_inconsistent += int(bad.sum())
-        keep_b = ~bad
-        idx, x, xs, lo, hi = idx[keep_b], x[keep_b], xs[keep_b], lo[keep_b], hi[keep_b]
-        mapping = None
-        if idx.size < 2:
-            raise InsufficientSamplesError("fewer than 2 consistent brackets", record=record)
-    if mapping is None:
-        raise ClockFitError(
-            "brackets are mutually inconsistent (device reads outside their host brackets?); "
-            f"{idx.size} left: {_brackets(idx)}",
-            record=record,
-        )
-    if rejected_inconsistent:
-        issues.append(
-            f"{rejected_inconsistent} brackets inconsistent with their neighbours dropped"
-        )
-    if boost > 1.0:
-        issues.append(f"curvature estimate raised {boost:g}x to make brackets consistent")
-    if idx.size < min_samples:
-        issues.append(f"only {idx.size} usable brackets (fewer than {min_samples})")
-    mapping.quality = "low" if issues else "good"
-    mapping.issues = tuple(issues)
-    mapping.samples_used = int(idx.size)
-    mapping.samples_rejected = int(n_in - idx.size)
-    return mapping
+        idx = _last_counter_epoch(b, idx, o, issues)
+    idx, x = _distinct_ticks(b, idx, o, issues)
+    refit = _fit_knots(_Feasible.of(b, idx, x, o), o)
+    return _with_quality(refit, issues, b.hb.size, o)
