@@ -50,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="counter source (repeat for several; default: what this machine has: "
         "nvml, infiniband, net when present, host always)",
     )
+    _add_serving_arguments(parser)
+    _add_source_arguments(parser)
+    _add_workload_arguments(parser)
+
+
+def _add_serving_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how often to serve: listen address, interval, rate window, OTLP, TLS, auth."""
     parser.add_argument(
         "--listen",
         default=None,
@@ -77,6 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--basic-auth", default=None, help="USER:PASS, or a file holding it, required on /metrics"
     )
+
+
+def _add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sources' settings: the workload pid, sysfs and /proc roots, interfaces, the
+    built-in simulated model, the host id."""
     parser.add_argument(
         "--pid", type=int, default=None, help="workload pid for per-process CPU (host source)"
     )
@@ -108,6 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="built-in simulated model with constant rates (known derived values)",
     )
     parser.add_argument("--host-id", default=None, help="accel.host.id (default: the host name)")
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ties counters to workloads: pod labels, active-span records, collectives in
+    flight."""
     parser.add_argument(
         "--pod-labels",
         choices=("dcgm", "k8s", "none"),
@@ -224,37 +241,103 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: bad listen address, TLS files or basic-auth value.
         SourceUnavailableError: no source could start.
     """
-    from otel_ext.counters import (
-        ActiveSpanRegistry,
-        CollectiveStateSource,
-        CounterBridge,
-        CounterCollector,
-        OtlpCounterBridge,
-        SharedActiveSpanReader,
-        TargetInfoCollector,
-    )
-    from otel_ext.errors import SourceUnavailableError
-    from otel_ext.exporters.prometheus import (
-        PrometheusExpositionServer,
-        parse_basic_auth,
-        parse_listen,
-    )
+    from otel_ext.counters import CounterCollector, TargetInfoCollector
+    from otel_ext.exporters.prometheus import PrometheusExpositionServer
 
     logging.basicConfig(level=logging.INFO, format="otel-ext exporter: %(message)s")
+    host, port, auth = _serving_settings(args)
+    reader, span_dirs = _active_span_reader(args)
+    bridge, started = _open_bridge(args, reader, span_dirs)
+    telemetry = _otlp_bridge(bridge) if args.otlp else None
+    bridge.sample_once()
+    target = TargetInfoCollector(host_id=config.host_id(args.host_id), sources=started)
+    server = PrometheusExpositionServer(
+        [target, CounterCollector(bridge)],
+        host=host,
+        port=port,
+        certfile=args.tls_cert,
+        keyfile=args.tls_key,
+        basic_auth=auth,
+        health=bridge.health,
+    )
+    try:
+        bound = server.start()
+    except ConfigError:
+        bridge.stop()
+        raise
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    bridge.start()
+    _announce(args, server.scheme, bound, bridge, started, reader)
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        server.stop()
+        bridge.stop()
+        reader.close()
+        if telemetry is not None:
+            telemetry.shutdown()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    print("otel-ext exporter: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _serving_settings(args: argparse.Namespace) -> tuple[str, int, Any]:
+    """The listen host and port and the basic-auth credentials, checked with the TLS pair
+    and the interval.
+
+    Raises:
+        ConfigError: a bad listen address, a TLS file without its pair, a non-positive
+            interval or a bad basic-auth value.
+    """
+    from otel_ext.exporters.prometheus import parse_basic_auth, parse_listen
+
     host, port = parse_listen(config.resolve(config.PROMETHEUS_LISTEN, args.listen))
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     if args.interval is not None and args.interval <= 0:
         raise ConfigError("--interval must be positive")
     auth = parse_basic_auth(args.basic_auth) if args.basic_auth else None
+    return host, port, auth
 
-    detect = not args.sources
+
+def _active_span_reader(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The reader of the workloads' active-span records (``--active-span-dir``, else the
+    default folders, discovered as they appear), and those folders."""
+    from otel_ext.counters import SharedActiveSpanReader
+
     span_dirs = args.active_span_dirs or SharedActiveSpanReader.default_directories()
     reader = SharedActiveSpanReader(
         span_dirs[0],
         extra_directories=span_dirs[1:],
         discover=None if args.active_span_dirs else SharedActiveSpanReader.default_directories,
     )
+    return reader, span_dirs
+
+
+def _open_bridge(
+    args: argparse.Namespace, reader: Any, span_dirs: list[Any]
+) -> tuple[Any, list[str]]:
+    """The counter bridge over the asked (or detected) sources and the workloads'
+    collectives in flight, opened; the names of the sources that started.
+
+    Raises:
+        SourceUnavailableError: no counter source could start.
+    """
+    from otel_ext.counters import (
+        ActiveSpanRegistry,
+        CollectiveStateSource,
+        CounterBridge,
+        SharedActiveSpanReader,
+    )
+    from otel_ext.errors import SourceUnavailableError
+
     # collectives in flight (issue 31): always read, from the same folders as the spans
     collectives = CollectiveStateSource(
         span_dirs,
@@ -269,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
         labeller=pod_labeller(args, reader, lambda: bridge.sources),
     )
     # the workloads' collective records are no counter source of this host: not listed
-    started = [name for name in bridge.open(quiet=detect) if name != collectives.name]
+    started = [name for name in bridge.open(quiet=not args.sources) if name != collectives.name]
     if not started:
         bridge.stop()
         reasons = "; ".join(f"{name}: {why}" for name, why in bridge.unavailable.items())
@@ -277,68 +360,51 @@ def run(args: argparse.Namespace) -> int:
     for src in bridge.sources:
         if src.name in started and hasattr(src, "device_uuids"):
             reader.device_uuids.update(src.device_uuids())
-    telemetry = None
-    if args.otlp:
-        import os
+    return bridge, started
 
-        from otel_ext.exporters import configure
 
-        # the standard OTEL_* settings (gRPC unless OTEL_EXPORTER_OTLP_PROTOCOL says
-        # otherwise), with configure()'s guards: one line and counted drops when no
-        # collector answers, a bounded shutdown
-        telemetry = configure(
-            service_name="otel-ext-exporter",
-            traces_exporter="none",
-            metrics_exporter="otlp",
-            protocol=None if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() else "grpc",
-            publish_active_spans=False,
-            set_global=False,
-        )
-        OtlpCounterBridge(bridge, meter_provider=telemetry.meter_provider)
-    bridge.sample_once()
-    target = TargetInfoCollector(host_id=config.host_id(args.host_id), sources=started)
-    server = PrometheusExpositionServer(
-        [target, CounterCollector(bridge)],
-        host=host,
-        port=port,
-        certfile=args.tls_cert,
-        keyfile=args.tls_key,
-        basic_auth=auth,
-        health=bridge.health,
+def _otlp_bridge(bridge: Any) -> Any:
+    """``--otlp``: the samples also exported over OTLP; the telemetry handle to shut down.
+
+    The standard ``OTEL_*`` settings (gRPC unless ``OTEL_EXPORTER_OTLP_PROTOCOL`` says
+    otherwise), with ``configure()``'s guards: one line and counted drops when no collector
+    answers, a bounded shutdown.
+    """
+    import os
+
+    from otel_ext.counters import OtlpCounterBridge
+    from otel_ext.exporters import configure
+
+    telemetry = configure(
+        service_name="otel-ext-exporter",
+        traces_exporter="none",
+        metrics_exporter="otlp",
+        protocol=None if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip() else "grpc",
+        publish_active_spans=False,
+        set_global=False,
     )
-    try:
-        bound_host, bound_port = server.start()
-    except ConfigError:
-        bridge.stop()
-        raise
-    stop = threading.Event()
+    OtlpCounterBridge(bridge, meter_provider=telemetry.meter_provider)
+    return telemetry
 
-    def _on_signal(signum: int, frame: Any) -> None:
-        stop.set()
 
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    bridge.start()
-    how = "detected" if detect else "asked"
+def _announce(
+    args: argparse.Namespace,
+    scheme: str,
+    bound: tuple[str, int],
+    bridge: Any,
+    started: list[str],
+    reader: Any,
+) -> None:
+    """One line on stderr: the URL served, the sources (detected or asked, simulated), the
+    ones missing and why, the interval, the folders of the workloads' records."""
+    how = "detected" if not args.sources else "asked"
     if "sim" in started:
         how += ", SIMULATED counters"
     missing = "".join(f"; {name}: {why}" for name, why in bridge.unavailable.items())
     print(
-        f"otel-ext exporter: serving {server.scheme}://{bound_host}:{bound_port}/metrics "
+        f"otel-ext exporter: serving {scheme}://{bound[0]}:{bound[1]}/metrics "
         f"(sources: {', '.join(started)} ({how}){missing}; every {bridge.interval_s:g}s; "
         f"active spans and collectives in flight from {', '.join(map(str, reader.directories))})",
         file=sys.stderr,
         flush=True,
     )
-    try:
-        while not stop.wait(3600):
-            pass
-    finally:
-        server.stop()
-        bridge.stop()
-        reader.close()
-        if telemetry is not None:
-            telemetry.shutdown()
-        for s, h in previous.items():
-            signal.signal(s, h)
-    print("otel-ext exporter: stopped", file=sys.stderr, flush=True)
-    return 0
