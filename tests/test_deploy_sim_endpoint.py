@@ -70,10 +70,13 @@ def test_histogram_with_exemplar_and_counter(tmp_path: Path) -> None:
     registry.register(collector)
     text = generate_latest(registry).decode()
     name = "gen_ai_server_time_to_first_token_seconds"
-    base = 'accel_host_id="h0",gen_ai_request_model="m"'
+    # a simulated workload without k8s.* attributes runs in its host's simulated pod
+    pod = 'namespace="otel-ext-sim",pod="sim-h0"'
+    model = 'accel_host_id="h0",container="engine",gen_ai_request_model="m"'
+    base = f"{model},{pod}"
 
-    def bucket(le: str) -> str:
-        return f'{name}_bucket{{{base},le="{le}",service_name="srv"}}'
+    def bucket(le: str) -> str:  # the exposition sorts the labels
+        return f'{name}_bucket{{{model},le="{le}",{pod},service_name="srv"}}'
 
     assert f"# TYPE {name} histogram\n# UNIT {name} seconds\n" in text
     assert f"{bucket('0.1')} 1.0\n" in text
@@ -81,7 +84,22 @@ def test_histogram_with_exemplar_and_counter(tmp_path: Path) -> None:
     assert f"{bucket('+Inf')} 2.0\n" in text
     assert f'{name}_count{{{base},service_name="srv"}} 2.0\n' in text
     assert f'{name}_sum{{{base},service_name="srv"}} 0.55\n' in text
-    assert 'accel_inference_requests_total{accel_host_id="h0",service_name="srv"} 3.0\n' in text
+    requests = f'accel_inference_requests_total{{accel_host_id="h0",container="engine",{pod},'
+    assert requests + 'service_name="srv"} 3.0\n' in text
+
+
+def test_workload_pod_from_its_kubernetes_resource(tmp_path: Path) -> None:
+    """A workload whose resource names its pod (the downward API) is labelled with it, under
+    the names the collector's resource/pod-labels processor gives (dcgm-exporter's)."""
+    resource = {
+        "k8s.pod.name": "serve-0",
+        "k8s.namespace.name": "inference",
+        "k8s.container.name": "server",
+        ACCEL_HOST_ID: "h0",
+    }
+    labels = _module()._workload_pod(resource)
+    assert labels == {"pod": "serve-0", "namespace": "inference", "container": "server"}
+    assert _module()._workload_pod({"service.name": "x"}) == {}
 
 
 def test_skipped_metrics_and_missing_file(tmp_path: Path) -> None:

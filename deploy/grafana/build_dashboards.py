@@ -335,19 +335,20 @@ def cluster() -> dict[str, Any]:
 
 
 def inference() -> dict[str, Any]:
-    sel = f'{MODEL}=~"$model"'
+    # the workload's series carry its pod (the collector's resource/pod-labels processor);
+    # the recorded per-model quantiles aggregate pods away and keep the model selection only
+    by_model = f'{MODEL}=~"$model"'
+    sel = f'{by_model},{POD}=~"$pod"'
+    ttft_count = metric(M.METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "_count")
     b = _Board(
         "otel-ext-inference",
         "otel-ext / Inference latency",
         "Time to first token and time per output token: distributions, quantiles, and exemplars "
-        "that open the request's trace in Jaeger.",
+        "that open the request's trace in Jaeger; the pod variable keeps a pod's requests "
+        "(recorded per-model panels: all pods).",
         [
-            _variable(
-                "model",
-                metric(M.METRIC_GEN_AI_SERVER_TIME_TO_FIRST_TOKEN, "_count"),
-                MODEL,
-                "Model",
-            )
+            _variable("model", ttft_count, MODEL, "Model"),
+            _variable("pod", ttft_count, POD, "Pod"),
         ],
     )
     ttft, tpot = (
@@ -374,7 +375,7 @@ def inference() -> dict[str, Any]:
     )
     b.panel(
         "TTFT p99 per model (recorded)",
-        [(f'{R_TTFT_Q}{{{sel},quantile="0.99"}}', f"{{{{{MODEL}}}}}")],
+        [(f'{R_TTFT_Q}{{{by_model},quantile="0.99"}}', f"{{{{{MODEL}}}}}")],
         unit="s",
     )
     b.panel(
@@ -414,7 +415,7 @@ def inference() -> dict[str, Any]:
     )
     b.panel(
         "TPOT p99 per model (recorded)",
-        [(f'{R_TPOT_Q}{{{sel},quantile="0.99"}}', f"{{{{{MODEL}}}}}")],
+        [(f'{R_TPOT_Q}{{{by_model},quantile="0.99"}}', f"{{{{{MODEL}}}}}")],
         unit="s",
     )
     b.panel(
@@ -462,26 +463,30 @@ def inference() -> dict[str, Any]:
 
 
 def collectives() -> dict[str, Any]:
-    g = f'{GROUP}=~"$group"'
+    # raw series carry the member's pod; the recorded wait, skew and mean aggregate it away
+    gg = f'{GROUP}=~"$group"'
+    g = f'{gg},{POD}=~"$pod"'
+    count = metric(M.METRIC_ACCEL_COLLECTIVE_DURATION, "_count")
     b = _Board(
         "otel-ext-collectives",
         "otel-ext / Collectives and stragglers",
-        "Time in collectives per member, the wait for the last arrival, skew per group and bus bandwidth.",
-        [_variable("group", metric(M.METRIC_ACCEL_COLLECTIVE_DURATION, "_count"), GROUP, "Group")],
+        "Time in collectives per member, the wait for the last arrival, skew per group and bus "
+        "bandwidth; the pod variable keeps a pod's members (recorded panels: every pod).",
+        [_variable("group", count, GROUP, "Group"), _variable("pod", count, POD, "Pod")],
     )
     dev = f"{{{{{GROUP}}}}} {{{{{DEVICE}}}}}"
     dur = M.METRIC_ACCEL_COLLECTIVE_DURATION
     b.row("Wait and skew")
     b.panel(
         "Wait per rank (extra time over the group's fastest member)",
-        [(f"{R_COLL_WAIT}{{{g}}}", dev)],
+        [(f"{R_COLL_WAIT}{{{gg}}}", dev)],
         unit="s",
         description="The member with the least wait arrived last: that is the straggler.",
     )
-    b.panel("Skew per group", [(f"{R_SKEW_S}{{{g}}}", f"{{{{{GROUP}}}}}")], unit="s")
+    b.panel("Skew per group", [(f"{R_SKEW_S}{{{gg}}}", f"{{{{{GROUP}}}}}")], unit="s")
     b.panel(
         "Skew / slowest member (alert above 0.5)",
-        [(f"{R_SKEW_RATIO}{{{g}}}", f"{{{{{GROUP}}}}}")],
+        [(f"{R_SKEW_RATIO}{{{gg}}}", f"{{{{{GROUP}}}}}")],
         unit="percentunit",
     )
     b.panel(
@@ -497,7 +502,7 @@ def collectives() -> dict[str, Any]:
         "collectives (accel.collective.wait.time).",
     )
     b.row("Durations and bandwidth")
-    b.panel("Mean time in a collective per member", [(f"{R_COLL_MEAN}{{{g}}}", dev)], unit="s")
+    b.panel("Mean time in a collective per member", [(f"{R_COLL_MEAN}{{{gg}}}", dev)], unit="s")
     b.panel(
         "Collective duration distribution",
         [(_hist(dur, g), "{{le}}")],

@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,15 @@ from otel_ext.errors import OtelExtError
 from otel_ext.exporters import MetricPoint, read_metrics
 from otel_ext.exporters._prometheus_mapping import prometheus_name, sanitize_label
 from otel_ext.exporters.prometheus import PrometheusExpositionServer, parse_listen
-from otel_ext.semconv.attributes import ACCEL_DEVICE_ID, ACCEL_DEVICE_MODEL, ACCEL_LINK_ID
+from otel_ext.semconv.attributes import (
+    ACCEL_DEVICE_ID,
+    ACCEL_DEVICE_MODEL,
+    ACCEL_HOST_ID,
+    ACCEL_LINK_ID,
+    K8S_CONTAINER_NAME,
+    K8S_NAMESPACE_NAME,
+    K8S_POD_NAME,
+)
 from otel_ext.sim import EPOCH_NS, LiveCounters, SimConfig, parse_fault, run_simulation
 
 __all__ = ["NodeCounters", "OtlpJsonMetricsCollector", "main"]
@@ -54,14 +62,34 @@ _SKIP_RESOURCE = ("telemetry.sdk.", "service.instance.id")
 
 
 def _labels(point: MetricPoint) -> dict[str, str]:
-    """Resource attributes, then point attributes over them, as Prometheus labels."""
+    """Resource attributes, then point attributes over them, as Prometheus labels, with the
+    workload's pod (:func:`_workload_pod`)."""
     out: dict[str, str] = {}
-    for key, value in (point.resource or {}).items():
+    resource = point.resource or {}
+    for key, value in resource.items():
         if not key.startswith(_SKIP_RESOURCE):
             out[sanitize_label(key)] = str(value)
     for key, value in (point.attributes or {}).items():
         out[sanitize_label(key)] = str(value)
+    for key, value in _workload_pod(resource).items():
+        out.setdefault(key, value)
     return out
+
+
+def _workload_pod(resource: Mapping[str, Any]) -> dict[str, str]:
+    """The workload's pod under dcgm-exporter's label names, as the collector's
+    ``resource/pod-labels`` processor gives a real workload's metrics (from its ``k8s.*``
+    resource attributes); a simulated workload without them runs in its host's simulated pod
+    (:class:`SimulatedPods`), so its series and its chips' series share the pod label."""
+    if resource.get(K8S_POD_NAME):
+        pairs = {
+            "pod": K8S_POD_NAME,
+            "namespace": K8S_NAMESPACE_NAME,
+            "container": K8S_CONTAINER_NAME,
+        }
+        return {label: str(resource[key]) for label, key in pairs.items() if resource.get(key)}
+    host = resource.get(ACCEL_HOST_ID)
+    return SimulatedPods.identity(str(host)) if host else {}
 
 
 def _exemplar(point: MetricPoint, upper: float, lower: float) -> Exemplar | None:
@@ -221,12 +249,16 @@ class SimulatedPods:
     def refresh(self, samples: Any, now_ns: int) -> None:
         """Nothing to look up: the identity follows from the device's name."""
 
+    @staticmethod
+    def identity(host: str) -> dict[str, str]:
+        """The simulated pod of host ``host``."""
+        return {"pod": f"sim-{host}", "namespace": "otel-ext-sim", "container": "engine"}
+
     def label_sets(self, attributes: Any) -> tuple[dict[str, str], ...]:
         dev = attributes.get(ACCEL_DEVICE_ID)
         if dev is None:
             return ()
-        host = str(dev).split("/", 1)[0]
-        return ({"pod": f"sim-{host}", "namespace": "otel-ext-sim", "container": "engine"},)
+        return (self.identity(str(dev).split("/", 1)[0]),)
 
 
 def main(argv: list[str] | None = None) -> int:
