@@ -27,9 +27,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
+from otel_ext.analysis.report._sections import InputEntry, SkippedEntry
 from otel_ext.errors import ConfigError, InputError, OtelExtError
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.report.timeline import TimelineFile
 
 __all__ = ["ProgressBar", "add_arguments", "run"]
 
@@ -137,6 +141,7 @@ class ProgressBar:
 
 
 def _render(doc: dict[str, Any], fmt: str) -> str:
+    """The report in format ``fmt`` (json, html or text)."""
     if fmt == "json":
         from otel_ext.analysis.engine import to_json
 
@@ -163,10 +168,47 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         OtelExtError: bad input (the dispatcher turns it into one line and status 1).
     """
-    from otel_ext.analysis.engine import analyze
+    quiet = bool(getattr(args, "quiet", False))
+    scheduler = _scheduler(args)
+    if scheduler is None:
+        return 2
+    timeline_path = _timeline_path(args)
+    if args.format == "perfetto" and not timeline_path:
+        print("otel-ext analyze: error: --format perfetto needs --out FILE", file=sys.stderr)
+        return 2
+    bar = None if quiet else ProgressBar(sys.stderr)
+    if args.workers is not None and args.workers < 1:
+        raise InputError("--workers must be at least 1")
+    timeline = None
+    if timeline_path:
+        from otel_ext.analysis.report.timeline import TimelineFile
+
+        timeline = TimelineFile(timeline_path)
+    try:
+        doc = _analyze(args, scheduler=scheduler, bar=bar, timeline=timeline)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not quiet:
+        _print_left_out(doc)
+    if not any(i.get("status") == "loaded" for i in doc.get("inputs", [])):
+        raise InputError(
+            "no telemetry loaded (no recognised file, or every file was left out)",
+            path=", ".join(str(p) for p in args.paths),
+        )
+    if timeline is not None:
+        _note_timeline(doc, timeline, out=args.out, quiet=quiet)
+    if args.format == "perfetto":
+        return 0
+    _write_report(_render(doc, args.format), args, quiet=quiet)
+    return 0
+
+
+def _scheduler(args: argparse.Namespace) -> str | None:
+    """The Dask scheduler address (``""``: none), checked before any file is read; None
+    (after a line on stderr) for a malformed address or Dask not installed."""
     from otel_ext.config import DASK_SCHEDULER, resolve
 
-    quiet = bool(getattr(args, "quiet", False))
     scheduler = resolve(DASK_SCHEDULER, getattr(args, "scheduler", None)).strip()
     if scheduler:
         from otel_ext.analysis.scaleout.dask_cluster import parse_scheduler, require_distributed
@@ -176,72 +218,73 @@ def run(args: argparse.Namespace) -> int:
             require_distributed()
         except ConfigError as e:
             print(f"otel-ext analyze: error: {e}", file=sys.stderr)
-            return 2
-    timeline_path = _timeline_path(args)
-    if args.format == "perfetto" and not timeline_path:
-        print("otel-ext analyze: error: --format perfetto needs --out FILE", file=sys.stderr)
-        return 2
-    bar = None if quiet else ProgressBar(sys.stderr)
-    if args.workers is not None and args.workers < 1:
-        raise InputError("--workers must be at least 1")
+            return None
+    return scheduler
+
+
+def _analyze(
+    args: argparse.Namespace,
+    *,
+    scheduler: str,
+    bar: ProgressBar | None,
+    timeline: TimelineFile | None,
+) -> dict[str, Any]:
+    """The analysis of ``args.paths`` with the command line's options."""
     from otel_ext.analysis.cross.alignment import parse_host_of
+    from otel_ext.analysis.engine import analyze
 
     clock_of = None
     if getattr(args, "host_of", None):
         clock_of = parse_host_of(args.host_of)
-    timeline = None
-    if timeline_path:
-        from otel_ext.analysis.report.timeline import TimelineFile
+    return analyze(
+        args.paths,
+        keep_going=args.keep_going,
+        progress=bar,
+        workers=args.workers,
+        device_model=args.device_model,
+        steps=getattr(args, "steps", "complete"),
+        same_clock=bool(getattr(args, "same_clock", False)),
+        clock_of=clock_of,
+        one_run=bool(getattr(args, "one_run", False)),
+        scheduler=scheduler,
+        timeline=timeline,
+    )
 
-        timeline = TimelineFile(timeline_path)
-    try:
-        doc = analyze(
-            args.paths,
-            keep_going=args.keep_going,
-            progress=bar,
-            workers=args.workers,
-            device_model=args.device_model,
-            steps=getattr(args, "steps", "complete"),
-            same_clock=bool(getattr(args, "same_clock", False)),
-            clock_of=clock_of,
-            one_run=bool(getattr(args, "one_run", False)),
-            scheduler=scheduler,
-            timeline=timeline,
-        )
-    finally:
-        if bar is not None:
-            bar.close()
-    if not quiet:
-        for item in doc.get("inputs", []):
-            if item.get("status") != "loaded" and item.get("note"):
-                print(f"left out {item['path']}: {item['note']}", file=sys.stderr)
-        bad = [
-            s for s in doc.get("skipped", []) if not str(s.get("reason", "")).startswith("left out")
-        ]
-        if bad:
-            total = sum(int(s.get("count", 1)) for s in bad)
-            print(f"skipped {total} bad files or records (--keep-going):", file=sys.stderr)
-            for s in bad[:20]:
-                print(f"  {s['path']}: {s['record']}: {s['reason']}", file=sys.stderr)
-    if not any(i.get("status") == "loaded" for i in doc.get("inputs", [])):
-        raise InputError(
-            "no telemetry loaded (no recognised file, or every file was left out)",
-            path=", ".join(str(p) for p in args.paths),
-        )
-    if timeline is not None and not quiet:
-        done = timeline.summary
+
+def _print_left_out(doc: dict[str, Any]) -> None:
+    """On stderr: the files left out (with a note), and the bad files and records skipped."""
+    inputs: list[InputEntry] = doc.get("inputs", [])
+    for item in inputs:
+        if item.get("status") != "loaded" and item.get("note"):
+            print(f"left out {item['path']}: {item['note']}", file=sys.stderr)
+    skipped: list[SkippedEntry] = doc.get("skipped", [])
+    bad = [s for s in skipped if not str(s.get("reason", "")).startswith("left out")]
+    if bad:
+        total = sum(int(s.get("count", 1)) for s in bad)
+        print(f"skipped {total} bad files or records (--keep-going):", file=sys.stderr)
+        for s in bad[:20]:
+            print(f"  {s['path']}: {s['record']}: {s['reason']}", file=sys.stderr)
+
+
+def _note_timeline(
+    doc: dict[str, Any], timeline: TimelineFile, *, out: str | None, quiet: bool
+) -> None:
+    """Say where the timeline went; link the report to it when the report is a file."""
+    done = timeline.summary
+    if done is not None and not quiet:
         print(
             f"wrote the timeline to {done['path']} ({done['events']} events, "
             f"{sum(done['flows'].values())} flows, {done['findings']} findings)",
             file=sys.stderr,
         )
-    if timeline is not None and args.out:  # the report links to the timeline beside it
+    if out:  # the report links to the timeline beside it
         doc["timeline"]["link"] = os.path.relpath(
-            str(timeline.path), os.path.dirname(os.path.abspath(args.out))
+            str(timeline.path), os.path.dirname(os.path.abspath(out))
         )
-    if args.format == "perfetto":
-        return 0
-    text = _render(doc, args.format)
+
+
+def _write_report(text: str, args: argparse.Namespace, *, quiet: bool) -> None:
+    """The report to ``--out`` (saying so on stderr), else to stdout."""
     if args.out:
         try:
             Path(args.out).write_text(text, encoding="utf-8")
@@ -251,4 +294,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.format} report to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return 0

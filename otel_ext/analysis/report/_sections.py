@@ -12,6 +12,7 @@ with ``.get`` where the engine leaves a key out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias, TypedDict
 
 __all__ = [
@@ -50,7 +51,9 @@ __all__ = [
 ]
 
 #: a JSON value (what a finding's free-form evidence holds)
-JsonValue: TypeAlias = "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
+JsonValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
 
 #: a finding's evidence: the statistics it rests on, by name (their keys vary by finding kind)
 Evidence: TypeAlias = "dict[str, JsonValue]"

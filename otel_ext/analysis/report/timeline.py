@@ -63,12 +63,13 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from otel_ext.analysis.report._sections import Evidence, JsonValue
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable, is_constant
 from otel_ext.errors import OtelExtError
 
@@ -76,7 +77,14 @@ if TYPE_CHECKING:
     from otel_ext.analysis.cross.alignment import Alignment
     from otel_ext.analysis.cross.critical_path import CriticalPath
 
-__all__ = ["SCHEMA", "TimelineFile", "TimelineInputs", "park_rows", "write_timeline"]
+__all__ = [
+    "SCHEMA",
+    "TimelineFile",
+    "TimelineInputs",
+    "TimelineSummary",
+    "park_rows",
+    "write_timeline",
+]
 
 SCHEMA = "otel-ext.timeline/1"
 
@@ -111,6 +119,19 @@ _RANK_KEYS = ("rank", "host", "device", "clock_offset_ns", "clock_bound_ns", "cl
 
 #: finding evidence keys that name a time on the aligned timeline, in order of preference
 _FINDING_TIMES = ("onset_ns", "clock_change_ns", "start_ns", "at_ns")
+
+
+class TimelineSummary(TypedDict):
+    """What :func:`write_timeline` wrote (the report's ``timeline`` section)."""
+
+    path: str
+    events: int
+    repaired_events: int
+    flows: dict[str, int]
+    critical_path_segments: int
+    findings: int
+    counters: int
+    complete: bool
 
 
 @dataclass
@@ -152,11 +173,12 @@ class TimelineFile:
     """
 
     path: Path | str
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: TimelineSummary | None = None
 
     def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
+        """Write the timeline; returns its summary as the document's ``timeline`` section."""
         self.summary = write_timeline(inputs, self.path)
-        return self.summary
+        return dict(self.summary)
 
 
 #: the columns the writer reads
@@ -339,7 +361,8 @@ class _Out:
             self.partial.unlink(missing_ok=True)  # gone already once renamed
 
 
-def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> str:
+def _meta(name: str, pid: int, tid: int | None, args: dict[str, JsonValue]) -> str:
+    """A metadata event (``ph: M``) with its arguments."""
     tid_part = f',"tid":{tid}' if tid is not None else ""
     return f'{{"ph":"M","name":"{name}","pid":{pid}{tid_part},"args":{_dumps(args)}}}'
 
@@ -355,15 +378,65 @@ def _rank_slices(rank: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         yield int(sorted_ranks[a]), order[a:b]
 
 
-def _clock_label(entry: dict[str, Any]) -> str:
-    off = float(entry.get("clock_offset_ns") or 0.0)
-    bound = entry.get("clock_bound_ns")
-    status = entry.get("clock_status", "none")
+def _clock_label(offset_ns: float | None, bound: float | None, status: str) -> str:
+    """A rank's clock treatment as its process label: offset, bound and status."""
+    off = float(offset_ns or 0.0)
     pm = f" ± {float(bound) / 1e6:.3f} ms" if bound is not None else " (unbounded)"
     return f"clock offset {off / 1e6:+.3f} ms{pm}, {status}"
 
 
-def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
+class _Flows:
+    """The flows written (a start and a finish event each), counted by category."""
+
+    def __init__(self, out: _Out, base: int) -> None:
+        self.out = out
+        self.base = base
+        self.counts: dict[str, int] = {"collective": 0, "launch": 0, "critical_path": 0}
+        self.last_id = 0
+
+    def __call__(
+        self, cat: str, name: str, a: tuple[int, int, int], b: tuple[int, int, int]
+    ) -> None:
+        """A flow of category ``cat`` from ``a`` to ``b`` (each ``(pid, tid, start_ns)``)."""
+        self.last_id += 1
+        i = self.last_id
+        nm = json.dumps(name)
+        base = self.base
+        self.out.event(f'{{"ph":"s","id":{i},"cat":"{cat}","name":{nm},"pid":{a[0]},'
+                       f'"tid":{a[1]},"ts":{_us(a[2] - base)}}}')  # fmt: skip
+        self.out.event(f'{{"ph":"f","bp":"e","id":{i},"cat":"{cat}","name":{nm},"pid":{b[0]},'
+                       f'"tid":{b[1]},"ts":{_us(b[2] - base)}}}')  # fmt: skip
+        self.counts[cat] += 1
+
+
+@dataclass
+class _RankRows:
+    """What the rank writer reads and fills across ranks.
+
+    Attributes:
+        rows: the rows written (own clocks).
+        base: the file's time origin (ns).
+        clocks: the ranks' clock corrections.
+        repaired: the event-level repair's (start, end) by position in ``rows``.
+        wanted: the positions whose flow ends are kept (the collective members').
+        ends: the kept flow ends: position -> (pid, tid, start_ns), filled as ranks are written.
+        name_text: each name code's JSON text, filled as names are first written.
+        flow: the flow writer.
+        tids: the thread ids.
+    """
+
+    rows: EventTable
+    base: int
+    clocks: Any
+    repaired: dict[int, tuple[int, int]]
+    wanted: np.ndarray
+    ends: dict[int, tuple[int, int, int]]
+    name_text: dict[int, str]
+    flow: _Flows
+    tids: _Tids
+
+
+def write_timeline(inputs: TimelineInputs, path: Path | str) -> TimelineSummary:
     """Write the merged timeline of an analysis to ``path``.
 
     Args:
@@ -380,121 +453,142 @@ def write_timeline(inputs: TimelineInputs, path: Path | str) -> dict[str, Any]:
     """
     p = Path(path)
     rows, alignment = inputs.rows, inputs.alignment
-    aligned = alignment.table
-    clocks = alignment.clocks
     n = len(rows)
     pos = np.asarray(inputs.positions, dtype=np.int64)
     inside = (pos >= 0) & (pos < n)
-    # the event-level repair's times, by position in ``rows``
+    member_pos, wanted = _member_positions(alignment, pos, inside, n)
+    base = _base_ns(rows, alignment.clocks)
+    out = _Out(p)
+    tids = _Tids(out)
+    flow = _Flows(out, base)
+    state = _RankRows(rows, base, alignment.clocks, _repaired_times(alignment, pos, inside),
+                      wanted, {}, {}, flow, tids)  # fmt: skip
+    rank_of_device = {str(r.get("device")): int(r["rank"]) for r in inputs.ranks if r.get("device")}
+    out.text(f'{{"displayTimeUnit":"ns","baseTimeNanoseconds":{base},"traceEvents":[\n')
+    complete = False
+    try:
+        written, n_repaired = _write_ranks(out, state, inputs.ranks)
+        _write_collective_flows(alignment, member_pos, state.ends, flow)
+        summary: TimelineSummary = {
+            "path": str(p),
+            "events": written,
+            "repaired_events": n_repaired,
+            "flows": flow.counts,
+            "critical_path_segments": _write_critical_path(
+                out, inputs.critical_path, base=base, flow=flow, tids=tids
+            ),
+            "findings": _write_findings(out, inputs.findings, base=base, tids=tids),
+            "counters": _write_counters(
+                out, inputs.metrics, rank_of_device, alignment.clocks, base=base
+            ),
+            "complete": inputs.complete,
+        }
+        out.text(f'\n],\n"otherData":{_dumps(_other_data(inputs, summary, base))}}}\n')
+        complete = True
+    finally:
+        out.close(complete=complete)
+    return summary
+
+
+def _repaired_times(
+    alignment: Alignment, pos: np.ndarray, inside: np.ndarray
+) -> dict[int, tuple[int, int]]:
+    """The event-level repair's (start, end), by position in the rows written."""
+    aligned = alignment.table
     rep = np.asarray(alignment.repaired_rows, dtype=np.int64)
     rep = rep[inside[rep]] if len(rep) else rep
-    repaired = {
+    return {
         int(q): (int(s), int(e))
         for q, s, e in zip(
             pos[rep].tolist(), aligned["start_ns"][rep].tolist(), aligned["end_ns"][rep].tolist()
         )
     }
-    # the collective members' rows: their flow ends are remembered as the ranks are written
+
+
+def _member_positions(
+    alignment: Alignment, pos: np.ndarray, inside: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The collective members' positions in the rows written (``-1``: not there), and a mask
+    of the positions whose flow ends are remembered as the ranks are written."""
     match = alignment.match
     m_rows = match.member_row.astype(np.int64) if match.n_instances else np.zeros(0, np.int64)
     m_ok = inside[m_rows] if len(m_rows) else np.zeros(0, dtype=bool)
     member_pos = np.where(m_ok, pos[m_rows] if len(m_rows) else m_rows, -1)
     wanted = np.zeros(n, dtype=bool)
     wanted[member_pos[member_pos >= 0]] = True
-    ends: dict[int, tuple[int, int, int]] = {}  # position -> (pid, tid, start_ns)
+    return member_pos, wanted
 
-    rank_col = np.asarray(rows["rank"])
-    base = _base_ns(rows, clocks)
-    names = rows.strings["name"]
-    name_text: dict[int, str] = {}
-    rank_info = {int(r["rank"]): r for r in inputs.ranks}
-    out = _Out(p)
-    tids = _Tids(out)
-    flows: dict[str, int] = {"collective": 0, "launch": 0, "critical_path": 0}
-    flow_id = [0]
 
-    def flow(cat: str, name: str, a: tuple[int, int, int], b: tuple[int, int, int]) -> None:
-        flow_id[0] += 1
-        i = flow_id[0]
-        nm = json.dumps(name)
-        out.event(f'{{"ph":"s","id":{i},"cat":"{cat}","name":{nm},"pid":{a[0]},'
-                  f'"tid":{a[1]},"ts":{_us(a[2] - base)}}}')  # fmt: skip
-        out.event(f'{{"ph":"f","bp":"e","id":{i},"cat":"{cat}","name":{nm},"pid":{b[0]},'
-                  f'"tid":{b[1]},"ts":{_us(b[2] - base)}}}')  # fmt: skip
-        flows[cat] += 1
-
-    out.text(f'{{"displayTimeUnit":"ns","baseTimeNanoseconds":{base},"traceEvents":[\n')
+def _write_ranks(out: _Out, state: _RankRows, ranks: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """Every rank's process and events, rank by rank; returns (events, repaired events)."""
+    rank_info = {int(r["rank"]): r for r in ranks}
     written = n_repaired = 0
-    complete = False
-    try:
-        for rank, idx in _rank_slices(rank_col):
-            pid = rank if rank >= 0 else NO_RANK_PID
-            entry = rank_info.get(rank)
-            if rank >= 0:
-                label = f"rank {rank}"
-                if entry is not None:
-                    label = " · ".join(
-                        x for x in (label, entry.get("host"), entry.get("device")) if x
-                    )
-                args: dict[str, Any] = {"name": label}
-                if entry is not None:
-                    for key in _RANK_KEYS[3:]:
-                        args[key] = entry.get(key)
-                out.event(_meta("process_name", pid, None, args))
-                if entry is not None:
-                    out.event(_meta("process_labels", pid, None, {"labels": _clock_label(entry)}))
-            else:
-                out.event(_meta("process_name", pid, None, {"name": "rows of no rank"}))
-            out.event(_meta("process_sort_index", pid, None, {"sort_index": pid}))
-            w, r = _write_rank(
-                out, rows, idx, rank=rank, pid=pid, base=base, clocks=clocks,
-                repaired=repaired, wanted=wanted, ends=ends, names=names,
-                name_text=name_text, flow=flow, tids=tids,
-            )  # fmt: skip
-            written += w
-            n_repaired += r
-        # collectives: each instance's members chained in arrival order
-        if match.n_instances:
-            inst = match.member_instance
-            bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1], True])
-            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                members = [ends[q] for q in member_pos[a:b].tolist() if q in ends]
-                members.sort(key=lambda x: x[2])
-                op = match.op[int(inst[a])] or "collective"
-                for x, y in itertools.pairwise(members):
-                    flow("collective", op, x, y)
-        cp_segments = _write_critical_path(
-            out, inputs.critical_path, base=base, flow=flow, tids=tids
-        )
-        n_findings = _write_findings(out, inputs.findings, base=base, tids=tids)
-        n_counters = _write_counters(out, inputs.metrics, inputs.ranks, clocks, base=base)
-        other = {
-            "schema": SCHEMA,
-            "base_ns": base,
-            "complete": inputs.complete,
-            "events": written,
-            "repaired_events": n_repaired,
-            "flows": flows,
-            "critical_path_segments": cp_segments,
-            "findings": n_findings,
-            "counters": n_counters,
-            "alignment_method": alignment.method,
-            "ranks": [{k: r.get(k) for k in _RANK_KEYS} for r in inputs.ranks],
-            "generator": "otel-ext",  # last: the loaders read it from the file's tail
-        }
-        out.text(f'\n],\n"otherData":{_dumps(other)}}}\n')
-        complete = True
-    finally:
-        out.close(complete=complete)
+    for rank, idx in _rank_slices(np.asarray(state.rows["rank"])):
+        pid = rank if rank >= 0 else NO_RANK_PID
+        _write_rank_process(out, rank, pid, rank_info.get(rank))
+        w, r = _write_rank(out, state, idx, rank=rank, pid=pid)
+        written += w
+        n_repaired += r
+    return written, n_repaired
+
+
+def _write_rank_process(out: _Out, rank: int, pid: int, entry: dict[str, Any] | None) -> None:
+    """A rank's process: its name (host, device), its clock's label and its place."""
+    if rank >= 0:
+        label = f"rank {rank}"
+        if entry is not None:
+            label = " · ".join(x for x in (label, entry.get("host"), entry.get("device")) if x)
+        args: dict[str, JsonValue] = {"name": label}
+        if entry is not None:
+            for key in _RANK_KEYS[3:]:
+                args[key] = entry.get(key)
+        out.event(_meta("process_name", pid, None, args))
+        if entry is not None:
+            label = _clock_label(entry.get("clock_offset_ns"), entry.get("clock_bound_ns"),
+                                 entry.get("clock_status", "none"))  # fmt: skip
+            out.event(_meta("process_labels", pid, None, {"labels": label}))
+    else:
+        out.event(_meta("process_name", pid, None, {"name": "rows of no rank"}))
+    out.event(_meta("process_sort_index", pid, None, {"sort_index": pid}))
+
+
+def _write_collective_flows(
+    alignment: Alignment,
+    member_pos: np.ndarray,
+    ends: dict[int, tuple[int, int, int]],
+    flow: _Flows,
+) -> None:
+    """Each matched collective's members written, chained by flows in arrival order."""
+    match = alignment.match
+    if not match.n_instances:
+        return
+    inst = match.member_instance
+    bounds = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1], True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        members = [ends[q] for q in member_pos[a:b].tolist() if q in ends]
+        members.sort(key=lambda x: x[2])
+        op = match.op[int(inst[a])] or "collective"
+        for x, y in itertools.pairwise(members):
+            flow("collective", op, x, y)
+
+
+def _other_data(
+    inputs: TimelineInputs, summary: TimelineSummary, base: int
+) -> dict[str, JsonValue]:
+    """The file's ``otherData``: what was written, the alignment method and the ranks."""
     return {
-        "path": str(p),
-        "events": written,
-        "repaired_events": n_repaired,
-        "flows": flows,
-        "critical_path_segments": cp_segments,
-        "findings": n_findings,
-        "counters": n_counters,
+        "schema": SCHEMA,
+        "base_ns": base,
         "complete": inputs.complete,
+        "events": summary["events"],
+        "repaired_events": summary["repaired_events"],
+        "flows": summary["flows"],
+        "critical_path_segments": summary["critical_path_segments"],
+        "findings": summary["findings"],
+        "counters": summary["counters"],
+        "alignment_method": inputs.alignment.method,
+        "ranks": [{k: r.get(k) for k in _RANK_KEYS} for r in inputs.ranks],
+        "generator": "otel-ext",  # last: the loaders read it from the file's tail
     }
 
 
@@ -510,23 +604,36 @@ def _base_ns(rows: EventTable, clocks: Any) -> int:
 
 
 def _write_rank(
-    out: _Out,
-    rows: EventTable,
-    idx: np.ndarray,
-    *,
-    rank: int,
-    pid: int,
-    base: int,
-    clocks: Any,
-    repaired: dict[int, tuple[int, int]],
-    wanted: np.ndarray,
-    ends: dict[int, tuple[int, int, int]],
-    names: list[str],
-    name_text: dict[int, str],
-    flow: Any,
-    tids: _Tids,
+    out: _Out, state: _RankRows, idx: np.ndarray, *, rank: int, pid: int
 ) -> tuple[int, int]:
     """One rank's events (its tracks, in start order per track); returns (events, repaired)."""
+    rows = state.rows
+    start, end, shift, end_shift, moved = _rank_times(state, idx, rank)
+    cat = rows["category"][idx]
+    stream = rows["stream"][idx]
+    on_device = np.isin(cat, np.asarray([int(c) for c in DEVICE_CATEGORIES])) | (stream >= 0)
+    track = np.where(on_device, stream, rows["tid"][idx])  # a stream, or a host thread
+    # per track (host threads first), in start order, the outer event first
+    o = np.lexsort((-(end - start), start, track, on_device))
+    ts_q, ts_r = np.divmod(start - state.base, 1000)  # the times' text: µs, three decimals
+    dur_q, dur_r = np.divmod(end - start, 1000)
+    columns = [
+        a[o].tolist()
+        for a in (start, ts_q, ts_r, dur_q, dur_r, track, on_device, rows["name"][idx], cat, stream, rows["correlation"][idx],
+                  rows["external_id"][idx], rows["coll_op"][idx], rows["coll_group"][idx],
+                  rows["coll_seq"][idx], rows["coll_bytes"][idx], idx, moved, shift, end_shift,
+                  state.wanted[idx])
+    ]  # fmt: skip
+    n_moved = _write_events(out, state, columns, rank=rank, pid=pid)
+    return len(idx), n_moved
+
+
+def _rank_times(
+    state: _RankRows, idx: np.ndarray, rank: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A rank's rows' aligned (start, end), the event-level repair applied: also how far
+    the repair moved each start and end, and which rows it moved."""
+    rows, clocks, repaired = state.rows, state.clocks, state.repaired
     raw_s = rows["start_ns"][idx]
     raw_e = rows["end_ns"][idx]
     start = clocks.move(rank, raw_s) if rank >= 0 else raw_s
@@ -544,21 +651,20 @@ def _write_rank(
             moved[j] = True
             start[j], end[j] = rs, re_
     end = np.maximum(end, start)  # no negative duration on the timeline
-    cat = rows["category"][idx]
-    stream = rows["stream"][idx]
-    on_device = np.isin(cat, np.asarray([int(c) for c in DEVICE_CATEGORIES])) | (stream >= 0)
-    track = np.where(on_device, stream, rows["tid"][idx])  # a stream, or a host thread
-    # per track (host threads first), in start order, the outer event first
-    o = np.lexsort((-(end - start), start, track, on_device))
-    ts_q, ts_r = np.divmod(start - base, 1000)  # the times' text: µs, three decimals
-    dur_q, dur_r = np.divmod(end - start, 1000)
-    columns = [
-        a[o].tolist()
-        for a in (start, ts_q, ts_r, dur_q, dur_r, track, on_device, rows["name"][idx], cat, stream, rows["correlation"][idx],
-                  rows["external_id"][idx], rows["coll_op"][idx], rows["coll_group"][idx],
-                  rows["coll_seq"][idx], rows["coll_bytes"][idx], idx, moved, shift, end_shift,
-                  wanted[idx])
-    ]  # fmt: skip
+    return start, end, shift, end_shift, moved
+
+
+def _write_events(
+    out: _Out, state: _RankRows, columns: list[list[Any]], *, rank: int, pid: int
+) -> int:
+    """A rank's complete events from its sorted columns (each on its track's first lane
+    where it nests), then its launch flows; returns how many the repair moved."""
+    rows, names, name_text, tids = (
+        state.rows,
+        state.rows.strings["name"],
+        state.name_text,
+        state.tids,
+    )
     op_text = [json.dumps(x) for x in rows.strings["coll_op"]]
     group_text = [json.dumps(x) for x in rows.strings["coll_group"]]
     batch: list[str] = []
@@ -567,6 +673,7 @@ def _write_rank(
     kernels: list[tuple[int, tuple[int, int, int]]] = []
     n_moved = 0
     runtime = int(Category.RUNTIME)
+    ends = state.ends
     for row in zip(*columns):
         s, tq, tr_, dq, dr, tr, dev, code, c, st, cj, ex, op, grp, seq, nb, q, mv, sh, esh, want = (
             row
@@ -616,11 +723,13 @@ def _write_rank(
     for cj, k in kernels:
         src = launches.get(cj)
         if src is not None:
-            flow("launch", "launch", src, k)
-    return len(idx), n_moved
+            state.flow("launch", "launch", src, k)
+    return n_moved
 
 
-def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any, tids: _Tids) -> int:
+def _write_critical_path(
+    out: _Out, cp: CriticalPath, *, base: int, flow: _Flows, tids: _Tids
+) -> int:
     """The critical path's process: a thread per rank, its segments, its cross-rank flows."""
     segs = list(cp.segments)
     if not segs:
@@ -652,8 +761,9 @@ def _write_critical_path(out: _Out, cp: CriticalPath, *, base: int, flow: Any, t
     return len(segs)
 
 
-def _finding_time(f: dict[str, Any]) -> tuple[int | None, str]:
-    ev = f.get("evidence") or {}
+def _finding_time(ev: Evidence) -> tuple[int | None, str]:
+    """Where a finding goes on the timeline: the first of its evidence's times (and which),
+    else nowhere in particular (the run's start)."""
     for key in _FINDING_TIMES:
         v = ev.get(key)
         if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
@@ -672,7 +782,7 @@ def _write_findings(
     out.event(_meta("process_sort_index", pid, None, {"sort_index": -2}))
     tid = tids.of(pid, "findings", 0, "findings")
     for i, f in enumerate(findings):
-        at, basis = _finding_time(f)
+        at, basis = _finding_time(f.get("evidence") or {})
         ts = max(at, base) if at is not None else base
         args = {
             "rank_in_report": i + 1,
@@ -693,13 +803,12 @@ def _write_findings(
 
 
 def _write_counters(
-    out: _Out, metrics: Any, ranks: Sequence[dict[str, Any]], clocks: Any, *, base: int
+    out: _Out, metrics: Any, rank_of_device: dict[str, int], clocks: Any, *, base: int
 ) -> int:
     """Metric points as counter events on their device's process (a rank's when the device
     is a rank's, moved by that rank's clock correction; else a process of its own)."""
     if metrics is None or not len(metrics):
         return 0
-    rank_of_device = {str(r.get("device")): int(r["rank"]) for r in ranks if r.get("device")}
     dev_codes = metrics.codes["device"]
     dev_names = metrics.strings["device"]
     own: dict[str, int] = {}
