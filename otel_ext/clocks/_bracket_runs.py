@@ -55,6 +55,101 @@ class CounterEpochs:
     outliers: NDArray[np.intp]
 
 
+class _Agreement:
+    """Whether two brackets could be reads of one running counter (see the module doc)."""
+
+    def __init__(
+        self,
+        x: NDArray[np.int64],
+        hb: NDArray[np.int64],
+        ha: NDArray[np.int64],
+        *,
+        ticks_per_second: float,
+        max_rate_error_ppm: float,
+        host_resolution_ns: float,
+    ) -> None:
+        r = ticks_per_second / 1e9
+        self.r_lo = r * (1.0 - max_rate_error_ppm * 1e-6)
+        self.r_hi = r * (1.0 + max_rate_error_ppm * 1e-6)
+        self.res = host_resolution_ns
+        self.xf = x.astype(np.float64)
+        self.hbf = hb.astype(np.float64)
+        self.haf = ha.astype(np.float64)
+
+    def agree(self, a: int, j: int) -> bool:
+        """Bracket ``j`` agrees with the earlier bracket ``a``."""
+        dx = self.xf[j] - self.xf[a]
+        lo = max(0.0, self.hbf[j] - self.haf[a]) * self.r_lo - 1.0
+        hi = (self.haf[j] - self.hbf[a] + self.res) * self.r_hi + 1.0
+        return bool(lo <= dx <= hi)
+
+    def all_consecutive(self) -> bool:
+        """Every bracket agrees with the one before it (the fast path, vectorised)."""
+        dx = np.diff(self.xf)
+        lo = np.maximum(0.0, self.hbf[1:] - self.haf[:-1]) * self.r_lo - 1.0
+        hi = (self.haf[1:] - self.hbf[:-1] + self.res) * self.r_hi + 1.0
+        return bool(np.all((lo <= dx) & (dx <= hi)))
+
+
+def _cut_outlier_tail(chain: list[int], j: int, ok: _Agreement, dropped: list[int]) -> bool:
+    """When ``j`` agrees with one of the few brackets before ``chain``'s last, that last
+    bracket (or those after the one it agrees with) were outliers: cut them into
+    ``dropped`` and say ``True``."""
+    back = next(
+        (b for b in range(2, min(_LOOK_BACK + 1, len(chain)) + 1) if ok.agree(chain[-b], j)),
+        0,
+    )
+    if back:
+        dropped.extend(chain[-back + 1 :])
+        del chain[-back + 1 :]
+    return bool(back)
+
+
+def _chains(n: int, ok: _Agreement) -> tuple[list[list[int]], list[int]]:
+    """The brackets chained in host order (each joins the longest open chain whose last
+    bracket it agrees with, else starts one), and the outliers cut from chain tails."""
+    chains: list[list[int]] = []
+    open_ids: list[int] = []  # most recently extended last
+    dropped: list[int] = []
+    for j in range(n):
+        best = -1
+        for cid in open_ids:
+            if ok.agree(chains[cid][-1], j) and (best < 0 or len(chains[cid]) > len(chains[best])):
+                best = cid
+        if best < 0:  # a chain's last bracket(s) may be the outlier: agree with an earlier one?
+            best = next(
+                (c for c in reversed(open_ids) if _cut_outlier_tail(chains[c], j, ok, dropped)),
+                -1,
+            )
+        if best < 0:
+            chains.append([j])
+            best = len(chains) - 1
+        else:
+            chains[best].append(j)
+        if best in open_ids:
+            open_ids.remove(best)
+        open_ids.append(best)
+        if len(open_ids) > _OPEN_CHAINS:
+            open_ids.pop(0)
+    return chains, dropped
+
+
+def _epochs(chains: list[list[int]], dropped: list[int]) -> CounterEpochs:
+    """The chains as epochs in time order; chains of one bracket, and chains enclosed in time
+    by a longer chain, join the outliers."""
+    long = [(c[0], c[-1], len(c)) for c in chains if len(c) > 1]
+    epochs: list[NDArray[np.intp]] = []
+    for chain in chains:
+        first, last, size = chain[0], chain[-1], len(chain)
+        enclosed = size > 1 and any(s <= first and last <= e and sz > size for s, e, sz in long)
+        if size < 2 or enclosed:
+            dropped.extend(chain)
+        else:
+            epochs.append(np.asarray(chain, dtype=np.intp))
+    epochs.sort(key=lambda e: int(e[0]))
+    return CounterEpochs(tuple(epochs), np.asarray(sorted(dropped), dtype=np.intp))
+
+
 def counter_epochs(
     x: NDArray[np.int64],
     hb: NDArray[np.int64],
@@ -77,71 +172,14 @@ def counter_epochs(
         The epochs (each a sorted array of positions, in time order) and the outliers.
     """
     n = x.size
-    r = ticks_per_second / 1e9
-    r_lo = r * (1.0 - max_rate_error_ppm * 1e-6)
-    r_hi = r * (1.0 + max_rate_error_ppm * 1e-6)
-    xf = x.astype(np.float64)
-    hbf = hb.astype(np.float64)
-    haf = ha.astype(np.float64)
-
-    def agree(a: int, j: int) -> bool:
-        dx = xf[j] - xf[a]
-        lo = max(0.0, hbf[j] - haf[a]) * r_lo - 1.0
-        hi = (haf[j] - hbf[a] + host_resolution_ns) * r_hi + 1.0
-        return bool(lo <= dx <= hi)
-
-    if n < 2:
+    ok = _Agreement(
+        x,
+        hb,
+        ha,
+        ticks_per_second=ticks_per_second,
+        max_rate_error_ppm=max_rate_error_ppm,
+        host_resolution_ns=host_resolution_ns,
+    )
+    if n < 2 or ok.all_consecutive():
         return CounterEpochs((np.arange(n, dtype=np.intp),), np.zeros(0, dtype=np.intp))
-    # fast path: every bracket agrees with the one before it
-    dx = np.diff(xf)
-    lo = np.maximum(0.0, hbf[1:] - haf[:-1]) * r_lo - 1.0
-    hi = (haf[1:] - hbf[:-1] + host_resolution_ns) * r_hi + 1.0
-    if np.all((lo <= dx) & (dx <= hi)):
-        return CounterEpochs((np.arange(n, dtype=np.intp),), np.zeros(0, dtype=np.intp))
-
-    chains: list[list[int]] = []
-    open_ids: list[int] = []  # most recently extended last
-    dropped: list[int] = []
-    for j in range(n):
-        best = -1
-        for cid in open_ids:
-            if agree(chains[cid][-1], j) and (best < 0 or len(chains[cid]) > len(chains[best])):
-                best = cid
-        if best < 0:  # a chain's last bracket(s) may be the outlier: agree with an earlier one?
-            for cid in reversed(open_ids):
-                chain = chains[cid]
-                back = next(
-                    (
-                        b
-                        for b in range(2, min(_LOOK_BACK + 1, len(chain)) + 1)
-                        if agree(chain[-b], j)
-                    ),
-                    0,
-                )
-                if back:
-                    dropped.extend(chain[-back + 1 :])
-                    del chain[-back + 1 :]
-                    best = cid
-                    break
-        if best < 0:
-            chains.append([j])
-            best = len(chains) - 1
-        else:
-            chains[best].append(j)
-        if best in open_ids:
-            open_ids.remove(best)
-        open_ids.append(best)
-        if len(open_ids) > _OPEN_CHAINS:
-            open_ids.pop(0)
-
-    long = [(c[0], c[-1], len(c)) for c in chains if len(c) > 1]
-    epochs: list[NDArray[np.intp]] = []
-    for chain in chains:
-        first, last, size = chain[0], chain[-1], len(chain)
-        enclosed = size > 1 and any(s <= first and last <= e and sz > size for s, e, sz in long)
-        if size < 2 or enclosed:
-            dropped.extend(chain)
-        else:
-            epochs.append(np.asarray(chain, dtype=np.intp))
-    epochs.sort(key=lambda e: int(e[0]))
-    return CounterEpochs(tuple(epochs), np.asarray(sorted(dropped), dtype=np.intp))
+    return _epochs(*_chains(n, ok))
