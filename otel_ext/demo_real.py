@@ -21,8 +21,9 @@ import random
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from otel_ext.errors import ConfigError
 
@@ -41,22 +42,46 @@ def device_of_rank(rank: int) -> tuple[str, str]:
 
 
 def _build_model(world: int, rank: int, slow_factor: float) -> Any:
+    """This rank's shard of the decoder, in eval mode: replicated parts identical on every
+    rank (seed 0), each rank's attention and MLP shards its own (seed ``1 + rank``)."""
+    import torch
+    from torch import nn
+
+    slow_down = _straggler_delay(slow_factor)
+    block_class = _block_class(_attention_class(world, slow_down), _mlp_class(world, slow_down))
+    torch.manual_seed(0)  # replicated parts identical on every rank
+    model = _decoder_class(block_class)()
+    torch.manual_seed(1 + rank)  # each rank's shard its own
+    for block in list(model.blocks):
+        for p in list(block.attn.parameters()) + list(block.mlp.parameters()):
+            nn.init.normal_(p, std=0.02)
+    return model.eval()
+
+
+def _straggler_delay(slow_factor: float) -> Callable[[float], None]:
+    """What a sharded block calls at its end with its start time: the injected straggler.
+
+    On this rank, every sharded block takes ``slow_factor`` times as long (at least 2 ms more
+    at 3x), as on a slow chip: the host thread waits (it does not spin, which on a shared
+    CPU would slow its neighbours instead), so the rank arrives late at the all-reduce that
+    follows.
+    """
+
+    def slow_down(t0: float) -> None:
+        if slow_factor > 1.0:
+            time.sleep((slow_factor - 1.0) * max(time.perf_counter() - t0, 1e-3))
+
+    return slow_down
+
+
+def _attention_class(world: int, slow_down: Callable[[float], None]) -> type:
+    """``ShardedAttention``: this rank's heads (``HEADS // world``), then an all-reduce."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
 
     heads = HEADS // world
-
-    def slow_down(t0: float) -> None:
-        # the injected straggler: on this rank, every sharded block takes slow_factor times as
-        # long (at least 2 ms more at 3x), as on a slow chip: the host thread waits (it
-        # does not spin, which on a shared CPU would slow its neighbours instead), so the rank
-        # arrives late at the all-reduce that follows
-        if slow_factor > 1.0:
-            time.sleep((slow_factor - 1.0) * max(time.perf_counter() - t0, 1e-3))
-
-    hidden = 4 * DIM // world
 
     class ShardedAttention(nn.Module):
         def __init__(self) -> None:
@@ -78,6 +103,19 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
             dist.all_reduce(y)
             return y
 
+    return ShardedAttention
+
+
+def _mlp_class(world: int, slow_down: Callable[[float], None]) -> type:
+    """``ShardedMlp``: this rank's columns of the MLP (``4 * DIM // world``), then an
+    all-reduce."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+    hidden = 4 * DIM // world
+
     class ShardedMlp(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -91,39 +129,49 @@ def _build_model(world: int, rank: int, slow_factor: float) -> Any:
             dist.all_reduce(y)
             return y
 
+    return ShardedMlp
+
+
+def _block_class(attention: type, mlp: type) -> type:
+    """``Block``: pre-norm attention and MLP, each with its residual."""
+    import torch
+    from torch import nn
+
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.norm1 = nn.LayerNorm(DIM)
-            self.attn = ShardedAttention()
+            self.attn = attention()
             self.norm2 = nn.LayerNorm(DIM)
-            self.mlp = ShardedMlp()
+            self.mlp = mlp()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = x + self.attn(self.norm1(x))
             return x + self.mlp(self.norm2(x))
 
+    return Block
+
+
+def _decoder_class(block: type) -> type:
+    """``Decoder``: embedding, ``LAYERS`` blocks, final norm and the vocabulary head."""
+    import torch
+    from torch import nn
+
     class Decoder(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.embed = nn.Embedding(VOCAB, DIM)
-            self.blocks = nn.ModuleList([Block() for _ in range(LAYERS)])
+            self.blocks = nn.ModuleList([block() for _ in range(LAYERS)])
             self.norm = nn.LayerNorm(DIM)
             self.head = nn.Linear(DIM, VOCAB)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             x = self.embed(ids)
-            for block in self.blocks:
-                x = block(x)
+            for b in self.blocks:
+                x = b(x)
             return self.head(self.norm(x))
 
-    torch.manual_seed(0)  # replicated parts identical on every rank
-    model = Decoder()
-    torch.manual_seed(1 + rank)  # each rank's shard its own
-    for block in cast("list[Block]", list(model.blocks)):
-        for p in list(block.attn.parameters()) + list(block.mlp.parameters()):
-            nn.init.normal_(p, std=0.02)
-    return model.eval()
+    return Decoder
 
 
 def run_workload(
