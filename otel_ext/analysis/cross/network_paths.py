@@ -63,8 +63,8 @@ were slow.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -80,6 +80,8 @@ from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
     "PathStat",
+    "PathStatJson",
+    "RankTransferJson",
     "RankTransferStat",
     "Transfers",
     "p2p_transfers",
@@ -105,6 +107,44 @@ class Transfers:
         return len(self.src_rank)
 
 
+class PathStatJson(TypedDict):
+    """:meth:`PathStat.as_dict`: the report's ``network.paths`` rows."""
+
+    path: str
+    src_host: str
+    dst_host: str
+    inter_host: bool
+    transfers: int
+    bytes: int
+    median_transfer_ns: float
+    median_bw: float | None
+    reference_bw: float | None
+    reference: str
+    threshold: float | None
+    slowness: float | None
+    slower: int
+    p: float
+    slow: bool
+    extra_ns: int
+    rank_pairs: list[str]
+
+
+class RankTransferJson(TypedDict):
+    """:meth:`RankTransferStat.as_dict`: the report's ``network.unpaired`` rows."""
+
+    rank: int
+    host: str
+    direction: str
+    count: int
+    median_ns: float
+    peer_median_ns: float
+    ratio: float
+    slower: int
+    p: float
+    slow: bool
+    late_sender_share: float | None
+
+
 @dataclass(frozen=True)
 class PathStat:
     """One directed path between hosts (or within one)."""
@@ -127,8 +167,27 @@ class PathStat:
     extra_ns: int
     rank_pairs: list[str]
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> PathStatJson:
+        """The row as JSON-ready values."""
+        return {
+            "path": self.path,
+            "src_host": self.src_host,
+            "dst_host": self.dst_host,
+            "inter_host": self.inter_host,
+            "transfers": self.transfers,
+            "bytes": self.bytes,
+            "median_transfer_ns": self.median_transfer_ns,
+            "median_bw": self.median_bw,
+            "reference_bw": self.reference_bw,
+            "reference": self.reference,
+            "threshold": self.threshold,
+            "slowness": self.slowness,
+            "slower": self.slower,
+            "p": self.p,
+            "slow": self.slow,
+            "extra_ns": self.extra_ns,
+            "rank_pairs": list(self.rank_pairs),
+        }
 
 
 @dataclass(frozen=True)
@@ -148,8 +207,21 @@ class RankTransferStat:
     #: receives only: of its slow receives, the share with a late sender (module docstring)
     late_sender_share: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> RankTransferJson:
+        """The row as JSON-ready values."""
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "direction": self.direction,
+            "count": self.count,
+            "median_ns": self.median_ns,
+            "peer_median_ns": self.peer_median_ns,
+            "ratio": self.ratio,
+            "slower": self.slower,
+            "p": self.p,
+            "slow": self.slow,
+            "late_sender_share": self.late_sender_share,
+        }
 
 
 def _row_is_send(table: EventTable, rows: np.ndarray) -> np.ndarray:
@@ -221,6 +293,168 @@ def p2p_transfers(table: EventTable, match: CollectiveMatch) -> Transfers:
     )
 
 
+@dataclass
+class _Paths:
+    """Transfers coded by their directed host path, with each path's median bandwidth."""
+
+    keys: list[tuple[str, str]]  # (source host, destination host), sorted
+    code: np.ndarray  # per transfer: its path
+    bw: np.ndarray  # per transfer: bytes/s (NaN without a size or a duration)
+    inter: np.ndarray  # per path: between two hosts
+    med_bw: np.ndarray  # per path: median bandwidth (NaN without one)
+
+
+def _paths(transfers: Transfers, host_of_rank: dict[int, str]) -> _Paths:
+    """Group the transfers by the hosts of their two ends."""
+    sh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.src_rank.tolist()]
+    dh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.dst_rank.tolist()]
+    keys = sorted(set(zip(sh, dh)))
+    code_of = {k: i for i, k in enumerate(keys)}
+    code = np.array([code_of[k] for k in zip(sh, dh)], dtype=np.int64)
+    secs = transfers.transfer_ns / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.where((transfers.nbytes > 0) & (secs > 0), transfers.nbytes / secs, np.nan)
+    inter = np.array([a != b for a, b in keys], dtype=bool)
+    med_bw = np.array([float(median(bw[(code == i) & np.isfinite(bw)])) for i in range(len(keys))])
+    return _Paths(keys, code, bw, inter, med_bw)
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """What one path is judged against: a rate, what it is, how far below it a slow path
+    is, and the transfers its slow share is compared with (None: a sign test)."""
+
+    rate: float
+    basis: str
+    threshold: float
+    against: np.ndarray | None = None
+
+
+_NO_REFERENCE = _Reference(np.nan, "", np.inf)
+
+
+def _reference_of(
+    i: int,
+    ps: _Paths,
+    intra_ref: float,
+    *,
+    slowness: float,
+    intra_factor: float,
+    nominal_bw: float | None,
+) -> _Reference:
+    """Inter-host path ``i``'s reference: nominal, else the other inter-host paths when at
+    least half of them are not that slow themselves, else the fastest within-host path."""
+    keys, med_bw, inter = ps.keys, ps.med_bw, ps.inter
+    others = [
+        j for j in range(len(keys)) if inter[j] and j != i and keys[j] != (keys[i][1], keys[i][0])
+    ]
+    other_bw = med_bw[others]
+    other_bw = other_bw[np.isfinite(other_bw)]
+    mine_bw = med_bw[i] if np.isfinite(med_bw[i]) else 0.0
+    healthy = other_bw[other_bw >= mine_bw * slowness]
+    healthy_paths = [j for j in others if med_bw[j] >= mine_bw * slowness]
+    if nominal_bw:
+        return _Reference(float(nominal_bw), "the NIC's nominal bandwidth", slowness)
+    if len(healthy) and len(healthy) * 2 >= len(other_bw):
+        return _Reference(
+            float(median(healthy)),
+            "other inter-host paths",
+            slowness,
+            np.isin(ps.code, healthy_paths),
+        )
+    if np.isfinite(intra_ref):
+        return _Reference(intra_ref, "the fastest within-host path", intra_factor, ~inter[ps.code])
+    return _Reference(np.nan, "none", np.inf)
+
+
+def _references(
+    ps: _Paths, *, slowness: float, intra_factor: float, nominal_bw: float | None
+) -> list[_Reference]:
+    """Each path's reference (within-host paths have none)."""
+    intra = ps.med_bw[~ps.inter & np.isfinite(ps.med_bw)]
+    # the fastest within-host path: a path within a host shares its ranks' worker threads with
+    # the slow transfers they also make, so the median of all of them is no clean reference
+    intra_ref = float(intra.max()) if len(intra) else np.nan
+    return [
+        _reference_of(
+            i, ps, intra_ref, slowness=slowness, intra_factor=intra_factor, nominal_bw=nominal_bw
+        )
+        if ps.inter[i]
+        else _NO_REFERENCE
+        for i in range(len(ps.keys))
+    ]
+
+
+def _slow_share_tests(
+    ps: _Paths, refs: list[_Reference], tested: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per path: its transfers below the reference by the threshold, and the raw p-value that
+    so many are (Fisher against the reference group's share; a sign test against a nominal
+    rate); 1 for paths not tested."""
+    bw, code = ps.bw, ps.code
+    slower = np.zeros(len(ps.keys), dtype=np.int64)
+    p_raw = np.ones(len(ps.keys))
+    for i in tested:
+        mine = (code == i) & np.isfinite(bw)
+        cut = refs[i].rate / refs[i].threshold
+        slower[i] = int((bw[mine] < cut).sum())
+        base = refs[i].against
+        if base is None:  # a nominal rate: each transfer below it by the threshold or not
+            p_raw[i] = float(binomial_upper_tail([slower[i]], [int(mine.sum())], [0.5])[0])
+        else:  # more of its transfers that slow than of the reference group's (Fisher)
+            ref_ok = base & np.isfinite(bw)
+            p_raw[i] = fisher_upper_tail(
+                int(slower[i]), int(mine.sum()), int((bw[ref_ok] < cut).sum()), int(ref_ok.sum())
+            )
+    return slower, p_raw
+
+
+def _path_stat(
+    i: int,
+    transfers: Transfers,
+    ps: _Paths,
+    ref: _Reference,
+    slower: int,
+    p: float,
+    *,
+    tested: bool,
+    alpha: float,
+) -> PathStat:
+    """Path ``i``'s row: its figures against its reference, whether it is slow, and the
+    time its transfers took beyond the slowest rate that is not slow."""
+    a, b = ps.keys[i]
+    mine = ps.code == i
+    med = ps.med_bw[i]
+    has_ref = bool(np.isfinite(ref.rate) and np.isfinite(med) and med > 0)
+    slow_by = float(ref.rate / med) if has_ref else None
+    slow = bool(tested and slow_by is not None and slow_by >= ref.threshold and p <= alpha)
+    extra = 0
+    if slow:
+        ok = mine & np.isfinite(ps.bw)
+        expected_ns = transfers.nbytes[ok] / (ref.rate / ref.threshold) * 1e9
+        extra = int(np.clip(transfers.transfer_ns[ok] - expected_ns, 0, None).sum())
+    pairs = zip(transfers.src_rank[mine].tolist(), transfers.dst_rank[mine].tolist())
+    return PathStat(
+        path=f"{a}->{b}",
+        src_host=a,
+        dst_host=b,
+        inter_host=bool(ps.inter[i]),
+        transfers=int(mine.sum()),
+        bytes=int(np.clip(transfers.nbytes[mine], 0, None).sum()),
+        median_transfer_ns=float(median(transfers.transfer_ns[mine])),
+        median_bw=float(med) if np.isfinite(med) else None,
+        reference_bw=float(ref.rate) if np.isfinite(ref.rate) else None,
+        reference=ref.basis,
+        threshold=float(ref.threshold) if np.isfinite(ref.threshold) else None,
+        slowness=round(slow_by, 4) if slow_by is not None else None,
+        slower=slower,
+        p=p,
+        slow=slow,
+        extra_ns=extra,
+        rank_pairs=sorted({f"{int(s)}->{int(d)}" for s, d in pairs}),
+    )
+
+
 def path_stats(
     transfers: Transfers,
     host_of_rank: dict[int, str],
@@ -249,109 +483,107 @@ def path_stats(
     """
     if len(transfers) == 0:
         return []
-    sh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.src_rank.tolist()]
-    dh = [host_of_rank.get(int(r), f"rank{int(r)}") for r in transfers.dst_rank.tolist()]
-    keys = sorted(set(zip(sh, dh)))
-    code_of = {k: i for i, k in enumerate(keys)}
-    code = np.array([code_of[k] for k in zip(sh, dh)], dtype=np.int64)
-    secs = transfers.transfer_ns / 1e9
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bw = np.where((transfers.nbytes > 0) & (secs > 0), transfers.nbytes / secs, np.nan)
-    inter = np.array([a != b for a, b in keys], dtype=bool)
-    med_bw = np.array([float(median(bw[(code == i) & np.isfinite(bw)])) for i in range(len(keys))])
-    intra = med_bw[~inter & np.isfinite(med_bw)]
-    # the fastest within-host path: a path within a host shares its ranks' worker threads with
-    # the slow transfers they also make, so the median of all of them is no clean reference
-    intra_ref = float(intra.max()) if len(intra) else np.nan
-    refs: list[tuple[float, str, float]] = []  # (reference, what it is, how far below is slow)
-    against: list[np.ndarray | None] = []  # the transfers a path's slow share is compared with
-    for i in range(len(keys)):
-        if not inter[i]:
-            refs.append((np.nan, "", np.inf))
-            against.append(None)
-            continue
-        others = [
-            j
-            for j in range(len(keys))
-            if inter[j] and j != i and keys[j] != (keys[i][1], keys[i][0])
-        ]
-        other_bw = med_bw[others]
-        other_bw = other_bw[np.isfinite(other_bw)]
-        mine_bw = med_bw[i] if np.isfinite(med_bw[i]) else 0.0
-        healthy = other_bw[other_bw >= mine_bw * slowness]
-        healthy_paths = [j for j in others if med_bw[j] >= mine_bw * slowness]
-        if nominal_bw:
-            refs.append((float(nominal_bw), "the NIC's nominal bandwidth", slowness))
-            against.append(None)
-        elif len(healthy) and len(healthy) * 2 >= len(other_bw):
-            refs.append((float(median(healthy)), "other inter-host paths", slowness))
-            against.append(np.isin(code, healthy_paths))
-        elif np.isfinite(intra_ref):
-            refs.append((intra_ref, "the fastest within-host path", intra_factor))
-            against.append(~inter[code])
-        else:
-            refs.append((np.nan, "none", np.inf))
-            against.append(None)
-    tested = [i for i in range(len(keys)) if inter[i] and np.isfinite(refs[i][0])]
-    slower = np.zeros(len(keys), dtype=np.int64)
-    p_raw = np.ones(len(keys))
-    for i in tested:
-        mine = (code == i) & np.isfinite(bw)
-        cut = refs[i][0] / refs[i][2]
-        slower[i] = int((bw[mine] < cut).sum())
-        base = against[i]
-        if base is None:  # a nominal rate: each transfer below it by the threshold or not
-            p_raw[i] = float(binomial_upper_tail([slower[i]], [int(mine.sum())], [0.5])[0])
-        else:  # more of its transfers that slow than of the reference group's (Fisher)
-            ref_ok = base & np.isfinite(bw)
-            p_raw[i] = fisher_upper_tail(
-                int(slower[i]), int(mine.sum()), int((bw[ref_ok] < cut).sum()), int(ref_ok.sum())
-            )
+    ps = _paths(transfers, host_of_rank)
+    refs = _references(ps, slowness=slowness, intra_factor=intra_factor, nominal_bw=nominal_bw)
+    tested = [i for i in range(len(ps.keys)) if ps.inter[i] and np.isfinite(refs[i].rate)]
+    slower, p_raw = _slow_share_tests(ps, refs, tested)
     p_adj = adjusted(p_raw, max(len(tested), 1))
-    out = []
-    for i, (a, b) in enumerate(keys):
-        mine = code == i
-        ref, basis, needed = refs[i]
-        has_ref = bool(np.isfinite(ref) and np.isfinite(med_bw[i]) and med_bw[i] > 0)
-        slow_by = float(ref / med_bw[i]) if has_ref else None
-        p = float(p_adj[i]) if i in tested else 1.0
-        slow = bool(i in tested and slow_by is not None and slow_by >= needed and p <= alpha)
-        extra = 0
-        if slow:
-            ok = mine & np.isfinite(bw)
-            # the time beyond what the path takes at the slowest rate that is not slow
-            expected_ns = transfers.nbytes[ok] / (ref / needed) * 1e9
-            extra = int(np.clip(transfers.transfer_ns[ok] - expected_ns, 0, None).sum())
-        pairs = sorted(
-            {
-                f"{int(s)}->{int(d)}"
-                for s, d in zip(
-                    transfers.src_rank[mine].tolist(), transfers.dst_rank[mine].tolist()
-                )
-            }
+    return [
+        _path_stat(
+            i,
+            transfers,
+            ps,
+            refs[i],
+            int(slower[i]),
+            float(p_adj[i]) if i in tested else 1.0,
+            tested=i in tested,
+            alpha=alpha,
         )
+        for i in range(len(ps.keys))
+    ]
+
+
+@dataclass(frozen=True)
+class _RankTest:
+    """One rank's sends or receives against the other ranks' medians, before the p-value."""
+
+    rank: int
+    direction: str
+    count: int
+    median: float
+    peer: float
+    slower: int
+    late_sender_share: float | None
+
+
+def _direction_tests(
+    table: EventTable,
+    direction: str,
+    family: tuple[str, ...],
+    sends: _SendCalls,
+    *,
+    ratio: float,
+) -> list[_RankTest]:
+    """Per rank, its operations of one direction (``family``'s names: the worker's when the
+    trace has them, else the caller's) against the other ranks' median; receives also with
+    their late-sender share."""
+    names = table.strings["name"]
+    worker = [i for i, n in enumerate(names) if n in family and n.startswith("gloo:")]
+    caller = [i for i, n in enumerate(names) if n in family and not n.startswith("gloo:")]
+    codes = worker or caller
+    if not codes:
+        return []
+    ranked = (table["category"] == Category.CPU_OP) & (table["rank"] >= 0)
+    rows = np.flatnonzero(ranked & np.isin(table["name"], np.asarray(codes)))
+    if len(rows) == 0:
+        return []
+    rows = rows[np.argsort(table["rank"][rows], kind="stable")]  # rows grouped by rank
+    rank = table["rank"][rows].astype(np.int64)
+    dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
+    ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
+    if len(ranks) < 2:
+        return []
+    meds = group_median(dur, np.repeat(np.arange(len(ranks)), counts), len(ranks))
+    peers = _median_without_each(meds)
+    out = []
+    for i, r in enumerate(ranks.tolist()):
+        mine = slice(first[i], first[i] + counts[i])
+        late = None
+        if direction == "recv":
+            late = sends.late_share(rows[mine], r, peers[i] * ratio)
         out.append(
-            PathStat(
-                path=f"{a}->{b}",
-                src_host=a,
-                dst_host=b,
-                inter_host=bool(inter[i]),
-                transfers=int(mine.sum()),
-                bytes=int(np.clip(transfers.nbytes[mine], 0, None).sum()),
-                median_transfer_ns=float(median(transfers.transfer_ns[mine])),
-                median_bw=float(med_bw[i]) if np.isfinite(med_bw[i]) else None,
-                reference_bw=float(ref) if np.isfinite(ref) else None,
-                reference=basis,
-                threshold=float(needed) if np.isfinite(needed) else None,
-                slowness=round(slow_by, 4) if slow_by is not None else None,
-                slower=int(slower[i]),
-                p=p,
-                slow=slow,
-                extra_ns=extra,
-                rank_pairs=pairs,
+            _RankTest(
+                rank=int(r),
+                direction=direction,
+                count=int(counts[i]),
+                median=float(meds[i]),
+                peer=float(peers[i]),
+                slower=int((dur[mine] > peers[i]).sum()),
+                late_sender_share=late,
             )
         )
     return out
+
+
+def _rank_transfer_stat(
+    t: _RankTest, p: float, host_of_rank: dict[int, str], *, ratio: float, alpha: float
+) -> RankTransferStat:
+    """One rank's row from its test and adjusted p-value: slow when its median is ``ratio``
+    times its peers' and the p-value is at most ``alpha``."""
+    rat = t.median / t.peer if t.peer > 0 else (np.inf if t.median > 0 else 1.0)
+    return RankTransferStat(
+        rank=t.rank,
+        host=host_of_rank.get(t.rank, ""),
+        direction=t.direction,
+        count=t.count,
+        median_ns=t.median,
+        peer_median_ns=t.peer,
+        ratio=round(float(rat), 4) if np.isfinite(rat) else float("inf"),
+        slower=t.slower,
+        p=float(p),
+        slow=bool(rat >= ratio and p <= alpha),
+        late_sender_share=t.late_sender_share,
+    )
 
 
 def unpaired_transfer_stats(
@@ -370,76 +602,28 @@ def unpaired_transfer_stats(
     more of its operations are above that median than chance allows (sign test, adjusted
     for the ranks tested in that direction).
     """
-    cat = table["category"]
-    ranked = (cat == Category.CPU_OP) & (table["rank"] >= 0)
-    names = table.strings["name"]
-    out: list[RankTransferStat] = []
-    tests: list[dict[str, Any]] = []
     sends = _SendCalls(table)
-    for direction, family in (("send", _SEND_NAMES), ("recv", _RECV_NAMES)):
-        worker = [i for i, n in enumerate(names) if n in family and n.startswith("gloo:")]
-        caller = [i for i, n in enumerate(names) if n in family and not n.startswith("gloo:")]
-        codes = worker or caller
-        if not codes:
-            continue
-        rows = np.flatnonzero(ranked & np.isin(table["name"], np.asarray(codes)))
-        if len(rows) == 0:
-            continue
-        order = np.argsort(table["rank"][rows], kind="stable")  # rows grouped by rank
-        rows = rows[order]
-        rank = table["rank"][rows].astype(np.int64)
-        dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
-        ranks, first, counts = np.unique(rank, return_index=True, return_counts=True)
-        if len(ranks) < 2:
-            continue
-        meds = group_median(dur, np.repeat(np.arange(len(ranks)), counts), len(ranks))
-        peers = _median_without_each(meds)
-        for i, r in enumerate(ranks.tolist()):
-            mine = dur[first[i] : first[i] + counts[i]]
-            late = None
-            if direction == "recv":
-                late = sends.late_share(rows[first[i] : first[i] + counts[i]], r, peers[i] * ratio)
-            tests.append(
-                {
-                    "rank": int(r),
-                    "direction": direction,
-                    "count": int(counts[i]),
-                    "median": float(meds[i]),
-                    "peer": float(peers[i]),
-                    "slower": int((mine > peers[i]).sum()),
-                    "late_sender_share": late,
-                }
-            )
+    tests = [
+        t
+        for direction, family in (("send", _SEND_NAMES), ("recv", _RECV_NAMES))
+        for t in _direction_tests(table, direction, family, sends, ratio=ratio)
+    ]
     if not tests:
-        return out
+        return []
     p_raw = binomial_upper_tail(
-        [t["slower"] for t in tests], [t["count"] for t in tests], [0.5] * len(tests)
+        [t.slower for t in tests], [t.count for t in tests], [0.5] * len(tests)
     )
     # each direction its own family (its ranks): receives decide a finding, sends add to it
-    is_recv = np.array([t["direction"] == "recv" for t in tests])
+    is_recv = np.array([t.direction == "recv" for t in tests])
     p_adj = np.where(
         is_recv,
         adjusted(p_raw, max(int(is_recv.sum()), 1)),
         adjusted(p_raw, max(int((~is_recv).sum()), 1)),
     )
-    for t, p in zip(tests, p_adj.tolist()):
-        rat = t["median"] / t["peer"] if t["peer"] > 0 else (np.inf if t["median"] > 0 else 1.0)
-        out.append(
-            RankTransferStat(
-                rank=t["rank"],
-                host=host_of_rank.get(t["rank"], ""),
-                direction=t["direction"],
-                count=t["count"],
-                median_ns=t["median"],
-                peer_median_ns=t["peer"],
-                ratio=round(float(rat), 4) if np.isfinite(rat) else float("inf"),
-                slower=t["slower"],
-                p=float(p),
-                slow=bool(rat >= ratio and p <= alpha),
-                late_sender_share=t["late_sender_share"],
-            )
-        )
-    return out
+    return [
+        _rank_transfer_stat(t, p, host_of_rank, ratio=ratio, alpha=alpha)
+        for t, p in zip(tests, p_adj.tolist())
+    ]
 
 
 def _median_without_each(values: np.ndarray) -> np.ndarray:
