@@ -162,6 +162,187 @@ def _causal_interval(
     return to_ref[:nr].copy(), -from_ref[:nr].copy(), True
 
 
+@dataclass(frozen=True)
+class _Participations:
+    """The rows (one per rank and collective instance), validated and indexed.
+
+    ``rix``/``gix`` number each row's rank and instance (``ranks``/``keys`` ascending);
+    ``use`` marks the rows of instances with two or more members, the only ones that
+    measure anything; ``ref_i`` is the reference rank's position in ``ranks``.
+    """
+
+    rank: NDArray[np.int64]
+    enter: NDArray[np.float64]
+    exit: NDArray[np.float64]
+    ranks: NDArray[np.int64]
+    rix: NDArray[np.intp]
+    keys: NDArray[np.int64]
+    gix: NDArray[np.intp]
+    use: NDArray[np.bool_]
+    ref: int
+    ref_i: int
+
+    @property
+    def nr(self) -> int:
+        """How many ranks."""
+        return int(self.ranks.size)
+
+
+def _participations(
+    rank: ArrayLike,
+    coll_key: ArrayLike,
+    enter_ns: ArrayLike,
+    exit_ns: ArrayLike,
+    reference_rank: int | None,
+) -> _Participations:
+    """The rows as arrays, or :class:`InputError` (lengths, NaN, nothing to measure,
+    a reference rank without collectives)."""
+    r = np.asarray(rank, dtype=np.int64)
+    key = np.asarray(coll_key, dtype=np.int64)
+    ent = np.asarray(enter_ns, dtype=np.float64)
+    ext = np.asarray(exit_ns, dtype=np.float64)
+    if not (r.shape == key.shape == ent.shape == ext.shape) or r.ndim != 1:
+        raise InputError("rank, coll_key, enter_ns and exit_ns must be 1-D arrays of one length")
+    if not (np.all(np.isfinite(ent)) and np.all(np.isfinite(ext))):
+        raise InputError("collective times contain NaN or infinity")
+    ranks, rix = np.unique(r, return_inverse=True)
+    keys, gix = np.unique(key, return_inverse=True)
+    sizes = np.bincount(gix, minlength=keys.size)
+    use = sizes[gix] >= 2
+    if not use.any():
+        raise InputError("no collective has two or more members; offsets cannot be estimated")
+    ref = int(ranks[0]) if reference_rank is None else int(reference_rank)
+    if ref not in ranks:
+        raise InputError(f"reference rank {ref} has no collectives")
+    ref_i = int(np.searchsorted(ranks, ref))
+    return _Participations(r, ent, ext, ranks, rix, keys, gix, use, ref, ref_i)
+
+
+def _common_exits(
+    corrected: NDArray[np.float64], gi: NDArray[np.intp], w: NDArray[np.float64], n_keys: int
+) -> NDArray[np.float64]:
+    """Each instance's common exit time: the weighted mean of its members' corrected exits."""
+    wsum = np.bincount(gi, weights=w, minlength=n_keys)
+    return np.bincount(gi, weights=w * corrected, minlength=n_keys) / np.maximum(wsum, 1e-300)
+
+
+def _rank_fit(
+    resid: NDArray[np.float64],
+    u: NDArray[np.float64],
+    ri: NDArray[np.intp],
+    w: NDArray[np.float64],
+    nr: int,
+    d: NDArray[np.float64],
+    fit_drift: bool,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Each rank's offset (and drift, when fitted; else ``d`` unchanged): weighted least
+    squares of its exits' residuals against the common exits (``u``: their time from the
+    reference time)."""
+    sw = np.bincount(ri, weights=w, minlength=nr)
+    sy = np.bincount(ri, weights=w * resid, minlength=nr)
+    if not fit_drift:
+        return sy / np.maximum(sw, 1e-300), d
+    su = np.bincount(ri, weights=w * u, minlength=nr)
+    suu = np.bincount(ri, weights=w * u * u, minlength=nr)
+    suy = np.bincount(ri, weights=w * u * resid, minlength=nr)
+    det = sw * suu - su * su
+    ok = det > 1e-12 * np.maximum(sw * suu, 1e-300)
+    d = np.where(ok, (sw * suy - su * sy) / np.where(ok, det, 1.0), 0.0)
+    o = np.where(ok, (sy - d * su) / np.maximum(sw, 1e-300), sy / np.maximum(sw, 1e-300))
+    return o, d
+
+
+def _downweights(res: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Huber-style weights: 1 within three robust sigmas (MAD), falling off beyond."""
+    mad = median(np.abs(res)) * 1.4826 + 1e-9
+    return np.minimum(1.0, 3.0 * mad / np.maximum(np.abs(res), 1e-300))
+
+
+def _alternating_fit(
+    xe: NDArray[np.float64],
+    ri: NDArray[np.intp],
+    gi: NDArray[np.intp],
+    p: _Participations,
+    t_ref: float,
+    fit_drift: bool,
+    iterations: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """The robust alternating least-squares fit: per rank offset and drift (against the
+    reference rank), per instance the common exit time; reweighted every round."""
+    nr = p.nr
+    o = np.zeros(nr)
+    d = np.zeros(nr)
+    w = np.ones(xe.size)
+    for _ in range(iterations):
+        corrected = xe - o[ri] - d[ri] * (xe - t_ref)
+        tc = _common_exits(corrected, gi, w, p.keys.size)
+        o, d = _rank_fit(xe - tc[gi], tc[gi] - t_ref, ri, w, nr, d, fit_drift)
+        o, d = o - o[p.ref_i], d - d[p.ref_i]
+        w = _downweights(xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi])
+    return o, d, tc
+
+
+def _statistical_bound(
+    res: NDArray[np.float64], ri: NDArray[np.intp], per_rank: NDArray[np.intp], ref_i: int
+) -> NDArray[np.float64]:
+    """Per rank, the statistical bound on its offset from the fit's residuals ``res``."""
+    nr = per_rank.size
+    sigma = np.sqrt(np.bincount(ri, weights=res**2, minlength=nr) / np.maximum(per_rank, 1))
+    # members per collective share the estimate of its exit time: both terms count
+    stat = 4.0 * sigma / np.sqrt(np.maximum(per_rank, 1)) + 4.0 * sigma[ref_i] / np.sqrt(
+        max(per_rank[ref_i], 1)
+    )
+    return stat + np.abs(res).max() / np.sqrt(np.maximum(per_rank, 1))
+
+
+def _drift_corrected(
+    d: NDArray[np.float64], t_ref: float, idx: NDArray[np.intp], t: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Local times ``t`` of the ranks at ``idx``, less their fitted drift since ``t_ref``."""
+    return t - d[idx] * (t - t_ref)
+
+
+def _message_limits(
+    ranks: NDArray[np.int64],
+    d: NDArray[np.float64],
+    t_ref: float,
+    send_rank: ArrayLike | None,
+    send_start_ns: ArrayLike | None,
+    recv_rank: ArrayLike | None,
+    recv_end_ns: ArrayLike | None,
+) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.float64]] | None:
+    """Point-to-point constraints ``o_recv - o_send <= recv_end - send_start`` (drift
+    corrected) between known ranks, as (receiving rank, sending rank, limit); ``None``
+    without messages."""
+    if send_rank is None or recv_rank is None or send_start_ns is None or recv_end_ns is None:
+        return None
+    nr = ranks.size
+    sr = np.searchsorted(ranks, np.asarray(send_rank, dtype=np.int64))
+    rr = np.searchsorted(ranks, np.asarray(recv_rank, dtype=np.int64))
+    known = (sr < nr) & (rr < nr)
+    sr, rr = np.clip(sr, 0, nr - 1), np.clip(rr, 0, nr - 1)
+    known &= (ranks[sr] == np.asarray(send_rank)) & (ranks[rr] == np.asarray(recv_rank))
+    ss = np.asarray(send_start_ns, dtype=np.float64)
+    re_ = np.asarray(recv_end_ns, dtype=np.float64)
+    return (
+        rr[known].astype(np.intp),
+        sr[known].astype(np.intp),
+        _drift_corrected(d, t_ref, rr[known], re_[known])
+        - _drift_corrected(d, t_ref, sr[known], ss[known]),
+    )
+
+
+def _loosening(uncertainty_ns: ArrayLike | None, rank: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Per row, how far its recorded times may be from the true ones (0 when unknown)."""
+    unc = np.zeros(len(rank))
+    if uncertainty_ns is not None:
+        unc = np.asarray(uncertainty_ns, dtype=np.float64)
+        if unc.shape != rank.shape:
+            raise InputError("uncertainty_ns must have one value per participation")
+        unc = np.where(np.isfinite(unc) & (unc > 0), unc, 0.0)
+    return unc
+
+
 def estimate_offsets_from_collectives(
     rank: ArrayLike,
     coll_key: ArrayLike,
@@ -203,119 +384,41 @@ def estimate_offsets_from_collectives(
     Raises:
         InputError: mismatched lengths, or no collective with two or more members.
     """
-    r = np.asarray(rank, dtype=np.int64)
-    key = np.asarray(coll_key, dtype=np.int64)
-    ent = np.asarray(enter_ns, dtype=np.float64)
-    ext = np.asarray(exit_ns, dtype=np.float64)
-    if not (r.shape == key.shape == ent.shape == ext.shape) or r.ndim != 1:
-        raise InputError("rank, coll_key, enter_ns and exit_ns must be 1-D arrays of one length")
-    if not (np.all(np.isfinite(ent)) and np.all(np.isfinite(ext))):
-        raise InputError("collective times contain NaN or infinity")
-    ranks, rix = np.unique(r, return_inverse=True)
-    keys, gix = np.unique(key, return_inverse=True)
-    sizes = np.bincount(gix, minlength=keys.size)
-    use = sizes[gix] >= 2
-    if not use.any():
-        raise InputError("no collective has two or more members; offsets cannot be estimated")
-    nr = ranks.size
-    ref = int(ranks[0]) if reference_rank is None else int(reference_rank)
-    if ref not in ranks:
-        raise InputError(f"reference rank {ref} has no collectives")
-    ref_i = int(np.searchsorted(ranks, ref))
-    per_rank = np.bincount(rix[use], minlength=nr)
-    t_ref = float(median(ext[use]))
-    span = float(ext[use].max() - ext[use].min())
-    if fit_drift is None:
-        fit_drift = span > 10e9 and bool(per_rank.min() >= 10)
-
-    ri, gi, xe = rix[use], gix[use], ext[use]
-    o = np.zeros(nr)
-    d = np.zeros(nr)
-    w = np.ones(xe.size)
-    for _ in range(iterations):
-        corrected = xe - o[ri] - d[ri] * (xe - t_ref)
-        wsum = np.bincount(gi, weights=w, minlength=keys.size)
-        tc = np.bincount(gi, weights=w * corrected, minlength=keys.size) / np.maximum(wsum, 1e-300)
-        resid = xe - tc[gi]
-        u = tc[gi] - t_ref
-        sw = np.bincount(ri, weights=w, minlength=nr)
-        sy = np.bincount(ri, weights=w * resid, minlength=nr)
-        if fit_drift:
-            su = np.bincount(ri, weights=w * u, minlength=nr)
-            suu = np.bincount(ri, weights=w * u * u, minlength=nr)
-            suy = np.bincount(ri, weights=w * u * resid, minlength=nr)
-            det = sw * suu - su * su
-            ok = det > 1e-12 * np.maximum(sw * suu, 1e-300)
-            d = np.where(ok, (sw * suy - su * sy) / np.where(ok, det, 1.0), 0.0)
-            o = np.where(ok, (sy - d * su) / np.maximum(sw, 1e-300), sy / np.maximum(sw, 1e-300))
-        else:
-            o = sy / np.maximum(sw, 1e-300)
-        o, d = o - o[ref_i], d - d[ref_i]
-        res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]
-        mad = median(np.abs(res)) * 1.4826 + 1e-9
-        w = np.minimum(1.0, 3.0 * mad / np.maximum(np.abs(res), 1e-300))
-
-    res = xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi]
-    sigma = np.sqrt(np.bincount(ri, weights=res**2, minlength=nr) / np.maximum(per_rank, 1))
-    # members per collective share the estimate of its exit time: both terms count
-    stat = 4.0 * sigma / np.sqrt(np.maximum(per_rank, 1)) + 4.0 * sigma[ref_i] / np.sqrt(
-        max(per_rank[ref_i], 1)
-    )
-    stat = stat + np.abs(res).max() / np.sqrt(np.maximum(per_rank, 1))
-
+    p = _participations(rank, coll_key, enter_ns, exit_ns, reference_rank)
+    use, ref_i = p.use, p.ref_i
+    ri, gi, xe = p.rix[use], p.gix[use], p.exit[use]
+    per_rank = np.bincount(ri, minlength=p.nr)
+    t_ref = float(median(xe))
+    if fit_drift is None:  # long traces, every rank often measured
+        fit_drift = float(xe.max() - xe.min()) > 10e9 and bool(per_rank.min() >= 10)
+    o, d, tc = _alternating_fit(xe, ri, gi, p, t_ref, fit_drift, iterations)
+    stat = _statistical_bound(xe - o[ri] - d[ri] * (xe - t_ref) - tc[gi], ri, per_rank, ref_i)
     # causal limits on drift-corrected times: o_a - o_b <= local_a(after) - local_b(before)
-    def corr(idx: NDArray[np.intp], t: NDArray[np.float64]) -> NDArray[np.float64]:
-        return t - d[idx] * (t - t_ref)
-
-    p2p = None
-    if (
-        send_rank is not None
-        and recv_rank is not None
-        and send_start_ns is not None
-        and recv_end_ns is not None
-    ):
-        sr = np.searchsorted(ranks, np.asarray(send_rank, dtype=np.int64))
-        rr = np.searchsorted(ranks, np.asarray(recv_rank, dtype=np.int64))
-        known = (sr < nr) & (rr < nr)
-        sr, rr = np.clip(sr, 0, nr - 1), np.clip(rr, 0, nr - 1)
-        known &= (ranks[sr] == np.asarray(send_rank)) & (ranks[rr] == np.asarray(recv_rank))
-        ss = np.asarray(send_start_ns, dtype=np.float64)
-        re_ = np.asarray(recv_end_ns, dtype=np.float64)
-        p2p = (
-            rr[known].astype(np.intp),
-            sr[known].astype(np.intp),
-            corr(rr[known], re_[known]) - corr(sr[known], ss[known]),
-        )
-    unc = np.zeros(len(r))
-    if uncertainty_ns is not None:
-        unc = np.asarray(uncertainty_ns, dtype=np.float64)
-        if unc.shape != r.shape:
-            raise InputError("uncertainty_ns must have one value per participation")
-        unc = np.where(np.isfinite(unc) & (unc > 0), unc, 0.0)
+    p2p = _message_limits(p.ranks, d, t_ref, send_rank, send_start_ns, recv_rank, recv_end_ns)
+    unc = _loosening(uncertainty_ns, p.rank)
     upper, lower, consistent = _causal_interval(
-        nr,
+        p.nr,
         ref_i,
-        rix[use].astype(np.intp),
-        gix[use].astype(np.intp),
-        keys.size,
-        corr(rix[use], ent[use]) - unc[use],
-        corr(rix[use], ext[use]) + unc[use],
+        ri.astype(np.intp),
+        gi.astype(np.intp),
+        p.keys.size,
+        _drift_corrected(d, t_ref, ri, p.enter[use]) - unc[use],
+        _drift_corrected(d, t_ref, ri, xe) + unc[use],
         p2p,
     )
     upper[ref_i] = lower[ref_i] = 0.0
     o = np.clip(o, lower, upper)
-    hard = np.maximum(o - lower, upper - o)
-    bound = np.minimum(stat, hard)
+    bound = np.minimum(stat, np.maximum(o - lower, upper - o))
     bound[ref_i] = 0.0
     return CollectiveOffsets(
-        ranks=ranks,
+        ranks=p.ranks,
         offset_ns=o,
         drift_ppm=d * 1e6,
         bound_ns=bound,
         lower_ns=lower,
         upper_ns=upper,
         collectives=per_rank.astype(np.int64),
-        reference_rank=ref,
+        reference_rank=p.ref,
         reference_time_ns=t_ref,
         consistent=consistent,
     )
