@@ -18,7 +18,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -277,6 +277,9 @@ ANY_FLAG = 2
 #: which edge released a row, in the order ties are broken (the first wins)
 _V_NONE, _V_STREAM, _V_LAUNCH, _V_DEVICE, _V_PEER, _V_SYNC = range(6)
 
+#: earlier than any release time
+_LOWEST = -(1 << 62)
+
 
 def _i64(values: Any = ()) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
@@ -462,34 +465,54 @@ def walk_pieces(
     rows = np.flatnonzero(walk_mask(table))
     if len(rows) == 0:
         return WalkPieces.empty()
-    pos_of = np.full(len(table), -1, dtype=np.int64)
-    pos_of[rows] = np.arange(len(rows))
-    start = table["start_ns"][rows]
-    end = table["end_ns"][rows]
-    rank = table["rank"][rows]
-    rcat = table["category"][rows]
-    prev = _lane_prev(rows, table)
-    dprev = _device_prev(rows, table)
-    dprev = with_data_dependencies(rows, table, dprev)  # recorded ones replace the guess
+    start, end, rank = table["start_ns"][rows], table["end_ns"][rows], table["rank"][rows]
+    launch = _launch_edges(rows, table)
+    peer = _peer_columns(keys[rows], start, peers)
+    walk_entries, follow = _entries(rank, start, end, keys[rows], peer, entries)
+    walked = _walk(walk_entries, follow, _columns(rows, table, launch, peer, device_bound_share))
+    return _pieces_of(walked, walk_entries, rows, table, keys, launch.kernels)
+
+
+class _LaunchEdges(NamedTuple):
+    """Each walk row's launch edge, and the graph replays it belongs to."""
+
+    launch: np.ndarray  # int64: position of the launching call; -1: none, or queued by a replay
+    graph: np.ndarray  # bool: a kernel of a graph replay (its launch launched several rows)
+    fanned: np.ndarray  # bool: its launch launched several rows
+    launch_row: np.ndarray  # int64: the launching call's row of the table, or -1
+    kernels: np.ndarray  # int64, per row of the table: how many rows its launch launched
+
+
+def _launch_edges(rows: np.ndarray, table: EventTable) -> _LaunchEdges:
+    """The launch edges of the walk ``rows`` of ``table``: each row's launching runtime call
+    (correlation id); a graph replay's first kernel on each stream waits for the launch, the
+    rest are queued (no launch edge)."""
     from otel_ext.analysis.rank.breakdown import launch_fanout, launch_rows
 
+    pos_of = np.full(len(table), -1, dtype=np.int64)
+    pos_of[rows] = np.arange(len(rows))
     lr_all = launch_rows(table)
-    fan_all = launch_fanout(table, lr_all)
+    fan = launch_fanout(table, lr_all)[rows]
     launch = np.full(len(rows), -1, dtype=np.int64)
     lr = lr_all[rows]
     ok = lr >= 0
     launch[ok] = pos_of[lr[ok]]
-    fan = fan_all[rows]
     graph = (fan > 1) & (launch >= 0)
     if graph.any():
-        # a replay's first kernel on each stream waits for the launch; the rest are queued
         g = np.flatnonzero(graph)
-        o = np.lexsort((start[g], table["stream"][rows][g], launch[g]))
-        gl, gs = launch[g][o], table["stream"][rows][g][o]
+        stream = table["stream"][rows][g]
+        o = np.lexsort((table["start_ns"][rows][g], stream, launch[g]))
+        gl, gs = launch[g][o], stream[o]
         first = np.r_[True, (gl[1:] != gl[:-1]) | (gs[1:] != gs[:-1])]
         launch[g[o[~first]]] = -1
-    sync = _sync_pred(rows, table, launch, rcat)
-    busy = _DeviceBusy(rows, table)
+    kernels = np.bincount(lr_all[lr_all >= 0], minlength=len(table))
+    return _LaunchEdges(launch, graph, fan > 1, lr, kernels)
+
+
+def _labels(rows: np.ndarray, table: EventTable) -> np.ndarray:
+    """Each walk row's segment label code (an index into :data:`SEGMENT_LABELS`): by its
+    category; a runtime call's by its name (:func:`runtime_label`)."""
+    rcat = table["category"][rows]
     names = table.strings["name"]
     name_codes = table["name"][rows]
     is_rt = rcat == Category.RUNTIME
@@ -503,16 +526,32 @@ def walk_pieces(
         for c in distinct(rt_codes).tolist():
             by_name[c] = _CODE[runtime_label(names[int(c)])]
         label[is_rt] = by_name[rt_codes]
+    return label
 
-    # the peer edges of this table's rows, and the rows they target
-    n = len(rows)
-    rkeys = keys[rows]
+
+class _PeerColumns(NamedTuple):
+    """The peer edges of some walk rows, and the rows they target."""
+
+    has_peer: np.ndarray  # bool, per walk row: a member with a peer edge
+    key: dict[int, int]  # walk row (position) -> the key of its edge's target row
+    release: dict[int, int]  # walk row (position) -> its edge's release time
+    targets: list[int]  # the walk rows (positions) some edge targets, ascending
+
+
+def _peer_columns(rkeys: np.ndarray, start: np.ndarray, peers: PeerEdges) -> _PeerColumns:
+    """The edges of ``peers`` whose member is one of the walk rows of keys ``rkeys``, and the
+    rows that some edge targets; a target's release time must be its start here.
+
+    Raises:
+        ValueError: a target row's start is not its edge's release time (edges and rows
+            aligned differently).
+    """
     member_key = _i64(peers.member_key)
     target_key = _i64(peers.target_key)
     release_ns = _i64(peers.release_ns)
     at = _positions(rkeys, member_key)
     here = at >= 0
-    has_peer = np.zeros(n, dtype=bool)
+    has_peer = np.zeros(len(rkeys), dtype=bool)
     has_peer[at[here]] = True
     tat = _positions(rkeys, target_key)
     there = tat >= 0
@@ -524,62 +563,143 @@ def walk_pieces(
             f"({int(release_ns[k])} ns) is not its start in this table "
             f"({int(start[tat[k]])} ns): edges and rows aligned differently"
         )
-    targets = distinct(tat[there]).tolist()
+    members = at[here].tolist()
+    return _PeerColumns(
+        has_peer,
+        dict(zip(members, target_key[here].tolist())),
+        dict(zip(members, release_ns[here].tolist())),
+        distinct(tat[there]).tolist(),
+    )
 
-    # entries: (row, seg_end, allow_peer, what): what is -1 for a rank's start, else the
-    # entry_allow code of a peer target
-    starts: list[tuple[int, int, bool, int]] = []
-    for _r, idx in _rank_slices(rank, np.ones(n, dtype=bool)):
+
+#: a walk entry: (row, seg_end, allow_peer, what); what is -1 for a rank's start, else the
+#: entry_allow code of a peer target
+_Entry = tuple[int, int, bool, int]
+
+
+def _entries(
+    rank: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    rkeys: np.ndarray,
+    peer: _PeerColumns,
+    mode: str,
+) -> tuple[list[_Entry], dict[int, list[_Entry]] | None]:
+    """The entries to walk from, and those to follow (by target key) when an exit reaches
+    them: ``"every"`` walks each rank's start (its walk row that ends last; ties: the first)
+    and each peer target's entries (both ``allow_peer`` states where the target has a peer
+    edge itself), following none; ``"reachable"`` the start that ends last, following the
+    targets' entries.
+
+    Raises:
+        ValueError: ``mode`` is neither.
+    """
+    starts: list[_Entry] = []
+    for _r, idx in _rank_slices(rank, np.ones(len(rank), dtype=bool)):
         i = int(idx[np.argmax(end[idx])])  # the first of the largest ends: the smallest key
         starts.append((i, int(end[i]), True, -1))
-    by_target: dict[int, list[tuple[int, int, bool, int]]] = {}
-    for t in targets:
+    by_target: dict[int, list[_Entry]] = {}
+    for t in peer.targets:
         s_t = int(start[t])
-        if has_peer[t]:  # not from the match (a target's peer is itself); walk both states
+        if peer.has_peer[t]:  # not from the match (a target's peer is itself); walk both states
             by_target[int(rkeys[t])] = [(t, s_t, True, 1), (t, s_t, False, 0)]
         else:
             by_target[int(rkeys[t])] = [(t, s_t, True, ANY_FLAG)]
-    if entries == "every":
-        walk_entries = starts + [e for group in by_target.values() for e in group]
-        follow = None
-    elif entries == "reachable":
-        walk_entries = [max(starts, key=lambda e: (end[e[0]], -e[0]))]
-        follow = by_target
-    else:
-        raise ValueError(f"entries: {entries!r} (every or reachable)")
+    if mode == "every":
+        return starts + [e for group in by_target.values() for e in group], None
+    if mode == "reachable":
+        return [max(starts, key=lambda e: (end[e[0]], -e[0]))], by_target
+    raise ValueError(f"entries: {mode!r} (every or reachable)")
 
-    walked = _walk(
-        walk_entries,
-        follow,
-        # the columns as memoryviews of the arrays: indexed as fast as lists, each item a
-        # Python int or bool made when read, 8 bytes a row, not a list's 40 (issue 30)
-        start=_seq(start),
-        end=_seq(end),
-        rank=_seq(rank),
-        label=_seq(label),
-        name=_seq(name_codes),
-        graph=_seq(graph),
-        runtime=_seq(is_rt),
-        fanned=_seq(fan > 1),
-        launch_row=dict(zip(np.flatnonzero(fan > 1).tolist(), lr[fan > 1].tolist())),
-        # four sequences, not one of tuples: tuples of every row cost more than the walk
-        edges=(_seq(prev), _seq(launch), _seq(dprev), _seq(sync)),
-        has_peer=_seq(has_peer),
-        peer_key=dict(zip(at[here].tolist(), target_key[here].tolist())),
-        peer_rel=dict(zip(at[here].tolist(), release_ns[here].tolist())),
-        busy=busy,
-        share=device_bound_share,
+
+def _columns(
+    rows: np.ndarray, table: EventTable, launch: _LaunchEdges, peer: _PeerColumns, share: float
+) -> _WalkColumns:
+    """The walk rows' columns and edges as the walk's loop reads them.
+
+    The columns as memoryviews of the arrays: indexed as fast as lists, each item a Python
+    int or bool made when read, 8 bytes a row, not a list's 40 (issue 30); four edge
+    sequences, not one of tuples (tuples of every row cost more than the walk).
+    """
+    rcat = table["category"][rows]
+    dprev = with_data_dependencies(rows, table, _device_prev(rows, table))  # recorded ones win
+    fanned = launch.fanned
+    return _WalkColumns(
+        start=_seq(table["start_ns"][rows]),
+        end=_seq(table["end_ns"][rows]),
+        rank=_seq(table["rank"][rows]),
+        label=_seq(_labels(rows, table)),
+        name=_seq(table["name"][rows]),
+        graph=_seq(launch.graph),
+        runtime=_seq(rcat == Category.RUNTIME),
+        fanned=_seq(fanned),
+        prev=_seq(_lane_prev(rows, table)),
+        launch=_seq(launch.launch),
+        device=_seq(dprev),
+        sync=_seq(_sync_pred(rows, table, launch.launch, rcat)),
+        has_peer=_seq(peer.has_peer),
+        launch_row=dict(zip(np.flatnonzero(fanned).tolist(), launch.launch_row[fanned].tolist())),
+        peer_key=peer.key,
+        peer_rel=peer.release,
+        busy=_DeviceBusy(rows, table),
+        share=share,
     )
-    (seg_rank, seg_label, seg_start, seg_end, seg_name, step_seg, g_step, g_row, g_ns,
-     piece_step, piece_next, piece_to, piece_allow, entry_step) = walked  # fmt: skip
 
-    # names: the segments' and the graph launches' (gap segments carry code -1: "")
-    seg_codes = _i64(seg_name)
-    g_rows = _i64(g_row)
+
+def _pieces_of(
+    w: _WalkSteps,
+    entries: list[_Entry],
+    rows: np.ndarray,
+    table: EventTable,
+    keys: np.ndarray,
+    kernels: np.ndarray,
+) -> WalkPieces:
+    """The walk's lists as :class:`WalkPieces`: names local to them, the entries split into
+    the ranks' starts and the peer targets' entries, the graph launches the steps name."""
+    rkeys, rank, end = keys[rows], table["rank"][rows], table["end_ns"][rows]
+    g_rows = _i64(w.graph_row)
     launch_rows_used = distinct(g_rows)
-    launch_codes = _i64(table["name"][launch_rows_used])
+    names, seg_name, launch_name = _local_names(table, _i64(w.seg_name), launch_rows_used)
+    start_pos = _i64([e[0] for e in entries if e[3] < 0])
+    return WalkPieces(
+        names=names,
+        seg_rank=np.asarray(w.seg_rank, dtype=np.int32),
+        seg_label=np.asarray(w.seg_label, dtype=np.int8),
+        seg_start=_i64(w.seg_start),
+        seg_end=_i64(w.seg_end),
+        seg_name=seg_name,
+        step_seg=_i64(w.step_seg),
+        piece_step=_i64(w.piece_step),
+        piece_next=np.asarray(w.piece_next, dtype=np.int8),
+        piece_to=_i64(w.piece_to),
+        piece_allow=np.asarray(w.piece_allow, dtype=bool),
+        entry_key=rkeys[_i64([e[0] for e in entries if e[3] >= 0])],
+        entry_allow=np.asarray([e[3] for e in entries if e[3] >= 0], dtype=np.int8),
+        entry_step=_i64([g for e, g in zip(entries, w.entry_step) if e[3] >= 0]),
+        start_rank=np.asarray(rank[start_pos], dtype=np.int32),
+        start_key=rkeys[start_pos],
+        start_end=_i64(end[start_pos]),
+        start_step=_i64([g for e, g in zip(entries, w.entry_step) if e[3] < 0]),
+        graph_step=_i64(w.graph_step),
+        graph_launch=np.searchsorted(launch_rows_used, g_rows).astype(np.int64),
+        graph_ns=_i64(w.graph_ns),
+        launch_key=keys[launch_rows_used],
+        launch_rank=np.asarray(table["rank"][launch_rows_used], dtype=np.int32),
+        launch_name=launch_name,
+        launch_start=_i64(table["start_ns"][launch_rows_used]),
+        launch_kernels=_i64(kernels[launch_rows_used]),
+    )
+
+
+def _local_names(
+    table: EventTable, seg_codes: np.ndarray, launch_rows: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The names the segments (name codes of ``table``; -1 for a gap: "") and the graph
+    launch ``rows`` carry, as a list local to them ("" first), and both as int32 indices
+    into it."""
+    launch_codes = _i64(table["name"][launch_rows])
     used = distinct(np.concatenate([seg_codes[seg_codes >= 0], launch_codes]))
-    local_names = ["", *(names[int(c)] for c in used)]
+    names = table.strings["name"]
 
     def local(codes: np.ndarray) -> np.ndarray:
         out = np.zeros(codes.shape[0], dtype=np.int32)
@@ -587,36 +707,7 @@ def walk_pieces(
         out[ok] = np.searchsorted(used, codes[ok]) + 1
         return out
 
-    kernels = np.bincount(lr_all[lr_all >= 0], minlength=len(table))
-    start_pos = _i64([e[0] for e in walk_entries if e[3] < 0])
-    return WalkPieces(
-        names=local_names,
-        seg_rank=np.asarray(seg_rank, dtype=np.int32),
-        seg_label=np.asarray(seg_label, dtype=np.int8),
-        seg_start=_i64(seg_start),
-        seg_end=_i64(seg_end),
-        seg_name=local(seg_codes),
-        step_seg=_i64(step_seg),
-        piece_step=_i64(piece_step),
-        piece_next=np.asarray(piece_next, dtype=np.int8),
-        piece_to=_i64(piece_to),
-        piece_allow=np.asarray(piece_allow, dtype=bool),
-        entry_key=rkeys[_i64([e[0] for e in walk_entries if e[3] >= 0])],
-        entry_allow=np.asarray([e[3] for e in walk_entries if e[3] >= 0], dtype=np.int8),
-        entry_step=_i64([g for e, g in zip(walk_entries, entry_step) if e[3] >= 0]),
-        start_rank=np.asarray(rank[start_pos], dtype=np.int32),
-        start_key=rkeys[start_pos],
-        start_end=_i64(end[start_pos]),
-        start_step=_i64([g for e, g in zip(walk_entries, entry_step) if e[3] < 0]),
-        graph_step=_i64(g_step),
-        graph_launch=np.searchsorted(launch_rows_used, g_rows).astype(np.int64),
-        graph_ns=_i64(g_ns),
-        launch_key=keys[launch_rows_used],
-        launch_rank=np.asarray(table["rank"][launch_rows_used], dtype=np.int32),
-        launch_name=local(launch_codes),
-        launch_start=_i64(table["start_ns"][launch_rows_used]),
-        launch_kernels=_i64(kernels[launch_rows_used]),
-    )
+    return ["", *(names[int(c)] for c in used)], local(seg_codes), local(launch_codes)
 
 
 def _seq(a: np.ndarray) -> Sequence[Any]:
@@ -629,176 +720,6 @@ def _seq(a: np.ndarray) -> Sequence[Any]:
     (2, True, 2)
     """
     return np.ascontiguousarray(a).data
-
-
-def _walk(
-    entries: list[tuple[int, int, bool, int]],
-    follow: dict[int, list[tuple[int, int, bool, int]]] | None,
-    *,
-    start: Sequence[int],
-    end: Sequence[int],
-    rank: Sequence[int],
-    label: Sequence[int],
-    name: Sequence[int],
-    graph: Sequence[bool],
-    runtime: Sequence[bool],
-    fanned: Sequence[bool],
-    launch_row: dict[int, int],
-    edges: tuple[Sequence[int], Sequence[int], Sequence[int], Sequence[int]],
-    has_peer: Sequence[bool],
-    peer_key: dict[int, int],
-    peer_rel: dict[int, int],
-    busy: _DeviceBusy,
-    share: float,
-) -> tuple[list[Any], ...]:
-    """The walk from each of ``entries`` ``(row, seg_end, allow_peer)``, as lists: the one-loop
-    walk's step, unchanged, with the peer edge as an exit and the states memoised.
-
-    A Python loop: plain lists and ints, no numpy scalars or enum lookups in it.
-    """
-    S_rank: list[int] = []
-    S_label: list[int] = []
-    S_start: list[int] = []
-    S_end: list[int] = []
-    S_name: list[int] = []
-    step_seg = [0]
-    g_step: list[int] = []
-    g_row: list[int] = []
-    g_ns: list[int] = []
-    piece_step = [0]
-    piece_next: list[int] = []
-    piece_to: list[int] = []
-    piece_allow: list[bool] = []
-    entry_step: list[int] = []
-    # the states visited: the first per row in lists (most rows are visited once), the others
-    # in a dict
-    first_end: list[int | None] = [None] * len(start)
-    first_allow = [False] * len(start)
-    first_step = [0] * len(start)
-    memo: dict[tuple[int, int, bool], int] = {}
-    host, queue, idle = _CODE["host"], _CODE["queue"], _CODE["idle"]
-    e_prev, e_launch, e_dev, e_sync = edges
-    lowest = -(1 << 62)
-    n_steps = 0
-    for i, seg_end, allow, _what in entries:  # grows while walked when following exits
-        allow_n = allow or not has_peer[i]
-        if first_end[i] == seg_end and first_allow[i] == allow_n:
-            entry_step.append(first_step[i])
-            continue
-        got = memo.get((i, seg_end, allow_n))
-        if got is not None:
-            entry_step.append(got)
-            continue
-        entry_step.append(n_steps)
-        while True:
-            allow_n = allow or not has_peer[i]
-            fe = first_end[i]
-            got = None
-            if fe is None:
-                first_end[i], first_allow[i], first_step[i] = seg_end, allow_n, n_steps
-            elif fe == seg_end and first_allow[i] == allow_n:
-                got = first_step[i]
-            else:
-                state = (i, seg_end, allow_n)
-                got = memo.get(state)
-                if got is None:
-                    memo[state] = n_steps
-            if got is not None:
-                piece_next.append(PIECE_CONTINUE)
-                piece_to.append(got)
-                piece_allow.append(False)
-                break
-            n_steps += 1
-            best, release, via = -1, lowest, _V_NONE
-            c_prev, c_launch, c_dev, c_sync = e_prev[i], e_launch[i], e_dev[i], e_sync[i]
-            is_graph = graph[i]
-            if c_prev >= 0:
-                rel = end[c_prev]
-                if release < rel <= seg_end:
-                    best, release, via = c_prev, rel, _V_STREAM
-            if c_launch >= 0:
-                rel = start[c_launch] if is_graph else end[c_launch]
-                if release < rel <= seg_end:
-                    best, release, via = c_launch, rel, _V_LAUNCH
-            if c_dev >= 0:
-                rel = end[c_dev]
-                if release < rel <= seg_end:
-                    best, release, via = c_dev, rel, _V_DEVICE
-            if allow and has_peer[i]:
-                rel = peer_rel[i]
-                if release < rel <= seg_end:
-                    best, release, via = -1, rel, _V_PEER
-            if c_sync >= 0:
-                rel = end[c_sync]
-                if release < rel <= seg_end:
-                    best, release, via = c_sync, rel, _V_SYNC
-            s_i = start[i]
-            if s_i > seg_end:
-                s_i = seg_end
-            is_rt = runtime[i]
-            if is_rt and release < s_i:
-                r_i = rank[i]
-                d = busy.last_end_before(r_i, s_i)
-                if d >= 0 and end[d] > release:
-                    covered = busy.within(r_i, release, s_i)
-                    if covered >= share * (s_i - release):
-                        best, release, via = d, end[d], _V_DEVICE
-            if fanned[i]:
-                g_step.append(n_steps - 1)
-                g_row.append(launch_row[i])
-                g_ns.append(seg_end - s_i)
-            r_i = rank[i]
-            if via >= _V_PEER and release > s_i:  # the peer or the sync edge
-                # waited in the collective for the last arrival, or in a blocking call for the
-                # device: only the rest is on the path
-                if seg_end > release:
-                    S_rank.append(r_i)
-                    S_label.append(label[i])
-                    S_start.append(release)
-                    S_end.append(seg_end)
-                    S_name.append(name[i])
-                step_seg.append(len(S_rank))
-                if via == _V_PEER:
-                    piece_next.append(PIECE_EXIT)
-                    piece_to.append(peer_key[i])
-                    piece_allow.append(False)
-                    if follow is not None and peer_key[i] in follow:
-                        entries += follow.pop(peer_key[i])
-                    break
-                i, seg_end, allow = best, release, True
-                continue
-            if seg_end > s_i:
-                S_rank.append(r_i)
-                S_label.append(label[i])
-                S_start.append(s_i)
-                S_end.append(seg_end)
-                S_name.append(name[i])
-            if via == _V_NONE:
-                step_seg.append(len(S_rank))
-                piece_next.append(PIECE_END)
-                piece_to.append(-1)
-                piece_allow.append(False)
-                break
-            if release < s_i:
-                # a gap before a device event is device idle (queue when a graph launch
-                # released it); before a launch, host-side work
-                S_rank.append(r_i)
-                S_label.append(host if is_rt else queue if via == _V_LAUNCH and is_graph else idle)
-                S_start.append(release)
-                S_end.append(s_i)
-                S_name.append(-1)
-            step_seg.append(len(S_rank))
-            if via == _V_PEER:
-                piece_next.append(PIECE_EXIT)
-                piece_to.append(peer_key[i])
-                piece_allow.append(True)
-                if follow is not None and peer_key[i] in follow:
-                    entries += follow.pop(peer_key[i])
-                break
-            i, seg_end, allow = best, min(release, s_i), True
-        piece_step.append(n_steps)
-    return (S_rank, S_label, S_start, S_end, S_name, step_seg, g_step, g_row, g_ns,
-            piece_step, piece_next, piece_to, piece_allow, entry_step)  # fmt: skip
 
 
 class _DeviceBusy:
@@ -833,6 +754,18 @@ class _DeviceBusy:
         k = bisect_right(got[1], t) - 1
         return got[0][k] if k >= 0 else -1
 
+    def device_bound(self, rank: int, a: int, b: int, share: float) -> int:
+        """Whether the host gap ``[a, b)`` of ``rank`` waited for the device: the rank's
+        device row (position) that ended last at or before ``b`` where it ended after ``a``
+        and the device was busy for at least ``share`` of the gap, else -1 (``a < b``)."""
+        got = self._by_rank.get(rank)
+        if got is None:
+            return -1
+        k = bisect_right(got[1], b) - 1
+        if k < 0 or got[1][k] <= a:
+            return -1
+        return got[0][k] if self.within(rank, a, b) >= share * (b - a) else -1
+
     def within(self, rank: int, a: int, b: int) -> int:
         """Device-busy time of ``rank`` inside ``[a, b)``."""
         got = self._by_rank.get(rank)
@@ -845,6 +778,180 @@ class _DeviceBusy:
             return 0
         total = cum[j] - cum[i] - max(0, a - ms[i]) - max(0, me[j - 1] - b)
         return max(total, 0)
+
+
+class _WalkColumns(NamedTuple):
+    """The walk rows' columns as the walk's loop reads them (positions index them): Python
+    ints and bools read from memoryviews, and dicts of the few rows with a graph launch or a
+    peer edge."""
+
+    start: Sequence[int]
+    end: Sequence[int]
+    rank: Sequence[int]
+    label: Sequence[int]  # index into SEGMENT_LABELS
+    name: Sequence[int]  # name code of the table
+    graph: Sequence[bool]  # a graph replay's kernel: released by its launch's start
+    runtime: Sequence[bool]
+    fanned: Sequence[bool]  # its launch launched several rows: the step is a graph step
+    prev: Sequence[int]  # program order: the previous row in its lane, or -1
+    launch: Sequence[int]  # the launching call, or -1
+    device: Sequence[int]  # cross-stream: the device row it waited for, or -1
+    sync: Sequence[int]  # a blocking call's device row, or -1
+    has_peer: Sequence[bool]
+    launch_row: dict[int, int]  # fanned row -> its launch's row of the table
+    peer_key: dict[int, int]  # row with a peer edge -> the target's key
+    peer_rel: dict[int, int]  # row with a peer edge -> its release time
+    busy: _DeviceBusy
+    share: float  # device_bound_share
+
+
+class _WalkSteps(NamedTuple):
+    """What the walk's loop writes, as lists: the segments (stored in walk order), each
+    step's first segment, the graph replays' steps, the pieces and each entry's step."""
+
+    seg_rank: list[int]
+    seg_label: list[int]
+    seg_start: list[int]
+    seg_end: list[int]
+    seg_name: list[int]  # name code of the table; -1 for a gap
+    step_seg: list[int]  # steps + 1
+    graph_step: list[int]
+    graph_row: list[int]  # the launch's row of the table
+    graph_ns: list[int]
+    piece_step: list[int]  # pieces + 1
+    piece_next: list[int]
+    piece_to: list[int]
+    piece_allow: list[bool]
+    entry_step: list[int]  # per entry walked
+
+    @staticmethod
+    def new() -> _WalkSteps:
+        """No step yet."""
+        return _WalkSteps([], [], [], [], [], [0], [], [], [], [0], [], [], [], [])
+
+    def end_piece(self, how: int, to: int, allow: bool) -> None:
+        """The current piece ends ``how`` (PIECE_END, PIECE_EXIT, PIECE_CONTINUE)."""
+        self.piece_next.append(how)
+        self.piece_to.append(to)
+        self.piece_allow.append(allow)
+
+
+class _Visited:
+    """The walk states ``(row, seg_end, allow_peer)`` visited and the step each was first
+    at: each row's first state in lists (most rows are visited once), the others in a dict."""
+
+    def __init__(self, n: int) -> None:
+        self.first_end: list[int | None] = [None] * n
+        self.first_allow = [False] * n
+        self.first_step = [0] * n
+        self.memo: dict[tuple[int, int, bool], int] = {}
+
+    def step_of(self, i: int, seg_end: int, allow: bool) -> int | None:
+        """The step a walk was at in state ``(i, seg_end, allow)``, or None."""
+        if self.first_end[i] == seg_end and self.first_allow[i] == allow:
+            return self.first_step[i]
+        return self.memo.get((i, seg_end, allow))
+
+
+def _walk(
+    entries: list[_Entry], follow: dict[int, list[_Entry]] | None, cols: _WalkColumns
+) -> _WalkSteps:
+    """The walk from each of ``entries`` (one piece each, unless its state was visited), the
+    states shared; with ``follow``, the entries of each peer target a piece exits to are
+    walked too (``entries`` grows)."""
+    out = _WalkSteps.new()
+    seen = _Visited(len(cols.start))
+    has_peer = cols.has_peer
+    for i, seg_end, allow, _what in entries:  # grows while walked when following exits
+        got = seen.step_of(i, seg_end, allow or not has_peer[i])
+        if got is not None:
+            out.entry_step.append(got)
+            continue
+        out.entry_step.append(len(out.step_seg) - 1)
+        to = _walk_piece(cols, out, seen, i, seg_end, allow)
+        if to is not None and follow is not None and to in follow:
+            entries += follow.pop(to)
+        out.piece_step.append(len(out.step_seg) - 1)
+    return out
+
+
+def _walk_piece(
+    c: _WalkColumns, out: _WalkSteps, seen: _Visited, i: int, seg_end: int, allow: bool
+) -> int | None:
+    """One piece: the one-loop walk's steps from state ``(i, seg_end, allow)`` until the walk
+    ends, leaves the rank through a peer edge (the target's key is returned) or reaches a
+    visited state (it continues at that step). At each step the predecessor that released the
+    row latest (ties: the first of stream, launch, device, peer, sync) is the one it waited for.
+
+    A Python loop: plain lists and ints bound to locals, no numpy scalars, enum lookups or
+    calls per step but the device-busy search of a host gap.
+    """
+    (start, end, rank, label, name, graph, runtime, fanned, e_prev, e_launch, e_dev, e_sync,
+     has_peer, launch_row, peer_key, peer_rel, busy, share) = c  # fmt: skip
+    S_rank, S_label, S_start, S_end, S_name, step_seg, g_step, g_row, g_ns = out[:9]
+    first_end, first_allow, first_step, memo = (
+        seen.first_end, seen.first_allow, seen.first_step, seen.memo)  # fmt: skip
+    host, queue, idle, lowest = _CODE["host"], _CODE["queue"], _CODE["idle"], _LOWEST
+    n_steps = len(step_seg) - 1
+    while True:
+        allow_n = allow or not has_peer[i]
+        fe = first_end[i]
+        got = None
+        if fe is None:
+            first_end[i], first_allow[i], first_step[i] = seg_end, allow_n, n_steps
+        elif fe == seg_end and first_allow[i] == allow_n:
+            got = first_step[i]
+        elif (got := memo.get(state := (i, seg_end, allow_n))) is None:
+            memo[state] = n_steps
+        if got is not None:
+            out.end_piece(PIECE_CONTINUE, got, False)
+            return None
+        n_steps += 1
+        best, release, via, is_graph = -1, lowest, _V_NONE, graph[i]
+        if (k := e_prev[i]) >= 0 and release < (rel := end[k]) <= seg_end:
+            best, release, via = k, rel, _V_STREAM
+        if (k := e_launch[i]) >= 0 and release < (rel := start[k] if is_graph else end[k]) <= seg_end:  # fmt: skip
+            best, release, via = k, rel, _V_LAUNCH
+        if (k := e_dev[i]) >= 0 and release < (rel := end[k]) <= seg_end:
+            best, release, via = k, rel, _V_DEVICE
+        if allow and has_peer[i] and release < (rel := peer_rel[i]) <= seg_end:
+            best, release, via = -1, rel, _V_PEER
+        if (k := e_sync[i]) >= 0 and release < (rel := end[k]) <= seg_end:
+            best, release, via = k, rel, _V_SYNC
+        s_i = seg_end if (s_i := start[i]) > seg_end else s_i
+        is_rt, r_i = runtime[i], rank[i]
+        if is_rt and release < s_i and (k := busy.device_bound(r_i, release, s_i, share)) >= 0:
+            best, release, via = k, end[k], _V_DEVICE
+        if fanned[i]:
+            g_step.append(n_steps - 1)
+            g_row.append(launch_row[i])
+            g_ns.append(seg_end - s_i)
+        # waited in the collective for the last arrival, or in a blocking call for the
+        # device: only the rest is on the path
+        waited = via >= _V_PEER and release > s_i
+        if seg_end > (lo := release if waited else s_i):
+            S_rank.append(r_i)
+            S_label.append(label[i])
+            S_start.append(lo)
+            S_end.append(seg_end)
+            S_name.append(name[i])
+        if via == _V_NONE:
+            step_seg.append(len(S_rank))
+            out.end_piece(PIECE_END, -1, False)
+            return None
+        if release < s_i:
+            # a gap before a device event is device idle (queue when a graph launch
+            # released it); before a launch, host-side work
+            S_rank.append(r_i)
+            S_label.append(host if is_rt else queue if via == _V_LAUNCH and is_graph else idle)
+            S_start.append(release)
+            S_end.append(s_i)
+            S_name.append(-1)
+        step_seg.append(len(S_rank))
+        if via == _V_PEER:
+            out.end_piece(PIECE_EXIT, peer_key[i], not waited)
+            return peer_key[i]
+        i, seg_end, allow = best, release if waited else min(release, s_i), True
 
 
 def _sync_pred(
