@@ -60,7 +60,16 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, TraceFlags
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    TraceFlags,
+    TraceState,
+)
+from opentelemetry.util.types import AttributeValue
 
 from otel_ext.instrumentation.sdk_versions import sdk_checked
 
@@ -295,22 +304,20 @@ class FinishedSpans:
         return span
 
     def _short_writer(self, tracer: Any, owned: bool) -> SpanWriter:
+        """The short path's writer for ``tracer``: what it needs looked up once, then per
+        span the limits check, the parent, the ids, the sampler's decision and the flags,
+        and one ``ReadableSpan`` handed to the processors' ``on_end``."""
         ids = tracer.id_generator
-        sampler = tracer.sampler
-        mode = self._sampler_mode
         on_end = tracer.span_processor.on_end
         readable = self._readable
         resource, info = tracer.resource, tracer.instrumentation_info
         scope = tracer._instrumentation_scope
-        random_flag, flags_cache = self._random_flag, self._flags
         api_write = self._api_write
-        limits = self._limits
-        n_attrs, n_links = limits.max_span_attributes, limits.max_links
-        n_attrs = n_attrs if n_attrs is not None else 1 << 62
-        n_links = n_links if n_links is not None else 1 << 62
-        fits = self._fits if limits.max_span_attribute_length is not None else None
+        beyond_limits = self._beyond_limits()
+        parent_of = _parent_lookup()
+        decide = self._sampling(tracer.sampler, owned)
+        trace_flags = self._trace_flags_of()
         internal = SpanKind.INTERNAL
-        last: list[Any] = [None, None]  # a context is immutable: the same one, the same parent
 
         def write_short(
             name: str,
@@ -321,47 +328,23 @@ class FinishedSpans:
             end_ns: int,
             status: Status | None,
         ) -> trace.Span:
-            if (
-                len(attributes) > n_attrs
-                or (links and (len(links) > n_links or not _valid(links)))
-                or (fits is not None and not fits(attributes, links))
-            ):  # what the SDK would cut or drop: see _fits
+            if beyond_limits(attributes, links):  # what the SDK would cut or drop: see _fits
                 return api_write(name, context, attributes, links, start_ns, end_ns, status)
-            if context is not None and last[0] is context:
-                parent: SpanContext | None = last[1]
-            else:
-                parent = trace.get_current_span(context).get_span_context()
-                if parent is None or not parent.is_valid:
-                    parent = None
-                last[0], last[1] = context, parent
+            parent = parent_of(context)
             if parent is None:
                 trace_id = ids.generate_trace_id()
                 random_id = ids.is_trace_id_random()
             else:
                 trace_id = parent.trace_id
                 random_id = getattr(parent.trace_flags, "random_trace_id", False)
-            if mode:
-                # the decision the sampler would return (see _follows_parent), without its
-                # objects
-                sampled = recording = mode == 1 or parent is None or parent.trace_flags.sampled
-                trace_state = None if parent is None else parent.trace_state
-                span_attributes = attributes if owned else dict(attributes)
-            else:
-                result = sampler.should_sample(context, trace_id, name, internal, attributes, links)
-                sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
-                trace_state = result.trace_state
-                span_attributes = dict(result.attributes)
-            flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
-            if random_id:
-                flags |= random_flag
-            trace_flags = flags_cache.get(flags)
-            if trace_flags is None:
-                trace_flags = flags_cache[flags] = TraceFlags(flags)
+            sampled, recording, trace_state, span_attributes = decide(
+                name, context, trace_id, parent, attributes, links
+            )
             span_context = SpanContext(
                 trace_id,
                 ids.generate_span_id(),
                 is_remote=False,
-                trace_flags=trace_flags,
+                trace_flags=trace_flags(sampled, random_id),
                 trace_state=trace_state,
             )
             if recording:
@@ -385,3 +368,90 @@ class FinishedSpans:
             return NonRecordingSpan(span_context)
 
         return write_short
+
+    def _beyond_limits(self) -> Callable[[_Attributes, Sequence[Link]], bool]:
+        """Whether a span exceeds the tracer's limits (attribute count, link count, attribute
+        length) or has an invalid link: what the SDK would cut or drop."""
+        limits = self._limits
+        n_attrs, n_links = limits.max_span_attributes, limits.max_links
+        n_attrs = n_attrs if n_attrs is not None else 1 << 62
+        n_links = n_links if n_links is not None else 1 << 62
+        fits = self._fits if limits.max_span_attribute_length is not None else None
+
+        def beyond_limits(attributes: _Attributes, links: Sequence[Link]) -> bool:
+            return bool(
+                len(attributes) > n_attrs
+                or (links and (len(links) > n_links or not _valid(links)))
+                or (fits is not None and not fits(attributes, links))
+            )
+
+        return beyond_limits
+
+    def _sampling(self, sampler: Any, owned: bool) -> Callable[..., _Decision]:
+        """The sampling decision for a span: made here for the samplers that follow the
+        parent or always sample (see :func:`_follows_parent`), without the sampler's
+        objects; else the sampler's own."""
+        mode = self._sampler_mode
+        internal = SpanKind.INTERNAL
+
+        def decide(
+            name: str,
+            context: Context | None,
+            trace_id: int,
+            parent: SpanContext | None,
+            attributes: _Attributes,
+            links: Sequence[Link],
+        ) -> _Decision:
+            if mode:
+                sampled = mode == 1 or parent is None or parent.trace_flags.sampled
+                trace_state = None if parent is None else parent.trace_state
+                return sampled, sampled, trace_state, attributes if owned else dict(attributes)
+            result = sampler.should_sample(context, trace_id, name, internal, attributes, links)
+            decision = result.decision
+            return (
+                decision.is_sampled(),
+                decision.is_recording(),
+                result.trace_state,
+                dict(result.attributes),
+            )
+
+        return decide
+
+    def _trace_flags_of(self) -> Callable[[bool, bool], TraceFlags]:
+        """The span's trace flags (sampled, random trace id), one cached object per value."""
+        random_flag, flags_cache = self._random_flag, self._flags
+
+        def trace_flags(sampled: bool, random_id: bool) -> TraceFlags:
+            flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+            if random_id:
+                flags |= random_flag
+            found = flags_cache.get(flags)
+            if found is None:
+                found = flags_cache[flags] = TraceFlags(flags)
+            return found
+
+        return trace_flags
+
+
+#: a span's attributes (valid OpenTelemetry values already: the short path does not clean them)
+_Attributes = dict[str, AttributeValue]
+#: a sampling decision: sampled, recording, the trace state, the span's attributes
+_Decision = tuple[bool, bool, TraceState | None, _Attributes]
+
+
+def _parent_lookup() -> Callable[[Context | None], SpanContext | None]:
+    """The valid parent span context of a context (``None`` for a root), the last one
+    remembered: a context is immutable, the same one has the same parent."""
+    last: list[Any] = [None, None]
+
+    def parent_of(context: Context | None) -> SpanContext | None:
+        if context is not None and last[0] is context:
+            parent: SpanContext | None = last[1]
+            return parent
+        parent = trace.get_current_span(context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+        last[0], last[1] = context, parent
+        return parent
+
+    return parent_of
