@@ -25,18 +25,23 @@ OTLP data point, with ``device``, ``host`` and ``link`` columns). Monotonic coun
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
 from otel_ext._arrays import median
 from otel_ext.semconv import metrics as M
 
+if TYPE_CHECKING:
+    from otel_ext.analysis.loaders.metrics import MetricPoints
+
 __all__ = [
     "DEVICE_METRICS",
     "LINK_METRICS",
     "NIC_METRICS",
     "READ_METRICS",
+    "CounterEvidence",
+    "SeriesSummary",
     "change_point",
     "correlate_counters",
     "series_of",
@@ -87,6 +92,34 @@ READ_METRICS = frozenset(
 )
 
 
+class SeriesSummary(TypedDict):
+    """One metric of a target over the window: its levels, its change point, its peers'."""
+
+    points: int
+    min: float
+    median: float
+    max: float
+    first: float
+    last: float
+    change_ns: NotRequired[int]  # the change point (at least 4 points): when, and the means
+    before: NotRequired[float]  # ... before it
+    after: NotRequired[float]  # ... and after it
+    peer_median: NotRequired[float | None]  # the same metric's median over the peers
+    values: NotRequired[list[list[float]]]  # downsampled ``[time_ns, value]`` pairs
+
+
+class CounterEvidence(TypedDict):
+    """What a chip's, link's or network port's counters did (:func:`correlate_counters`)."""
+
+    target: str
+    kind: str  # the column the target is found in: "device", "link" or "host"
+    series: dict[str, SeriesSummary]  # per metric read
+
+
+#: per value of a column: its whole-series median and how often the value appears
+_OwnMedians = dict[str, tuple[float, int]]
+
+
 def change_point(t: np.ndarray, v: np.ndarray) -> tuple[int, float, float] | None:
     """The single split of a series that best separates two levels (least squares).
 
@@ -125,7 +158,7 @@ class _SeriesIndex:
     not rebuilt per target.
     """
 
-    def __init__(self, points: Any, column: str) -> None:
+    def __init__(self, points: MetricPoints, column: str) -> None:
         self.points = points
         name_c = points.codes["name"].astype(np.int64)
         col_c = points.codes[column].astype(np.int64)
@@ -137,7 +170,7 @@ class _SeriesIndex:
         self.memo: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
         #: (metric, link class) -> the whole-series medians of every value, sorted, and each
         #: value's median with how often the value appears (see :func:`_peer_median`)
-        self.medians: dict[tuple[str, bool | None], tuple[np.ndarray, dict[str, Any]]] = {}
+        self.medians: dict[tuple[str, bool | None], tuple[np.ndarray, _OwnMedians]] = {}
 
     def series(self, name: str, value: str) -> tuple[np.ndarray, np.ndarray]:
         got = self.memo.get((name, value))
@@ -169,7 +202,7 @@ class _SeriesIndex:
         return ut, agg
 
 
-def _index(points: Any, column: str) -> _SeriesIndex:
+def _index(points: MetricPoints, column: str) -> _SeriesIndex:
     """The series index of ``points`` for ``column``, built on first use and kept with it."""
     cache = points.__dict__.setdefault("_series_index", {})
     idx = cache.get(column)
@@ -178,7 +211,9 @@ def _index(points: Any, column: str) -> _SeriesIndex:
     return idx  # type: ignore[no-any-return]
 
 
-def series_of(points: Any, name: str, column: str, value: str) -> tuple[np.ndarray, np.ndarray]:
+def series_of(
+    points: MetricPoints, name: str, column: str, value: str
+) -> tuple[np.ndarray, np.ndarray]:
     """The time-sorted series of ``name`` whose ``column`` equals ``value``; sums summed over
     their other attributes (both directions of a link's bytes, say) and made rates.
 
@@ -188,12 +223,13 @@ def series_of(points: Any, name: str, column: str, value: str) -> tuple[np.ndarr
     return _index(points, column).series(name, value)
 
 
-def _summary(t: np.ndarray, v: np.ndarray, window: tuple[int, int] | None) -> dict[str, Any]:
+def _summary(t: np.ndarray, v: np.ndarray, window: tuple[int, int] | None) -> SeriesSummary:
+    """The levels and change point of one series, over ``window`` when it holds 2 points."""
     if window is not None:
         keep = (t >= window[0]) & (t <= window[1])
         if keep.sum() >= 2:
             t, v = t[keep], v[keep]
-    out: dict[str, Any] = {
+    out: SeriesSummary = {
         "points": len(v),
         "min": float(v.min()),
         "median": float(median(v)),
@@ -207,7 +243,7 @@ def _summary(t: np.ndarray, v: np.ndarray, window: tuple[int, int] | None) -> di
     return out
 
 
-def _target_column(points: Any, target: str) -> tuple[str, str, tuple[str, ...]]:
+def _target_column(points: MetricPoints | None, target: str) -> tuple[str, str, tuple[str, ...]]:
     """Which column and metrics describe ``target``: a link, a NIC (host) or a device."""
     last = target.rsplit("/", 1)[-1]
     if "/" not in target or last.startswith("nic"):
@@ -218,7 +254,7 @@ def _target_column(points: Any, target: str) -> tuple[str, str, tuple[str, ...]]
     return "device", target, DEVICE_METRICS
 
 
-def _peers(points: Any, column: str, value: str, nic_class: bool | None) -> list[str]:
+def _peers(points: MetricPoints, column: str, value: str, nic_class: bool | None) -> list[str]:
     """The values of ``column`` that are ``value``'s peers: every other non-empty one (for a
     link, only links of its kind: network ports with network ports)."""
     return [
@@ -229,7 +265,7 @@ def _peers(points: Any, column: str, value: str, nic_class: bool | None) -> list
 
 
 def _peer_median(
-    points: Any, name: str, column: str, value: str, nic_class: bool | None
+    points: MetricPoints, name: str, column: str, value: str, nic_class: bool | None
 ) -> float | None:
     """The median, over ``value``'s peers (:func:`_peers`) with points of metric ``name``, of
     each peer's whole-series median; None without such peers.
@@ -250,7 +286,7 @@ def _peer_median(
     got = idx.medians.get((name, nic_class))
     if got is None:
         vals: list[float] = []
-        own: dict[str, Any] = {}
+        own: _OwnMedians = {}
         for p in _peers(points, column, "", nic_class):
             _pt, pv = idx.series(name, p)
             if len(pv):
@@ -286,12 +322,12 @@ def _peer_median(
 
 
 def correlate_counters(
-    points: Any,
+    points: MetricPoints | None,
     target: str,
     *,
     window: tuple[int, int] | None = None,
     series_points: int = 120,
-) -> dict[str, Any]:
+) -> CounterEvidence:
     """Summarise the counters of ``target`` (a chip, a link or a host's NIC) and its peers.
 
     Args:
@@ -306,7 +342,7 @@ def correlate_counters(
         metric over the peers) and ``values`` (downsampled ``[time_ns, value]`` pairs).
     """
     column, value, names = _target_column(points, target)
-    out: dict[str, Any] = {"target": target, "kind": column, "series": {}}
+    out: CounterEvidence = {"target": target, "kind": column, "series": {}}
     if points is None or len(points) == 0:
         return out
     nic_class = ("nic" in value.rsplit("/", 1)[-1]) if column == "link" else None
