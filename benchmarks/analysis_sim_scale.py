@@ -120,7 +120,8 @@ def _instrument() -> dict[str, list[float]]:
     """
     from otel_ext.analysis import engine
     from otel_ext.analysis.cross import collective_match as collectives
-    from otel_ext.analysis.findings.build import build as findings
+    from otel_ext.analysis.findings import network as findings_network
+    from otel_ext.analysis.findings import slow_ranks as findings_slow_ranks
     from otel_ext.analysis.loaders import serving_inputs
     from otel_ext.analysis.rank import breakdown, overlap
 
@@ -157,7 +158,8 @@ def _instrument() -> dict[str, list[float]]:
         for name, obj in list(vars(mod).items()):
             if inspect.isfunction(obj) and obj.__module__ == mod.__name__ and name[0] != "_":
                 setattr(mod, name, wrap(f"{short}.{name}", obj))
-    findings.correlate_counters = wrap("correlate_counters", findings.correlate_counters)
+    for rules in (findings_slow_ranks, findings_network):  # the findings that read counters
+        rules.correlate_counters = wrap("correlate_counters", rules.correlate_counters)
     serving_inputs.engine_steps_from_otlp = wrap(
         "engine_steps_from_otlp", serving_inputs.engine_steps_from_otlp
     )
