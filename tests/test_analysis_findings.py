@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from otel_ext.analysis.engine import analyze
+from otel_ext.analysis.findings.finding import Finding, Thresholds
+from otel_ext.analysis.findings.ranking import one_per_pattern, rank_findings
 from otel_ext.analysis.loaders import LoadResult, MetricPoints
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.semconv import metrics as M
@@ -162,3 +164,35 @@ def test_slow_link_evidence() -> None:
     ev = doc["findings"][0]["evidence"]
     assert ev["slowness"] == pytest.approx(4.0, rel=1e-3)
     assert ev["median_bw"] == pytest.approx(LINK_BW / 4, rel=1e-3)
+
+
+def _host_bound(rank: int, device: str) -> Finding:
+    evidence = {"rank": rank, "idle_pct": 30.0 + rank, "host_wait_share": 1.0, "stream": 7}
+    summary = f"a summary that names no device ({rank})"
+    return Finding("host-bound", "h0", 5 + rank, 0.0, summary, evidence, rank=rank,
+                   devices=(device,))  # fmt: skip
+
+
+def test_grouped_host_bound_names_the_devices_the_findings_carry() -> None:
+    # the devices come from the findings themselves, never parsed out of their summaries
+    members = [_host_bound(r, f"h0/gpu {r} is idle") for r in range(3)]
+    (g,) = one_per_pattern(members, lambda ns: 0.0, {})
+    assert g.summary.startswith("3 ranks are host-bound (h0/gpu 0 is idle, h0/gpu 1 is idle, ")
+    assert (g.target, g.impact_ns, g.rank) == ("h0", 7, 2)
+    doc = g.as_dict()
+    assert set(doc) == {"kind", "target", "impact_ns", "impact_pct", "summary", "evidence"}
+    assert doc["evidence"]["ranks"] == [0, 1, 2]
+    # ranks of separate runs are separate patterns
+    apart = one_per_pattern(members[:2], lambda ns: 0.0, {0: 0, 1: 1})
+    assert [f.rank for f in apart] == [0, 1]
+
+
+def test_causes_rank_before_symptoms_unless_too_small_to_matter() -> None:
+    symptom = Finding("host-bound", "h0", 10**9, 50.0, "idle", {})
+    small_cause = Finding("straggler", "h0/gpu1", 10, 0.1, "late", {"rank": 1}, rank=1)
+    backed = Finding("throttle", "h0/gpu2", 10, 0.1, "clock", {"rank": 2}, rank=2,
+                     counter_backed=True)  # fmt: skip
+    ranked = rank_findings([symptom, small_cause, backed], Thresholds(), pct=lambda ns: 0.0,
+                           run_of_rank={}, run_ns_of_rank={2: 20})  # fmt: skip
+    assert [f.kind for f in ranked] == ["throttle", "host-bound", "straggler"]
+    assert ranked[0].impact_pct == 50.0  # rated against its own rank's run
