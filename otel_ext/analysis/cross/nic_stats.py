@@ -53,15 +53,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import numpy as np
 
 from otel_ext.semconv import attributes as A
 from otel_ext.semconv import metrics as M
 
-__all__ = ["DROP_TYPES", "NIC_STATS_METRICS", "NicStat", "nic_stats", "path_nic_evidence"]
+if TYPE_CHECKING:
+    from otel_ext.analysis.loaders.metrics import MetricPoints
+
+__all__ = [
+    "DROP_TYPES",
+    "NIC_STATS_METRICS",
+    "NicStat",
+    "NicStatJson",
+    "PathNicEvidence",
+    "nic_stats",
+    "path_nic_evidence",
+]
 
 #: ``error.type`` values of ``hw.errors`` that count dropped packets, not packets in error:
 #: the kernel's ``rx_dropped``/``tx_dropped``/``rx_missed_errors`` (a full receive ring) and
@@ -78,6 +89,43 @@ NIC_STATS_METRICS = frozenset(
     }
 )
 _DIRECTIONS = {"receive": "rx", "transmit": "tx"}
+
+
+class NicStatJson(TypedDict):
+    """:meth:`NicStat.as_dict`: one port's row, JSON-ready."""
+
+    host: str
+    interface: str
+    link: str
+    from_ns: int | None
+    to_ns: int | None
+    rx_bytes_per_s: float | None
+    tx_bytes_per_s: float | None
+    rx_packets_per_s: float | None
+    tx_packets_per_s: float | None
+    errors: float
+    drops: float
+    errors_per_s: float | None
+    drops_per_s: float | None
+    error_types: dict[str, float]
+    speed_bytes_per_s: float | None
+    utilization: float | None
+    up: bool | None
+    down_points: int
+    resets: int
+
+
+class PathNicEvidence(TypedDict):
+    """:func:`path_nic_evidence`: both ends' port counters of a network path."""
+
+    src_host: str
+    dst_host: str
+    ports: list[NicStatJson]
+    sent_bytes_per_s: float | None
+    received_bytes_per_s: float | None
+    errors: float
+    drops: float
+    summary: str
 
 
 @dataclass(frozen=True)
@@ -108,9 +156,29 @@ class NicStat:
     down_points: int = 0
     resets: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> NicStatJson:
         """The row as JSON-ready values."""
-        return asdict(self)
+        return {
+            "host": self.host,
+            "interface": self.interface,
+            "link": self.link,
+            "from_ns": self.from_ns,
+            "to_ns": self.to_ns,
+            "rx_bytes_per_s": self.rx_bytes_per_s,
+            "tx_bytes_per_s": self.tx_bytes_per_s,
+            "rx_packets_per_s": self.rx_packets_per_s,
+            "tx_packets_per_s": self.tx_packets_per_s,
+            "errors": self.errors,
+            "drops": self.drops,
+            "errors_per_s": self.errors_per_s,
+            "drops_per_s": self.drops_per_s,
+            "error_types": dict(self.error_types),
+            "speed_bytes_per_s": self.speed_bytes_per_s,
+            "utilization": self.utilization,
+            "up": self.up,
+            "down_points": self.down_points,
+            "resets": self.resets,
+        }
 
     def describe(self) -> str:
         """One line: the port, its rates against its speed, errors, drops, state."""
@@ -179,15 +247,45 @@ def _increase(v: np.ndarray) -> tuple[float, int]:
     return float(np.where(down, np.maximum(v[1:], 0.0), d).sum()), int(down.sum())
 
 
-def _port_of(host_col: str, link_col: str, attrs: dict[str, Any]) -> tuple[str, str, str] | None:
+class _PointAttrs(NamedTuple):
+    """The attributes of a point this module reads, as text ("" when absent or empty)."""
+
+    link: str
+    interface: str
+    hw_id: str
+    host: str
+    error_type: str
+    direction: str
+
+    @classmethod
+    def parse(cls, text: str) -> _PointAttrs:
+        """From a point's attributes as JSON (anything but an object reads as none)."""
+        try:
+            got = json.loads(text or "{}")
+        except ValueError:
+            got = {}
+        if not isinstance(got, dict):
+            got = {}
+        keys = (
+            A.ACCEL_LINK_ID,
+            A.NETWORK_INTERFACE_NAME,
+            A.HW_ID,
+            A.ACCEL_HOST_ID,
+            A.ERROR_TYPE,
+            A.NETWORK_IO_DIRECTION,
+        )
+        return cls(*(str(got.get(k) or "") for k in keys))
+
+
+def _port_of(host_col: str, link_col: str, attrs: _PointAttrs) -> tuple[str, str, str] | None:
     """``(host, interface, link)`` of a point, or None when it names no port."""
-    link = link_col or str(attrs.get(A.ACCEL_LINK_ID) or "")
-    iface = str(attrs.get(A.NETWORK_INTERFACE_NAME) or "")
+    link = link_col or attrs.link
+    iface = attrs.interface
     if not iface and "/" in link:
         iface = link.split("/", 1)[1]
     if not iface:
-        iface = str(attrs.get(A.HW_ID) or "")
-    host = host_col or str(attrs.get(A.ACCEL_HOST_ID) or "")
+        iface = attrs.hw_id
+    host = host_col or attrs.host
     if not host and "/" in link:
         host = link.split("/", 1)[0]
     if not iface or not host:
@@ -196,7 +294,7 @@ def _port_of(host_col: str, link_col: str, attrs: dict[str, Any]) -> tuple[str, 
 
 
 def nic_stats(
-    points: Any,
+    points: MetricPoints | None,
     *,
     window: tuple[int, int] | None = None,
     hosts: Iterable[str] | None = None,
@@ -246,17 +344,13 @@ def nic_stats(
     rows, keys = rows[order], keys[:, order]
     bounds = np.flatnonzero(np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)])
     ends = np.r_[bounds[1:], len(rows)]
-    parsed: dict[int, dict[str, Any]] = {}
+    parsed: dict[int, _PointAttrs] = {}
     ports: dict[tuple[str, str], _Port] = {}
     for b, e in zip(bounds.tolist(), ends.tolist()):
         name_c, host_c, link_c, attrs_c = (int(x) for x in keys[:, b])
         attrs = parsed.get(attrs_c)
         if attrs is None:
-            try:
-                got = json.loads(strings["attrs"][attrs_c] or "{}")
-            except ValueError:
-                got = {}
-            attrs = parsed[attrs_c] = got if isinstance(got, dict) else {}
+            attrs = parsed[attrs_c] = _PointAttrs.parse(strings["attrs"][attrs_c])
         who = _port_of(strings["host"][host_c], strings["link"][link_c], attrs)
         if who is None or (wanted is not None and who[0] not in wanted):
             continue
@@ -275,7 +369,7 @@ def nic_stats(
 def _add_series(
     port: _Port,
     name: str,
-    attrs: dict[str, Any],
+    attrs: _PointAttrs,
     t: np.ndarray,
     v: np.ndarray,
     window: tuple[int, int] | None,
@@ -306,11 +400,11 @@ def _add_series(
     port.resets += resets
     port.span += [int(t[i0]), int(t[i1])]
     if name == M.METRIC_HW_ERRORS:
-        etype = str(attrs.get(A.ERROR_TYPE) or "unknown")
+        etype = attrs.error_type or "unknown"
         port.counts[etype] = port.counts.get(etype, 0.0) + inc
         port.count_rates[etype] = port.count_rates.get(etype, 0.0) + inc / dt
         return
-    side = _DIRECTIONS.get(str(attrs.get(A.NETWORK_IO_DIRECTION) or ""))
+    side = _DIRECTIONS.get(attrs.direction)
     if side is None:
         return
     what = "bytes" if name == M.METRIC_HW_NETWORK_IO else "packets"
@@ -353,12 +447,12 @@ def _row(p: _Port) -> NicStat:
 
 
 def path_nic_evidence(
-    points: Any,
+    points: MetricPoints | None,
     src_host: str,
     dst_host: str,
     *,
     window: tuple[int, int] | None = None,
-) -> dict[str, Any]:
+) -> PathNicEvidence:
     """The port counters of both ends of a network path, for a finding's evidence.
 
     Args:
