@@ -134,9 +134,9 @@ class PathRow(TypedDict):
     p: ReadOnly[float]
     median_bw: ReadOnly[float | None]
     reference_bw: ReadOnly[float | None]
-    slowness: ReadOnly[float]
+    slowness: ReadOnly[float | None]
     reference: ReadOnly[str]
-    threshold: ReadOnly[float]
+    threshold: ReadOnly[float | None]
     extra_ns: ReadOnly[int]
     rank_pairs: ReadOnly[Sequence[str]]
 
