@@ -1,7 +1,8 @@
 """Side by side with Holistic Trace Analysis 0.5.0 on the real traces.
 
-HTA runs in its own virtual environment (it needs pandas < 3 and numpy < 2), created once and
-cached (``OTEL_EXT_HTA_VENV``, default ``/tmp/otel-ext-hta-venv``), through
+HTA runs in its own virtual environment (it needs pandas < 3 and numpy < 2), built by ``make
+hta-venv`` (a prerequisite of ``make test``; ``OTEL_EXT_HTA_VENV``, default
+``/tmp/otel-ext-hta-venv``), through
 ``benchmarks/hta_runner.py`` with ``HTA_DISABLE_NS_ROUNDING=1`` (times at the traces' own
 resolution). HTA drops the last profiler step by default; we compare on what it keeps
 (:func:`~otel_ext.analysis.rank.breakdown.drop_last_step`).
@@ -22,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,24 +48,13 @@ TOL = 0.5
 
 @pytest.fixture(scope="session")
 def hta_python() -> Path:
-    """The HTA venv's interpreter, created (once) when missing."""
+    """The HTA venv's interpreter (``make hta-venv`` builds it; ``make test`` does first)."""
     py = HTA_VENV / "bin" / "python"
     ok = (
         py.exists()
         and subprocess.run([str(py), "-c", "import hta"], capture_output=True).returncode == 0
     )
-    if not ok:
-        try:
-            subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True, timeout=300)
-            subprocess.run(
-                [str(py), "-m", "pip", "install", "-q", "holistictraceanalysis==0.5.0",
-                 "pandas<3", "numpy<2"],
-                check=True, timeout=900, capture_output=True,
-            )  # fmt: skip
-            ok = True
-        except (subprocess.SubprocessError, OSError):
-            ok = False
-    require(ok, f"HTA 0.5.0 virtual environment at {HTA_VENV}")
+    require(ok, f"HTA 0.5.0 virtual environment at {HTA_VENV} (make hta-venv)")
     return py
 
 
