@@ -35,7 +35,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -44,7 +44,30 @@ from otel_ext._arrays import median
 from otel_ext.clocks._collectives import pair_indices
 from otel_ext.errors import InputError
 
-__all__ = ["CausalityRepair", "count_violations", "repair_causality"]
+__all__ = [
+    "CausalityRepair",
+    "DomainOffsetRecord",
+    "EventShiftRecord",
+    "count_violations",
+    "repair_causality",
+]
+
+
+class DomainOffsetRecord(TypedDict):
+    """A domain moved as a whole by phase 1 (:meth:`CausalityRepair.report`)."""
+
+    kind: Literal["domain_offset"]
+    domain: int | float | str  # the domain id as given (a rank, a device name)
+    shift_ns: int
+
+
+class EventShiftRecord(TypedDict):
+    """An event moved by phase 2 beyond its domain's offset (:meth:`CausalityRepair.report`)."""
+
+    kind: Literal["event"]
+    event: int
+    start_shift_ns: int
+    end_shift_ns: int
 
 
 @dataclass(frozen=True)
@@ -75,24 +98,24 @@ class CausalityRepair:
     unresolved: int
     shifted: NDArray[np.intp] = field(default_factory=lambda: np.zeros(0, dtype=np.intp))
 
-    def report(self) -> list[dict[str, Any]]:
+    def report(self) -> list[DomainOffsetRecord | EventShiftRecord]:
         """One record per domain offset and per event shifted beyond it."""
-        out: list[dict[str, Any]] = [
-            {
-                "kind": "domain_offset",
-                "domain": d.item() if hasattr(d, "item") else d,
-                "shift_ns": int(o),
-            }
+        out: list[DomainOffsetRecord | EventShiftRecord] = [
+            DomainOffsetRecord(
+                kind="domain_offset",
+                domain=d.item() if hasattr(d, "item") else d,
+                shift_ns=int(o),
+            )
             for d, o in zip(self.domains, self.domain_offset_ns)
             if o != 0
         ]
         out.extend(
-            {
-                "kind": "event",
-                "event": int(i),
-                "start_shift_ns": int(self.shift_start_ns[i]),
-                "end_shift_ns": int(self.shift_end_ns[i]),
-            }
+            EventShiftRecord(
+                kind="event",
+                event=int(i),
+                start_shift_ns=int(self.shift_start_ns[i]),
+                end_shift_ns=int(self.shift_end_ns[i]),
+            )
             for i in self.shifted
         )
         return out
@@ -474,6 +497,290 @@ def _forward_exact(
     return delta, dropped_msg, dropped_in, dropped_out
 
 
+class _Events(NamedTuple):
+    """The events and their links, validated: domain ids, start/end (int64 ns), messages
+    (send and receive event indices), collective ids (or ``None``) and slacks."""
+
+    domain: NDArray[Any]
+    s0: NDArray[np.int64]
+    e0: NDArray[np.int64]
+    send: NDArray[np.intp]
+    recv: NDArray[np.intp]
+    coll: NDArray[np.int64] | None
+    slack: NDArray[np.int64]
+
+    def points(self) -> NDArray[np.int64]:
+        """The event points: ``2i`` the start of event ``i``, ``2i + 1`` its end."""
+        t0 = np.empty(2 * self.s0.size, dtype=np.int64)
+        t0[0::2], t0[1::2] = self.s0, self.e0
+        return t0
+
+    def violations(
+        self, start: NDArray[np.int64], end: NDArray[np.int64], min_latency_ns: float
+    ) -> int:
+        """:func:`count_violations` of these links at the given times."""
+        return count_violations(
+            start,
+            end,
+            send_event=self.send,
+            recv_event=self.recv,
+            collective=self.coll,
+            min_latency_ns=min_latency_ns,
+            slack_ns=self.slack,
+        )
+
+
+def _validated_events(
+    domain: ArrayLike,
+    start_ns: ArrayLike,
+    end_ns: ArrayLike,
+    send_event: ArrayLike | None,
+    recv_event: ArrayLike | None,
+    collective: ArrayLike | None,
+    gamma: float,
+    slack_ns: ArrayLike | None,
+) -> _Events:
+    """The inputs as arrays, or :class:`InputError` naming the problem."""
+    dom_raw = np.asarray(domain)
+    s0 = np.asarray(start_ns, dtype=np.int64)
+    e0 = np.asarray(end_ns, dtype=np.int64)
+    n = s0.size
+    if dom_raw.shape != (n,) or e0.shape != (n,):
+        raise InputError("domain, start_ns and end_ns must be 1-D arrays of one length")
+    if np.any(e0 < s0):
+        raise InputError("event ends before it starts", record=f"event {int(np.argmax(e0 < s0))}")
+    send = np.asarray([] if send_event is None else send_event, dtype=np.intp)
+    recv = np.asarray([] if recv_event is None else recv_event, dtype=np.intp)
+    if send.shape != recv.shape or (
+        send.size and (send.min() < 0 or max(send.max(), recv.max()) >= n or recv.min() < 0)
+    ):
+        raise InputError("send_event and recv_event must be equal-length event indices")
+    coll = None if collective is None else np.asarray(collective, dtype=np.int64)
+    if coll is not None and coll.shape != (n,):
+        raise InputError("collective must have one id per event")
+    if not 0.0 <= gamma <= 1.0:
+        raise InputError(f"gamma must be in [0, 1], got {gamma}")
+    slack = np.zeros(n, dtype=np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
+    if slack.shape != (n,) or np.any(slack < 0):
+        raise InputError("slack_ns must be one non-negative value per event")
+    return _Events(dom_raw, s0, e0, send, recv, coll, slack)
+
+
+def _phase1_offsets(
+    ev: _Events,
+    members: _Members,
+    dom: NDArray[np.intp],
+    nd: int,
+    t0: NDArray[np.int64],
+    min_latency_ns: float,
+) -> NDArray[np.float64]:
+    """Phase 1: each domain's integer offset (as float) from the cross-domain constraints
+    (zeros when there are none)."""
+    pa, pb, lat = _constraints(ev.send, ev.recv, members, dom, t0, min_latency_ns)
+    if not pa.size:
+        return np.zeros(nd)
+    pdom = np.repeat(dom, 2)
+    return np.rint(
+        _domain_offsets(
+            dom, nd, t0[pa].astype(float), t0[pb].astype(float), pdom[pa], pdom[pb], lat
+        )
+    )
+
+
+class _Links(NamedTuple):
+    """Point constraints ``t(cb) >= t(ca) + cl``: first the messages (receive end after send
+    start plus the latency), then every event's duration; collectives go via members."""
+
+    ca: NDArray[np.intp]
+    cb: NDArray[np.intp]
+    cl: NDArray[np.int64]
+
+    @staticmethod
+    def of(ev: _Events, min_latency_ns: float) -> _Links:
+        """The message and duration constraints of the events."""
+        n = ev.s0.size
+        events = np.arange(n)
+        latency = np.full(ev.send.size, int(np.ceil(min_latency_ns)), dtype=np.int64)
+        return _Links(
+            np.concatenate([2 * ev.send, 2 * events]).astype(np.intp),
+            np.concatenate([2 * ev.recv + 1, 2 * events + 1]).astype(np.intp),
+            np.concatenate([latency, ev.e0 - ev.s0]),
+        )
+
+
+@dataclass(frozen=True)
+class _Sequences:
+    """Every domain's points in order (domain, time, start before end, event): ``order``
+    the points so sorted, ``seg`` their domain, ``ts`` their times, ``cost`` the cumulative
+    integer decay of a carried shift (``(1 - gamma)`` per ns of gap, never more than the
+    gap, so order is kept exactly), ``pos`` each point's place in ``order``."""
+
+    order: NDArray[np.intp]
+    seg: NDArray[np.int64]
+    ts: NDArray[np.int64]
+    cost: NDArray[np.int64]
+    pos: NDArray[np.intp]
+
+    @property
+    def same(self) -> NDArray[np.bool_]:
+        """Per point in ``order`` but the last: the next point is of the same domain."""
+        return self.seg[1:] == self.seg[:-1]
+
+    @staticmethod
+    def of(t: NDArray[np.int64], pdom: NDArray[np.intp], gamma: float) -> _Sequences:
+        """The sequences of the points at times ``t`` in domains ``pdom``."""
+        points = t.size
+        kind = np.tile([0, 1], points // 2)
+        order = np.lexsort((np.arange(points), kind, t, pdom))
+        seg = pdom[order].astype(np.int64)
+        ts = t[order]
+        gaps = np.diff(ts, prepend=ts[:1])
+        gaps[np.concatenate([[True], seg[1:] != seg[:-1]])] = 0
+        cost = np.cumsum(np.floor((1.0 - gamma) * gaps).astype(np.int64))
+        pos = np.empty(points, dtype=np.intp)
+        pos[order] = np.arange(points)
+        return _Sequences(order, seg, ts, cost, pos)
+
+
+class _Forward(NamedTuple):
+    """The forward pass's shifts, the constraints it kept (``active`` links, member starts
+    ``in_alive`` that bind, member ends ``out_alive`` that follow) and how many dropped
+    constraints stay violated."""
+
+    delta: NDArray[np.int64]
+    active: NDArray[np.bool_]
+    in_alive: NDArray[np.bool_]
+    out_alive: NDArray[np.bool_]
+    unresolved: int
+
+
+def _forward_phase(
+    t: NDArray[np.int64],
+    ev: _Events,
+    links: _Links,
+    seq: _Sequences,
+    members: _Members,
+    max_rounds: int,
+    min_latency_ns: float,
+) -> _Forward:
+    """Phase 2, forward: the vectorised rounds, or the exact pass when they do not settle
+    (then constraints on causal cycles may be dropped; those left violated are counted)."""
+    ca, cb, cl = links
+    order, seg, cost, pos = seq.order, seq.seg, seq.cost, seq.pos
+    active = np.ones(ca.size, dtype=bool)
+    delta, converged = _forward(t, ca, cb, cl, order, seg, cost, pos, max(0, max_rounds), members)
+    if converged:
+        alive = np.ones(members.event.size, dtype=bool)
+        return _Forward(delta, active, alive, alive.copy(), 0)
+    latency = int(np.ceil(min_latency_ns))
+    delta, msg_dropped, in_dropped, out_dropped = _forward_exact(
+        t, ev.s0, ev.e0, ev.send, ev.recv, latency, members, order, seg, cost, pos
+    )
+    n_msg = ev.send.size
+    active[:n_msg] = ~msg_dropped
+    in_alive = ~in_dropped[members.event]
+    out_alive = ~out_dropped[members.event]
+    tp = t + delta
+    unresolved = int(np.sum(msg_dropped & (tp[cb[:n_msg]] < tp[ca[:n_msg]] + cl[:n_msg])))
+    if members.n_inst:
+        latest = members.latest_start(tp, in_alive)
+        end_pt = 2 * members.event + 1
+        late = tp[end_pt] + members.slack < latest[members.inst]
+        unresolved += int(np.sum(late & ~out_alive))
+    return _Forward(delta, active, in_alive, out_alive, unresolved)
+
+
+def _backward_caps(
+    t: NDArray[np.int64],
+    tp: NDArray[np.int64],
+    fwd: _Forward,
+    links: _Links,
+    seq: _Sequences,
+    same: NDArray[np.bool_],
+    members: _Members,
+) -> NDArray[np.int64]:
+    """How far each point may move in total (from ``t``) without breaking a kept constraint
+    or passing the next point of its domain, at the current times ``tp``."""
+    ca, cb, cl = links
+    act, in_alive = fwd.active, fwd.in_alive
+    cap = np.full(t.size, _INF, dtype=np.int64)
+    np.minimum.at(cap, ca[act], tp[cb[act]] - cl[act] - t[ca[act]])
+    if members.n_inst:
+        # a member's start may not pass the earliest end that must follow it
+        early = members.earliest_end(tp, fwd.out_alive)
+        st = 2 * members.event[in_alive]
+        np.minimum.at(cap, st, early[members.inst[in_alive]] + members.slack[in_alive] - t[st])
+    # never pass the next point of the same domain
+    nxt = np.full(t.size, _INF, dtype=np.int64)
+    nxt[seq.order[:-1]] = np.where(same, tp[seq.order][1:] - seq.ts[:-1], _INF)
+    return np.minimum(cap, nxt)
+
+
+def _backward_ramp(
+    delta: NDArray[np.int64],
+    barrier: NDArray[np.bool_],
+    seq: _Sequences,
+    same: NDArray[np.bool_],
+) -> NDArray[np.int64]:
+    """The shift each point would take from the jumps after it, decaying backwards along
+    its domain; a barrier (a point that was capped) splits the ramp."""
+    order = seq.order
+    # barriers split the ramp: the segment id increments after each barrier point
+    split = np.concatenate([[0], np.cumsum(barrier[order][:-1] | ~same)])
+    vals = (delta - seq.cost[seq.pos])[order]
+    ramp_sorted = _seg_accumulate(vals, split.astype(np.int64), reverse=True)
+    ramp = np.empty(delta.size, dtype=np.int64)
+    ramp[order] = ramp_sorted
+    return ramp + seq.cost[seq.pos]
+
+
+def _backward_amortization(
+    t: NDArray[np.int64], fwd: _Forward, links: _Links, seq: _Sequences, members: _Members
+) -> NDArray[np.int64]:
+    """Phase 2, backward: points before a jump move forward on a ramp, capped so no kept
+    constraint breaks and no point passes its successor (at most 200 rounds)."""
+    delta = fwd.delta
+    barrier = np.zeros(t.size, dtype=bool)
+    same = seq.same
+    for _round in range(200):
+        cap = _backward_caps(t, t + delta, fwd, links, seq, same, members)
+        ramp = _backward_ramp(delta, barrier, seq, same)
+        capped = cap < ramp
+        new = np.maximum(delta, np.minimum(cap, ramp))
+        new_barrier = barrier | (capped & (ramp > delta))
+        if np.array_equal(new, delta) and np.array_equal(new_barrier, barrier):
+            break
+        delta, barrier = new, new_barrier
+    return delta
+
+
+def _repaired(
+    ev: _Events,
+    t: NDArray[np.int64],
+    delta: NDArray[np.int64],
+    domains: NDArray[Any],
+    offsets: NDArray[np.float64],
+    unresolved: int,
+    min_latency_ns: float,
+) -> CausalityRepair:
+    """The result: points ``t`` (after the domain ``offsets``) shifted by ``delta``, what
+    moved, and the violations before and after."""
+    final = t + delta
+    start, end = final[0::2], final[1::2]
+    return CausalityRepair(
+        start_ns=start,
+        end_ns=end,
+        shift_start_ns=start - ev.s0,
+        shift_end_ns=end - ev.e0,
+        domains=domains,
+        domain_offset_ns=offsets.astype(np.int64),
+        violations_before=ev.violations(ev.s0, ev.e0, min_latency_ns),
+        violations_after=ev.violations(start, end, min_latency_ns),
+        unresolved=unresolved,
+        shifted=np.flatnonzero((delta[0::2] != 0) | (delta[1::2] != 0)),
+    )
+
+
 def repair_causality(
     domain: ArrayLike,
     start_ns: ArrayLike,
@@ -523,155 +830,24 @@ def repair_causality(
     Raises:
         InputError: mismatched lengths, end before start, indices out of range.
     """
-    dom_raw = np.asarray(domain)
-    s0 = np.asarray(start_ns, dtype=np.int64)
-    e0 = np.asarray(end_ns, dtype=np.int64)
-    n = s0.size
-    if dom_raw.shape != (n,) or e0.shape != (n,):
-        raise InputError("domain, start_ns and end_ns must be 1-D arrays of one length")
-    if np.any(e0 < s0):
-        raise InputError("event ends before it starts", record=f"event {int(np.argmax(e0 < s0))}")
-    send = np.asarray([] if send_event is None else send_event, dtype=np.intp)
-    recv = np.asarray([] if recv_event is None else recv_event, dtype=np.intp)
-    if send.shape != recv.shape or (
-        send.size and (send.min() < 0 or max(send.max(), recv.max()) >= n or recv.min() < 0)
-    ):
-        raise InputError("send_event and recv_event must be equal-length event indices")
-    coll = None if collective is None else np.asarray(collective, dtype=np.int64)
-    if coll is not None and coll.shape != (n,):
-        raise InputError("collective must have one id per event")
-    if not 0.0 <= gamma <= 1.0:
-        raise InputError(f"gamma must be in [0, 1], got {gamma}")
-    slack = np.zeros(n, dtype=np.int64) if slack_ns is None else np.asarray(slack_ns, np.int64)
-    if slack.shape != (n,) or np.any(slack < 0):
-        raise InputError("slack_ns must be one non-negative value per event")
-    before = count_violations(
-        s0,
-        e0,
-        send_event=send,
-        recv_event=recv,
-        collective=coll,
-        min_latency_ns=min_latency_ns,
-        slack_ns=slack,
+    ev = _validated_events(
+        domain, start_ns, end_ns, send_event, recv_event, collective, gamma, slack_ns
     )
-    domains, dom = np.unique(dom_raw, return_inverse=True)
+    domains, dom = np.unique(ev.domain, return_inverse=True)
     dom = dom.reshape(-1)
-    nd = domains.size
-    t0 = np.empty(2 * n, dtype=np.int64)
-    t0[0::2], t0[1::2] = s0, e0
-    members = _Members.of(coll, slack)
-    pdom = np.repeat(dom, 2)
-
-    offsets = np.zeros(nd)
-    pa, pb, lat = (
-        _constraints(send, recv, members, dom, t0, min_latency_ns)
+    t0 = ev.points()
+    members = _Members.of(ev.coll, ev.slack)
+    offsets = (
+        _phase1_offsets(ev, members, dom, domains.size, t0, min_latency_ns)
         if domain_offsets
-        else (np.zeros(0, np.intp), np.zeros(0, np.intp), np.zeros(0))
+        else np.zeros(domains.size)
     )
-    if domain_offsets and pa.size:
-        offsets = np.rint(
-            _domain_offsets(
-                dom, nd, t0[pa].astype(float), t0[pb].astype(float), pdom[pa], pdom[pb], lat
-            )
-        )
+    pdom = np.repeat(dom, 2)
     t = t0 + offsets.astype(np.int64)[pdom]
-
-    # message and duration constraints (end >= start + duration); collectives via members
-    ev = np.arange(n)
-    ca = np.concatenate([2 * send, 2 * ev]).astype(np.intp)
-    cb = np.concatenate([2 * recv + 1, 2 * ev + 1]).astype(np.intp)
-    cl = np.concatenate([np.full(send.size, int(np.ceil(min_latency_ns)), dtype=np.int64), e0 - s0])
-
-    # domain sequences: points sorted by (domain, time, start-before-end, event)
-    kind = np.tile([0, 1], n)
-    order = np.lexsort((np.arange(2 * n), kind, t, pdom))
-    seg = pdom[order].astype(np.int64)
-    ts = t[order]
-    gaps = np.diff(ts, prepend=ts[:1])
-    gaps[np.concatenate([[True], seg[1:] != seg[:-1]])] = 0
-    # integer decay per step, never more than the gap: order is preserved exactly
-    cost = np.cumsum(np.floor((1.0 - gamma) * gaps).astype(np.int64))
-    pos = np.empty(2 * n, dtype=np.intp)
-    pos[order] = np.arange(2 * n)
-
-    n_msg = send.size
-    active = np.ones(ca.size, dtype=bool)
-    in_alive = np.ones(members.event.size, dtype=bool)  # member starts that bind the others
-    out_alive = np.ones(members.event.size, dtype=bool)  # member ends that must follow them
-    unresolved = 0
-    delta, converged = _forward(t, ca, cb, cl, order, seg, cost, pos, max(0, max_rounds), members)
-    if not converged:
-        delta, msg_dropped, in_dropped, out_dropped = _forward_exact(
-            t, s0, e0, send, recv, int(np.ceil(min_latency_ns)), members, order, seg, cost, pos
-        )
-        active[:n_msg] = ~msg_dropped
-        in_alive = ~in_dropped[members.event]
-        out_alive = ~out_dropped[members.event]
-        tp = t + delta
-        unresolved = int(np.sum(msg_dropped & (tp[cb[:n_msg]] < tp[ca[:n_msg]] + cl[:n_msg])))
-        if members.n_inst:
-            latest = members.latest_start(tp, in_alive)
-            end_pt = 2 * members.event + 1
-            late = tp[end_pt] + members.slack < latest[members.inst]
-            unresolved += int(np.sum(late & ~out_alive))
-
+    links = _Links.of(ev, min_latency_ns)
+    seq = _Sequences.of(t, pdom, gamma)
+    fwd = _forward_phase(t, ev, links, seq, members, max_rounds, min_latency_ns)
+    delta = fwd.delta
     if backward and gamma < 1.0:
-        barrier = np.zeros(2 * n, dtype=bool)
-        for _round in range(200):
-            tp = t + delta
-            cap = np.full(2 * n, _INF, dtype=np.int64)
-            np.minimum.at(cap, ca[active], tp[cb[active]] - cl[active] - t[ca[active]])
-            if members.n_inst:
-                # a member's start may not pass the earliest end that must follow it
-                early = members.earliest_end(tp, out_alive)
-                st = 2 * members.event[in_alive]
-                np.minimum.at(
-                    cap,
-                    st,
-                    early[members.inst[in_alive]] + members.slack[in_alive] - t[st],
-                )
-            # never pass the next point of the same domain
-            nxt = np.full(2 * n, _INF, dtype=np.int64)
-            same = seg[1:] == seg[:-1]
-            nxt_sorted = np.where(same, tp[order][1:] - ts[:-1], _INF)
-            nxt[order[:-1]] = nxt_sorted
-            cap = np.minimum(cap, nxt)
-            # barriers split the ramp: the segment id increments after each barrier point
-            bsorted = barrier[order]
-            split = np.concatenate([[0], np.cumsum(bsorted[:-1] | ~same)])
-            vals = (delta - cost[pos])[order]
-            ramp_sorted = _seg_accumulate(vals, split.astype(np.int64), reverse=True)
-            ramp = np.empty(2 * n, dtype=np.int64)
-            ramp[order] = ramp_sorted
-            ramp = ramp + cost[pos]
-            capped = cap < ramp
-            new = np.maximum(delta, np.minimum(cap, ramp))
-            new_barrier = barrier | (capped & (ramp > delta))
-            if np.array_equal(new, delta) and np.array_equal(new_barrier, barrier):
-                break
-            delta, barrier = new, new_barrier
-
-    final = t + delta
-    start, end = final[0::2], final[1::2]
-    after = count_violations(
-        start,
-        end,
-        send_event=send,
-        recv_event=recv,
-        collective=coll,
-        min_latency_ns=min_latency_ns,
-        slack_ns=slack,
-    )
-    moved = np.flatnonzero((delta[0::2] != 0) | (delta[1::2] != 0))
-    return CausalityRepair(
-        start_ns=start,
-        end_ns=end,
-        shift_start_ns=start - s0,
-        shift_end_ns=end - e0,
-        domains=domains,
-        domain_offset_ns=offsets.astype(np.int64),
-        violations_before=before,
-        violations_after=after,
-        unresolved=unresolved,
-        shifted=moved,
-    )
+        delta = _backward_amortization(t, fwd, links, seq, members)
+    return _repaired(ev, t, delta, domains, offsets, fwd.unresolved, min_latency_ns)
