@@ -569,6 +569,32 @@ def load_paths(
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    files, missing = _existing_files(paths, keep_going=keep_going)
+    if workers is None:
+        workers = _default_workers(files)
+    paths_s = [str(f) for f in files]
+    explicit = {str(Path(p)) for p in paths if not Path(p).is_dir()}
+    found = _Results(paths_s, explicit, keep_going, progress, missing)
+    stripes = _stripes_for(files, workers) if workers > 1 else [1] * len(files)
+    if executor is None and (workers <= 1 or sum(stripes) <= 1):
+        for i, f in enumerate(paths_s):
+            try:
+                found.add(i, load_file(f, keep_going=keep_going))
+            except InputError as e:
+                found.add(i, e)
+    else:
+        _load_in_pool(found, stripes, workers=workers, executor=executor)
+    return found.load_result()
+
+
+def _existing_files(
+    paths: Sequence[str | Path], *, keep_going: bool
+) -> tuple[list[Path], list[SkippedRecord]]:
+    """The files under ``paths`` (folders expanded), and a record for each missing path.
+
+    Raises:
+        InputError: a path does not exist, unless ``keep_going``.
+    """
     for p in paths:
         if not Path(p).exists() and not keep_going:
             raise InputError("no such file or folder", path=str(p), record="file")
@@ -578,92 +604,120 @@ def load_paths(
         for p in paths
         if not Path(p).exists()
     ]
-    total = len(files)
-    if workers is None:
-        size = sum(f.stat().st_size for f in files if f.exists())
-        workers = (os.cpu_count() or 1) if size >= _POOL_MIN_BYTES else 1
-        if total > 1:
-            workers = min(workers, total)
-    results: list[FileResult] = []
-    skipped: list[SkippedRecord] = list(missing)
-    paths_s = [str(f) for f in files]
+    return files, missing
 
-    explicit = {str(Path(p)) for p in paths if not Path(p).is_dir()}
 
-    def handle(i: int, res: FileResult | InputError) -> None:
-        if (
-            isinstance(res, InputError)
-            and res.message == NOT_TELEMETRY
-            and paths_s[i] not in explicit
-        ):
+def _default_workers(files: list[Path]) -> int:
+    """The cores when the set is at least :data:`_POOL_MIN_BYTES` on disk (at most one per
+    file when there are several), else 1."""
+    size = sum(f.stat().st_size for f in files if f.exists())
+    workers = (os.cpu_count() or 1) if size >= _POOL_MIN_BYTES else 1
+    if len(files) > 1:
+        workers = min(workers, len(files))
+    return workers
+
+
+class _Results:
+    """The files' results in order as they come in, their skipped records, and progress."""
+
+    def __init__(
+        self,
+        paths: list[str],
+        explicit: set[str],
+        keep_going: bool,
+        progress: ProgressCallback | None,
+        missing: list[SkippedRecord],
+    ) -> None:
+        self.paths = paths
+        self.explicit = explicit
+        self.keep_going = keep_going
+        self.progress = progress
+        self.results: list[FileResult] = []
+        self.skipped: list[SkippedRecord] = list(missing)
+
+    def stray(self, i: int, e: InputError) -> bool:
+        """``e`` says file ``i`` is not telemetry, and a folder (not the user) named it."""
+        return e.message == NOT_TELEMETRY and self.paths[i] not in self.explicit
+
+    def add(self, i: int, res: FileResult | InputError) -> None:
+        """File ``i``'s result, or its error (raised unless ``keep_going``).
+
+        Raises:
+            InputError: ``res``, unless ``keep_going`` or a stray non-telemetry file.
+        """
+        if isinstance(res, InputError) and self.stray(i, res):
             # a stray non-telemetry file found in a folder: left out and listed, not fatal
-            res = FileResult(paths_s[i], "not-telemetry", note=NOT_TELEMETRY)
+            res = FileResult(self.paths[i], "not-telemetry", note=NOT_TELEMETRY)
         if isinstance(res, InputError):
-            if not keep_going:
+            if not self.keep_going:
                 raise res
-            skipped.append(SkippedRecord(res.path or paths_s[i], res.record or "file", res.message))
-            results.append(FileResult(paths_s[i], "error", note=res.message))
+            self.skipped.append(
+                SkippedRecord(res.path or self.paths[i], res.record or "file", res.message)
+            )
+            self.results.append(FileResult(self.paths[i], "error", note=res.message))
         else:
-            results.append(res)
-            skipped.extend(res.skipped)
-        if progress is not None:
-            progress(len(results), total, paths_s[i])
+            self.results.append(res)
+            self.skipped.extend(res.skipped)
+        if self.progress is not None:
+            self.progress(len(self.results), len(self.paths), self.paths[i])
 
-    stripes = _stripes_for(files, workers) if workers > 1 else [1] * total
-    if executor is None and (workers <= 1 or sum(stripes) <= 1):
-        for i, f in enumerate(paths_s):
-            try:
-                handle(i, load_file(f, keep_going=keep_going))
-            except InputError as e:
-                handle(i, e)
+    def load_result(self) -> LoadResult:
+        """Every file's results as one: Execution Traces joined, tables and metric points
+        concatenated, derived and non-telemetry files listed as left out."""
+        results, skipped = self.results, self.skipped
+        if any(r.execution_trace is not None for r in results):
+            from otel_ext.analysis.loaders.execution_trace import join_into_results
+
+            join_into_results(results)
+        tables = [r.table for r in results if r.table is not None]
+        metrics = [r.metrics for r in results if r.metrics is not None]
+        for r in results:
+            if r.format in DERIVED_FORMATS or r.format == "not-telemetry":
+                skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
+        table = EventTable.concat(tables) if tables else EventTable.empty()
+        return LoadResult(
+            table=table,
+            inputs=[r.info() for r in results],
+            skipped=skipped,
+            metrics=MetricPoints.concat(metrics),
+        )
+
+
+def _load_in_pool(
+    found: _Results, stripes: list[int], *, workers: int, executor: Executor | None
+) -> None:
+    """The file and stripe jobs on a local process pool (or on ``executor``), each file's
+    answers taken in order; after a fatal error the later files' jobs are cancelled."""
+    # imported here: the pool's modules cost 3 MB and a few ms, spent only when it runs
+    from concurrent.futures import ProcessPoolExecutor
+    from contextlib import nullcontext
+
+    keep_going = found.keep_going
+    pool_cm: AbstractContextManager[Executor]  # the caller's executor stays open
+    if executor is None:
+        pool_cm = ProcessPoolExecutor(max_workers=workers)
     else:
-        # imported here: the pool's modules cost 3 MB and a few ms, spent only when it runs
-        from concurrent.futures import ProcessPoolExecutor
-        from contextlib import nullcontext
-
-        pool_cm: AbstractContextManager[Executor]  # the caller's executor stays open
-        if executor is None:
-            pool_cm = ProcessPoolExecutor(max_workers=workers)
-        else:
-            pool_cm = nullcontext(executor)
-        with pool_cm as pool:
-            futures = [
-                [pool.submit(_load_one, (f, keep_going, k, n)) for k in range(n)]
-                for f, n in zip(paths_s, stripes)
-            ]
-            for i, futs in enumerate(futures):
-                try:
-                    answers = [fut.result() for fut in futs]
-                    one = answers[0]
-                    if len(answers) == 1 and isinstance(one, FileResult):
-                        res = one
-                    else:
-                        res = _join_stripes(paths_s[i], keep_going, answers)
-                except InputError as e:
-                    # in keep-going mode the later files are still wanted: cancelling them
-                    # here made their ``result()`` raise CancelledError
-                    if not keep_going and not (
-                        e.message == NOT_TELEMETRY and paths_s[i] not in explicit
-                    ):
-                        for later in futures[i + 1 :]:
-                            for pending in later:
-                                pending.cancel()
-                    handle(i, e)
-                    continue
-                handle(i, res)
-    if any(r.execution_trace is not None for r in results):
-        from otel_ext.analysis.loaders.execution_trace import join_into_results
-
-        join_into_results(results)
-    tables = [r.table for r in results if r.table is not None]
-    metrics = [r.metrics for r in results if r.metrics is not None]
-    for r in results:
-        if r.format in DERIVED_FORMATS or r.format == "not-telemetry":
-            skipped.append(SkippedRecord(r.path, "file", f"left out: {r.note}"))
-    table = EventTable.concat(tables) if tables else EventTable.empty()
-    return LoadResult(
-        table=table,
-        inputs=[r.info() for r in results],
-        skipped=skipped,
-        metrics=MetricPoints.concat(metrics),
-    )
+        pool_cm = nullcontext(executor)
+    with pool_cm as pool:
+        futures = [
+            [pool.submit(_load_one, (f, keep_going, k, n)) for k in range(n)]
+            for f, n in zip(found.paths, stripes)
+        ]
+        for i, futs in enumerate(futures):
+            try:
+                answers = [fut.result() for fut in futs]
+                one = answers[0]
+                if len(answers) == 1 and isinstance(one, FileResult):
+                    res = one
+                else:
+                    res = _join_stripes(found.paths[i], keep_going, answers)
+            except InputError as e:
+                # in keep-going mode the later files are still wanted: cancelling them
+                # here made their ``result()`` raise CancelledError
+                if not keep_going and not found.stray(i, e):
+                    for later in futures[i + 1 :]:
+                        for pending in later:
+                            pending.cancel()
+                found.add(i, e)
+                continue
+            found.add(i, res)
