@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -92,8 +92,14 @@ from otel_ext.analysis.table import EventTable
 
 __all__ = [
     "SEGMENT_LABELS",
+    "CategoryTime",
     "CriticalPath",
+    "CriticalPathSection",
+    "GraphReplayOnPath",
+    "PathSegment",
     "PeerEdges",
+    "RankTime",
+    "StragglerWhatIf",
     "WalkPieces",
     "critical_path",
     "peer_edges",
@@ -110,18 +116,77 @@ __all__ = [
 _END_OF_STEPS = 1 << 62
 
 
+class PathSegment(TypedDict):
+    """One segment of the critical path (aligned times)."""
+
+    rank: int
+    category: str  # one of SEGMENT_LABELS
+    start_ns: int
+    end_ns: int
+    name: str  # the row's name; "" for a gap (host, queue, idle)
+
+
+class StragglerWhatIf(TypedDict):
+    """The time the run would save if the straggler ran at the median rank's pace."""
+
+    rank: int
+    saved_ns: int
+    saved_pct: float  # of the path's length
+    saved_per_step_ns: int | None  # when the number of steps is known
+    sampled_fraction: NotRequired[float]  # the engine's: the share of the run traced
+    saved_run_ns: NotRequired[int]  # the engine's: the whole-run estimate
+
+
+class GraphReplayOnPath(TypedDict):
+    """A graph replay the path passes through: its launch, and its kernels on the path."""
+
+    rank: int
+    launch: str
+    launch_start_ns: int
+    kernels: int  # in the replay
+    kernels_on_path: int
+    on_path_ns: int
+
+
+class RankTime(TypedDict):
+    """A rank's time on the path."""
+
+    rank: int
+    ns: int
+
+
+class CategoryTime(TypedDict):
+    """A category's time on the path."""
+
+    category: str
+    ns: int
+
+
+class CriticalPathSection(TypedDict):
+    """:meth:`CriticalPath.as_dict`: the document's ``critical_path`` section."""
+
+    length_ns: int
+    by_rank: list[RankTime]
+    by_category: list[CategoryTime]
+    straggler_what_if: StragglerWhatIf | None
+    graph_replays: list[GraphReplayOnPath]
+    segments: list[PathSegment]
+    segments_total: int
+
+
 @dataclass
 class CriticalPath:
     """Segments of the critical path (time order) and its composition."""
 
-    segments: list[dict[str, Any]]
+    segments: list[PathSegment]
     length_ns: int
     by_rank: dict[int, int]
     by_category: dict[str, int]
-    straggler: dict[str, Any] | None
-    graph_replays: list[dict[str, Any]] = field(default_factory=list)
+    straggler: StragglerWhatIf | None
+    graph_replays: list[GraphReplayOnPath] = field(default_factory=list)
 
-    def as_dict(self, *, max_segments: int = 2000) -> dict[str, Any]:
+    def as_dict(self, *, max_segments: int = 2000) -> CriticalPathSection:
+        """The path as the document holds it: the last ``max_segments`` segments."""
         return {
             "length_ns": self.length_ns,
             "by_rank": [{"rank": r, "ns": ns} for r, ns in sorted(self.by_rank.items())],
@@ -188,20 +253,47 @@ def stitch(
     p = pieces
     if p.start_key.shape[0] == 0:
         return CriticalPath([], 0, {}, {}, None)
-    first = start_of(p.start_key, p.start_end)
-    g = int(p.start_step[first])
+    runs = _runs(p, max_steps)
+    segments = _segments(p, runs)
+    by_rank: dict[int, int] = {}
+    by_cat: dict[str, int] = {}
+    for s in segments:
+        d = s["end_ns"] - s["start_ns"]
+        by_rank[s["rank"]] = by_rank.get(s["rank"], 0) + d
+        by_cat[s["category"]] = by_cat.get(s["category"], 0) + d
+    length = (segments[-1]["end_ns"] - segments[0]["start_ns"]) if segments else 0
+    what_if = None
+    if straggler_rank is not None:
+        what_if = _what_if(match, straggler_rank, length, steps)
+    return CriticalPath(segments, int(length), by_rank, by_cat, what_if, _replays(p, runs))
+
+
+def _entry_steps(p: WalkPieces) -> dict[tuple[int, int], int]:
+    """The step each entry state ``(target key, allow_peer)`` starts at (an entry walked in
+    either state, ``ANY_FLAG``, under both)."""
     entry: dict[tuple[int, int], int] = {}
     for k, a, s in zip(p.entry_key.tolist(), p.entry_allow.tolist(), p.entry_step.tolist()):
         for flag in (0, 1) if a == ANY_FLAG else (a,):
             entry[(k, flag)] = s
+    return entry
+
+
+def _runs(p: WalkPieces, max_steps: int) -> list[tuple[int, int]]:
+    """The steps the path walks, as runs ``(first step, end)`` in walk order: from the global
+    start through the pieces' exits and continuations, at most ``max_steps``; it ends where a
+    piece ends or where it comes back to a step it walked.
+
+    Raises:
+        ValueError: a piece exits to a peer target no piece enters (its rank's are missing).
+    """
+    g = int(p.start_step[start_of(p.start_key, p.start_end)])
+    entry = _entry_steps(p)
     piece_step = p.piece_step.tolist()
     piece_next = p.piece_next.tolist()
     piece_to = p.piece_to.tolist()
     piece_allow = p.piece_allow.tolist()
-    # the steps walked, as runs (first step, end) in walk order, and sorted by first step
     runs: list[tuple[int, int]] = []
-    walked: list[tuple[int, int]] = []
-    step_seg = p.step_seg
+    walked: list[tuple[int, int]] = []  # the runs sorted by first step
     left = max_steps
     while left > 0:
         w = bisect_right(walked, (g, _END_OF_STEPS)) - 1
@@ -227,46 +319,38 @@ def stitch(
                 "(the pieces of its rank are missing)"
             )
         g = got
+    return runs
 
-    segments: list[dict[str, Any]] = []
+
+def _segments(p: WalkPieces, runs: list[tuple[int, int]]) -> list[PathSegment]:
+    """The segments of the steps of ``runs``, in time order (the walk goes backwards)."""
+    if not runs:
+        return []
+    idx = np.concatenate([np.arange(p.step_seg[a], p.step_seg[b]) for a, b in runs])[::-1]
+    names = p.names
+    return [
+        {"rank": r, "category": SEGMENT_LABELS[c], "start_ns": s, "end_ns": e, "name": names[m]}
+        for r, c, s, e, m in zip(
+            p.seg_rank[idx].tolist(),
+            p.seg_label[idx].tolist(),
+            p.seg_start[idx].tolist(),
+            p.seg_end[idx].tolist(),
+            p.seg_name[idx].tolist(),
+        )
+    ]
+
+
+def _replays(p: WalkPieces, runs: list[tuple[int, int]]) -> list[GraphReplayOnPath]:
+    """The graph replays whose kernels the steps of ``runs`` visit, the most time on the path
+    first."""
     replay: dict[int, list[int]] = {}  # launch index -> [kernels on path, ns on path]
-    if runs:
-        idx = np.concatenate([np.arange(step_seg[a], step_seg[b]) for a, b in runs])[::-1]
-        names = p.names
-        segments = [
-            {"rank": r, "category": SEGMENT_LABELS[c], "start_ns": s, "end_ns": e, "name": names[m]}
-            for r, c, s, e, m in zip(
-                p.seg_rank[idx].tolist(),
-                p.seg_label[idx].tolist(),
-                p.seg_start[idx].tolist(),
-                p.seg_end[idx].tolist(),
-                p.seg_name[idx].tolist(),
-            )
-        ]
-        gs = p.graph_step
-        for a, b in runs:
-            lo, hi = np.searchsorted(gs, [a, b])
-            for lx, ns in zip(p.graph_launch[lo:hi].tolist(), p.graph_ns[lo:hi].tolist()):
-                acc = replay.setdefault(lx, [0, 0])
-                acc[0] += 1
-                acc[1] += ns
-    by_rank: dict[int, int] = {}
-    by_cat: dict[str, int] = {}
-    for s in segments:
-        d = s["end_ns"] - s["start_ns"]
-        by_rank[s["rank"]] = by_rank.get(s["rank"], 0) + d
-        by_cat[s["category"]] = by_cat.get(s["category"], 0) + d
-    length = (segments[-1]["end_ns"] - segments[0]["start_ns"]) if segments else 0
-    what_if = None
-    if straggler_rank is not None:
-        saved = straggler_saving(match, straggler_rank)
-        what_if = {
-            "rank": straggler_rank,
-            "saved_ns": saved,
-            "saved_pct": round(100.0 * saved / length, 4) if length else 0.0,
-            "saved_per_step_ns": int(saved / steps) if steps else None,
-        }
-    replays: list[dict[str, Any]] = [
+    for a, b in runs:
+        lo, hi = np.searchsorted(p.graph_step, [a, b])
+        for lx, ns in zip(p.graph_launch[lo:hi].tolist(), p.graph_ns[lo:hi].tolist()):
+            acc = replay.setdefault(lx, [0, 0])
+            acc[0] += 1
+            acc[1] += ns
+    replays: list[GraphReplayOnPath] = [
         {
             "rank": int(p.launch_rank[lx]),
             "launch": p.names[int(p.launch_name[lx])],
@@ -278,7 +362,19 @@ def stitch(
         for lx, (k_on, ns_on) in replay.items()
     ]
     replays.sort(key=lambda r: -int(r["on_path_ns"]))
-    return CriticalPath(segments, int(length), by_rank, by_cat, what_if, replays)
+    return replays
+
+
+def _what_if(match: CollectiveMatch, rank: int, length: int, steps: int | None) -> StragglerWhatIf:
+    """The straggler what-if of ``rank`` (:func:`straggler_saving`), against the path's
+    ``length`` and per step when the number of ``steps`` is known."""
+    saved = straggler_saving(match, rank)
+    return {
+        "rank": rank,
+        "saved_ns": saved,
+        "saved_pct": round(100.0 * saved / length, 4) if length else 0.0,
+        "saved_per_step_ns": int(saved / steps) if steps else None,
+    }
 
 
 def critical_path(
