@@ -122,6 +122,45 @@ def emit_clock_sync_spans(
     Raises:
         ClockFitError: arrays of different lengths, NaN or non-integer values, bad options.
     """
+    before, ticks, after = _validated_brackets(
+        host_before_ns,
+        device_ticks,
+        host_after_ns,
+        domain=domain,
+        counter_bits=counter_bits,
+        ticks_per_second=ticks_per_second,
+        max_batch=max_batch,
+    )
+    common = _common_attributes(attributes, domain, reference, counter_bits, ticks_per_second)
+    knots: dict[str, AttributeValue] = {}
+    if mapping is not None and len(mapping.knot_ticks) <= MAX_KNOTS:
+        knots = mapping_attributes(mapping)
+    if before.size == 0:
+        if not knots or mapping is None:
+            return 0
+        return _knots_span(tracer, common, knots, mapping, brackets_dropped)
+    order = np.argsort(before, kind="stable")
+    return _bracket_spans(
+        tracer,
+        (before[order], ticks[order], after[order]),
+        common,
+        knots,
+        int(max_batch),
+        brackets_dropped,
+    )
+
+
+def _validated_brackets(
+    host_before_ns: ArrayLike,
+    device_ticks: ArrayLike,
+    host_after_ns: ArrayLike,
+    *,
+    domain: str,
+    counter_bits: int,
+    ticks_per_second: float,
+    max_batch: int,
+) -> tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64]]:
+    """The brackets as arrays, or :class:`ClockFitError` (shapes, values, options)."""
     before = _as_host(host_before_ns, "host_before_ns")
     after = _as_host(host_after_ns, "host_after_ns")
     ticks = _as_u64(device_ticks)
@@ -141,26 +180,53 @@ def emit_clock_sync_spans(
             f"{ticks_per_second}",
             record=f"domain {domain}",
         )
+    return before, ticks, after
+
+
+def _common_attributes(
+    attributes: Mapping[str, AttributeValue] | None,
+    domain: str,
+    reference: str,
+    counter_bits: int,
+    ticks_per_second: float,
+) -> dict[str, AttributeValue]:
+    """The attributes every span of the domain carries: the caller's, then the domain, the
+    reference clock and the counter's shape."""
     common: dict[str, AttributeValue] = dict(attributes or {})
     common[ACCEL_CLOCK_DOMAIN] = domain
     common[ACCEL_CLOCK_REFERENCE] = reference
     common[ACCEL_CLOCK_COUNTER_BITS] = int(counter_bits)
     common[ACCEL_CLOCK_TICKS_PER_SECOND] = float(ticks_per_second)
-    knots: dict[str, AttributeValue] = {}
-    if mapping is not None and len(mapping.knot_ticks) <= MAX_KNOTS:
-        knots = mapping_attributes(mapping)
+    return common
+
+
+def _knots_span(
+    tracer: trace.Tracer,
+    common: dict[str, AttributeValue],
+    knots: dict[str, AttributeValue],
+    mapping: ClockMapping,
+    brackets_dropped: int,
+) -> int:
+    """No brackets: one span over the mapping's host range carries just its knots."""
+    lo, hi = mapping.host_range_ns
+    if brackets_dropped:
+        common[ACCEL_CLOCK_BRACKETS_DROPPED] = int(brackets_dropped)
+    _span(tracer, {**common, **knots}, lo, hi)
+    return 1
+
+
+def _bracket_spans(
+    tracer: trace.Tracer,
+    brackets: tuple[NDArray[np.int64], NDArray[np.uint64], NDArray[np.int64]],
+    common: dict[str, AttributeValue],
+    knots: dict[str, AttributeValue],
+    step: int,
+    brackets_dropped: int,
+) -> int:
+    """Host-ordered brackets in spans of at most ``step``: the dropped count on the first
+    span, the knots on the last; returns the spans emitted."""
+    before, ticks, after = brackets
     n = before.size
-    if n == 0:
-        if not knots or mapping is None:
-            return 0
-        lo, hi = mapping.host_range_ns
-        if brackets_dropped:
-            common[ACCEL_CLOCK_BRACKETS_DROPPED] = int(brackets_dropped)
-        _span(tracer, {**common, **knots}, lo, hi)
-        return 1
-    order = np.argsort(before, kind="stable")
-    before, ticks, after = before[order], ticks[order], after[order]
-    step = int(max_batch)
     spans = 0
     for i in range(0, n, step):
         j = min(n, i + step)
@@ -178,6 +244,7 @@ def emit_clock_sync_spans(
 
 
 def _span(tracer: trace.Tracer, attrs: dict[str, AttributeValue], start: int, end: int) -> None:
+    """One ``accel.clock.sync`` root span from ``start`` to ``end`` (at least ``start``)."""
     span = tracer.start_span(
         SPAN_ACCEL_CLOCK_SYNC,
         context=Context(),  # a root span: clock sync belongs to no request or step
