@@ -35,12 +35,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE_PENDING
+
+if TYPE_CHECKING:
+    from otel_ext.analysis.findings.finding import Finding
 
 __all__ = [
     "FLIGHT_RECORDER_COMPLETED",
@@ -96,6 +99,117 @@ class Hang:
     source: str = "watchdog"
 
 
+def _pending_and_done(table: EventTable) -> tuple[EventTable, np.ndarray] | None:
+    """The rows of sequenced collectives (pending and completed) of ranked members, and
+    which are pending; None when no row is pending."""
+    codes = [
+        table.code_of("name", n) for n in (SPAN_ACCEL_COLLECTIVE_PENDING, FLIGHT_RECORDER_PENDING)
+    ]
+    pending_mask = np.isin(table["name"], [c for c in codes if c >= 0])
+    if not pending_mask.any():
+        return None
+    done_mask = (table["category"] == int(Category.COLLECTIVE)) & (table["coll_seq"] >= 0)
+    fr_done = table.code_of("name", FLIGHT_RECORDER_COMPLETED)
+    if fr_done >= 0:
+        done_mask |= table["name"] == fr_done
+    keep = (pending_mask | done_mask) & (table["rank"] >= 0) & (table["coll_seq"] >= 0)
+    return table.select(keep), pending_mask[keep]
+
+
+@dataclass
+class _Ledger:
+    """What the rows say per process group: its members, and per (group, seq) and member
+    what each issued, reached, completed and waited in."""
+
+    members: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    group_size: dict[str, int] = field(default_factory=lambda: defaultdict(lambda: -1))
+    #: (group, rank) -> its last completed seq
+    last: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (group, rank) -> the highest seq it issued (any record)
+    reached: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (group, seq) -> rank -> the (op, bytes) it issued there (its first record)
+    at: dict[tuple[str, int], dict[int, tuple[str, int]]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    #: (group, seq) -> rank -> the longest it was seen waiting there (ns)
+    waits: dict[tuple[str, int], dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    #: (group, seq) -> where its first pending record came from
+    source: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def _ledger(sub: EventTable, pend: np.ndarray) -> _Ledger:
+    """Read every sequenced collective row into a :class:`_Ledger` (point-to-point
+    operations and rows without a group left out)."""
+    ranks, seqs = sub["rank"].tolist(), sub["coll_seq"].tolist()
+    ops = [str(v) for v in sub.decoded("coll_op").tolist()]
+    groups = [str(v) for v in sub.decoded("coll_group").tolist()]
+    nbytes, sizes = sub["coll_bytes"].tolist(), sub["coll_group_size"].tolist()
+    starts, ends = sub["start_ns"].tolist(), sub["end_ns"].tolist()
+    kinds = [str(v) for v in sub.decoded("name").tolist()]
+    led = _Ledger()
+    for i in range(len(sub)):
+        op, group, rank, seq = ops[i], groups[i], int(ranks[i]), int(seqs[i])
+        if op in _P2P or not group:
+            continue
+        led.members[group].add(rank)
+        led.group_size[group] = max(led.group_size[group], int(sizes[i]))
+        key = (group, rank)
+        led.reached[key] = max(led.reached.get(key, -1), seq)
+        led.at[(group, seq)].setdefault(rank, (op, int(nbytes[i])))
+        if pend[i]:
+            span_ns = int(ends[i]) - int(starts[i])
+            waits = led.waits[(group, seq)]
+            waits[rank] = max(waits.get(rank, 0), span_ns)
+            src = "flight-recorder" if kinds[i] == FLIGHT_RECORDER_PENDING else "watchdog"
+            led.source.setdefault((group, seq), src)
+        else:
+            led.last[key] = max(led.last.get(key, -1), seq)
+    return led
+
+
+def _common_issue(issued: dict[int, tuple[str, int]]) -> tuple[str, int]:
+    """The (op, bytes) most members issued; ties: the smallest rank's."""
+    votes: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for rank in sorted(issued):
+        votes[issued[rank]].append(rank)
+    return max(votes.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))[0]
+
+
+def _hang_at(group: str, seq: int, waited: dict[int, int], led: _Ledger) -> Hang | None:
+    """The hang or desync at ``(group, seq)``, where members ``waited``; None when every
+    member reached it with the same op and size (slow, not hung)."""
+    issued = led.at[(group, seq)]
+    op, size = _common_issue(issued)
+    seen = sorted(led.members[group])
+    odd = sorted(
+        r
+        for r, (o, b) in issued.items()
+        if o != op or (b != size and op not in _UNEVEN and b >= 0 and size >= 0)
+    )
+    if odd:
+        kind, missing = "desync", odd
+    else:
+        missing = sorted(r for r in seen if led.reached.get((group, r), -1) < seq)
+        if not missing and led.group_size[group] <= len(seen):
+            return None  # every member reached it: slow, not hung
+        kind = "hang"
+    return Hang(
+        kind=kind,
+        group=group,
+        seq=seq,
+        op=op,
+        bytes=size,
+        missing=missing,
+        waiting=sorted(r for r in waited if r not in odd),
+        waited_ns={r: w for r, w in sorted(waited.items()) if r not in odd},
+        last_seq={r: led.last.get((group, r), -1) for r in missing},
+        issued={r: issued[r] for r in odd},
+        group_size=led.group_size[group],
+        seen=seen,
+        source=led.source.get((group, seq), "watchdog"),
+    )
+
+
 def find_hangs(table: EventTable) -> list[Hang]:
     """The hung and desynchronised collectives the table shows (see the module doc).
 
@@ -108,98 +222,14 @@ def find_hangs(table: EventTable) -> list[Hang]:
     """
     if len(table) == 0:
         return []
-    codes = [
-        table.code_of("name", n) for n in (SPAN_ACCEL_COLLECTIVE_PENDING, FLIGHT_RECORDER_PENDING)
-    ]
-    pending_mask = np.isin(table["name"], [c for c in codes if c >= 0])
-    if not pending_mask.any():
+    got = _pending_and_done(table)
+    if got is None:
         return []
-    done_mask = (table["category"] == int(Category.COLLECTIVE)) & (table["coll_seq"] >= 0)
-    fr_done = table.code_of("name", FLIGHT_RECORDER_COMPLETED)
-    if fr_done >= 0:
-        done_mask |= table["name"] == fr_done
-    keep = (pending_mask | done_mask) & (table["rank"] >= 0) & (table["coll_seq"] >= 0)
-    sub = table.select(keep)
-    pend = pending_mask[keep]
-    ranks, seqs = sub["rank"].tolist(), sub["coll_seq"].tolist()
-    ops = [str(v) for v in sub.decoded("coll_op").tolist()]
-    groups = [str(v) for v in sub.decoded("coll_group").tolist()]
-    nbytes, sizes = sub["coll_bytes"].tolist(), sub["coll_group_size"].tolist()
-    starts, ends = sub["start_ns"].tolist(), sub["end_ns"].tolist()
-    kinds = [str(v) for v in sub.decoded("name").tolist()]
-
-    members: dict[str, set[int]] = defaultdict(set)
-    group_size: dict[str, int] = defaultdict(lambda: -1)
-    last: dict[tuple[str, int], int] = {}
-    reached: dict[tuple[str, int], int] = {}  # highest seq each member issued (any record)
-    at: dict[tuple[str, int], dict[int, tuple[str, int]]] = defaultdict(dict)
-    waits: dict[tuple[str, int], dict[int, int]] = defaultdict(dict)
-    source: dict[tuple[str, int], str] = {}
-    for i in range(len(sub)):
-        op, group, rank, seq = ops[i], groups[i], int(ranks[i]), int(seqs[i])
-        if op in _P2P or not group:
-            continue
-        members[group].add(rank)
-        group_size[group] = max(group_size[group], int(sizes[i]))
-        key = (group, rank)
-        reached[key] = max(reached.get(key, -1), seq)
-        at[(group, seq)].setdefault(rank, (op, int(nbytes[i])))
-        if pend[i]:
-            span_ns = int(ends[i]) - int(starts[i])
-            waits[(group, seq)][rank] = max(waits[(group, seq)].get(rank, 0), span_ns)
-            src = "flight-recorder" if kinds[i] == FLIGHT_RECORDER_PENDING else "watchdog"
-            source.setdefault((group, seq), src)
-        else:
-            last[key] = max(last.get(key, -1), seq)
-
-    out: list[Hang] = []
-    for (group, seq), waited in sorted(waits.items()):
-        issued = at[(group, seq)]
-        # the op and size of the waiting members (the most common; ties: the smallest rank's)
-        votes: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for rank in sorted(issued):
-            votes[issued[rank]].append(rank)
-        (op, size), _ = max(votes.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
-        seen = sorted(members[group])
-        odd = sorted(
-            r
-            for r, (o, b) in issued.items()
-            if o != op or (b != size and op not in _UNEVEN and b >= 0 and size >= 0)
-        )
-        common: dict[str, Any] = {
-            "group": group,
-            "seq": seq,
-            "op": op,
-            "bytes": size,
-            "waiting": sorted(r for r in waited if r not in odd),
-            "waited_ns": {r: w for r, w in sorted(waited.items()) if r not in odd},
-            "group_size": group_size[group],
-            "seen": seen,
-            "source": source.get((group, seq), "watchdog"),
-        }
-        if odd:
-            out.append(
-                Hang(
-                    kind="desync",
-                    missing=odd,
-                    issued={r: issued[r] for r in odd},
-                    last_seq={r: last.get((group, r), -1) for r in odd},
-                    **common,
-                )
-            )
-            continue
-        never = sorted(r for r in seen if reached.get((group, r), -1) < seq)
-        if not never and group_size[group] <= len(seen):
-            continue  # every member reached it: slow, not hung
-        out.append(
-            Hang(
-                kind="hang",
-                missing=never,
-                last_seq={r: last.get((group, r), -1) for r in never},
-                **common,
-            )
-        )
-    return out
+    led = _ledger(*got)
+    found = (
+        _hang_at(group, seq, waited, led) for (group, seq), waited in sorted(led.waits.items())
+    )
+    return [h for h in found if h is not None]
 
 
 def _who(ranks: list[int], names: dict[int, tuple[str, str]]) -> str:
@@ -215,7 +245,7 @@ def hang_findings(
     *,
     names: dict[int, tuple[str, str]] | None = None,
     run_ns: int = 0,
-) -> list[Any]:
+) -> list[Finding]:
     """``collective-hang`` findings (:class:`~otel_ext.analysis.findings.build.Finding`) of
     :func:`find_hangs`; their impact is the longest wait (a hang costs the rest of the job).
 
@@ -224,7 +254,7 @@ def hang_findings(
         names: rank -> (host, device) names.
         run_ns: the run's length (for ``impact_pct``).
     """
-    from otel_ext.analysis.findings.build import Finding
+    from otel_ext.analysis.findings.finding import Finding
 
     names = names or {}
     out = []
