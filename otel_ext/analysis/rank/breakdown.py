@@ -41,8 +41,8 @@ and keep every kernel in the queue length (each was queued at the replay's launc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -51,10 +51,18 @@ from otel_ext.analysis.intervals import group_slices, union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 
 __all__ = [
+    "CategoryTime",
+    "GraphReplay",
+    "GraphReplays",
+    "IdleBreakdownDict",
     "IdleBreakdownRow",
     "KernelBreakdown",
+    "KernelBreakdownDoc",
     "KernelStats",
+    "LaunchStatsDict",
     "LaunchStatsRow",
+    "NameTime",
+    "TemporalBreakdownDict",
     "TemporalBreakdownRow",
     "device_mask",
     "drop_last_step",
@@ -115,6 +123,22 @@ def rank_groups(
     return out
 
 
+class TemporalBreakdownDict(TypedDict):
+    """A :class:`TemporalBreakdownRow` as the report's JSON row."""
+
+    rank: int
+    source: str
+    kernel_window_ns: int
+    idle_ns: int
+    compute_ns: int
+    non_compute_ns: int
+    comm_ns: int
+    memory_ns: int
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+
+
 @dataclass(frozen=True)
 class TemporalBreakdownRow:
     """One rank's temporal breakdown (times in ns, percentages of the kernel window)."""
@@ -131,8 +155,21 @@ class TemporalBreakdownRow:
     compute_pct: float
     non_compute_pct: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> TemporalBreakdownDict:
+        """The row as the report's JSON row (fields in order)."""
+        return {
+            "rank": self.rank,
+            "source": self.source,
+            "kernel_window_ns": self.kernel_window_ns,
+            "idle_ns": self.idle_ns,
+            "compute_ns": self.compute_ns,
+            "non_compute_ns": self.non_compute_ns,
+            "comm_ns": self.comm_ns,
+            "memory_ns": self.memory_ns,
+            "idle_pct": self.idle_pct,
+            "compute_pct": self.compute_pct,
+            "non_compute_pct": self.non_compute_pct,
+        }
 
 
 def temporal_breakdown(table: EventTable) -> list[TemporalBreakdownRow]:
@@ -247,7 +284,29 @@ def _first_of_launch(table: EventTable, launch: np.ndarray, rows: np.ndarray) ->
     return out
 
 
-def graph_replays(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
+class GraphReplay(TypedDict):
+    """One graph replay: a launch and the device rows it queued."""
+
+    rank: int
+    source: str
+    launch: str
+    launch_start_ns: int
+    kernels: int
+    streams: int
+    first_kernel_start_ns: int
+    last_kernel_end_ns: int
+    busy_ns: int
+
+
+class GraphReplays(TypedDict):
+    """The graph replays of a table (:func:`graph_replays`)."""
+
+    count: int
+    kernels: int
+    replays: list[GraphReplay]
+
+
+def graph_replays(table: EventTable, *, limit: int = 50) -> GraphReplays:
     """The graph replays of ``table``: launches that each launched two or more device rows.
 
     Returns:
@@ -274,7 +333,7 @@ def graph_replays(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
     start, end = table["start_ns"], table["end_ns"]
     order, keys, slices = group_slices(launch[rows])
     names = table.strings["name"]
-    out: list[dict[str, Any]] = []
+    out: list[GraphReplay] = []
     for lrow, sl in zip(keys.tolist(), slices):
         r = rows[order[sl]]
         r = r[np.argsort(start[r], kind="stable")]
@@ -300,6 +359,23 @@ def graph_replays(table: EventTable, *, limit: int = 50) -> dict[str, Any]:
     return {"count": len(out), "kernels": int(rows.shape[0]), "replays": out[:limit]}
 
 
+class IdleBreakdownDict(TypedDict):
+    """An :class:`IdleBreakdownRow` as the report's JSON row."""
+
+    rank: int
+    source: str
+    stream: int
+    idle_ns: int
+    host_wait_ns: int
+    kernel_wait_ns: int
+    other_ns: int
+    host_wait_pct: float
+    kernel_wait_pct: float
+    other_pct: float
+    graph_wait_ns: int
+    graph_wait_pct: float
+
+
 @dataclass(frozen=True)
 class IdleBreakdownRow:
     """Idle time of one stream of one rank, by cause (ns, and shares of the stream's idle)."""
@@ -317,8 +393,22 @@ class IdleBreakdownRow:
     graph_wait_ns: int = 0
     graph_wait_pct: float = 0.0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> IdleBreakdownDict:
+        """The row as the report's JSON row (fields in order)."""
+        return {
+            "rank": self.rank,
+            "source": self.source,
+            "stream": self.stream,
+            "idle_ns": self.idle_ns,
+            "host_wait_ns": self.host_wait_ns,
+            "kernel_wait_ns": self.kernel_wait_ns,
+            "other_ns": self.other_ns,
+            "host_wait_pct": self.host_wait_pct,
+            "kernel_wait_pct": self.kernel_wait_pct,
+            "other_pct": self.other_pct,
+            "graph_wait_ns": self.graph_wait_ns,
+            "graph_wait_pct": self.graph_wait_pct,
+        }
 
 
 def idle_breakdown(
@@ -395,14 +485,47 @@ def idle_breakdown(
     return out
 
 
+class CategoryTime(TypedDict):
+    """Device time of one category (``compute``, ``communication``, ``memcpy``, ``memset``)."""
+
+    category: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    max_ns: int
+    pct: float
+
+
+class NameTime(TypedDict):
+    """Device time of one kernel name (or of the names past the top: ``others``)."""
+
+    name: str
+    category: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    pct: float
+
+
+class KernelBreakdownDoc(TypedDict):
+    """The report's ``kernel_breakdown`` section (``launch`` added by the engine)."""
+
+    by_category: list[CategoryTime]
+    by_name: list[NameTime]
+    launch: NotRequired[list[LaunchStatsDict]]
+
+
 @dataclass(frozen=True)
 class KernelBreakdown:
     """Device time by category and by name (ns; shares of the summed device time)."""
 
-    by_category: list[dict[str, Any]]
-    by_name: list[dict[str, Any]]
+    by_category: list[CategoryTime]
+    by_name: list[NameTime]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> KernelBreakdownDoc:
+        """The report's section (without ``launch``)."""
         return {"by_category": self.by_category, "by_name": self.by_name}
 
 
@@ -460,7 +583,7 @@ class KernelStats:
         """
         total = sum(tot for _, tot, _ in self.by_category.values())
         pct = _pct
-        by_cat: list[dict[str, Any]] = [
+        by_cat: list[CategoryTime] = [
             {"category": label, "count": n, "total_ns": tot, "mean_ns": tot / n,
              "max_ns": hi, "pct": pct(tot, total)}
             for c, label in _KERNEL_LABELS.items()
@@ -468,7 +591,7 @@ class KernelStats:
             for n, tot, hi in [self.by_category[c]]
         ]  # fmt: skip
         by_cat.sort(key=lambda r: -r["total_ns"])
-        rows: list[dict[str, Any]] = [
+        rows: list[NameTime] = [
             {"name": name, "category": _KERNEL_LABELS[Category(cat)], "count": n, "total_ns": tot,
              "mean_ns": tot / n, "min_ns": lo, "max_ns": hi, "pct": pct(tot, total)}
             for name, (cat, _, n, tot, lo, hi) in self.by_name.items()
@@ -478,7 +601,7 @@ class KernelStats:
             rest = rows[top:]
             rest_total = sum(r["total_ns"] for r in rest)
             count = sum(r["count"] for r in rest)
-            others = {
+            others: NameTime = {
                 "name": "others", "category": "mixed", "count": count, "total_ns": rest_total,
                 "mean_ns": rest_total / max(1, count), "min_ns": min(r["min_ns"] for r in rest),
                 "max_ns": max(r["max_ns"] for r in rest), "pct": pct(rest_total, total),
@@ -526,6 +649,26 @@ def kernel_stats(table: EventTable, *, positions: np.ndarray | None = None) -> K
     return out
 
 
+class LaunchStatsDict(TypedDict):
+    """A :class:`LaunchStatsRow` as the report's JSON row."""
+
+    rank: int
+    source: str
+    kernels: int
+    launched: int
+    delay_mean_ns: float
+    delay_p50_ns: float
+    delay_p90_ns: float
+    delay_p99_ns: float
+    delay_max_ns: int
+    before_launch: int
+    queue_max: int
+    queue_mean: float
+    delayed: int
+    graph_launches: int
+    graph_kernels: int
+
+
 @dataclass(frozen=True)
 class LaunchStatsRow:
     """Launch delay (kernel start − launch start) and launch-queue length of one rank.
@@ -550,8 +693,25 @@ class LaunchStatsRow:
     graph_launches: int = 0
     graph_kernels: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> LaunchStatsDict:
+        """The row as the report's JSON row (fields in order)."""
+        return {
+            "rank": self.rank,
+            "source": self.source,
+            "kernels": self.kernels,
+            "launched": self.launched,
+            "delay_mean_ns": self.delay_mean_ns,
+            "delay_p50_ns": self.delay_p50_ns,
+            "delay_p90_ns": self.delay_p90_ns,
+            "delay_p99_ns": self.delay_p99_ns,
+            "delay_max_ns": self.delay_max_ns,
+            "before_launch": self.before_launch,
+            "queue_max": self.queue_max,
+            "queue_mean": self.queue_mean,
+            "delayed": self.delayed,
+            "graph_launches": self.graph_launches,
+            "graph_kernels": self.graph_kernels,
+        }
 
 
 def launch_stats(table: EventTable) -> list[LaunchStatsRow]:

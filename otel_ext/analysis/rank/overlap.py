@@ -17,14 +17,27 @@ time not hidden under compute: the time a perfect overlap would save.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.rank.breakdown import device_mask, rank_groups
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["OverlapRow", "comm_comp_overlap"]
+__all__ = ["OverlapDict", "OverlapRow", "comm_comp_overlap"]
+
+
+class OverlapDict(TypedDict):
+    """An :class:`OverlapRow` as the report's JSON row."""
+
+    rank: int
+    source: str
+    comm_ns: int
+    compute_ns: int
+    overlap_ns: int
+    overlap_pct: float | None
+    exposed_comm_ns: int
+    exposed_comm_pct_of_window: float
 
 
 @dataclass(frozen=True)
@@ -40,8 +53,18 @@ class OverlapRow:
     exposed_comm_ns: int
     exposed_comm_pct_of_window: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> OverlapDict:
+        """The row as the report's JSON row (fields in order)."""
+        return {
+            "rank": self.rank,
+            "source": self.source,
+            "comm_ns": self.comm_ns,
+            "compute_ns": self.compute_ns,
+            "overlap_ns": self.overlap_ns,
+            "overlap_pct": self.overlap_pct,
+            "exposed_comm_ns": self.exposed_comm_ns,
+            "exposed_comm_pct_of_window": self.exposed_comm_pct_of_window,
+        }
 
 
 def comm_comp_overlap(table: EventTable) -> list[OverlapRow]:

@@ -18,13 +18,13 @@ how close the layer comes. A layer whose intensity is below the ridge point
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["peak_of", "roofline"]
+__all__ = ["RooflineRow", "peak_of", "roofline"]
 
 
 def peak_of(device_model: str, *, dtype: str = "bf16") -> tuple[float, float] | None:
@@ -49,6 +49,24 @@ def peak_of(device_model: str, *, dtype: str = "bf16") -> tuple[float, float] | 
     return float(flops), float(bw)
 
 
+class RooflineRow(TypedDict):
+    """One layer name's place under the roofline (roof fields None without a peak)."""
+
+    layer: str
+    spans: int
+    time_ns: int
+    flops: float
+    bytes: float
+    #: FLOP per byte (None without bytes)
+    intensity: float | None
+    achieved_flops: float
+    achieved_bandwidth: float
+    roof_flops: float | None
+    pct_of_roof: float | None
+    #: ``compute`` or ``memory``
+    bound: str | None
+
+
 def roofline(
     table: EventTable,
     *,
@@ -56,7 +74,7 @@ def roofline(
     peak_flops: float | None = None,
     memory_bandwidth: float | None = None,
     limit: int = 100,
-) -> list[dict[str, Any]]:
+) -> list[RooflineRow]:
     """Per layer: FLOP, bytes, time, intensity, achieved FLOP/s and bandwidth, the roof.
 
     Args:
@@ -88,7 +106,7 @@ def roofline(
     b = np.bincount(inv, weights=nbytes, minlength=len(un))
     n = np.bincount(inv, minlength=len(un))
     ridge = peak_flops / memory_bandwidth if peak_flops and memory_bandwidth else None
-    out = []
+    out: list[RooflineRow] = []
     for k in np.argsort(-t, kind="stable")[:limit]:
         secs = t[k] / 1e9
         achieved = f[k] / secs if secs > 0 else 0.0

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
 
 import msgspec
 import numpy as np
@@ -166,12 +166,221 @@ def _pct(values: list[int], q: float) -> int | None:
     return int(percentile(values, q)) if values else None
 
 
+class LatencyRow(TypedDict):
+    """One request of the ``requests`` section: its latency and what its first token waited
+    on (the ``ttft_*`` parts below the phases only when it has a first token)."""
+
+    request: str
+    start_ns: int
+    duration_ns: int
+    ttft_ns: int | None
+    tpot_ns: int | None
+    queue_ns: int
+    prefill_ns: int
+    decode_ns: int
+    decode_steps: int
+    #: a disaggregated request's five parts (:data:`TTFT_PARTS`), each on its host's clock
+    ttft_parts_ns: NotRequired[dict[str, int]]
+    ttft_client_ns: NotRequired[int]
+    ttft_layers_ns: NotRequired[int]
+    ttft_collectives_ns: NotRequired[int]
+    #: ``trace`` (the request's own rows) or ``time`` (every rank's rows over its window)
+    attribution: NotRequired[str]
+    #: per device, its busy time inside the window (listed rows only)
+    ttft_devices_ns: NotRequired[dict[str, int]]
+
+
+class LatencySummary(TypedDict):
+    """Percentiles of TTFT and TPOT over the requests, and the shares of the summed TTFT."""
+
+    ttft_p50_ns: int | None
+    ttft_p90_ns: int | None
+    ttft_p99_ns: int | None
+    tpot_p50_ns: int | None
+    tpot_p99_ns: int | None
+    ttft_queue_pct: float | None
+    ttft_prefill_pct: float | None
+    ttft_layers_pct: float | None
+    ttft_collectives_pct: float | None
+
+
+class TtftBreakdown(TypedDict):
+    """Median and p99 of each part of the client-seen TTFT, over the requests with all five."""
+
+    requests: int
+    queue_p50_ns: int | None
+    queue_p99_ns: int | None
+    prefill_p50_ns: int | None
+    prefill_p99_ns: int | None
+    kv_transfer_p50_ns: int | None
+    kv_transfer_p99_ns: int | None
+    decode_queue_p50_ns: int | None
+    decode_queue_p99_ns: int | None
+    first_decode_step_p50_ns: int | None
+    first_decode_step_p99_ns: int | None
+    client_p50_ns: int | None
+    client_p99_ns: int | None
+    share_pct: dict[str, float | None]
+
+
+class RequestLatency(TypedDict):
+    """The report's ``requests`` section (``accounting`` added by the engine)."""
+
+    count: int
+    summary: LatencySummary | None
+    ttft_breakdown: NotRequired[TtftBreakdown | None]
+    requests: list[LatencyRow]
+    accounting: NotRequired[RequestAccounting | None]
+
+
+def _phases_by_trace(table: EventTable) -> dict[int, list[int]]:
+    """The phase rows of each trace (by trace-id code), in row order."""
+    trace = table["trace_id"]
+    by_trace: dict[int, list[int]] = {}
+    for p in np.flatnonzero(table["category"] == Category.PHASE).tolist():
+        by_trace.setdefault(int(trace[p]), []).append(p)
+    return by_trace
+
+
+def _device_coverage(
+    table: EventTable, busy: Mapping[str, tuple[np.ndarray, np.ndarray]] | None
+) -> dict[str, _Coverage]:
+    """Each device's busy time as a coverage: its rows in ``table`` joined by union with the
+    intervals ``busy`` holds of it."""
+    start, end = table["start_ns"], table["end_ns"]
+    dev_rows = np.flatnonzero(np.isin(table["category"], [int(c) for c in DEVICE_CATEGORIES]))
+    spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
+        spans[table.strings["device"][code] or "?"] = [(start[rows], end[rows])]
+    for name, (s, e) in (busy or {}).items():  # rows kept elsewhere, as unions: joined by union
+        spans.setdefault(name or "?", []).append((s, e))
+    return {
+        name: _Coverage(np.concatenate([s for s, _ in got]), np.concatenate([e for _, e in got]))
+        for name, got in spans.items()
+    }
+
+
+@dataclass(frozen=True)
+class _Below:
+    """What first tokens waited on below the phases: every rank's layer and collective rows
+    as coverages, and each trace's own layer and collective rows (by trace-id code)."""
+
+    table: EventTable
+    layers: _Coverage
+    collectives: _Coverage
+    rows_of_trace: dict[int, np.ndarray]
+
+    @classmethod
+    def of(cls, table: EventTable) -> _Below:
+        """The coverages and rows of ``table``."""
+        cat, trace = table["category"], table["trace_id"]
+        start, end = table["start_ns"], table["end_ns"]
+        coll_sel = (cat == Category.COLLECTIVE) | (cat == Category.KERNEL_COMM)
+        traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
+        traced_rows = np.flatnonzero(traced) if layer_or_coll.any() else np.zeros(0, np.int64)
+        return cls(
+            table,
+            _Coverage(start[cat == Category.LAYER], end[cat == Category.LAYER]),
+            _Coverage(start[coll_sel], end[coll_sel]),
+            _groups(trace[traced_rows], traced_rows),
+        )
+
+    def within(self, tcode: int, a: int, b: int) -> tuple[int, int, str]:
+        """Layer and collective time inside ``[a, b)`` and how it was attributed: from the
+        trace's own rows when it has any (``trace``), else from every rank's (``time``)."""
+        if tcode not in self.rows_of_trace:
+            return self.layers.within(a, b), self.collectives.within(a, b), "time"
+        start, end = self.table["start_ns"], self.table["end_ns"]
+        own = self.rows_of_trace[tcode]
+        own = own[(start[own] < b) & (end[own] > a)]
+        oc = self.table["category"][own]
+        lc = _Coverage(start[own[oc == Category.LAYER]], end[own[oc == Category.LAYER]])
+        cm = (oc == Category.COLLECTIVE) | (oc == Category.KERNEL_COMM)
+        cc = _Coverage(start[own[cm]], end[own[cm]])
+        return lc.within(a, b), cc.within(a, b), "trace"
+
+
+def _labelled_phases(table: EventTable, phases: list[int]) -> list[tuple[str, int]]:
+    """A request's phase rows in time order, each with its phase: from its name, else from
+    its place (queue, prefill, then decode)."""
+    start = table["start_ns"]
+    names, codes = table.strings["name"], table["name"]
+    phases = sorted(phases, key=lambda p: int(start[p]))
+    labelled: list[tuple[str, int]] = []
+    for k, p in enumerate(phases):
+        label = _phase_of(names[int(codes[p])])
+        if label is None:
+            label = _PHASES[min(k, 2)] if len(phases) >= 3 else _PHASES[1 + min(k, 1)]
+        labelled.append((label, p))
+    return labelled
+
+
+def _latency_row(table: EventTable, r: int, phases: list[int]) -> tuple[LatencyRow, int | None]:
+    """Request row ``r``'s latency from its phase rows, and the time of its first token
+    (the end of its last prefill; None without one)."""
+    start, end = table["start_ns"], table["end_ns"]
+    labelled = _labelled_phases(table, phases)
+    parts = _ttft_parts(labelled, start, end)
+    dur = {ph: 0 for ph in _PHASES}
+    n_decode = 0
+    first_token = None
+    for label, p in labelled:
+        if label not in _PHASES:
+            continue
+        dur[label] += int(end[p] - start[p])
+        if label == "prefill":
+            first_token = int(end[p]) if first_token is None else max(first_token, int(end[p]))
+        if label == "decode":
+            n_decode += 1
+    rs = int(start[r])
+    tcode = int(table["trace_id"][r])
+    row: LatencyRow = {
+        "request": table.strings["trace_id"][tcode] or table.strings["name"][int(table["name"][r])],
+        "start_ns": rs,
+        "duration_ns": int(end[r] - start[r]),
+        "ttft_ns": first_token - rs if first_token is not None else None,
+        "tpot_ns": dur["decode"] // n_decode if n_decode > 1 else None,
+        "queue_ns": dur["queue"],
+        "prefill_ns": dur["prefill"],
+        "decode_ns": dur["decode"],
+        "decode_steps": n_decode,
+    }
+    if parts is not None:
+        row["ttft_parts_ns"] = parts
+        row["ttft_client_ns"] = sum(parts.values())
+    return row, first_token
+
+
+def _latency_summary(rows: list[LatencyRow]) -> LatencySummary:
+    """TTFT and TPOT percentiles, and the shares of the summed TTFT spent queued, in
+    prefill, in layers and in collectives (over the requests with a TTFT)."""
+    ttfts = [x["ttft_ns"] for x in rows if x["ttft_ns"] is not None]
+    tpots = [x["tpot_ns"] for x in rows if x["tpot_ns"] is not None]
+    total_ttft = sum(ttfts)
+    with_ttft = [x for x in rows if x["ttft_ns"]]
+
+    def share(parts: list[int]) -> float | None:
+        return round(100.0 * sum(parts) / total_ttft, 4) if total_ttft else None
+
+    return {
+        "ttft_p50_ns": _pct(ttfts, 50),
+        "ttft_p90_ns": _pct(ttfts, 90),
+        "ttft_p99_ns": _pct(ttfts, 99),
+        "tpot_p50_ns": _pct(tpots, 50),
+        "tpot_p99_ns": _pct(tpots, 99),
+        "ttft_queue_pct": share([x["queue_ns"] for x in with_ttft]),
+        "ttft_prefill_pct": share([x["prefill_ns"] for x in with_ttft]),
+        "ttft_layers_pct": share([x.get("ttft_layers_ns", 0) for x in with_ttft]),
+        "ttft_collectives_pct": share([x.get("ttft_collectives_ns", 0) for x in with_ttft]),
+    }
+
+
 def request_latency(
     table: EventTable,
     *,
     limit: int = 200,
     busy: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None,
-) -> dict[str, Any]:
+) -> RequestLatency:
     """TTFT and TPOT per request, with their breakdown.
 
     Args:
@@ -182,121 +391,35 @@ def request_latency(
             and send their union); joined with the table's rows of the device by union.
 
     Returns:
-        ``{"count", "summary", "requests"}``; an empty table gives ``count`` 0.
+        ``{"count", "summary", "ttft_breakdown", "requests"}``; an empty table gives
+        ``count`` 0 (and no ``ttft_breakdown``).
     """
-    cat = table["category"]
-    req_rows = np.flatnonzero(cat == Category.REQUEST)
+    req_rows = np.flatnonzero(table["category"] == Category.REQUEST)
     if len(req_rows) == 0:
         return {"count": 0, "summary": None, "requests": []}
-    phase_rows = np.flatnonzero(cat == Category.PHASE)
-    trace = table["trace_id"]
-    span = table["span_id"]
-    parent = table["parent_span_id"]
-    start, end = table["start_ns"], table["end_ns"]
-    names = table.strings["name"]
-    by_trace: dict[int, list[int]] = {}
-    for p in phase_rows.tolist():
-        by_trace.setdefault(int(trace[p]), []).append(p)
-    # coverage structures for attribution by time
-    layer_cov = _Coverage(start[cat == Category.LAYER], end[cat == Category.LAYER])
-    coll_sel = (cat == Category.COLLECTIVE) | (cat == Category.KERNEL_COMM)
-    coll_cov = _Coverage(start[coll_sel], end[coll_sel])
-    dev_sel = np.isin(cat, [int(c) for c in DEVICE_CATEGORIES])
-    devices: dict[str, _Coverage] = {}
-    dev_rows = np.flatnonzero(dev_sel)
-    spans: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for code, rows in _groups(table["device"][dev_rows], dev_rows).items():
-        spans[table.strings["device"][code] or "?"] = [(start[rows], end[rows])]
-    for name, (s, e) in (busy or {}).items():  # rows kept elsewhere, as unions: joined by union
-        spans.setdefault(name or "?", []).append((s, e))
-    for name, got in spans.items():
-        devices[name] = _Coverage(
-            np.concatenate([s for s, _ in got]), np.concatenate([e for _, e in got])
-        )
-    # rows of each trace, for attribution from the request's own trace
-    traced = (trace > 0) & (layer_or_coll := (cat == Category.LAYER) | coll_sel)
-    traced_rows = np.flatnonzero(traced) if layer_or_coll.any() else np.zeros(0, dtype=np.int64)
-    rows_of_trace = _groups(trace[traced_rows], traced_rows)
-    out = []
+    trace, span, parent = table["trace_id"], table["span_id"], table["parent_span_id"]
+    by_trace = _phases_by_trace(table)
+    below = _Below.of(table)
+    out: list[LatencyRow] = []
     #: each row's TTFT window, for the devices' busy time (of the rows listed only)
     window: dict[int, tuple[int, int]] = {}
     for r in req_rows.tolist():
         tcode = int(trace[r])
         phases = [p for p in by_trace.get(tcode, []) if tcode > 0 or parent[p] == span[r]]
-        phases.sort(key=lambda p: int(start[p]))
-        labelled: list[tuple[str, int]] = []
-        for k, p in enumerate(phases):
-            label = _phase_of(names[int(table["name"][p])])
-            if label is None:
-                label = _PHASES[min(k, 2)] if len(phases) >= 3 else _PHASES[1 + min(k, 1)]
-            labelled.append((label, p))
-        parts = _ttft_parts(labelled, start, end)
-        labelled = [(lab, p) for lab, p in labelled if lab in _PHASES]
-        dur = {ph: 0 for ph in _PHASES}
-        n_decode = 0
-        first_token = None
-        for label, p in labelled:
-            dur[label] += int(end[p] - start[p])
-            if label == "prefill":
-                first_token = int(end[p]) if first_token is None else max(first_token, int(end[p]))
-            if label == "decode":
-                n_decode += 1
-        rs = int(start[r])
-        ttft = first_token - rs if first_token is not None else None
-        row: dict[str, Any] = {
-            "request": table.strings["trace_id"][tcode] or names[int(table["name"][r])],
-            "start_ns": rs,
-            "duration_ns": int(end[r] - start[r]),
-            "ttft_ns": ttft,
-            "tpot_ns": dur["decode"] // n_decode if n_decode > 1 else None,
-            "queue_ns": dur["queue"],
-            "prefill_ns": dur["prefill"],
-            "decode_ns": dur["decode"],
-            "decode_steps": n_decode,
-        }
-        if parts is not None:
-            row["ttft_parts_ns"] = parts
-            row["ttft_client_ns"] = sum(parts.values())
+        row, first_token = _latency_row(table, r, phases)
         if first_token is not None:
-            a, b = rs, first_token
-            if tcode in rows_of_trace:
-                own = rows_of_trace[tcode]
-                own = own[(start[own] < b) & (end[own] > a)]
-                oc = cat[own]
-                lc = _Coverage(start[own[oc == Category.LAYER]], end[own[oc == Category.LAYER]])
-                cm = (oc == Category.COLLECTIVE) | (oc == Category.KERNEL_COMM)
-                cc = _Coverage(start[own[cm]], end[own[cm]])
-                row["ttft_layers_ns"] = lc.within(a, b)
-                row["ttft_collectives_ns"] = cc.within(a, b)
-                row["attribution"] = "trace"
-            else:
-                row["ttft_layers_ns"] = layer_cov.within(a, b)
-                row["ttft_collectives_ns"] = coll_cov.within(a, b)
-                row["attribution"] = "time"
+            a, b = row["start_ns"], first_token
+            layers, colls, how = below.within(tcode, a, b)
+            row["ttft_layers_ns"], row["ttft_collectives_ns"], row["attribution"] = (
+                layers,
+                colls,
+                how,
+            )
             window[id(row)] = (a, b)
         out.append(row)
-    ttfts = [x["ttft_ns"] for x in out if x["ttft_ns"] is not None]
-    tpots = [x["tpot_ns"] for x in out if x["tpot_ns"] is not None]
-    total_ttft = sum(ttfts)
-    with_ttft = [x for x in out if x["ttft_ns"]]
-
-    def share(key: str) -> float | None:
-        if not total_ttft:
-            return None
-        return round(100.0 * sum(x.get(key, 0) for x in with_ttft) / total_ttft, 4)
-
-    summary = {
-        "ttft_p50_ns": _pct(ttfts, 50),
-        "ttft_p90_ns": _pct(ttfts, 90),
-        "ttft_p99_ns": _pct(ttfts, 99),
-        "tpot_p50_ns": _pct(tpots, 50),
-        "tpot_p99_ns": _pct(tpots, 99),
-        "ttft_queue_pct": share("queue_ns"),
-        "ttft_prefill_pct": share("prefill_ns"),
-        "ttft_layers_pct": share("ttft_layers_ns"),
-        "ttft_collectives_pct": share("ttft_collectives_ns"),
-    }
+    summary = _latency_summary(out)
     out.sort(key=lambda x: -(x["ttft_ns"] or 0))
+    devices = _device_coverage(table, busy)
     _devices_busy([r for r in out[:limit] if id(r) in window], window, devices)
     return {
         "count": len(out),
@@ -307,7 +430,7 @@ def request_latency(
 
 
 def _devices_busy(
-    rows: list[dict[str, Any]], window: dict[int, tuple[int, int]], devices: dict[str, _Coverage]
+    rows: list[LatencyRow], window: dict[int, tuple[int, int]], devices: dict[str, _Coverage]
 ) -> None:
     """Set each row's ``ttft_devices_ns``: every device's busy time inside the row's TTFT
     window (devices not busy left out), one vectorised query per device for all the rows.
@@ -344,26 +467,32 @@ def _ttft_parts(
     return {k: got[k] for k in TTFT_PARTS}
 
 
-def _ttft_breakdown_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _ttft_breakdown_summary(rows: list[LatencyRow]) -> TtftBreakdown | None:
     """Medians and p99 of each TTFT part over the requests that have all five."""
     with_parts = [r for r in rows if "ttft_parts_ns" in r]
     if not with_parts:
         return None
-    out: dict[str, Any] = {"requests": len(with_parts)}
-    for key in (*TTFT_PARTS, "client"):
-        vals = [
-            r["ttft_client_ns"] if key == "client" else r["ttft_parts_ns"][key] for r in with_parts
-        ]
-        out[f"{key}_p50_ns"] = _pct(vals, 50)
-        out[f"{key}_p99_ns"] = _pct(vals, 99)
-    total = sum(r["ttft_client_ns"] for r in with_parts)
-    out["share_pct"] = {
-        k: round(100.0 * sum(r["ttft_parts_ns"][k] for r in with_parts) / total, 4)
-        if total
-        else None
-        for k in TTFT_PARTS
+    part = {k: [r["ttft_parts_ns"][k] for r in with_parts] for k in TTFT_PARTS}
+    client = [r["ttft_client_ns"] for r in with_parts]
+    total = sum(client)
+    return {
+        "requests": len(with_parts),
+        "queue_p50_ns": _pct(part["queue"], 50),
+        "queue_p99_ns": _pct(part["queue"], 99),
+        "prefill_p50_ns": _pct(part["prefill"], 50),
+        "prefill_p99_ns": _pct(part["prefill"], 99),
+        "kv_transfer_p50_ns": _pct(part["kv_transfer"], 50),
+        "kv_transfer_p99_ns": _pct(part["kv_transfer"], 99),
+        "decode_queue_p50_ns": _pct(part["decode_queue"], 50),
+        "decode_queue_p99_ns": _pct(part["decode_queue"], 99),
+        "first_decode_step_p50_ns": _pct(part["first_decode_step"], 50),
+        "first_decode_step_p99_ns": _pct(part["first_decode_step"], 99),
+        "client_p50_ns": _pct(client, 50),
+        "client_p99_ns": _pct(client, 99),
+        "share_pct": {
+            k: round(100.0 * sum(part[k]) / total, 4) if total else None for k in TTFT_PARTS
+        },
     }
-    return out
 
 
 # -- per-request accelerator time and energy under continuous batching -----------------------
@@ -608,7 +737,17 @@ def engine_step_order(step: EngineStep) -> tuple[str, int, int]:
     return (step.host, step.start_ns, step.step)
 
 
-def fit_token_costs(steps: Sequence[EngineStep]) -> dict[str, Any]:
+class TokenCosts(TypedDict):
+    """The measured cost of a prefill token, a decode token and a step (device ns), and how
+    it was found (``least_squares``, or ``equal`` weights)."""
+
+    prefill_ns_per_token: float
+    decode_ns_per_token: float
+    step_ns: float
+    fit: str
+
+
+def fit_token_costs(steps: Sequence[EngineStep]) -> TokenCosts:
     """Measured cost of a prefill token, a decode token and a step itself (device ns), by least
     squares of each step's device time on its prefill and decode tokens (steps without a
     measured device time left out; coefficients kept non-negative).
@@ -626,7 +765,7 @@ def fit_token_costs(steps: Sequence[EngineStep]) -> dict[str, Any]:
         for s in steps
         if s.device_ns >= 0
     ]
-    equal: dict[str, Any] = {
+    equal: TokenCosts = {
         "prefill_ns_per_token": 1.0,
         "decode_ns_per_token": 1.0,
         "step_ns": 0.0,
@@ -791,9 +930,117 @@ def step_energy(steps: Sequence[EngineStep], metrics: Any) -> np.ndarray:
     return out
 
 
+class AccountingRow(TypedDict):
+    """One request's device time and energy under continuous batching."""
+
+    request: str
+    steps: int
+    prefill_tokens: int
+    decode_tokens: int
+    accelerator_ms: float
+    #: None without energy counters
+    joules: float | None
+
+
+class AccountingSummary(TypedDict):
+    """Percentiles and totals of the requests' device time and energy."""
+
+    accelerator_ms_p50: float
+    accelerator_ms_p99: float
+    accelerator_ms_total: float
+    joules_p50: float | None
+    joules_p99: float | None
+    joules_total: float | None
+
+
+class RequestAccounting(TypedDict):
+    """The ``requests.accounting`` section (:func:`request_accounting`)."""
+
+    count: int
+    steps: int
+    rule: str | None
+    costs: TokenCosts | None
+    conservation_max_error_pct: float | None
+    energy_steps: int
+    summary: AccountingSummary | None
+    requests: list[AccountingRow]
+
+
+_ACCOUNTING_RULE = (
+    "device time and energy of a step split by c_p*prefill + c_d*decode tokens + c_s*token share"
+)
+
+
+@dataclass
+class _RequestTotals:
+    """Each request's parts summed over the steps that served it (requests in the order
+    they first appear), and the worst conservation error of a step (%)."""
+
+    device_ns: dict[str, float] = field(default_factory=dict)
+    joules: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+    prefill_tokens: dict[str, int] = field(default_factory=dict)
+    decode_tokens: dict[str, int] = field(default_factory=dict)
+    worst_error_pct: float = 0.0
+
+    def add(self, s: EngineStep, shares: np.ndarray, energy_j: float) -> None:
+        """Step ``s``'s device time (and energy, unless NaN) split by ``shares``."""
+        parts = shares * s.device_ns
+        if s.device_ns > 0:
+            err = abs(float(parts.sum()) - s.device_ns) / s.device_ns * 100.0
+            self.worst_error_pct = max(self.worst_error_pct, err)
+        for i, rid in enumerate(s.request_ids):
+            self.device_ns[rid] = self.device_ns.get(rid, 0.0) + float(parts[i])
+            if not np.isnan(energy_j):
+                self.joules[rid] = self.joules.get(rid, 0.0) + float(shares[i] * energy_j)
+            self.steps[rid] = self.steps.get(rid, 0) + 1
+            self.prefill_tokens[rid] = self.prefill_tokens.get(rid, 0) + s.prefill_tokens[i]
+            self.decode_tokens[rid] = self.decode_tokens.get(rid, 0) + s.decode_tokens[i]
+
+    def rows(self, *, have_energy: bool) -> list[AccountingRow]:
+        """One row per request, in the order they first appear."""
+        return [
+            {
+                "request": rid,
+                "steps": self.steps[rid],
+                "prefill_tokens": self.prefill_tokens[rid],
+                "decode_tokens": self.decode_tokens[rid],
+                "accelerator_ms": round(ns / 1e6, 6),
+                "joules": round(self.joules[rid], 6)
+                if have_energy and rid in self.joules
+                else None,
+            }
+            for rid, ns in self.device_ns.items()
+        ]
+
+
+def _accounting_summary(rows: list[AccountingRow]) -> AccountingSummary:
+    """Median, p99 and total of the requests' device time (ms) and energy (J)."""
+    ms = [r["accelerator_ms"] for r in rows]
+    js = [r["joules"] for r in rows if r["joules"] is not None]
+    return {
+        "accelerator_ms_p50": round(float(percentile(ms, 50)), 6),
+        "accelerator_ms_p99": round(float(percentile(ms, 99)), 6),
+        "accelerator_ms_total": round(sum(ms), 6),
+        "joules_p50": round(float(percentile(js, 50)), 6) if js else None,
+        "joules_p99": round(float(percentile(js, 99)), 6) if js else None,
+        "joules_total": round(sum(js), 6) if js else None,
+    }
+
+
+def _rounded_costs(costs: TokenCosts) -> TokenCosts:
+    """The costs to three decimals, as the report gives them."""
+    return {
+        "prefill_ns_per_token": round(costs["prefill_ns_per_token"], 3),
+        "decode_ns_per_token": round(costs["decode_ns_per_token"], 3),
+        "step_ns": round(costs["step_ns"], 3),
+        "fit": costs["fit"],
+    }
+
+
 def request_accounting(
     steps: Sequence[EngineStep], *, metrics: Any = None, limit: int = 200
-) -> dict[str, Any]:
+) -> RequestAccounting:
     """Device time and energy of each request under continuous batching.
 
     The rule: every step's measured device time (and energy) is split across the requests it
@@ -831,54 +1078,18 @@ def request_accounting(
                 "requests": []}  # fmt: skip
     costs = fit_token_costs(measured)
     energy = step_energy(measured, metrics)
-    acc_ns: dict[str, float] = {}
-    acc_j: dict[str, float] = {}
-    n_steps: dict[str, int] = {}
-    p_tok: dict[str, int] = {}
-    d_tok: dict[str, int] = {}
-    worst = 0.0
+    totals = _RequestTotals()
     for k, s in enumerate(measured):
-        shares = step_shares(s, costs)
-        parts = shares * s.device_ns
-        if s.device_ns > 0:
-            worst = max(worst, abs(float(parts.sum()) - s.device_ns) / s.device_ns * 100.0)
-        ej = energy[k]
-        for i, rid in enumerate(s.request_ids):
-            acc_ns[rid] = acc_ns.get(rid, 0.0) + float(parts[i])
-            if not np.isnan(ej):
-                acc_j[rid] = acc_j.get(rid, 0.0) + float(shares[i] * ej)
-            n_steps[rid] = n_steps.get(rid, 0) + 1
-            p_tok[rid] = p_tok.get(rid, 0) + s.prefill_tokens[i]
-            d_tok[rid] = d_tok.get(rid, 0) + s.decode_tokens[i]
-    have_energy = bool(np.isfinite(energy).any())
-    rows: list[dict[str, Any]] = [
-        {
-            "request": rid,
-            "steps": n_steps[rid],
-            "prefill_tokens": p_tok[rid],
-            "decode_tokens": d_tok[rid],
-            "accelerator_ms": round(ns / 1e6, 6),
-            "joules": round(acc_j[rid], 6) if have_energy and rid in acc_j else None,
-        }
-        for rid, ns in acc_ns.items()
-    ]
-    ms = [r["accelerator_ms"] for r in rows]
-    js = [r["joules"] for r in rows if r["joules"] is not None]
-    summary = {
-        "accelerator_ms_p50": round(float(percentile(ms, 50)), 6),
-        "accelerator_ms_p99": round(float(percentile(ms, 99)), 6),
-        "accelerator_ms_total": round(sum(ms), 6),
-        "joules_p50": round(float(percentile(js, 50)), 6) if js else None,
-        "joules_p99": round(float(percentile(js, 99)), 6) if js else None,
-        "joules_total": round(sum(js), 6) if js else None,
-    }
+        totals.add(s, step_shares(s, costs), energy[k])
+    rows = totals.rows(have_energy=bool(np.isfinite(energy).any()))
+    summary = _accounting_summary(rows)
     rows.sort(key=lambda r: (-r["accelerator_ms"], r["request"]))
     return {
         "count": len(rows),
         "steps": len(measured),
-        "rule": "device time and energy of a step split by c_p*prefill + c_d*decode tokens + c_s*token share",
-        "costs": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in costs.items()},
-        "conservation_max_error_pct": worst,
+        "rule": _ACCOUNTING_RULE,
+        "costs": _rounded_costs(costs),
+        "conservation_max_error_pct": totals.worst_error_pct,
         "energy_steps": int(np.isfinite(energy).sum()),
         "summary": summary,
         "requests": rows[:limit],
