@@ -60,8 +60,8 @@ median lateness to the next-latest rank's there.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 
@@ -70,6 +70,7 @@ from otel_ext.analysis.table import Category, EventTable
 
 __all__ = [
     "SiteTest",
+    "SiteTestRecord",
     "adjust_tarone",
     "collective_sites",
     "self_caused_lateness",
@@ -111,12 +112,53 @@ class SiteTest:
     next_rank: int | None
     next_lateness_ns: float | None
 
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("z", "p", "p_order", "p_sum", "p_adjusted", "effect", "position_sum",
-                  "expected", "lateness_sum_ns", "expected_sum_ns"):  # fmt: skip
-            d[k] = _finite(d[k])
-        return d
+    def as_dict(self) -> SiteTestRecord:
+        """The test as the document holds it: non-finite statistics as None."""
+        return {
+            "rank": self.rank,
+            "site": self.site,
+            "instances": self.instances,
+            "last": self.last,
+            "position_sum": _finite(self.position_sum),
+            "expected": _finite(self.expected),
+            "z": _finite(self.z),
+            "lateness_sum_ns": _finite(self.lateness_sum_ns),
+            "expected_sum_ns": _finite(self.expected_sum_ns),
+            "p_order": _finite(self.p_order),
+            "p_sum": _finite(self.p_sum),
+            "p": _finite(self.p),
+            "p_adjusted": _finite(self.p_adjusted),
+            "median_lateness_ns": self.median_lateness_ns,
+            "peer_median_lateness_ns": self.peer_median_lateness_ns,
+            "peer_spread_ns": self.peer_spread_ns,
+            "effect": _finite(self.effect),
+            "next_rank": self.next_rank,
+            "next_lateness_ns": self.next_lateness_ns,
+        }
+
+
+class SiteTestRecord(TypedDict):
+    """:meth:`SiteTest.as_dict`: a :class:`SiteTest` as the document holds it."""
+
+    rank: int
+    site: str
+    instances: int
+    last: int
+    position_sum: float | None
+    expected: float | None
+    z: float | None
+    lateness_sum_ns: float | None
+    expected_sum_ns: float | None
+    p_order: float | None
+    p_sum: float | None
+    p: float | None
+    p_adjusted: float | None
+    median_lateness_ns: float
+    peer_median_lateness_ns: float
+    peer_spread_ns: float
+    effect: float | None
+    next_rank: int | None
+    next_lateness_ns: float | None
 
 
 def _finite(x: float) -> float | None:
@@ -406,150 +448,218 @@ def site_tests(
     """
     if len(inst) == 0:
         return []
-    pos, size = _positions(inst, late)
-    site = site_of_instance[inst]
-    # each instance's members' lateness: mean and (population) variance, the null moments of
-    # one member's draw; and the members grouped by instance for the permutation draws
-    n_inst = int(inst.max()) + 1
-    cnt = np.maximum(np.bincount(inst, minlength=n_inst), 1)
-    inst_mean = np.bincount(inst, weights=late, minlength=n_inst) / cnt
-    inst_var = np.bincount(inst, weights=(late - inst_mean[inst]) ** 2, minlength=n_inst) / cnt
-    by_inst = np.lexsort((late, inst))  # canonical: the draws do not depend on row order
-    inst_first = np.r_[0, np.cumsum(np.bincount(inst, minlength=n_inst))[:-1]]
+    members = _Members.of(inst, rank, late, site_of_instance[inst])
     labels = list(site_labels)
-    groups = [(site, labels)]
+    groups = [(members.site, labels)]
     if pooled and len(labels) > 1:
         groups.append((np.zeros(len(inst), dtype=np.int64), ["all"]))
-    out: list[dict[str, Any]] = []
+    cells: list[_Cell] = []
     tops: dict[tuple[bool, int], list[tuple[float, int]]] = {}
     for s_code, s_labels in groups:
-        ranks = np.unique(rank)
-        rp = np.searchsorted(ranks, rank)
-        cell = s_code * len(ranks) + rp
-        ncell = len(s_labels) * len(ranks)
-        n = np.bincount(cell, minlength=ncell)
-        psum = np.bincount(cell, weights=pos, minlength=ncell)
-        lasts = np.bincount(cell, weights=(pos >= size - 1), minlength=ncell)
-        mean = np.bincount(cell, weights=(size - 1) / 2.0, minlength=ncell)
-        var = np.bincount(cell, weights=(size * size - 1) / 12.0, minlength=ncell)
-        kmax = np.zeros(ncell, dtype=np.int64)
-        np.maximum.at(kmax, cell, size)
-        kmin = np.full(ncell, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(kmin, cell, size)
-        med = group_median(late, cell, ncell)
-        lsum = np.bincount(cell, weights=late, minlength=ncell)
-        lmean = np.bincount(cell, weights=inst_mean[inst], minlength=ncell)
-        lvar = np.bincount(cell, weights=inst_var[inst], minlength=ncell)
-        for c in np.flatnonzero(n >= min_instances).tolist():
-            s, r = divmod(c, len(ranks))
-            z = (psum[c] - mean[c]) / math.sqrt(var[c]) if var[c] > 0 else 0.0
-            out.append(
-                {
-                    "cell": c,
-                    "rank": int(ranks[r]),
-                    "site": s_labels[s],
-                    "site_code": s,
-                    "n": int(n[c]),
-                    "last": int(lasts[c]),
-                    "psum": float(psum[c]),
-                    "mean": float(mean[c]),
-                    "z": float(z),
-                    "k": int(kmax[c]) if kmax[c] == kmin[c] else -1,
-                    "kmin": int(kmin[c]),
-                    "median": float(med[c]),
-                    "lsum": float(lsum[c]),
-                    "lmean": float(lmean[c]),
-                    "zsum": float((lsum[c] - lmean[c]) / math.sqrt(lvar[c]))
-                    if lvar[c] > 0
-                    else 0.0,
-                    "pooled": s_labels == ["all"],
-                    "r": r,
-                }
-            )
-        # per site, the two ranks with the largest median lateness (the "next" rank of each
-        # test is the first of them that is not its own): one pass, not one per test
-        for s in range(len(s_labels)):
-            meds_s = med[s * len(ranks) : (s + 1) * len(ranks)]
-            ok = np.flatnonzero(np.isfinite(meds_s))
-            best = ok[np.argsort(-meds_s[ok], kind="stable")[:2]]
-            tops[(s_labels == ["all"], s)] = [(float(meds_s[j]), int(j)) for j in best]
-    if not out:
+        cells += _cells(members, s_code, s_labels, min_instances, tops)
+    if not cells:
         return []
-    p = np.empty(len(out))
-    p_order = np.empty(len(out))
-    p_sum = np.empty(len(out))
-    min_p = np.empty(len(out))
-    pool = late[by_inst]
-    by_rank = np.argsort(rank, kind="stable")
-    rank_sorted = rank[by_rank]
-    for i, t in enumerate(out):
-        k = t["k"] if t["k"] > 1 else t["kmin"]
-        p_order[i] = 0.5 * math.erfc(t["z"] / math.sqrt(2.0)) if t["z"] > 0 else 1.0
-        if t["k"] > 1 and p_order[i] < 0.05:  # a candidate: its exact tail
-            p_order[i] = uniform_sum_upper_tail(t["psum"], t["n"], t["k"])
-        p_sum[i] = 1.0
-        if t["zsum"] > 2.0:  # a candidate: its permutation tail, drawn
-            lo, hi = np.searchsorted(rank_sorted, [t["rank"], t["rank"] + 1])
-            mine = by_rank[lo:hi]  # the rank's members, without a pass over every member
-            if not t["pooled"]:
-                mine = mine[site[mine] == t["site_code"]]
-            ids = np.sort(inst[mine])
-            p_sum[i] = _sum_permutation_p(
-                pool, inst_first[ids], cnt[ids], t["lsum"], seed=t["cell"] * 7919 + t["rank"]
-            )
-        # two statistics per test: Bonferroni over them
-        p[i] = min(1.0, 2.0 * min(p_order[i], p_sum[i]))
-        order_floor = float(k) ** (-t["n"]) if k > 1 else 1.0
-        min_p[i] = min(1.0, 2.0 * min(order_floor, 1.0 / (_MAX_DRAWS + 1)))
-    p_adj = adjust_tarone(p, min_p, alpha)
-    # per site: the median and robust spread of every member's lateness (one grouped pass);
-    # a test that clears the level gets them again without its own rank (its peers)
-    all_codes = [site, np.zeros(len(inst), dtype=np.int64)]
-    site_stats = []
-    for codes in all_codes:
-        nc = int(codes.max()) + 1
-        med = group_median(late, codes, nc)
-        mad = group_median(np.abs(late - med[codes]), codes, nc)
-        site_stats.append((med, mad))
+    tails = [_tails(c, members) for c in cells]
+    p_adj = adjust_tarone(np.array([t[2] for t in tails]), np.array([t[3] for t in tails]), alpha)
+    spreads = _site_spreads(members)
     ranks_all = np.unique(rank)
     tests = []
-    for i, t in enumerate(out):
-        which = 1 if t["site"] == "all" else 0
-        med, mad = site_stats[which]
-        peer_med, spread = float(med[t["site_code"]]), 1.4826 * float(mad[t["site_code"]])
-        if p_adj[i] <= alpha:
-            here = (site == t["site_code"]) if which == 0 else np.ones(len(inst), dtype=bool)
-            peer_late = late[here & (rank != t["rank"])]
-            if len(peer_late):
-                peer_med = float(np.median(peer_late))
-                spread = 1.4826 * float(np.median(np.abs(peer_late - peer_med)))
-        spread = max(spread, MIN_SPREAD_NS)
-        top = tops[(t["pooled"], t["site_code"])]
-        nxt = next(((v, j) for v, j in top if j != t["r"]), None)
+    for c, (p_order, p_sum, p, _), p_a in zip(cells, tails, p_adj.tolist()):
+        peer_med, spread = _peer_spread(c, members, spreads, peers=p_a <= alpha)
+        nxt = next(((v, j) for v, j in tops[(c.pooled, c.site_code)] if j != c.r), None)
         tests.append(
             SiteTest(
-                rank=t["rank"],
-                site=t["site"],
-                instances=t["n"],
-                last=t["last"],
-                position_sum=t["psum"],
-                expected=t["mean"],
-                z=t["z"],
-                lateness_sum_ns=t["lsum"],
-                expected_sum_ns=t["lmean"],
-                p_order=float(p_order[i]),
-                p_sum=float(p_sum[i]),
-                p=float(p[i]),
-                p_adjusted=float(p_adj[i]),
-                median_lateness_ns=t["median"],
+                rank=c.rank,
+                site=c.site,
+                instances=c.n,
+                last=c.last,
+                position_sum=c.psum,
+                expected=c.mean,
+                z=c.z,
+                lateness_sum_ns=c.lsum,
+                expected_sum_ns=c.lmean,
+                p_order=float(p_order),
+                p_sum=float(p_sum),
+                p=float(p),
+                p_adjusted=p_a,
+                median_lateness_ns=c.median,
                 peer_median_lateness_ns=peer_med,
                 peer_spread_ns=spread,
-                effect=(t["median"] - peer_med) / spread,
+                effect=(c.median - peer_med) / spread,
                 next_rank=None if nxt is None else int(ranks_all[nxt[1]]),
                 next_lateness_ns=None if nxt is None else nxt[0],
             )
         )
     return tests
+
+
+class _Members(NamedTuple):
+    """The collective members the tests read, and their instances' null moments and draws."""
+
+    inst: np.ndarray
+    rank: np.ndarray
+    late: np.ndarray
+    site: np.ndarray  # each member's site code
+    pos: np.ndarray  # its position by lateness in its instance (ties: the mean position)
+    size: np.ndarray  # its instance's size
+    inst_mean: np.ndarray  # per instance: its members' lateness, mean
+    inst_var: np.ndarray  # ... and (population) variance: the null moments of one draw
+    inst_first: np.ndarray  # per instance: its first member in the draws' pool
+    inst_count: np.ndarray  # per instance: its members (at least 1)
+    pool: np.ndarray  # the members' lateness grouped by instance, sorted within
+    by_rank: np.ndarray  # the members by rank (stable)
+    rank_sorted: np.ndarray  # their ranks
+
+    @staticmethod
+    def of(inst: np.ndarray, rank: np.ndarray, late: np.ndarray, site: np.ndarray) -> _Members:
+        """The members of instances ``inst`` (per member its rank, lateness and site)."""
+        pos, size = _positions(inst, late)
+        n_inst = int(inst.max()) + 1
+        cnt = np.maximum(np.bincount(inst, minlength=n_inst), 1)
+        inst_mean = np.bincount(inst, weights=late, minlength=n_inst) / cnt
+        inst_var = np.bincount(inst, weights=(late - inst_mean[inst]) ** 2, minlength=n_inst) / cnt
+        by_inst = np.lexsort((late, inst))  # canonical: the draws do not depend on row order
+        inst_first = np.r_[0, np.cumsum(np.bincount(inst, minlength=n_inst))[:-1]]
+        by_rank = np.argsort(rank, kind="stable")
+        return _Members(
+            inst, rank, late, site, pos, size, inst_mean, inst_var, inst_first, cnt,
+            late[by_inst], by_rank, rank[by_rank],
+        )  # fmt: skip
+
+
+class _Cell(NamedTuple):
+    """One rank at one site (or pooled): its test statistics before the p-values."""
+
+    cell: int  # site code × ranks + the rank's index
+    rank: int
+    site: str
+    site_code: int
+    n: int  # instances
+    last: int  # instances where it was the latest
+    psum: float  # the sum of its positions
+    mean: float  # ... and that sum's null mean
+    z: float  # the position sum's standard score
+    k: int  # the instances' size when they are all that size, else -1
+    kmin: int  # the smallest instance size
+    median: float  # its median lateness there
+    lsum: float  # its lateness summed
+    lmean: float  # ... and that sum's null mean
+    zsum: float  # the lateness sum's standard score
+    pooled: bool
+    r: int  # the rank's index among the ranks
+
+
+def _cells(
+    m: _Members,
+    s_code: np.ndarray,
+    s_labels: list[str],
+    min_instances: int,
+    tops: dict[tuple[bool, int], list[tuple[float, int]]],
+) -> list[_Cell]:
+    """The cells (rank × site of ``s_code``) with ``min_instances`` instances, from grouped
+    sums; into ``tops``, per site, the two ranks with the largest median lateness (the "next"
+    rank of each test is the first of them that is not its own): one pass, not one per test."""
+    ranks = np.unique(m.rank)
+    cell = s_code * len(ranks) + np.searchsorted(ranks, m.rank)
+    ncell = len(s_labels) * len(ranks)
+    n = np.bincount(cell, minlength=ncell)
+    psum = np.bincount(cell, weights=m.pos, minlength=ncell)
+    lasts = np.bincount(cell, weights=(m.pos >= m.size - 1), minlength=ncell)
+    mean = np.bincount(cell, weights=(m.size - 1) / 2.0, minlength=ncell)
+    var = np.bincount(cell, weights=(m.size * m.size - 1) / 12.0, minlength=ncell)
+    kmax = np.zeros(ncell, dtype=np.int64)
+    np.maximum.at(kmax, cell, m.size)
+    kmin = np.full(ncell, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(kmin, cell, m.size)
+    med = group_median(m.late, cell, ncell)
+    lsum = np.bincount(cell, weights=m.late, minlength=ncell)
+    lmean = np.bincount(cell, weights=m.inst_mean[m.inst], minlength=ncell)
+    lvar = np.bincount(cell, weights=m.inst_var[m.inst], minlength=ncell)
+    out = []
+    for c in np.flatnonzero(n >= min_instances).tolist():
+        s, r = divmod(c, len(ranks))
+        z = (psum[c] - mean[c]) / math.sqrt(var[c]) if var[c] > 0 else 0.0
+        zsum = float((lsum[c] - lmean[c]) / math.sqrt(lvar[c])) if lvar[c] > 0 else 0.0
+        out.append(
+            _Cell(
+                cell=c,
+                rank=int(ranks[r]),
+                site=s_labels[s],
+                site_code=s,
+                n=int(n[c]),
+                last=int(lasts[c]),
+                psum=float(psum[c]),
+                mean=float(mean[c]),
+                z=float(z),
+                k=int(kmax[c]) if kmax[c] == kmin[c] else -1,
+                kmin=int(kmin[c]),
+                median=float(med[c]),
+                lsum=float(lsum[c]),
+                lmean=float(lmean[c]),
+                zsum=zsum,
+                pooled=s_labels == ["all"],
+                r=r,
+            )
+        )
+    for s in range(len(s_labels)):
+        meds_s = med[s * len(ranks) : (s + 1) * len(ranks)]
+        ok = np.flatnonzero(np.isfinite(meds_s))
+        best = ok[np.argsort(-meds_s[ok], kind="stable")[:2]]
+        tops[(s_labels == ["all"], s)] = [(float(meds_s[j]), int(j)) for j in best]
+    return out
+
+
+def _tails(c: _Cell, m: _Members) -> tuple[float, float, float, float]:
+    """A cell's p-values: the order test's tail (normal, exact for a candidate), the
+    lateness-sum test's (drawn for a candidate), both together (Bonferroni over the two) and
+    the smallest that could be (Tarone's refinement reads it)."""
+    k = c.k if c.k > 1 else c.kmin
+    p_order = 0.5 * math.erfc(c.z / math.sqrt(2.0)) if c.z > 0 else 1.0
+    if c.k > 1 and p_order < 0.05:  # a candidate: its exact tail
+        p_order = uniform_sum_upper_tail(c.psum, c.n, c.k)
+    p_sum = 1.0
+    if c.zsum > 2.0:  # a candidate: its permutation tail, drawn
+        lo, hi = np.searchsorted(m.rank_sorted, [c.rank, c.rank + 1])
+        mine = m.by_rank[lo:hi]  # the rank's members, without a pass over every member
+        if not c.pooled:
+            mine = mine[m.site[mine] == c.site_code]
+        ids = np.sort(m.inst[mine])
+        p_sum = _sum_permutation_p(
+            m.pool, m.inst_first[ids], m.inst_count[ids], c.lsum, seed=c.cell * 7919 + c.rank
+        )
+    order_floor = float(k) ** (-c.n) if k > 1 else 1.0
+    p = min(1.0, 2.0 * min(p_order, p_sum))
+    return p_order, p_sum, p, min(1.0, 2.0 * min(order_floor, 1.0 / (_MAX_DRAWS + 1)))
+
+
+def _site_spreads(m: _Members) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per site code, then pooled: the median and the median absolute deviation of every
+    member's lateness (one grouped pass each)."""
+    out = []
+    for codes in (m.site, np.zeros(len(m.inst), dtype=np.int64)):
+        nc = int(codes.max()) + 1
+        med = group_median(m.late, codes, nc)
+        mad = group_median(np.abs(m.late - med[codes]), codes, nc)
+        out.append((med, mad))
+    return out
+
+
+def _peer_spread(
+    c: _Cell, m: _Members, spreads: list[tuple[np.ndarray, np.ndarray]], *, peers: bool
+) -> tuple[float, float]:
+    """The median lateness and robust spread (1.4826 × MAD, at least ``MIN_SPREAD_NS``) a
+    cell's effect is measured against: every member's at its site; with ``peers`` (a test
+    that clears the level), its peers' there (without its own rank)."""
+    which = 1 if c.site == "all" else 0
+    med, mad = spreads[which]
+    peer_med, spread = float(med[c.site_code]), 1.4826 * float(mad[c.site_code])
+    if peers:
+        here = (m.site == c.site_code) if which == 0 else np.ones(len(m.inst), dtype=bool)
+        peer_late = m.late[here & (m.rank != c.rank)]
+        if len(peer_late):
+            peer_med = float(np.median(peer_late))
+            spread = 1.4826 * float(np.median(np.abs(peer_late - peer_med)))
+    return peer_med, max(spread, MIN_SPREAD_NS)
 
 
 def step_of_instances(

@@ -34,7 +34,7 @@ straggler) from one that slows part-way (a throttle).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from otel_ext._arrays import distinct, group_median, median
 from otel_ext.analysis.cross.collective_match import CollectiveMatch
 from otel_ext.analysis.cross.straggler_sites import (
     SiteTest,
+    SiteTestRecord,
     collective_sites,
     self_caused_lateness,
     site_tests,
@@ -61,6 +62,7 @@ from otel_ext.analysis.table import Category, EventTable
 __all__ = [
     "ComputeRatios",
     "StragglerReport",
+    "StragglerRow",
     "compute_ratio_stats",
     "compute_ratios",
     "find_stragglers",
@@ -70,14 +72,50 @@ __all__ = [
 ]
 
 
+class _SiteFields(TypedDict):
+    """A rank's site evidence (:mod:`otel_ext.analysis.cross.straggler_sites`) in its row."""
+
+    site: str | None  # the site of its best test
+    site_p: float  # that test's adjusted p
+    site_effect: float | None
+    site_test: SiteTestRecord | None
+    sites: list[SiteTestRecord]  # its three most significant single sites
+
+
+class StragglerRow(_SiteFields):
+    """One rank as a straggler candidate (the keys: the module docstring and
+    :func:`find_stragglers`)."""
+
+    rank: int
+    host: str
+    device: str
+    score: float
+    late_ns: int
+    blame_ns: int
+    waiting_ns: int
+    last_arrivals: int
+    collectives: int
+    expected_last: float
+    p_last: float
+    median_lateness_ns: float
+    lateness_effect: float | None
+    persistence: float
+    compute_ratio: float | None
+    compute_ratio_by_window: list[float | None]
+    compute_slower: int
+    compute_faster: int
+    compute_p: float
+
+
 @dataclass
 class StragglerReport:
     """Per-rank straggler rows (most likely first) and the window edges used."""
 
-    rows: list[dict[str, Any]]
+    rows: list[StragglerRow]
     window_edges_ns: list[int]
 
-    def top(self) -> dict[str, Any] | None:
+    def top(self) -> StragglerRow | None:
+        """The most likely straggler's row, if any rank."""
         return self.rows[0] if self.rows else None
 
 
@@ -225,7 +263,7 @@ def _site_key(t: SiteTest, alpha: float, min_effect: float) -> tuple[bool, float
     return (not qualifies, t.p_adjusted, -t.effect)
 
 
-def _site_fields(best: SiteTest | None, sites: list[SiteTest]) -> dict[str, Any]:
+def _site_fields(best: SiteTest | None, sites: list[SiteTest]) -> _SiteFields:
     """A rank's site evidence as row keys: its best test (:func:`_site_key`) and its three
     most significant sites."""
     if best is None:
@@ -292,9 +330,7 @@ def find_stragglers(
     Returns:
         A :class:`StragglerReport`, rows sorted most likely first.
     """
-    ranks_arr = distinct(table["rank"][table["rank"] >= 0]).astype(np.int64)
-    ranks = ranks_arr.tolist()
-    nr = len(ranks)
+    ranks = distinct(table["rank"][table["rank"] >= 0]).astype(np.int64)
     if devices is None:
         devices = rank_devices(table)
     edges = window_edges(table, windows)
@@ -304,132 +340,233 @@ def find_stragglers(
         if compute.rows == 0:
             compute = samples_of(table, edges, category=Category.LAYER)
         cr = ratio_stats(compute, rank_runs(table), max(len(edges) - 1, 1))
-    late = np.zeros(nr, dtype=np.int64)
-    blame = np.zeros(nr, dtype=np.int64)
-    last_count = np.zeros(nr, dtype=np.int64)
-    joined = np.zeros(nr, dtype=np.int64)
-    expected: np.ndarray = np.zeros(nr)
-    med_late = np.zeros(nr)
-    persistence = np.zeros(nr)
-    effect = np.zeros(nr)
-    waiting = 0  # every collective's (last − second-last arrival) × (members − 1)
-    best_site: dict[int, SiteTest] = {}
-    sites_of: dict[int, list[SiteTest]] = {}
-    if match.n_instances and nr:
-        inst = match.member_instance
-        start = match.member_start_ns
-        # median start per instance
-        order = np.lexsort((start, inst))
-        counts = np.bincount(inst, minlength=match.n_instances)
-        firsts = np.r_[0, np.cumsum(counts)[:-1]]
-        lo_s, hi_s = start[order[firsts + (counts - 1) // 2]], start[order[firsts + counts // 2]]
-        med = lo_s + (hi_s - lo_s) // 2  # integer: a float64 loses ns at epoch times
-        mrank = match.member_rank
-        rpos = np.searchsorted(ranks_arr, mrank)
-        waits = wait_rows(table, match.row_index)
-        lateness = self_caused_lateness(
-            inst,
-            mrank,
-            start,
-            match.member_end_ns,
-            start - med[inst],
-            wait_rank=table["rank"][waits],
-            wait_end=table["end_ns"][waits],
-        )
-        site_code, site_labels = collective_sites(
-            match.op,
-            match.group,
-            match.key,
-            match.bytes,
-            match.first_arrival_ns,
-            step_of_instance=step_of_instances(table, inst, mrank, start, match.n_instances),
-        )
-        for t in site_tests(inst, mrank, lateness, site_code, site_labels, alpha=alpha):
-            # the best test: one that clears the level with the effect it needs first, then
-            # the smallest p (a pooled test can be the most significant with a diluted effect)
-            held = best_site.get(t.rank)
-            if held is None or _site_key(t, alpha, min_effect) < _site_key(held, alpha, min_effect):
-                best_site[t.rank] = t
-            if t.site != "all":
-                sites_of.setdefault(t.rank, []).append(t)
-        gap = match.last_arrival_ns - match.second_last_arrival_ns
-        inst_blame = gap * (match.n_ranks - 1)
-        # the wait of a collective is blamed on the member that made itself late (its compute
-        # since its previous collective took longest), which is the last arrival unless that
-        # one only left its previous collective last
-        culprit = _culprits(inst, mrank, lateness, match.n_instances)
-        win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
-        win = np.minimum(win, windows - 1)
-        late = np.bincount(rpos, weights=np.clip(lateness, 0, None), minlength=nr).astype(np.int64)
-        med_late = np.nan_to_num(group_median(lateness, rpos, nr))
-        joined = np.bincount(rpos, minlength=nr)
-        expected = np.bincount(rpos, weights=1.0 / match.n_ranks[inst], minlength=nr) * 1.0
-        last_pos = np.searchsorted(ranks_arr, match.last_rank)
-        last_count = np.bincount(last_pos, minlength=nr)
-        has_culprit = culprit >= 0
-        # blame follows the waits: the culprit carries the share of the collective's skew its
-        # own doing explains (its self-caused lateness over the last arrival's raw lateness);
-        # the rest was a wait (a receive, a slow transfer, a late release) and no rank's
-        culprit_late = np.full(match.n_instances, -np.inf)
-        np.maximum.at(culprit_late, inst, lateness)
-        raw_last = (match.last_arrival_ns - med).astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(raw_last > 0, np.clip(culprit_late / raw_last, 0.0, 1.0), 0.0)
-        blame = np.bincount(
-            np.searchsorted(ranks_arr, culprit[has_culprit]),
-            weights=(inst_blame * frac)[has_culprit],
-            minlength=nr,
-        ).astype(np.int64)
-        waiting = int(inst_blame.sum())
-        spread = 1.4826 * float(median(np.abs(lateness - median(lateness))))
-        effect = med_late / spread if spread > 0 else np.where(med_late > 0, np.inf, 0.0)
-        # persistence: per window, the rank with the largest mean lateness
-        mwin = win[inst]
-        cell = mwin * nr + rpos
-        sums = np.bincount(cell, weights=lateness, minlength=windows * nr).reshape(windows, nr)
-        cnt = np.bincount(cell, minlength=windows * nr).reshape(windows, nr)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means = np.where(cnt > 0, sums / np.maximum(cnt, 1), -np.inf)
-        present = cnt.sum(axis=1) > 0
-        leader = means.argmax(axis=1)
-        led = present & (means.max(axis=1) > 0)
-        wins_led = np.bincount(leader[led], minlength=nr)
-        persistence = wins_led / max(int(present.sum()), 1)
-    tested = int(np.count_nonzero(joined >= 1)) or 1
-    p_chance = np.where(joined > 0, expected / np.maximum(joined, 1), 0.0)
-    p_last = adjusted(binomial_upper_tail(last_count, joined, p_chance), tested)
+    lat, sites = _RankLateness.none(len(ranks)), _RankSites({}, {})
+    if match.n_instances and len(ranks):
+        med = _instance_medians(match)
+        lateness = _member_lateness(table, match, med)
+        lat = _rank_lateness(match, lateness, med, ranks, edges, windows)
+        sites = _rank_sites(table, match, lateness, alpha=alpha, min_effect=min_effect)
+    rows = _rows(ranks.tolist(), devices, lat, cr, sites)
+    rows.sort(key=lambda x: (-x["score"], -x["blame_ns"], -x["late_ns"], x["rank"]))
+    return StragglerReport(rows, [int(e) for e in edges])
+
+
+class _RankLateness(NamedTuple):
+    """Per rank (ascending): its lateness at the collectives it joined."""
+
+    late: np.ndarray  # int64: its summed positive self-caused lateness
+    blame: np.ndarray  # int64: the others' waiting its own doing explains
+    last_count: np.ndarray  # int64: the collectives it arrived last at
+    joined: np.ndarray  # int64: the collectives it joined
+    expected: np.ndarray  # the last arrivals chance alone gives (Σ 1/n)
+    med_late: np.ndarray  # its median self-caused lateness
+    persistence: np.ndarray  # the share of windows it led by mean lateness
+    effect: np.ndarray  # its median lateness over every member's robust spread
+    waiting: int  # every collective's (last − second-last arrival) × (members − 1)
+
+    @staticmethod
+    def none(nr: int) -> _RankLateness:
+        """``nr`` ranks with no collective."""
+        z = np.zeros(nr, dtype=np.int64)
+        return _RankLateness(z, z, z, z, np.zeros(nr), np.zeros(nr), np.zeros(nr), np.zeros(nr), 0)
+
+
+class _RankSites(NamedTuple):
+    """Per rank: its best site test (:func:`_site_key`) and its tests at single sites."""
+
+    best: dict[int, SiteTest]
+    single: dict[int, list[SiteTest]]
+
+
+def _instance_medians(match: CollectiveMatch) -> np.ndarray:
+    """Each collective instance's median member arrival (int64: a float64 loses ns at epoch
+    times)."""
+    inst = match.member_instance
+    start = match.member_start_ns
+    order = np.lexsort((start, inst))
+    counts = np.bincount(inst, minlength=match.n_instances)
+    firsts = np.r_[0, np.cumsum(counts)[:-1]]
+    lo_s, hi_s = start[order[firsts + (counts - 1) // 2]], start[order[firsts + counts // 2]]
+    return lo_s + (hi_s - lo_s) // 2
+
+
+def _member_lateness(table: EventTable, match: CollectiveMatch, med: np.ndarray) -> np.ndarray:
+    """Each member's self-caused lateness
+    (:func:`~otel_ext.analysis.cross.straggler_sites.self_caused_lateness`): its lateness
+    against its instance's median arrival ``med``, less what it spent waiting on its rank."""
+    start = match.member_start_ns
+    waits = wait_rows(table, match.row_index)
+    return self_caused_lateness(
+        match.member_instance,
+        match.member_rank,
+        start,
+        match.member_end_ns,
+        start - med[match.member_instance],
+        wait_rank=table["rank"][waits],
+        wait_end=table["end_ns"][waits],
+    )
+
+
+def _rank_sites(
+    table: EventTable,
+    match: CollectiveMatch,
+    lateness: np.ndarray,
+    *,
+    alpha: float,
+    min_effect: float,
+) -> _RankSites:
+    """Every rank's site tests (:func:`~otel_ext.analysis.cross.straggler_sites.site_tests`):
+    the best one, which clears the level with the effect it needs first, then has the
+    smallest p (a pooled test can be the most significant with a diluted effect); and those
+    at single sites."""
+    inst, mrank, start = match.member_instance, match.member_rank, match.member_start_ns
+    site_code, site_labels = collective_sites(
+        match.op,
+        match.group,
+        match.key,
+        match.bytes,
+        match.first_arrival_ns,
+        step_of_instance=step_of_instances(table, inst, mrank, start, match.n_instances),
+    )
+    out = _RankSites({}, {})
+    for t in site_tests(inst, mrank, lateness, site_code, site_labels, alpha=alpha):
+        held = out.best.get(t.rank)
+        if held is None or _site_key(t, alpha, min_effect) < _site_key(held, alpha, min_effect):
+            out.best[t.rank] = t
+        if t.site != "all":
+            out.single.setdefault(t.rank, []).append(t)
+    return out
+
+
+def _rank_lateness(
+    match: CollectiveMatch,
+    lateness: np.ndarray,
+    med: np.ndarray,
+    ranks: np.ndarray,
+    edges: np.ndarray,
+    windows: int,
+) -> _RankLateness:
+    """Per rank, grouped reductions of its members' self-caused ``lateness`` (``med``: each
+    instance's median arrival)."""
+    nr = len(ranks)
+    inst = match.member_instance
+    rpos = np.searchsorted(ranks, match.member_rank)
+    med_late = np.nan_to_num(group_median(lateness, rpos, nr))
+    spread = 1.4826 * float(median(np.abs(lateness - median(lateness))))
+    blame, waiting = _blame(match, lateness, med, ranks)
+    return _RankLateness(
+        late=np.bincount(rpos, weights=np.clip(lateness, 0, None), minlength=nr).astype(np.int64),
+        blame=blame,
+        last_count=np.bincount(np.searchsorted(ranks, match.last_rank), minlength=nr),
+        joined=np.bincount(rpos, minlength=nr),
+        expected=np.bincount(rpos, weights=1.0 / match.n_ranks[inst], minlength=nr) * 1.0,
+        med_late=med_late,
+        persistence=_persistence(match, lateness, rpos, nr, edges, windows),
+        effect=med_late / spread if spread > 0 else np.where(med_late > 0, np.inf, 0.0),
+        waiting=waiting,
+    )
+
+
+def _blame(
+    match: CollectiveMatch, lateness: np.ndarray, med: np.ndarray, ranks: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Per rank, the others' waiting blamed on it (int64), and all the waiting there was.
+
+    The wait of a collective, ``(last − second-last arrival) × (members − 1)``, is blamed on
+    the member that made itself late (its compute since its previous collective took
+    longest), which is the last arrival unless that one only left its previous collective
+    last. Blame follows the waits: the culprit carries the share of the collective's skew
+    its own doing explains (its self-caused lateness over the last arrival's raw lateness);
+    the rest was a wait (a receive, a slow transfer, a late release) and no rank's.
+    """
+    inst = match.member_instance
+    gap = match.last_arrival_ns - match.second_last_arrival_ns
+    inst_blame = gap * (match.n_ranks - 1)
+    culprit = _culprits(inst, match.member_rank, lateness, match.n_instances)
+    has_culprit = culprit >= 0
+    culprit_late = np.full(match.n_instances, -np.inf)
+    np.maximum.at(culprit_late, inst, lateness)
+    raw_last = (match.last_arrival_ns - med).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(raw_last > 0, np.clip(culprit_late / raw_last, 0.0, 1.0), 0.0)
+    blame = np.bincount(
+        np.searchsorted(ranks, culprit[has_culprit]),
+        weights=(inst_blame * frac)[has_culprit],
+        minlength=len(ranks),
+    ).astype(np.int64)
+    return blame, int(inst_blame.sum())
+
+
+def _persistence(
+    match: CollectiveMatch,
+    lateness: np.ndarray,
+    rpos: np.ndarray,
+    nr: int,
+    edges: np.ndarray,
+    windows: int,
+) -> np.ndarray:
+    """Per rank, the share of the windows (with collectives) in which it had the largest
+    mean self-caused lateness (a positive one); a collective's window is its first
+    arrival's."""
+    win = np.clip(np.searchsorted(edges, match.first_arrival_ns, side="right") - 1, 0, None)
+    win = np.minimum(win, windows - 1)
+    cell = win[match.member_instance] * nr + rpos
+    sums = np.bincount(cell, weights=lateness, minlength=windows * nr).reshape(windows, nr)
+    cnt = np.bincount(cell, minlength=windows * nr).reshape(windows, nr)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(cnt > 0, sums / np.maximum(cnt, 1), -np.inf)
+    present = cnt.sum(axis=1) > 0
+    leader = means.argmax(axis=1)
+    led = present & (means.max(axis=1) > 0)
+    wins_led = np.bincount(leader[led], minlength=nr)
+    return wins_led / max(int(present.sum()), 1)
+
+
+def _rows(
+    ranks: list[int],
+    devices: dict[int, tuple[str, str]],
+    lat: _RankLateness,
+    cr: ComputeRatios,
+    sites: _RankSites,
+) -> list[StragglerRow]:
+    """One row per rank (in ``ranks`` order): its scores and the tests of its last arrivals
+    (binomial, adjusted for the ranks that joined a collective) and of its compute (the sign
+    test, adjusted for the ranks compared)."""
+    tested = int(np.count_nonzero(lat.joined >= 1)) or 1
+    p_chance = np.where(lat.joined > 0, lat.expected / np.maximum(lat.joined, 1), 0.0)
+    p_last = adjusted(binomial_upper_tail(lat.last_count, lat.joined, p_chance), tested)
     slower = np.array([cr.slower.get(r, 0) for r in ranks], dtype=np.int64)
     faster = np.array([cr.faster.get(r, 0) for r in ranks], dtype=np.int64)
     compared = int(np.count_nonzero(slower + faster)) or 1
     compute_p = adjusted(binomial_upper_tail(slower, slower + faster, 0.5), compared)
-    total_blame = max(int(blame.sum()), waiting)
-    rows: list[dict[str, Any]] = []
+    total_blame = max(int(lat.blame.sum()), lat.waiting)
+    rows: list[StragglerRow] = []
     for i, r in enumerate(ranks):
-        share = int(blame[i]) / total_blame if total_blame > 0 else 0.0
+        share = int(lat.blame[i]) / total_blame if total_blame > 0 else 0.0
         host, device = devices.get(r, ("", ""))
+        effect = lat.effect[i]
         rows.append(
             {
                 "rank": r,
                 "host": host,
                 "device": device,
-                "score": 0.5 * share + 0.5 * float(persistence[i]),
-                "late_ns": int(late[i]),
-                "blame_ns": int(blame[i]),
-                "waiting_ns": waiting,
-                "last_arrivals": int(last_count[i]),
-                "collectives": int(joined[i]),
-                "expected_last": round(float(expected[i]), 4),
+                "score": 0.5 * share + 0.5 * float(lat.persistence[i]),
+                "late_ns": int(lat.late[i]),
+                "blame_ns": int(lat.blame[i]),
+                "waiting_ns": lat.waiting,
+                "last_arrivals": int(lat.last_count[i]),
+                "collectives": int(lat.joined[i]),
+                "expected_last": round(float(lat.expected[i]), 4),
                 "p_last": float(p_last[i]),
-                "median_lateness_ns": float(med_late[i]),
-                "lateness_effect": round(float(effect[i]), 4) if np.isfinite(effect[i]) else None,
-                "persistence": float(persistence[i]),
+                "median_lateness_ns": float(lat.med_late[i]),
+                "lateness_effect": round(float(effect), 4) if np.isfinite(effect) else None,
+                "persistence": float(lat.persistence[i]),
                 "compute_ratio": cr.overall.get(r),
                 "compute_ratio_by_window": cr.by_window.get(r, []),
                 "compute_slower": int(slower[i]),
                 "compute_faster": int(faster[i]),
                 "compute_p": float(compute_p[i]),
-                **_site_fields(best_site.get(r), sites_of.get(r, [])),
+                **_site_fields(sites.best.get(r), sites.single.get(r, [])),
             }
         )
-    rows.sort(key=lambda x: (-x["score"], -x["blame_ns"], -x["late_ns"], x["rank"]))
-    return StragglerReport(rows, [int(e) for e in edges])
+    return rows
