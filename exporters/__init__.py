@@ -1,6 +1,8 @@
 """Where telemetry leaves the process: OTLP setup, OTLP-JSON files, Perfetto timelines.
 
-* :func:`configure` — one-call tracer and meter provider setup from code arguments and the
+* :func:`configure` — one-call tracer and meter provider setup from code arguments (single
+  keywords, or grouped in :class:`OtlpOptions`, :class:`FileOptions`, :class:`ExportOptions`,
+  :class:`ActiveSpanOptions`) and the
   standard ``OTEL_*`` variables, with accelerator resource attributes; returns a
   :class:`Telemetry` handle whose ``shutdown()`` flushes within a bounded time.
 * :class:`OtlpJsonFileSpanExporter`, :class:`OtlpJsonFileMetricExporter` — OTLP/JSON lines,
@@ -28,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
     from otel_ext.exporters._batch import BoundedBatchSpanProcessor, GuardedMetricExporter
     from otel_ext.exporters._configure import (
+        ActiveSpanOptions,
         ExporterSettings,
+        ExportOptions,
+        FileOptions,
+        OtlpOptions,
         OtlpSettings,
         Telemetry,
         configure,
@@ -61,7 +67,11 @@ _WHERE = {
     "BoundedBatchSpanProcessor": "_batch",
     "GuardedMetricExporter": "_batch",
     "DropCounter": "_guard",
+    "ActiveSpanOptions": "_configure",
+    "ExportOptions": "_configure",
     "ExporterSettings": "_configure",
+    "FileOptions": "_configure",
+    "OtlpOptions": "_configure",
     "OtlpSettings": "_configure",
     "Telemetry": "_configure",
     "configure": "_configure",
@@ -93,16 +103,20 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AcceleratorResourceDetector",
+    "ActiveSpanOptions",
     "BoundedBatchSpanProcessor",
     "DropCounter",
     "EventRecord",
     "ExemplarRecord",
+    "ExportOptions",
     "ExporterSettings",
+    "FileOptions",
     "GuardedMetricExporter",
     "LinkRecord",
     "MetricPoint",
     "OtlpJsonFileMetricExporter",
     "OtlpJsonFileSpanExporter",
+    "OtlpOptions",
     "OtlpSettings",
     "PerfettoTraceExporter",
     "SpanRecord",

@@ -36,9 +36,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from opentelemetry import metrics as metrics_api
@@ -689,12 +689,129 @@ def _active_span_processor(
     return ActiveSpanPublishingProcessor(ActiveSpanPublisher(directory))
 
 
+@dataclass(frozen=True)
+class OtlpOptions:
+    """The OTLP exporters' settings, for :func:`configure` (``otlp=``); each ``None`` means
+    "from the ``OTEL_EXPORTER_OTLP_*`` variables, else the default".
+
+    Attributes:
+        endpoint: OTLP endpoint base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``; the signal
+            variables ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``... are used as given).
+        protocol: ``grpc`` or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_PROTOCOL``; default
+            ``http/protobuf`` as the specification says).
+        headers: OTLP headers, over ``OTEL_EXPORTER_OTLP_HEADERS``.
+        insecure: gRPC without TLS (``OTEL_EXPORTER_OTLP_INSECURE``; default: when the
+            endpoint scheme is ``http``).
+        certificate_file: CA bundle (``OTEL_EXPORTER_OTLP_CERTIFICATE``).
+        client_key_file: client key for mTLS (``OTEL_EXPORTER_OTLP_CLIENT_KEY``).
+        client_certificate_file: client certificate for mTLS
+            (``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``).
+        compression: ``gzip`` or ``none`` (``OTEL_EXPORTER_OTLP_COMPRESSION``).
+
+    >>> OtlpOptions(endpoint="http://collector:4318").protocol is None
+    True
+    """
+
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: Mapping[str, str] | None = None
+    insecure: bool | None = None
+    certificate_file: str | None = None
+    client_key_file: str | None = None
+    client_certificate_file: str | None = None
+    compression: str | None = None
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """The ``file`` and ``perfetto`` exporters' settings, for :func:`configure` (``files=``).
+
+    Attributes:
+        dir: their folder (``OTEL_EXT_FILE_DIR``, default ``.``).
+        max_bytes: rotation size of the OTLP-JSON files (``OTEL_EXT_FILE_MAX_BYTES``).
+        gzip: gzip the OTLP-JSON files (``OTEL_EXT_FILE_GZIP``).
+    """
+
+    dir: str | os.PathLike[str] | None = None
+    max_bytes: int | None = None
+    gzip: bool | None = None
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How telemetry is batched and exported, for :func:`configure` (``export=``).
+
+    Attributes:
+        timeout_s: longest time one export may take, and the default bound of
+            :meth:`Telemetry.shutdown` (``OTEL_EXT_EXPORT_TIMEOUT_S``, else
+            ``OTEL_BSP_EXPORT_TIMEOUT`` in ms, else ``OTEL_EXPORTER_OTLP_TIMEOUT`` in ms,
+            else 10 s).
+        metric_interval_s: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms), default 60 s.
+        max_queue_size: spans queued at most (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048).
+        schedule_delay_s: ``OTEL_BSP_SCHEDULE_DELAY`` (ms), default 5 s.
+        max_export_batch_size: ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, default 512.
+    """
+
+    timeout_s: float | None = None
+    metric_interval_s: float | None = None
+    max_queue_size: int | None = None
+    schedule_delay_s: float | None = None
+    max_export_batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ActiveSpanOptions:
+    """The active-span records for the node agent's exemplars, for :func:`configure`
+    (``active_spans=``; see :mod:`otel_ext.instrumentation.active_span_record`).
+
+    Attributes:
+        publish: publish the span running on each device (``accel.device.id``)
+            (``OTEL_EXT_ACTIVE_SPANS``, default true).
+        dir: the records' folder (``OTEL_EXT_ACTIVE_SPAN_DIR``).
+    """
+
+    publish: bool | None = None
+    dir: str | os.PathLike[str] | None = None
+
+
+_Options = TypeVar("_Options", OtlpOptions, FileOptions, ExportOptions, ActiveSpanOptions)
+
+
+def _merge(given: _Options | None, keywords: _Options, name: str) -> _Options:
+    """The option object ``name=``: ``given`` (else the defaults) with the settings given as
+    single keywords (``keywords``'s fields that are not ``None``) set on it.
+
+    >>> _merge(FileOptions(dir="out"), FileOptions(gzip=True), "files")
+    FileOptions(dir='out', max_bytes=None, gzip=True)
+    >>> _merge(FileOptions(dir="out"), FileOptions(dir="elsewhere"), "files")
+    Traceback (most recent call last):
+    ...
+    otel_ext.errors.ConfigError: FileOptions.dir is given twice (in files= and as a keyword)
+
+    Raises:
+        ConfigError: a setting given both in the object and as a keyword.
+    """
+    if given is None:
+        return keywords
+    set_here = [f.name for f in fields(keywords) if getattr(keywords, f.name) is not None]
+    for field_name in set_here:
+        if getattr(given, field_name) is not None:
+            raise ConfigError(
+                f"{type(given).__name__}.{field_name} is given twice (in {name}= and as a keyword)"
+            )
+    return replace(given, **{field_name: getattr(keywords, field_name) for field_name in set_here})
+
+
 def configure(
     *,
     service_name: str | None = None,
     resource_attributes: Mapping[str, Any] | None = None,
     traces_exporter: str | Sequence[str] | None = None,
     metrics_exporter: str | Sequence[str] | None = None,
+    otlp: OtlpOptions | None = None,
+    files: FileOptions | None = None,
+    export: ExportOptions | None = None,
+    active_spans: ActiveSpanOptions | None = None,
     endpoint: str | None = None,
     protocol: str | None = None,
     headers: Mapping[str, str] | None = None,
@@ -720,6 +837,20 @@ def configure(
 ) -> Telemetry:
     """Set up tracing and metrics in one call; see the module docstring.
 
+    Each setting is the argument, else its environment variable, else the default. The
+    settings of one part come as its option object (``otlp=``: :class:`OtlpOptions`,
+    ``files=``: :class:`FileOptions`, ``export=``: :class:`ExportOptions`,
+    ``active_spans=``: :class:`ActiveSpanOptions`, where each field is documented) or one
+    by one as the single keywords (every keyword of earlier versions, kept: ``endpoint``,
+    ``protocol``, ``headers``, ``insecure``, ``certificate_file``, ``client_key_file``,
+    ``client_certificate_file``, ``compression`` are :class:`OtlpOptions`'s fields;
+    ``file_dir``, ``file_max_bytes``, ``file_gzip`` :class:`FileOptions`'s ``dir``,
+    ``max_bytes``, ``gzip``; ``export_timeout_s``, ``metric_export_interval_s``,
+    ``max_queue_size``, ``schedule_delay_s``, ``max_export_batch_size``
+    :class:`ExportOptions`'s ``timeout_s``, ``metric_interval_s`` and the same names;
+    ``publish_active_spans``, ``active_span_dir`` :class:`ActiveSpanOptions`'s ``publish``,
+    ``dir``). A setting given both ways raises :class:`~otel_ext.errors.ConfigError`.
+
     Args:
         service_name: ``service.name`` (else ``OTEL_SERVICE_NAME``, else
             ``OTEL_RESOURCE_ATTRIBUTES``, else ``unknown_service:python``).
@@ -729,34 +860,7 @@ def configure(
             Default: ``otlp``, as the specification says (without a collector the spans
             are dropped and counted, and one warning says so and how to write files).
         metrics_exporter: likewise (``OTEL_METRICS_EXPORTER``).
-        endpoint: OTLP endpoint base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``; the signal
-            variables ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``... are used as given).
-        protocol: ``grpc`` or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_PROTOCOL``; default
-            ``http/protobuf`` as the specification says).
-        headers: OTLP headers, over ``OTEL_EXPORTER_OTLP_HEADERS``.
-        insecure: gRPC without TLS (``OTEL_EXPORTER_OTLP_INSECURE``; default: when the
-            endpoint scheme is ``http``).
-        certificate_file: CA bundle (``OTEL_EXPORTER_OTLP_CERTIFICATE``).
-        client_key_file: client key for mTLS (``OTEL_EXPORTER_OTLP_CLIENT_KEY``).
-        client_certificate_file: client certificate for mTLS
-            (``OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE``).
-        compression: ``gzip`` or ``none`` (``OTEL_EXPORTER_OTLP_COMPRESSION``).
-        file_dir: folder of the ``file`` and ``perfetto`` exporters (``OTEL_EXT_FILE_DIR``).
-        file_max_bytes: rotation size (``OTEL_EXT_FILE_MAX_BYTES``).
-        file_gzip: gzip the OTLP-JSON files (``OTEL_EXT_FILE_GZIP``).
-        export_timeout_s: longest time one export may take, and the default bound of
-            :meth:`Telemetry.shutdown` (``OTEL_EXT_EXPORT_TIMEOUT_S``, else
-            ``OTEL_BSP_EXPORT_TIMEOUT`` in ms, else ``OTEL_EXPORTER_OTLP_TIMEOUT`` in ms,
-            else 10 s).
-        metric_export_interval_s: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms), default 60 s.
-        max_queue_size: spans queued at most (``OTEL_BSP_MAX_QUEUE_SIZE``, 2048).
-        schedule_delay_s: ``OTEL_BSP_SCHEDULE_DELAY`` (ms), default 5 s.
-        max_export_batch_size: ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, default 512.
         detect_accelerator: add host, device, rank and world size to the resource.
-        publish_active_spans: publish the span running on each device
-            (``accel.device.id``) for the node agent's exemplars (``OTEL_EXT_ACTIVE_SPANS``,
-            default true); see :mod:`otel_ext.instrumentation.active_span_record`.
-        active_span_dir: the records' folder (``OTEL_EXT_ACTIVE_SPAN_DIR``).
         disabled: return no-op providers (``OTEL_SDK_DISABLED``).
         set_global: install the providers as the OpenTelemetry globals.
         env: the environment to read (defaults to ``os.environ``).
@@ -765,53 +869,114 @@ def configure(
         The :class:`Telemetry` handle.
 
     Raises:
-        ConfigError: an unknown exporter, protocol or compression, or an unreadable
-            certificate file.
+        ConfigError: an unknown exporter, protocol or compression, an unreadable
+            certificate file, or a setting given twice.
     """
-    arguments = _arguments(locals())
-    env = os.environ if env is None else env
+    return _configure(_Setup.of(locals()))
+
+
+#: configure()'s single keywords: the option object (its keyword) and the field each sets
+_KEYWORD_FIELDS: dict[str, tuple[str, str]] = {
+    **{name: ("otlp", name) for name in (f.name for f in fields(OtlpOptions))},
+    "file_dir": ("files", "dir"),
+    "file_max_bytes": ("files", "max_bytes"),
+    "file_gzip": ("files", "gzip"),
+    "export_timeout_s": ("export", "timeout_s"),
+    "metric_export_interval_s": ("export", "metric_interval_s"),
+    "max_queue_size": ("export", "max_queue_size"),
+    "schedule_delay_s": ("export", "schedule_delay_s"),
+    "max_export_batch_size": ("export", "max_export_batch_size"),
+    "publish_active_spans": ("active_spans", "publish"),
+    "active_span_dir": ("active_spans", "dir"),
+}
+
+
+def _keywords_of(group: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of option object ``group`` that ``given`` sets as single keywords."""
+    return {fld: given[kw] for kw, (grp, fld) in _KEYWORD_FIELDS.items() if grp == group}
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """:func:`configure`'s arguments with each part's settings in its option object."""
+
+    service_name: str | None
+    resource_attributes: Mapping[str, Any] | None
+    traces_exporter: str | Sequence[str] | None
+    metrics_exporter: str | Sequence[str] | None
+    otlp: OtlpOptions
+    files: FileOptions
+    export: ExportOptions
+    active_spans: ActiveSpanOptions
+    detect_accelerator: bool
+    disabled: bool | None
+    set_global: bool
+    env: Mapping[str, str] | None
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any]) -> _Setup:
+        """:func:`configure`'s arguments (its ``locals()``), each option object merged with
+        the single keywords that set its fields.
+
+        Raises:
+            ConfigError: a setting given both in an option object and as a keyword.
+        """
+        return cls(
+            service_name=given["service_name"],
+            resource_attributes=given["resource_attributes"],
+            traces_exporter=given["traces_exporter"],
+            metrics_exporter=given["metrics_exporter"],
+            otlp=_merge(given["otlp"], OtlpOptions(**_keywords_of("otlp", given)), "otlp"),
+            files=_merge(given["files"], FileOptions(**_keywords_of("files", given)), "files"),
+            export=_merge(
+                given["export"], ExportOptions(**_keywords_of("export", given)), "export"
+            ),
+            active_spans=_merge(
+                given["active_spans"],
+                ActiveSpanOptions(**_keywords_of("active_spans", given)),
+                "active_spans",
+            ),
+            detect_accelerator=given["detect_accelerator"],
+            disabled=given["disabled"],
+            set_global=given["set_global"],
+            env=given["env"],
+        )
+
+    def keywords(self) -> dict[str, Any]:
+        """The arguments as :func:`configure`'s single keywords, ``None`` left out, as JSON
+        values (what another process passes to call it the same way)."""
+        given = {
+            "service_name": self.service_name,
+            "resource_attributes": self.resource_attributes,
+            "traces_exporter": self.traces_exporter,
+            "metrics_exporter": self.metrics_exporter,
+            **{kw: getattr(getattr(self, grp), fld) for kw, (grp, fld) in _KEYWORD_FIELDS.items()},
+            "detect_accelerator": self.detect_accelerator,
+            "disabled": self.disabled,
+            "set_global": self.set_global,
+            "env": self.env,
+        }
+        return _arguments(given)
+
+
+def _configure(setup: _Setup) -> Telemetry:
+    """:func:`configure` once its settings are grouped: the resource, then (unless
+    disabled) the exporter settings, the exporters by name, both providers, the handle."""
+    arguments = setup.keywords()
+    env = os.environ if setup.env is None else setup.env
+    disabled = setup.disabled
     if disabled is None:
         disabled = bool(_bool(env, "OTEL_SDK_DISABLED"))
-    resource = _resource(env, service_name, resource_attributes, detect_accelerator)
+    resource = _resource(
+        env, setup.service_name, setup.resource_attributes, setup.detect_accelerator
+    )
     if disabled:
         return Telemetry(trace_api.NoOpTracerProvider(), metrics_api.NoOpMeterProvider(), resource)
-
-    timeout_s = export_timeout_s
-    if timeout_s is None and _get(env, config.EXPORT_TIMEOUT_S.name) is None:
-        fallback = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10_000.0) / 1000
-        timeout_s = _number(env, "OTEL_BSP_EXPORT_TIMEOUT", fallback * 1000) / 1000
-    timeout_s = config.resolve(config.EXPORT_TIMEOUT_S, timeout_s, env=env)
-    otlp_args: dict[str, Any] = {
-        "protocol": protocol,
-        "endpoint": endpoint,
-        "headers": headers,
-        "insecure": insecure,
-        "certificate_file": certificate_file,
-        "client_key_file": client_key_file,
-        "client_certificate_file": client_certificate_file,
-        "compression": compression,
-        "timeout_s": timeout_s,
-    }
     drops = DropCounter()
-    settings = ExporterSettings(
-        env=env,
-        resource=resource,
-        file_dir=Path(
-            config.resolve(config.FILE_DIR, None if file_dir is None else str(file_dir), env=env)
-        ),
-        file_max_bytes=config.resolve(config.FILE_MAX_BYTES, file_max_bytes, env=env),
-        file_gzip=config.resolve(config.FILE_GZIP, file_gzip, env=env),
-        export_timeout_s=timeout_s,
-        metric_export_interval_s=metric_export_interval_s
-        or _number(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000.0) / 1000,
-        otlp_traces=_otlp(env, "traces", **otlp_args),
-        otlp_metrics=_otlp(env, "metrics", **otlp_args),
-        drops=drops,
-    )
-    default = "otlp"  # the specification's default for both signals
-    span_names = _names(traces_exporter, env, "OTEL_TRACES_EXPORTER", default)
-    metric_names = _names(metrics_exporter, env, "OTEL_METRICS_EXPORTER", default)
-    _warn_unused_file_dir(file_dir, env, span_names, metric_names)
+    settings = _exporter_settings(setup, env, resource, drops)
+    span_names = _names(setup.traces_exporter, env, "OTEL_TRACES_EXPORTER", "otlp")
+    metric_names = _names(setup.metrics_exporter, env, "OTEL_METRICS_EXPORTER", "otlp")
+    _warn_unused_file_dir(setup.files.dir, env, span_names, metric_names)
     span_factories = {
         n: _lookup(n, _SPAN_FACTORIES, _builtin_span, "OTEL_TRACES_EXPORTER") for n in span_names
     }
@@ -819,17 +984,98 @@ def configure(
         n: _lookup(n, _METRIC_FACTORIES, _builtin_metric, "OTEL_METRICS_EXPORTER")
         for n in metric_names
     }
-
-    queue = int(max_queue_size or _number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048))
-    delay = schedule_delay_s or _number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000.0) / 1000
-    batch = int(max_export_batch_size or _number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
-
     tracer_provider = TracerProvider(resource=resource)
-    publisher = None
-    if config.resolve(config.ACTIVE_SPANS, publish_active_spans, env=env):
-        publisher = _active_span_processor(active_span_dir, env)
-        if publisher is not None:
-            tracer_provider.add_span_processor(publisher)
+    publisher = _add_active_span_publisher(tracer_provider, setup.active_spans, env)
+    processors, span_exporters = _add_span_processors(
+        tracer_provider, span_factories, settings, setup.export, env
+    )
+    readers = {name: factory(settings) for name, factory in metric_factories.items()}
+    if "perfetto" in settings.shared and "perfetto" not in span_exporters:
+        # Only the metric side writes the timeline: release the span side's hold on it.
+        settings.shared["perfetto"].shutdown()
+    meter_provider = MeterProvider(resource=resource, metric_readers=list(readers.values()))
+    drops.bind(meter_provider)
+    if setup.set_global:
+        trace_api.set_tracer_provider(tracer_provider)
+        metrics_api.set_meter_provider(meter_provider)
+    telemetry = Telemetry(
+        tracer_provider,
+        meter_provider,
+        resource,
+        processors=processors,
+        span_exporters=span_exporters,
+        metric_readers=readers,
+        drops=drops,
+        active_spans=publisher,
+        shutdown_timeout_s=settings.export_timeout_s,
+    )
+    telemetry.arguments = arguments
+    from otel_ext.instrumentation.collective_drain_process import remember_telemetry
+
+    remember_telemetry(telemetry)  # for instrument(drain="process"): the same providers there
+    return telemetry
+
+
+def _export_timeout(env: Mapping[str, str], given: float | None) -> float:
+    """One export's time bound: the argument, else ``OTEL_EXT_EXPORT_TIMEOUT_S``, else
+    ``OTEL_BSP_EXPORT_TIMEOUT`` (ms), else ``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms), else 10 s."""
+    timeout_s = given
+    if timeout_s is None and _get(env, config.EXPORT_TIMEOUT_S.name) is None:
+        fallback = _number(env, "OTEL_EXPORTER_OTLP_TIMEOUT", 10_000.0) / 1000
+        timeout_s = _number(env, "OTEL_BSP_EXPORT_TIMEOUT", fallback * 1000) / 1000
+    return config.resolve(config.EXPORT_TIMEOUT_S, timeout_s, env=env)
+
+
+def _exporter_settings(
+    setup: _Setup, env: Mapping[str, str], resource: Resource, drops: DropCounter
+) -> ExporterSettings:
+    """What every exporter factory gets: the file settings, the export timing and each
+    signal's OTLP settings, resolved from the arguments, then the environment."""
+    files, otlp = setup.files, setup.otlp
+    timeout_s = _export_timeout(env, setup.export.timeout_s)
+    otlp_args = {f.name: getattr(otlp, f.name) for f in fields(otlp)}
+    return ExporterSettings(
+        env=env,
+        resource=resource,
+        file_dir=Path(
+            config.resolve(config.FILE_DIR, None if files.dir is None else str(files.dir), env=env)
+        ),
+        file_max_bytes=config.resolve(config.FILE_MAX_BYTES, files.max_bytes, env=env),
+        file_gzip=config.resolve(config.FILE_GZIP, files.gzip, env=env),
+        export_timeout_s=timeout_s,
+        metric_export_interval_s=setup.export.metric_interval_s
+        or _number(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000.0) / 1000,
+        otlp_traces=_otlp(env, "traces", timeout_s=timeout_s, **otlp_args),
+        otlp_metrics=_otlp(env, "metrics", timeout_s=timeout_s, **otlp_args),
+        drops=drops,
+    )
+
+
+def _add_active_span_publisher(
+    tracer_provider: TracerProvider, options: ActiveSpanOptions, env: Mapping[str, str]
+) -> SpanProcessor | None:
+    """The active-span publisher added first to the tracer provider, when enabled and it
+    can run here; the publisher, else ``None``."""
+    if not config.resolve(config.ACTIVE_SPANS, options.publish, env=env):
+        return None
+    publisher = _active_span_processor(options.dir, env)
+    if publisher is not None:
+        tracer_provider.add_span_processor(publisher)
+    return publisher
+
+
+def _add_span_processors(
+    tracer_provider: TracerProvider,
+    span_factories: Mapping[str, SpanExporterFactory],
+    settings: ExporterSettings,
+    export: ExportOptions,
+    env: Mapping[str, str],
+) -> tuple[list[BoundedBatchSpanProcessor], dict[str, SpanExporter]]:
+    """One bounded batch processor per span exporter, added to the tracer provider (a
+    network exporter can be remade by its processor); the processors and exporters."""
+    queue = int(export.max_queue_size or _number(env, "OTEL_BSP_MAX_QUEUE_SIZE", 2048))
+    delay = export.schedule_delay_s or _number(env, "OTEL_BSP_SCHEDULE_DELAY", 5000.0) / 1000
+    batch = int(export.max_export_batch_size or _number(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
     processors: list[BoundedBatchSpanProcessor] = []
     span_exporters: dict[str, SpanExporter] = {}
     for name, span_factory in span_factories.items():
@@ -844,37 +1090,12 @@ def configure(
             max_queue_size=queue,
             schedule_delay_s=delay,
             max_export_batch_size=min(batch, queue),
-            drops=drops,
+            drops=settings.drops,
             exporter_factory=None if name in ("file", "perfetto") else make,
         )
         processors.append(processor)
         tracer_provider.add_span_processor(processor)
-
-    readers = {name: factory(settings) for name, factory in metric_factories.items()}
-    if "perfetto" in settings.shared and "perfetto" not in span_exporters:
-        # Only the metric side writes the timeline: release the span side's hold on it.
-        settings.shared["perfetto"].shutdown()
-    meter_provider = MeterProvider(resource=resource, metric_readers=list(readers.values()))
-    drops.bind(meter_provider)
-    if set_global:
-        trace_api.set_tracer_provider(tracer_provider)
-        metrics_api.set_meter_provider(meter_provider)
-    telemetry = Telemetry(
-        tracer_provider,
-        meter_provider,
-        resource,
-        processors=processors,
-        span_exporters=span_exporters,
-        metric_readers=readers,
-        drops=drops,
-        active_spans=publisher,
-        shutdown_timeout_s=timeout_s,
-    )
-    telemetry.arguments = arguments
-    from otel_ext.instrumentation.collective_drain_process import remember_telemetry
-
-    remember_telemetry(telemetry)  # for instrument(drain="process"): the same providers there
-    return telemetry
+    return processors, span_exporters
 
 
 def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:

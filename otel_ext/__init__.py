@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 from otel_ext.errors import OtelExtError
 
 if TYPE_CHECKING:
-    from otel_ext.exporters import Telemetry
+    from otel_ext.exporters import (
+        ActiveSpanOptions,
+        ExportOptions,
+        FileOptions,
+        OtlpOptions,
+        Telemetry,
+    )
 
 __all__ = ["OtelExtError", "__version__", "configure"]
 __version__ = "0.1.0"
@@ -48,6 +54,10 @@ def configure(
     resource_attributes: Mapping[str, Any] | None = None,
     traces_exporter: str | Sequence[str] | None = None,
     metrics_exporter: str | Sequence[str] | None = None,
+    otlp: OtlpOptions | None = None,
+    files: FileOptions | None = None,
+    export: ExportOptions | None = None,
+    active_spans: ActiveSpanOptions | None = None,
     endpoint: str | None = None,
     protocol: str | None = None,
     headers: Mapping[str, str] | None = None,
@@ -76,8 +86,9 @@ def configure(
     variables, then defaults.
 
     The arguments are those of :func:`otel_ext.exporters.configure` (every one keyword-only;
-    ``None`` means "from the environment, else the default"); see its documentation for
-    each. Returns the :class:`~otel_ext.exporters.Telemetry` handle; raises
+    ``None`` means "from the environment, else the default"; a part's settings as its option
+    object, ``otlp=``, ``files=``, ``export=``, ``active_spans=``, or one by one as single
+    keywords); see its documentation for each. Returns the :class:`~otel_ext.exporters.Telemetry` handle; raises
     :class:`~otel_ext.errors.ConfigError` for an unknown exporter, protocol or compression.
     """
     from otel_ext.exporters import configure as _configure

@@ -81,6 +81,46 @@ def test_code_arguments_win_over_the_environment(tmp_path):
     assert telemetry.shutdown()
 
 
+def test_option_objects_and_single_keywords_configure_the_same(tmp_path):
+    from otel_ext.exporters import ActiveSpanOptions, ExportOptions, FileOptions, OtlpOptions
+
+    common = {"traces_exporter": "file", "metrics_exporter": "none", "set_global": False}
+    flat = configure(
+        **common,
+        endpoint="http://collector:4318",
+        compression="gzip",
+        file_dir=tmp_path,
+        file_gzip=True,
+        max_queue_size=64,
+        export_timeout_s=3.0,
+        publish_active_spans=False,
+        env={},
+    )
+    grouped = configure(
+        **common,
+        otlp=OtlpOptions(endpoint="http://collector:4318", compression="gzip"),
+        files=FileOptions(dir=tmp_path, gzip=True),
+        export=ExportOptions(max_queue_size=64, timeout_s=3.0),
+        active_spans=ActiveSpanOptions(publish=False),
+        env={},
+    )
+    mixed = configure(**common, files=FileOptions(dir=tmp_path), file_gzip=True, env={})
+    try:
+        # what the drain process is given: the single keywords, whichever way they came
+        assert grouped.arguments == flat.arguments
+        assert flat.arguments["file_dir"] == str(tmp_path)
+        assert flat.arguments["max_queue_size"] == 64
+        assert mixed.arguments["file_gzip"] is True
+        assert grouped.processors[0]._max_queue_size == flat.processors[0]._max_queue_size == 64
+        assert grouped.shutdown_timeout_s == flat.shutdown_timeout_s == 3.0
+        assert grouped.active_spans is None and flat.active_spans is None
+    finally:
+        for telemetry in (flat, grouped, mixed):
+            assert telemetry.shutdown()
+    with pytest.raises(ConfigError, match="given twice"):
+        configure(**common, files=FileOptions(dir=tmp_path), file_dir=tmp_path, env={})
+
+
 def test_otlp_settings_from_the_standard_variables():
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector:4318/",
