@@ -51,7 +51,7 @@ class SiteTest(TypedDict):
     site: ReadOnly[str]
     last: ReadOnly[int]
     instances: ReadOnly[int]
-    p_adjusted: ReadOnly[float]
+    p_adjusted: ReadOnly[float | None]
     median_lateness_ns: ReadOnly[float]
     next_lateness_ns: ReadOnly[NotRequired[float | None]]
     next_rank: ReadOnly[NotRequired[int | None]]

@@ -160,9 +160,10 @@ def _lateness_text(v: StragglerVerdict, by_site: bool) -> str:
     if by_site and site is not None:
         nxt = site.get("next_lateness_ns")
         where = "all its collectives" if site["site"] == "all" else site["site"]
+        p_site = site["p_adjusted"]  # set: the site test carries the verdict
         return (
             f"latest by its own doing at {where}: last in {site['last']} of "
-            f"{site['instances']} (order test p={p_text(site['p_adjusted'])}), median "
+            f"{site['instances']} (order test p={p_text(p_site if p_site is not None else 1.0)}), median "
             f"{ms(site['median_lateness_ns'])} late"
             + (f" (next: rank {site.get('next_rank')}, {ms(nxt)})" if nxt is not None else "")
             + f"; {overall}"

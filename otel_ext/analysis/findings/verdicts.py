@@ -17,7 +17,7 @@ part-way (a throttle).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypedDict, cast
+from typing import TypedDict
 
 from otel_ext._arrays import median
 from otel_ext.analysis.cross.collective_match import CollectiveMatch
@@ -124,7 +124,7 @@ def straggler_verdicts(
     Returns:
         One :class:`StragglerVerdict` per slow rank.
     """
-    rows = cast(Sequence[StragglerRow], stragglers.rows)
+    rows: Sequence[StragglerRow] = stragglers.rows
     if len(rows) < 2:
         return []
     ratios = [r["compute_ratio"] for r in rows if r["compute_ratio"] is not None]
