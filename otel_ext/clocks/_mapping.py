@@ -22,7 +22,7 @@ Mappings compose (device → host → reference host) with :func:`compose` or
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NotRequired, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -30,10 +30,29 @@ from numpy.typing import ArrayLike, NDArray
 from otel_ext._arrays import median
 from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError
 
-__all__ = ["ClockMapping", "ComposedMapping", "TimeMapping", "compose"]
+__all__ = ["ClockMapping", "ClockMappingDict", "ComposedMapping", "TimeMapping", "compose"]
 
 #: largest rate of the second mapping's slope assumed when bounding a composition
 _SLOPE_TOLERANCE = 1e-3
+
+
+class ClockMappingDict(TypedDict):
+    """A fitted mapping as JSON (:meth:`ClockMapping.to_dict`); :meth:`ClockMapping.from_dict`
+    reads it back, the keys marked ``NotRequired`` taking their defaults when absent."""
+
+    domain: NotRequired[str | None]
+    counter_bits: int
+    ticks_per_second: float
+    tick_raw_ref: int
+    host_ref_ns: int
+    knot_ticks: list[int]
+    knot_host_ns: list[float]
+    knot_bound_ns: list[float]
+    segment_curvature: list[float]
+    quality: NotRequired[str]
+    issues: NotRequired[list[str]]
+    samples_used: NotRequired[int]
+    samples_rejected: NotRequired[int]
 
 
 @runtime_checkable
@@ -331,7 +350,7 @@ class ClockMapping:
         return ComposedMapping(self, other)
 
     # -- serialisation ------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ClockMappingDict:
         """A JSON-ready description; :meth:`from_dict` rebuilds the same mapping."""
         return {
             "domain": self.domain,
@@ -350,7 +369,7 @@ class ClockMapping:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ClockMapping:
+    def from_dict(cls, data: ClockMappingDict) -> ClockMapping:
         """Rebuild a mapping written by :meth:`to_dict`.
 
         Raises:

@@ -20,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 from opentelemetry import context as otel_context
@@ -310,7 +309,7 @@ class ClockReconcilingSpanProcessor(SpanProcessor):
             ):
                 return None
         start, end, bound = _aligned(mapping, start_ticks, end_ticks, hints)
-        new_attrs: dict[str, Any] = dict(attrs)
+        new_attrs: dict[str, AttributeValue] = dict(attrs)
         new_attrs[ACCEL_CLOCK_UNCERTAINTY_NS] = bound
         return ReadableSpan(
             name=span.name,
