@@ -502,13 +502,11 @@ def test_imbalance_groups_equal_a_mask_per_group(
              category=Category.STEP if n.startswith("Profiler") else Category.LAYER)
         for k, (r, n, d) in enumerate(spans)
     )  # fmt: skip
-    for cat, key in ((Category.STEP, "steps"), (Category.LAYER, "layers")):
-        tests: dict[str, Any] = {}
-        got = imbalance._per_name(table, cat, limit=10**6, groups=grouping, tests=tests, key=key)
+    for cat in (Category.STEP, Category.LAYER):
+        got, test = imbalance._per_name(table, cat, limit=10**6, groups=grouping)
         ref = _reference_per_name(table, cat, grouping)
         has_rows = bool(((table["category"] == cat) & (table["rank"] >= 0)).any())
-        assert (key in tests) == has_rows
-        assert tests.get(key) == (imbalance.persistence_test(ref) if has_rows else None)
+        assert test == (imbalance.persistence_test(ref) if has_rows else None)
         ref.sort(key=lambda x: -x["imbalance"])
         assert got == ref
 

@@ -26,7 +26,8 @@ ranks are compared together).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -34,7 +35,65 @@ from otel_ext._arrays import distinct
 from otel_ext.analysis.significance import adjusted, binomial_upper_tail
 from otel_ext.analysis.table import Category, EventTable
 
-__all__ = ["imbalance_of", "load_imbalance", "persistence_test"]
+__all__ = [
+    "ComputeImbalance",
+    "ImbalanceRow",
+    "LoadImbalance",
+    "PersistenceTest",
+    "imbalance_of",
+    "load_imbalance",
+    "persistence_test",
+]
+
+
+class ComputeImbalance(TypedDict):
+    """The ranks of one peer group compared by their summed compute-kernel time."""
+
+    ranks: int
+    imbalance: float  # max / mean − 1
+    max_rank: int
+    max_ns: int
+    mean_ns: int
+    group: int  # the lowest rank of the peer group; -1: all ranks together
+
+
+class ImbalanceRow(ComputeImbalance):
+    """One step (or layer) name across the ranks of one peer group."""
+
+    name: str
+
+
+class PersistenceTest(TypedDict):
+    """Whether one rank is the slowest in more of the rows than chance
+    (:func:`persistence_test`)."""
+
+    rank: int
+    times_slowest: int
+    rows: int
+    expected: float
+    p: float
+    median_imbalance: float
+    group: int
+
+
+class SlowestRank(TypedDict):
+    """What :func:`persistence_test` reads of a row: its group, how many ranks it compares
+    and which was the slowest, by how much."""
+
+    group: int
+    ranks: int
+    max_rank: int
+    imbalance: float
+
+
+class LoadImbalance(TypedDict):
+    """:func:`load_imbalance`: the document's ``load_imbalance`` section."""
+
+    steps: list[ImbalanceRow]
+    layers: list[ImbalanceRow]
+    compute: ComputeImbalance | None  # the most imbalanced peer group
+    steps_test: PersistenceTest | None
+    layers_test: PersistenceTest | None
 
 
 def imbalance_of(values: np.ndarray) -> float:
@@ -56,7 +115,7 @@ def _group_codes(ranks: np.ndarray, groups: dict[int, int] | None) -> np.ndarray
     return np.asarray([lut.get(int(r), -2 - int(r)) for r in ranks.tolist()], dtype=np.int64)
 
 
-def persistence_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def persistence_test(rows: Sequence[SlowestRank]) -> PersistenceTest | None:
     """Whether one rank is the slowest in more of the rows (steps or layers) than chance.
 
     Every step of a synchronous job has a slowest rank; an imbalance is a rank that is the
@@ -72,8 +131,8 @@ def persistence_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """
     if not rows:
         return None
-    best: dict[str, Any] | None = None
-    by_group: dict[int, list[dict[str, Any]]] = {}
+    best: PersistenceTest | None = None
+    by_group: dict[int, list[SlowestRank]] = {}
     for r in rows:
         by_group.setdefault(int(r["group"]), []).append(r)
     for g, rs in by_group.items():
@@ -85,7 +144,7 @@ def persistence_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         n = len(rs)
         p0 = 1.0 / n_ranks
         p = float(adjusted(binomial_upper_tail([counts[rank]], [n], [p0]), n_ranks)[0])
-        test = {
+        test: PersistenceTest = {
             "rank": rank,
             "times_slowest": counts[rank],
             "rows": n,
@@ -100,21 +159,17 @@ def persistence_test(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _per_name(
-    table: EventTable,
-    category: Category,
-    *,
-    limit: int,
-    groups: dict[int, int] | None,
-    tests: dict[str, Any],
-    key: str,
-) -> list[dict[str, Any]]:
+    table: EventTable, category: Category, *, limit: int, groups: dict[int, int] | None
+) -> tuple[list[ImbalanceRow], PersistenceTest | None]:
+    """The ``category`` rows' names compared across the ranks of each peer group: the
+    ``limit`` most imbalanced, and :func:`persistence_test` over all of them."""
     sel = (table["category"] == category) & (table["rank"] >= 0)
     rows = np.flatnonzero(sel)
     if len(rows) == 0:
-        return []
+        return [], None
     ranks = table["rank"][rows].astype(np.int64)
     gcode = _group_codes(ranks, groups)
-    out: list[dict[str, Any]] = []
+    out: list[ImbalanceRow] = []
     # each group's rows from one stable sort (a mask per group would be quadratic in them)
     order = np.argsort(gcode, kind="stable")
     sorted_g = gcode[order]
@@ -122,14 +177,16 @@ def _per_name(
     for b, e in zip(bounds.tolist(), np.r_[bounds[1:], len(order)].tolist()):
         g, pos = sorted_g[b], order[b:e]
         out.extend(_per_name_in(table, rows[pos], ranks[pos], int(g) if g >= -1 else -1))
-    tests[key] = persistence_test(out)  # over every row, before the listing is cut
+    test = persistence_test(out)  # over every row, before the listing is cut
     out.sort(key=lambda x: -x["imbalance"])
-    return out[:limit]
+    return out[:limit], test
 
 
 def _per_name_in(
     table: EventTable, rows: np.ndarray, ranks: np.ndarray, group: int
-) -> list[dict[str, Any]]:
+) -> list[ImbalanceRow]:
+    """The names of ``rows`` (one peer group's) that two ranks or more have: each rank's
+    mean duration per span, compared."""
     names = table["name"][rows]
     dur = (table["end_ns"][rows] - table["start_ns"][rows]).astype(np.float64)
     key = np.stack([names.astype(np.int64), ranks], axis=1)
@@ -138,7 +195,7 @@ def _per_name_in(
     np.add.at(tot, inv.reshape(-1), dur)
     # per span: ranks may record different numbers of spans of a layer (sampled steps)
     tot /= np.bincount(inv.reshape(-1), minlength=len(ukey))
-    out: list[dict[str, Any]] = []
+    out: list[ImbalanceRow] = []
     bounds = np.flatnonzero(np.r_[True, ukey[1:, 0] != ukey[:-1, 0]])
     for b, e in zip(bounds, np.r_[bounds[1:], len(ukey)]):
         if e - b < 2:
@@ -192,7 +249,7 @@ def load_imbalance(
     limit: int = 50,
     groups: dict[int, int] | None = None,
     compute_totals: dict[int, tuple[int, int]] | None = None,
-) -> dict[str, Any]:
+) -> LoadImbalance:
     """Per-step, per-layer and compute imbalance across ranks (within peer groups).
 
     Args:
@@ -209,35 +266,43 @@ def load_imbalance(
         "layers_test"}``; each row has name, ranks, imbalance, max_rank, max_ns, mean_ns;
         the tests are :func:`persistence_test` over every step (layer) row, or None.
     """
-    tests: dict[str, Any] = {}
-    steps = _per_name(table, Category.STEP, limit=limit, groups=groups, tests=tests, key="steps")
-    layers = _per_name(table, Category.LAYER, limit=limit, groups=groups, tests=tests, key="layers")
+    steps, steps_test = _per_name(table, Category.STEP, limit=limit, groups=groups)
+    layers, layers_test = _per_name(table, Category.LAYER, limit=limit, groups=groups)
     if compute_totals is None:
         ur, tot = _compute_totals(table)
     else:
         ur, tot = _given_totals(compute_totals)
-    compute = None
-    if len(ur):
-        gcode = _group_codes(ur, groups)
-        for g in distinct(gcode):
-            m = gcode == g
-            if m.sum() < 2:
-                continue
-            k = int(np.argmax(np.where(m, tot, -np.inf)))
-            row = {
-                "ranks": int(m.sum()),
-                "imbalance": imbalance_of(tot[m]),
-                "max_rank": int(ur[k]),
-                "max_ns": int(tot[k]),
-                "mean_ns": int(tot[m].mean()),
-                "group": int(g) if g >= -1 else -1,
-            }
-            if compute is None or row["imbalance"] > compute["imbalance"]:
-                compute = row
     return {
         "steps": steps,
         "layers": layers,
-        "compute": compute,
-        "steps_test": tests.get("steps"),
-        "layers_test": tests.get("layers"),
+        "compute": _compute_imbalance(ur, tot, groups),
+        "steps_test": steps_test,
+        "layers_test": layers_test,
     }
+
+
+def _compute_imbalance(
+    ranks: np.ndarray, totals: np.ndarray, groups: dict[int, int] | None
+) -> ComputeImbalance | None:
+    """The most imbalanced peer group (of two ranks or more) by the ``ranks``' summed
+    compute time ``totals``, or None."""
+    if not len(ranks):
+        return None
+    compute: ComputeImbalance | None = None
+    gcode = _group_codes(ranks, groups)
+    for g in distinct(gcode):
+        m = gcode == g
+        if m.sum() < 2:
+            continue
+        k = int(np.argmax(np.where(m, totals, -np.inf)))
+        row: ComputeImbalance = {
+            "ranks": int(m.sum()),
+            "imbalance": imbalance_of(totals[m]),
+            "max_rank": int(ranks[k]),
+            "max_ns": int(totals[k]),
+            "mean_ns": int(totals[m].mean()),
+            "group": int(g) if g >= -1 else -1,
+        }
+        if compute is None or row["imbalance"] > compute["imbalance"]:
+            compute = row
+    return compute
