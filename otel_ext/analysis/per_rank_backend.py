@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import numpy as np
 
 from otel_ext.analysis.loaders import LoadResult, ProgressCallback
 from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows, per_rank_tables
 from otel_ext.analysis.runs import Capture, separate_captures
-from otel_ext.analysis.steps import DEFAULT_STEPS, select_steps
+from otel_ext.analysis.steps import DEFAULT_STEPS, StepRecord, select_steps
 from otel_ext.analysis.table import EventTable
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class PerRankOutcome:
 
     load: LoadResult
     captures: list[Capture]
-    steps: dict[str, Any]
+    steps: StepRecord
     ranks: RankTables
     reduced: EventTable
     keys: np.ndarray

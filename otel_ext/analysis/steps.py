@@ -27,7 +27,7 @@ without step annotations) are kept whole.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 
@@ -36,7 +36,13 @@ from otel_ext.analysis.rank.breakdown import device_mask, launch_rows
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import OtelExtError
 
-__all__ = ["DEFAULT_STEPS", "merge_step_records", "parse_steps", "select_steps"]
+__all__ = [
+    "DEFAULT_STEPS",
+    "StepRecord",
+    "merge_step_records",
+    "parse_steps",
+    "select_steps",
+]
 
 #: the default selection: what HTA 0.5.0 keeps by default
 DEFAULT_STEPS = "complete"
@@ -68,9 +74,96 @@ def parse_steps(spec: str) -> tuple[str, int | None, int | None]:
     return "range", first, last
 
 
+class StepRecord(TypedDict):
+    """The report's ``run.steps``: the selection and what it kept."""
+
+    selection: str
+    #: the files the selection applied to (those with profiler steps)
+    files: int
+    #: the step numbers kept in any file
+    kept_steps: list[int]
+    dropped_rows: int
+
+
+class _Windows(NamedTuple):
+    """Per source file (by code): the host rows kept start in ``[lo, cut)`` where
+    ``applies``; per step row, whether it is kept."""
+
+    lo: np.ndarray
+    cut: np.ndarray
+    applies: np.ndarray
+    kept_steps: np.ndarray
+
+
+def _step_numbers(table: EventTable) -> np.ndarray:
+    """Each row's profiler step number (``ProfilerStep#N``), -1 for other rows."""
+    step_rows = np.flatnonzero(table["category"] == Category.STEP)
+    names = table.strings["name"]
+    number = np.full(len(table), -1, dtype=np.int64)
+    for code in distinct(table["name"][step_rows]).tolist():
+        m = _STEP.match(names[int(code)])
+        if m:
+            number[step_rows[table["name"][step_rows] == code]] = int(m.group(1))
+    return number
+
+
+def _complete_windows(table: EventTable, src: np.ndarray, steps: np.ndarray) -> _Windows:
+    """Each file with two or more steps keeps the rows that start before its last step."""
+    start = table["start_ns"]
+    n_src = int(src.max()) + 1
+    s_src = src[steps]
+    count = np.bincount(s_src, minlength=n_src)
+    cut = np.full(n_src, np.iinfo(np.int64).max, dtype=np.int64)  # keep rows starting before it
+    last = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, s_src, start[steps])
+    cut[count >= 2] = last[count >= 2]
+    lo = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+    return _Windows(lo, cut, count >= 2, start[steps] < cut[s_src])
+
+
+def _range_windows(
+    table: EventTable, src: np.ndarray, steps: np.ndarray, number: np.ndarray, first: int, last: int
+) -> _Windows:
+    """Each file with steps keeps the rows that start within its steps ``first`` to ``last``
+    (a file with steps, none of them selected, keeps nothing)."""
+    start, end = table["start_ns"], table["end_ns"]
+    n_src = int(src.max()) + 1
+    count = np.bincount(src[steps], minlength=n_src)
+    sel = steps[(number[steps] >= first) & (number[steps] <= last)]
+    lo = np.full(n_src, np.iinfo(np.int64).max, dtype=np.int64)
+    cut = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, src[sel], start[sel])
+    np.maximum.at(cut, src[sel], end[sel])
+    return _Windows(lo, cut, count >= 1, np.isin(steps, sel))
+
+
+def _rows_kept(table: EventTable, src: np.ndarray, w: _Windows, *, by_time: bool) -> np.ndarray:
+    """The rows kept: host rows inside their file's window, device rows whose launching
+    host row is kept (``by_time``: device rows no launch names, such as graph replays'
+    kernels, kept when they start inside the window); files the selection does not apply to
+    kept whole."""
+    start = table["start_ns"]
+    dev = device_mask(table)
+    in_scope = w.applies[src]
+    host_keep = (start >= w.lo[src]) & (start < w.cut[src])
+    keep = np.ones(len(table), dtype=bool)
+    host = in_scope & ~dev
+    keep[host] = host_keep[host]
+    d = np.flatnonzero(in_scope & dev)
+    if len(d):
+        launch = launch_rows(table)[d]
+        ok = launch >= 0
+        kept = np.zeros(len(d), dtype=bool)
+        kept[ok] = keep[launch[ok]] & ~dev[launch[ok]]
+        if by_time:
+            kept[~ok] = host_keep[d[~ok]]
+        keep[d] = kept
+    return keep
+
+
 def select_steps(
     table: EventTable, spec: str = DEFAULT_STEPS, *, none_ok: bool = False
-) -> tuple[EventTable, dict[str, Any]]:
+) -> tuple[EventTable, StepRecord]:
     """The rows of the selected steps, per file, and a record of the selection.
 
     Args:
@@ -88,61 +181,22 @@ def select_steps(
         OtelExtError: a malformed ``spec``, or a range that no file's steps meet.
     """
     kind, first, last_n = parse_steps(spec)
-    record: dict[str, Any] = {"selection": spec, "files": 0, "kept_steps": [], "dropped_rows": 0}
+    record: StepRecord = {"selection": spec, "files": 0, "kept_steps": [], "dropped_rows": 0}
     if kind == "all" or len(table) == 0:
         return table, record
-    cat, start, end = table["category"], table["start_ns"], table["end_ns"]
-    src = table["source"].astype(np.int64)
-    step_rows = np.flatnonzero(cat == Category.STEP)
-    names = table.strings["name"]
-    number = np.full(len(table), -1, dtype=np.int64)
-    for code in distinct(table["name"][step_rows]).tolist():
-        m = _STEP.match(names[int(code)])
-        if m:
-            number[step_rows[table["name"][step_rows] == code]] = int(m.group(1))
+    number = _step_numbers(table)
     steps = np.flatnonzero(number >= 0)
     if len(steps) == 0:
         return table, record
     # per file, in one pass each (no mask over every row per file)
-    n_src = int(src.max()) + 1
-    s_src = src[steps]
-    count = np.bincount(s_src, minlength=n_src)
-    big = np.iinfo(np.int64).max
+    src = table["source"].astype(np.int64)
     if kind == "complete":
-        cut = np.full(n_src, big, dtype=np.int64)  # keep rows starting before it
-        last = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(last, s_src, start[steps])
-        cut[count >= 2] = last[count >= 2]
-        lo = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
-        kept_mask = start[steps] < cut[s_src]
-        applies = count >= 2
+        w = _complete_windows(table, src, steps)
     else:
-        sel = steps[(number[steps] >= int(first or 0)) & (number[steps] <= int(last_n or 0))]
-        lo = np.full(n_src, big, dtype=np.int64)
-        cut = np.full(n_src, np.iinfo(np.int64).min, dtype=np.int64)
-        np.minimum.at(lo, src[sel], start[sel])
-        np.maximum.at(cut, src[sel], end[sel])
-        applies = count >= 1  # a file with steps, none of them selected, keeps nothing
-        kept_mask = np.isin(steps, sel)
-    record["files"] = int(np.count_nonzero(applies))
-    kept_steps = {int(x) for x in number[steps][kept_mask].tolist()}
-    dev = device_mask(table)
-    in_scope = applies[src]
-    host_keep = (start >= lo[src]) & (start < cut[src])
-    keep = np.ones(len(table), dtype=bool)
-    host = in_scope & ~dev
-    keep[host] = host_keep[host]
-    d = np.flatnonzero(in_scope & dev)
-    if len(d):
-        launch = launch_rows(table)[d]
-        ok = launch >= 0
-        kept = np.zeros(len(d), dtype=bool)
-        kept[ok] = keep[launch[ok]] & ~dev[launch[ok]]
-        if kind == "range":
-            # device work no launch names (kernels of graph replays, missing correlation)
-            # stays when it ran within the steps
-            kept[~ok] = host_keep[d[~ok]]
-        keep[d] = kept
+        w = _range_windows(table, src, steps, number, int(first or 0), int(last_n or 0))
+    record["files"] = int(np.count_nonzero(w.applies))
+    kept_steps = {int(x) for x in number[steps][w.kept_steps].tolist()}
+    keep = _rows_kept(table, src, w, by_time=kind == "range")
     if kind == "range" and not kept_steps and not none_ok:
         raise OtelExtError(f"--steps {spec}: no file has profiler steps {first}-{last_n}")
     record["kept_steps"] = sorted(kept_steps)
@@ -152,7 +206,7 @@ def select_steps(
     return table.select(keep), record
 
 
-def merge_step_records(spec: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+def merge_step_records(spec: str, records: list[StepRecord]) -> StepRecord:
     """The record :func:`select_steps` gives for several files together, from each file's
     (the selection is per file).
 
@@ -166,7 +220,7 @@ def merge_step_records(spec: str, records: list[dict[str, Any]]) -> dict[str, An
     """
     kind, first, last_n = parse_steps(spec)
     kept = sorted({int(k) for r in records for k in r["kept_steps"]})
-    out: dict[str, Any] = {
+    out: StepRecord = {
         "selection": spec,
         "files": sum(int(r["files"]) for r in records),
         "kept_steps": kept,
