@@ -3,7 +3,7 @@
 Run: ``python benchmarks/drain_cost.py [--records 4096] [--rounds 5] [--run 8] [--baseline f0d9277]
 [--profile] [--real-hook]``.
 
-The native hook's drain thread (``_State._drain_once``) turns each completed record into an
+The native hook's drain thread (``_CollectiveRecording._drain_once``) turns each completed record into an
 ``accel.collective`` span and the collective metrics, under the GIL: that is the background
 cost a Python-bound workload waits for. This feeds it synthetic records of exactly the shape
 ``Hook.drain`` returns (the 21-field tuples of ``_c10d_hook.cpp``; a seeded mix of sync and
@@ -75,12 +75,12 @@ PARTS = (
     ("FinishedSpans writer (span, sampler, ids)", "finished_spans.py", "write_short"),
     ("  of which processors' on_end", "sdk/trace/__init__.py", "on_end"),
     ("set_span_in_context", "trace/propagation/__init__.py", "set_span_in_context"),
-    ("record -> attributes (_native_entry)", "_distributed.py", "_native_entry"),
-    ("device timing (_native_device_timing)", "_distributed.py", "_native_device_timing"),
-    ("the per-batch counter adds", "_distributed.py", "_add_counted"),
-    ("record -> span and metrics, all (_emit_native)", "_distributed.py", "_emit_native"),
-    ("record -> span and metrics, all (_emit)", "_distributed.py", "_emit"),
-    ("the drain, all (_drain_once)", "_distributed.py", "_drain_once"),
+    ("record -> attributes (_native_entry)", "_dist_drain.py", "_native_entry"),
+    ("device timing (_native_device_timing)", "_dist_drain.py", "_native_device_timing"),
+    ("the per-batch counter adds", "_dist_tracker.py", "_add_counted"),
+    ("record -> span and metrics, all (_emit_native)", "_dist_drain.py", "_emit_native"),
+    ("record -> span and metrics, all (_emit)", "_dist_tracker.py", "_emit"),
+    ("the drain, all (_drain_once)", "_dist_drain.py", "_drain_once"),
 )
 
 
@@ -201,7 +201,7 @@ def _child(args: argparse.Namespace) -> None:
                 configs.append(("spans+metrics, no templates", mp, False))
             states = []
             for label, meter_provider, templates in configs:
-                state = D._State(
+                state = D._CollectiveRecording(
                     tracer_provider=tp, meter_provider=meter_provider, link_provider=None,
                     device=None, host_id="bench-host", timer=None, capacity=1024,
                 )  # fmt: skip

@@ -55,7 +55,7 @@ N µs instead (it holds the GIL: what a Python-bound workload loses to a drain t
 
 ``--paired BLOCKS`` (with ``--block-iters N``) measures the native hook the other way: one
 ``instrument()`` for the whole run, and windows of N calls alternating between the recording
-kernels in the dispatcher and taken out of it (``_State.set_native_kernels``; the original
+kernels in the dispatcher and taken out of it (``_CollectiveRecording.set_native_kernels``; the original
 kernels run, the hook's threads and ring stay), ``BLOCKS`` pairs in the order bare-first,
 instrumented-first, ... so a slow drift of the machine falls on both sides alike. Each pair
 gives one difference; the figure is their median with its 95 % interval. The background
@@ -552,7 +552,7 @@ def _hot_path_alone(provider: object, n: int) -> None:
         def redispatch(self, keyset: object, *args: object) -> object:
             return self.result
 
-    state = D._State(
+    state = D._CollectiveRecording(
         tracer_provider=provider,
         meter_provider=None,
         link_provider=None,

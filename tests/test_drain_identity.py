@@ -1,7 +1,7 @@
 """The native drain's templates make the spans and metrics the reference path makes.
 
 The drain turns each native record into a span and metrics with per-(op, group, size, rank,
-device) templates (``_State._emit_native``). The reference is the path every record took
+device) templates (``_CollectiveRecording._emit_native``). The reference is the path every record took
 before, and the Python hook's records still take: ``_native_entry`` + ``_emit`` with
 ``_native_device_timing``, its span written through the SDK's own API path
 (``start_span``/``end``) or through ``FinishedSpans``' short path. Generated records (every
@@ -135,7 +135,7 @@ def _state(sampler: str, links: bool, metrics: bool, api: bool) -> tuple[Any, ..
     tp.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader]) if metrics else NoOpMeterProvider()
-    state = D._State(
+    state = D._CollectiveRecording(
         tracer_provider=tp, meter_provider=mp, link_provider=_links if links else None,
         device=None, host_id="host-a", timer=None, capacity=64,
     )  # fmt: skip

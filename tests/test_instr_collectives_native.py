@@ -69,7 +69,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     from opentelemetry.metrics import NoOpMeterProvider
 
     from otel_ext.instrumentation.torch import TorchDistributedInstrumentor
-    from otel_ext.instrumentation.torch import _distributed as D
+    from otel_ext.instrumentation.torch import _dist_hooks as H
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
@@ -97,7 +97,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 
     # 2. Parents: the current span on the workload thread and on another Python thread.
     # symm_mem: the recording kernel at AutogradMeta too, so a Meta call goes through it.
-    D._SYMM_MEM_KEYS = ("AutogradCUDA", "AutogradMeta")
+    H._SYMM_MEM_KEYS = ("AutogradCUDA", "AutogradMeta")
     inst.instrument(tracer_provider=provider, meter_provider=NoOpMeterProvider())
     result["recording_ops"] = inst.recording_ops
     tracer = provider.get_tracer("test")
@@ -475,7 +475,7 @@ _TOGGLE_SCRIPT = _ONE_RANK + textwrap.dedent(
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_kernels_taken_out_record_nothing_and_put_back_record_again() -> None:
-    """``_State.set_native_kernels`` (the paired benchmark's bare windows): with the kernels
+    """``_CollectiveRecording.set_native_kernels`` (the paired benchmark's bare windows): with the kernels
     out the collectives run as uninstrumented (same result) and are neither recorded nor
     sequenced; put back, recording goes on from the next sequence number."""
     got = _last_json_line(_TOGGLE_SCRIPT)

@@ -310,7 +310,7 @@ class NativeRecordEmitter:
         return tpl
 
     def emit(self, record: tuple[Any, ...]) -> None:
-        """One native record's span and metrics: what ``_State._emit_native_entry`` makes (the
+        """One native record's span and metrics: what ``CollectiveDrain._emit_native_entry`` makes (the
         same attributes in the same order, ids, times, status, links, histogram point and
         counter sums), with what records of one op, group and device share made once."""
         (
