@@ -115,6 +115,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.report.timeline import TimelineInputs
     from otel_ext.analysis.runs import RunRecord
     from otel_ext.analysis.scaleout.dask_cluster import DaskCluster
+    from otel_ext.analysis.serving.engine_telemetry import ServingJoin
 
 __all__ = ["SCHEMA", "analyze", "to_json", "wait_heatmap"]
 
@@ -263,7 +264,7 @@ class CrossRankRows:
     keys: np.ndarray
     counts: dict[int, dict[str, dict[str, int]]]
     events: int
-    serving: dict[str, Any] | None
+    serving: ServingJoin | None
 
 
 def _cross_rank_rows(per: PerRankOutcome, backend: PerRankBackend) -> CrossRankRows:
@@ -285,7 +286,7 @@ def _cross_rank_rows(per: PerRankOutcome, backend: PerRankBackend) -> CrossRankR
 
 def _serving_requests(
     table: EventTable, load: LoadResult, backend: PerRankBackend
-) -> tuple[EventTable, dict[str, Any] | None]:
+) -> tuple[EventTable, ServingJoin | None]:
     """vLLM's and SGLang's request spans as otel-ext requests, joined with otel-ext's rows.
 
     Only the span files whose loaded rows carry an engine's request or stage names are read

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
+from opentelemetry.util.types import AnyValue
 
 from otel_ext.analysis.intervals import union_length
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
@@ -52,6 +53,9 @@ from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 __all__ = [
     "SGLANG_STAGE_PHASES",
     "VLLM_REQUEST_SPAN",
+    "JoinedRequest",
+    "ServingJoin",
+    "ServingRow",
     "ServingSpan",
     "join_serving",
     "serving_rows",
@@ -83,11 +87,51 @@ class ServingSpan:
     name: str
     start_ns: int
     end_ns: int
-    attributes: dict[str, Any]
-    resource: dict[str, Any]
+    attributes: dict[str, AnyValue]
+    resource: dict[str, AnyValue]
 
 
-def _seconds(attrs: dict[str, Any], key: str) -> int | None:
+class ServingRow(TypedDict):
+    """An event-table row of an engine request (``accel.request``) or of one of its phases
+    (``accel.request.phase``, under the request's span)."""
+
+    trace_id: str
+    host: str
+    #: the engine (``vllm``, ``sglang``)
+    source: str
+    start_ns: int
+    end_ns: int
+    category: Category
+    name: str
+    span_id: NotRequired[int]
+    parent_span_id: NotRequired[int]
+
+
+class JoinedRequest(TypedDict):
+    """One engine request joined with otel-ext's rows (:func:`join_serving`)."""
+
+    request: str
+    engine: str
+    trace_id: str
+    host: str
+    #: ``trace``, ``time`` or None (no otel-ext row joined)
+    joined_by: str | None
+    otel_ext_rows: int
+    #: per device, its busy time inside the request (union)
+    device_busy_ns: dict[str, int]
+    collective_ns: int
+
+
+class ServingJoin(TypedDict):
+    """The report's ``serving`` section: the engine requests and how they joined."""
+
+    requests: int
+    joined_by_trace: int
+    joined_by_time: int
+    rows: list[JoinedRequest]
+
+
+def _seconds(attrs: dict[str, AnyValue], key: str) -> int | None:
     v = attrs.get(_VLLM_LATENCY + key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
         return None
@@ -102,26 +146,39 @@ def _host_of(span: ServingSpan) -> str:
     return ""
 
 
-def _vllm_rows(span: ServingSpan) -> list[dict[str, Any]]:
+def _request_row(root: ServingSpan, host: str, engine: str, name: str) -> ServingRow:
+    """The ``accel.request`` row of the request whose span is ``root``."""
+    return {"trace_id": root.trace_id, "host": host, "source": engine, "start_ns": root.start_ns,
+            "end_ns": root.end_ns, "category": Category.REQUEST, "name": name,
+            "span_id": root.span_id}  # fmt: skip
+
+
+def _phase_row(request: ServingRow, phase: str, start_ns: int, end_ns: int) -> ServingRow:
+    """A phase row of ``request``, under its span."""
+    return {"trace_id": request["trace_id"], "host": request["host"],
+            "source": request["source"], "start_ns": start_ns, "end_ns": end_ns,
+            "category": Category.PHASE, "name": phase,
+            "parent_span_id": request["span_id"]}  # fmt: skip
+
+
+def _vllm_rows(span: ServingSpan) -> list[ServingRow]:
+    """A vLLM request span's request row and its phases, laid out from its arrival."""
     a = span.attributes
     rid = str(a.get("gen_ai.request.id") or span.span_id)
-    host = _host_of(span)
-    base = {"trace_id": span.trace_id, "host": host, "source": "vllm"}
-    rows = [dict(base, start_ns=span.start_ns, end_ns=span.end_ns, category=Category.REQUEST,
-                 name=rid, span_id=span.span_id)]  # fmt: skip
+    rows = [_request_row(span, _host_of(span), "vllm", rid)]
     t = span.start_ns
     for phase, key in (("queue", "time_in_queue"), ("prefill", "time_in_model_prefill"),
                        ("decode", "time_in_model_decode")):  # fmt: skip
         d = _seconds(a, key)
         if d is None:
             continue
-        rows.append(dict(base, start_ns=t, end_ns=t + d, category=Category.PHASE, name=phase,
-                         parent_span_id=span.span_id))  # fmt: skip
+        rows.append(_phase_row(rows[0], phase, t, t + d))
         t += d
     return rows
 
 
-def _sglang_rows(root: ServingSpan, members: list[ServingSpan]) -> list[dict[str, Any]]:
+def _sglang_rows(root: ServingSpan, members: list[ServingSpan]) -> list[ServingRow]:
+    """An SGLang request's row (its root span) and a phase per stage group of its spans."""
     threads = {s.span_id: s for s in members if "thread_label" in s.attributes}
     host = ""
     for th in threads.values():
@@ -130,24 +187,21 @@ def _sglang_rows(root: ServingSpan, members: list[ServingSpan]) -> list[dict[str
             host = h
             break
     host = _host_of(root) or host
-    base = {"trace_id": root.trace_id, "host": host, "source": "sglang"}
-    rows = [dict(base, start_ns=root.start_ns, end_ns=root.end_ns, category=Category.REQUEST,
-                 name=str(root.attributes.get("rid", root.name)), span_id=root.span_id)]  # fmt: skip
+    rows = [_request_row(root, host, "sglang", str(root.attributes.get("rid", root.name)))]
     spans_of: dict[str, list[ServingSpan]] = {}
     for s in members:
         phase = SGLANG_STAGE_PHASES.get(s.name)
         if phase is not None:
             spans_of.setdefault(phase, []).append(s)
     for phase, group in spans_of.items():
-        rows.append(dict(base, start_ns=min(s.start_ns for s in group),
-                         end_ns=max(s.end_ns for s in group), category=Category.PHASE,
-                         name=phase, parent_span_id=root.span_id))  # fmt: skip
+        start_ns, end_ns = min(s.start_ns for s in group), max(s.end_ns for s in group)
+        rows.append(_phase_row(rows[0], phase, start_ns, end_ns))
     return rows
 
 
-def serving_rows(spans: Sequence[ServingSpan]) -> list[dict[str, Any]]:
+def serving_rows(spans: Sequence[ServingSpan]) -> list[ServingRow]:
     """Event-table rows (``accel.request`` and phases) for the engines' requests in ``spans``."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ServingRow] = []
     by_trace: dict[str, list[ServingSpan]] = {}
     for s in spans:
         by_trace.setdefault(s.trace_id, []).append(s)
@@ -159,7 +213,7 @@ def serving_rows(spans: Sequence[ServingSpan]) -> list[dict[str, Any]]:
     return rows
 
 
-def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
+def join_serving(table: EventTable, serving: EventTable) -> ServingJoin:
     """Each engine request joined with otel-ext's rows.
 
     By trace context: the otel-ext rows (layers, collectives, kernels) that share the
@@ -187,7 +241,7 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
     t_codes = table["trace_id"]
     order = np.argsort(t_codes, kind="stable")
     sorted_t = t_codes[order]
-    out = []
+    out: list[JoinedRequest] = []
     for r in req.tolist():
         tid = serving.strings["trace_id"][int(serving["trace_id"][r])]
         host = serving.strings["host"][int(serving["host"][r])]
@@ -238,7 +292,7 @@ def join_serving(table: EventTable, serving: EventTable) -> dict[str, Any]:
 
 def with_serving_requests(
     table: EventTable, spans: Sequence[ServingSpan]
-) -> tuple[EventTable, dict[str, Any] | None]:
+) -> tuple[EventTable, ServingJoin | None]:
     """``table`` with the engine requests among ``spans`` (the loaded span files' spans,
     :func:`~otel_ext.analysis.loaders.serving_inputs.read_serving_spans`) appended, and
     their join (:func:`join_serving`); ``table`` unchanged and None when the spans hold no
