@@ -30,11 +30,23 @@ here:
 500000100
 """
 
-from otel_ext.clocks._causality import CausalityRepair, count_violations, repair_causality
+from otel_ext.clocks._causality import (
+    CausalityRepair,
+    DomainOffsetRecord,
+    EventShiftRecord,
+    count_violations,
+    repair_causality,
+)
 from otel_ext.clocks._collectives import CollectiveOffsets, estimate_offsets_from_collectives
 from otel_ext.clocks._errors import AmbiguousTicksError, ClockFitError, InsufficientSamplesError
 from otel_ext.clocks._fit import fit_clock
-from otel_ext.clocks._mapping import ClockMapping, ComposedMapping, TimeMapping, compose
+from otel_ext.clocks._mapping import (
+    ClockMapping,
+    ClockMappingDict,
+    ComposedMapping,
+    TimeMapping,
+    compose,
+)
 from otel_ext.clocks._offline import (
     ClockBrackets,
     brackets_from_span_records,
@@ -61,6 +73,7 @@ __all__ = [
     "ClockBrackets",
     "ClockFitError",
     "ClockMapping",
+    "ClockMappingDict",
     "ClockReconcilingSpanProcessor",
     "ClockRegistry",
     "ClockSampler",
@@ -68,6 +81,8 @@ __all__ = [
     "ClockTelemetry",
     "CollectiveOffsets",
     "ComposedMapping",
+    "DomainOffsetRecord",
+    "EventShiftRecord",
     "InsufficientSamplesError",
     "TimeMapping",
     "align_hosts",
