@@ -12,9 +12,10 @@ value), so a loader's memory is the file's text plus the columns, never a tree o
 from __future__ import annotations
 
 import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -29,12 +30,19 @@ from otel_ext.errors import InputError
 __all__ = [
     "MAX_ABS_NS",
     "ColumnBuilder",
+    "JsonValue",
     "LoadContext",
     "SkippedRecord",
     "int_or_none",
     "ns_or_none",
     "us_to_ns",
 ]
+
+#: a decoded JSON value: what a document's free-form members (a trace's header, a finding's
+#: evidence) hold before a reader checks them
+JsonValue: TypeAlias = (
+    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
+)
 
 #: largest magnitude a time may have (about 146 years in ns); beyond it a value is an error
 MAX_ABS_NS = 2**62

@@ -42,12 +42,18 @@ What is read, and how:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from otel_ext.analysis.classify import classify_kineto, has_collective_metadata
-from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, us_to_ns
+from otel_ext.analysis.loaders._common import (
+    ColumnBuilder,
+    JsonValue,
+    LoadContext,
+    int_or_none,
+    us_to_ns,
+)
 from otel_ext.analysis.loaders._jsonstream import JsonSyntaxError, iter_array, iter_object
 from otel_ext.analysis.loaders._kineto_fast import (
     _DEVICE_SIDE_CATS,
@@ -193,7 +199,7 @@ def _load_careful(text: str, *, path: str, ctx: LoadContext, events_key: str) ->
     from otel_ext.analysis.loaders._jsonstream import surrogate_positions
 
     b = ColumnBuilder(_NUMERIC, _STRINGS)
-    header: dict[str, Any] = {}
+    header: dict[str, JsonValue] = {}
     state = _State(b, ctx)
     bad_positions = surrogate_positions(text) or None
     skip = ctx.bad if ctx.keep_going else None
@@ -297,21 +303,20 @@ def _device_prefix(pid: Any, cat: str, labels: dict[Any, str]) -> str:
     return "gpu"
 
 
-def _finish(
-    t: EventTable,
-    header: dict[str, Any],
-    ctx: LoadContext,
-    path: str,
-    device_keys: list[tuple[Any, str, Any]],
-    labels: dict[Any, str],
-    uncorrelated: list[tuple[int, Any, Any, int, bool]],
-    flows: tuple[dict[tuple[Any, Any, int], int], dict[tuple[Any, Any, int], int]],
-) -> EventTable:
-    """Header (rank, base time, host), device names, flow links and inherited collectives.
+class _Header(NamedTuple):
+    """The header members :func:`_finish` reads, checked."""
 
-    ``t["device"]`` holds codes into ``device_keys`` (1-based; 0 = host row); they become
-    names such as ``gpu0`` or ``host/mtia1`` once every process label is known.
-    """
+    rank: int
+    world_size: int
+    base_ns: int
+    host: str
+    distributed_info: dict[str, JsonValue] | None
+    device_properties: list[dict[str, JsonValue]] | None
+
+
+def _checked_header(header: dict[str, JsonValue], ctx: LoadContext) -> _Header:
+    """The rank, world size, base time, host and device properties of a trace's header,
+    each bad one reported to ``ctx`` and left at its default."""
     dist = header.get("distributedInfo")
     rank = -1
     world = -1
@@ -341,12 +346,63 @@ def _finish(
     ):
         ctx.bad("deviceProperties", "deviceProperties is not a list of objects")
         props = None
-    ordinal = device_ordinals(props or [], [dv for _, _, dv in device_keys])
+    return _Header(rank, world, base, host, dist if isinstance(dist, dict) else None, props)
+
+
+def _finish(
+    t: EventTable,
+    header: dict[str, JsonValue],
+    ctx: LoadContext,
+    path: str,
+    device_keys: list[tuple[Any, str, Any]],
+    labels: dict[Any, str],
+    uncorrelated: list[tuple[int, Any, Any, int, bool]],
+    flows: tuple[dict[tuple[Any, Any, int], int], dict[tuple[Any, Any, int], int]],
+) -> EventTable:
+    """Header (rank, base time, host), device names, flow links and inherited collectives.
+
+    ``t["device"]`` holds codes into ``device_keys`` (1-based; 0 = host row); they become
+    names such as ``gpu0`` or ``host/mtia1`` once every process label is known.
+    """
+    h = _checked_header(header, ctx)
+    props = h.device_properties
     n = len(t)
-    if base:
+    if h.base_ns:
         for col in ("start_ns", "end_ns"):
-            t.writable(col)[:] += np.int64(base)
-    t.columns["rank"] = constant_column(rank, np.int32, n)
+            t.writable(col)[:] += np.int64(h.base_ns)
+    t.columns["rank"] = constant_column(h.rank, np.int32, n)
+    ordinal = device_ordinals(props or [], [dv for _, _, dv in device_keys])
+    _name_devices(t, device_keys, labels, ordinal, h.host)
+    if h.host:
+        t.strings["host"] = ["", h.host]
+        t.columns["host"] = constant_column(1, np.int32, n)
+    t.strings["source"] = ["", path]
+    t.columns["source"] = constant_column(1, np.int32, n)
+    if uncorrelated:
+        _link_flows(t, uncorrelated, flows, ctx)
+    _inherit_collectives(t)
+    t.meta.update(
+        format="kineto",
+        path=path,
+        rank=h.rank,
+        world_size=h.world_size,
+        host=h.host,
+        base_ns=h.base_ns,
+        distributed_info=h.distributed_info,
+        devices=[p.get("name") for p in props or []],
+    )
+    return t.compact()
+
+
+def _name_devices(
+    t: EventTable,
+    device_keys: list[tuple[Any, str, Any]],
+    labels: dict[Any, str],
+    ordinal: dict[Any, int],
+    host: str,
+) -> None:
+    """The device column's codes (1-based into ``device_keys``) as device names: ``gpu0``,
+    ``host/mtia1`` (the ordinal where the properties give one, the host when named)."""
     names: dict[str, int] = {"": 0}
     remap = np.zeros(len(device_keys) + 1, dtype=np.int32)
     for k, (pid, cat, dv) in enumerate(device_keys, start=1):
@@ -356,38 +412,33 @@ def _finish(
         remap[k] = names.setdefault(d, len(names))
     t.columns["device"] = remap[t.columns["device"]]
     t.strings["device"] = list(names)
-    if host:
-        t.strings["host"] = ["", host]
-        t.columns["host"] = constant_column(1, np.int32, n)
-    t.strings["source"] = ["", path]
-    t.columns["source"] = constant_column(1, np.int32, n)
-    if uncorrelated:
-        corr = t.writable("correlation")
-        flow_s, flow_f = flows
-        for row, pid, tid, ts, on_device in uncorrelated:
-            try:
-                fid = (flow_f if on_device else flow_s).get((pid, tid, ts))
-            except TypeError:  # a list or an object where pid/tid should be
-                ctx.bad(
-                    f"event row {row}",
-                    f"pid or tid is not a number or a string: {pid!r:.40}, {tid!r:.40}",
-                )
-                continue
-            if fid is not None:
-                corr[row] = fid
-    _inherit_collectives(t)
-    t.meta.update(
-        format="kineto",
-        path=path,
-        rank=rank,
-        world_size=world,
-        host=host,
-        base_ns=base,
-        distributed_info=dist if isinstance(dist, dict) else None,
-        devices=[p.get("name") for p in props or []],
-    )
-    return t.compact()
 
+
+def _link_flows(
+    t: EventTable,
+    uncorrelated: list[tuple[int, Any, Any, int, bool]],
+    flows: tuple[dict[tuple[Any, Any, int], int], dict[tuple[Any, Any, int], int]],
+    ctx: LoadContext,
+) -> None:
+    """Rows without a correlation id take their launch flow's id (a flow's start on the
+    host, its finish on the device, keyed by pid, tid and time)."""
+    corr = t.writable("correlation")
+    flow_s, flow_f = flows
+    for row, pid, tid, ts, on_device in uncorrelated:
+        try:
+            fid = (flow_f if on_device else flow_s).get((pid, tid, ts))
+        except TypeError:  # a list or an object where pid/tid should be
+            ctx.bad(
+                f"event row {row}",
+                f"pid or tid is not a number or a string: {pid!r:.40}, {tid!r:.40}",
+            )
+            continue
+        if fid is not None:
+            corr[row] = fid
+
+
+#: the collective columns of a row that is no collective
+_NO_COLLECTIVE = (0, 0, -1, -1, -1)
 
 #: the JSON types a pid or tid may have (they key dictionaries)
 _ID_TYPES = frozenset({int, str, type(None)})
@@ -406,6 +457,7 @@ class _State:
         self.device_keys: dict[tuple[Any, str, Any], int] = {}
 
     def consume(self, events: Any) -> None:
+        """Append ``events``' complete events as rows; remember flows and process labels."""
         b, ctx = self.b, self.ctx
         num, strs = b.num, b.str
         a_start, a_end, a_cat = num["start_ns"].append, num["end_ns"].append, num["category"].append
@@ -419,7 +471,6 @@ class _State:
         a_name, a_dev = strs["name"].append, strs["device"].append
         a_op, a_group = strs["coll_op"].append, strs["coll_group"].append
         name_codes = b.dicts["name"]
-        code = b.code
         cache: dict[tuple[str, str], Category] = {}
         device_side = _DEVICE_SIDE_CATS
         dev_cats = DEVICE_CATEGORIES
@@ -433,55 +484,12 @@ class _State:
                 ctx.bad(f"event {i}", "'pid' or 'tid' is not a number or a string")
                 continue
             if ph != "X":
-                if type(ph) is not str or ph not in KNOWN_PHASES:
-                    ctx.bad(f"event {i}", f"'ph' is missing or not a known phase: {ph!r:.40}")
-                    continue
-                fcat = ev.get("cat")
-                if fcat is not None and type(fcat) is not str:
-                    ctx.bad(f"event {i}", "'cat' is not a string")
-                    continue
-                if (ph == "s" or ph == "f") and fcat in _LAUNCH_FLOW_CATS:
-                    fid = ev.get("id")
-                    t = us_to_ns(ev.get("ts"))
-                    if type(fid) is int and t is not None:
-                        key = (ev.get("pid"), ev.get("tid"), t)
-                        (self.flow_s if ph == "s" else self.flow_f)[key] = fid
-                elif ph == "M" and ev.get("name") == "process_labels":
-                    a = ev.get("args")
-                    if type(a) is dict and isinstance(a.get("labels"), str):
-                        self.device_pids[ev.get("pid")] = a["labels"]
+                self._not_complete(i, ev, ph)
                 continue
-            name = ev.get("name")
-            if type(name) is not str:
-                ctx.bad(f"event {i}", "'name' is missing or not a string")
+            checked = self._complete_event(i, ev)
+            if checked is None:
                 continue
-            cat = ev.get("cat", "")
-            if type(cat) is not str:
-                ctx.bad(f"event {i}", "'cat' is not a string")
-                continue
-            if cat == "Trace":
-                continue
-            ts = us_to_ns(ev.get("ts"))
-            if ts is None:
-                ctx.bad(
-                    f"event {i}",
-                    f"'ts' is missing, not a number or out of range: {ev.get('ts')!r:.40}",
-                )
-                continue
-            d = ev.get("dur", 0)
-            dur = us_to_ns(d)
-            if dur is None:
-                ctx.bad(f"event {i}", f"'dur' is not a number or out of range: {d!r:.40}")
-                continue
-            if dur < 0:
-                ctx.bad(f"event {i}", f"negative duration {d}")
-                continue
-            args = ev.get("args")
-            if args is None:
-                args = {}
-            elif type(args) is not dict:
-                ctx.bad(f"event {i}", "'args' is not a JSON object")
-                continue
+            name, cat, ts, dur, args = checked
             coll = has_collective_metadata(args) if args else False
             if coll:
                 category = classify_kineto(cat, name, args)
@@ -521,22 +529,90 @@ class _State:
             if c is None:
                 c = name_codes[name] = len(name_codes)
             a_name(c)
-            if coll:
-                op, group, seq, nbytes, gsize = _coll_fields(args)
-                a_op(code("coll_op", op) if op else 0)
-                a_group(code("coll_group", group) if group else 0)
-                a_seq(seq if -(2**62) < seq < 2**62 else -1)
-                a_bytes(nbytes if nbytes < 2**62 else -1)
-                a_gsize(gsize)
-            else:
-                a_op(0)
-                a_group(0)
-                a_seq(-1)
-                a_bytes(-1)
-                a_gsize(-1)
+            op, group, seq, nbytes, gsize = self._coll_codes(args) if coll else _NO_COLLECTIVE
+            a_op(op)
+            a_group(group)
+            a_seq(seq)
+            a_bytes(nbytes)
+            a_gsize(gsize)
             row += 1
 
-    def finish(self, header: dict[str, Any], path: str) -> EventTable:
+    def _coll_codes(self, args: dict[str, Any]) -> tuple[int, int, int, int, int]:
+        """A collective's columns from its arguments: operation and group codes, sequence
+        number, bytes and group size (out-of-range numbers as -1)."""
+        code = self.b.code
+        op, group, seq, nbytes, gsize = _coll_fields(args)
+        return (
+            code("coll_op", op) if op else 0,
+            code("coll_group", group) if group else 0,
+            seq if -(2**62) < seq < 2**62 else -1,
+            nbytes if nbytes < 2**62 else -1,
+            gsize,
+        )
+
+    def _not_complete(self, i: int, ev: dict[str, Any], ph: Any) -> None:
+        """An event that is not a complete event (``ph`` other than ``X``): a launch flow's
+        end is remembered, a device's process label kept; the others are passed over."""
+        ctx = self.ctx
+        if type(ph) is not str or ph not in KNOWN_PHASES:
+            ctx.bad(f"event {i}", f"'ph' is missing or not a known phase: {ph!r:.40}")
+            return
+        fcat = ev.get("cat")
+        if fcat is not None and type(fcat) is not str:
+            ctx.bad(f"event {i}", "'cat' is not a string")
+            return
+        if (ph == "s" or ph == "f") and fcat in _LAUNCH_FLOW_CATS:
+            fid = ev.get("id")
+            t = us_to_ns(ev.get("ts"))
+            if type(fid) is int and t is not None:
+                key = (ev.get("pid"), ev.get("tid"), t)
+                (self.flow_s if ph == "s" else self.flow_f)[key] = fid
+        elif ph == "M" and ev.get("name") == "process_labels":
+            a = ev.get("args")
+            if type(a) is dict and isinstance(a.get("labels"), str):
+                self.device_pids[ev.get("pid")] = a["labels"]
+
+    def _complete_event(
+        self, i: int, ev: dict[str, Any]
+    ) -> tuple[str, str, int, int, dict[str, Any]] | None:
+        """A complete event's name, category text, start, duration (ns) and arguments,
+        checked; None for a bad one (reported) or a ``Trace`` span (passed over)."""
+        ctx = self.ctx
+        name = ev.get("name")
+        if type(name) is not str:
+            ctx.bad(f"event {i}", "'name' is missing or not a string")
+            return None
+        cat = ev.get("cat", "")
+        if type(cat) is not str:
+            ctx.bad(f"event {i}", "'cat' is not a string")
+            return None
+        if cat == "Trace":
+            return None
+        ts = us_to_ns(ev.get("ts"))
+        if ts is None:
+            ctx.bad(
+                f"event {i}",
+                f"'ts' is missing, not a number or out of range: {ev.get('ts')!r:.40}",
+            )
+            return None
+        d = ev.get("dur", 0)
+        dur = us_to_ns(d)
+        if dur is None:
+            ctx.bad(f"event {i}", f"'dur' is not a number or out of range: {d!r:.40}")
+            return None
+        if dur < 0:
+            ctx.bad(f"event {i}", f"negative duration {d}")
+            return None
+        args = ev.get("args")
+        if args is None:
+            args = {}
+        elif type(args) is not dict:
+            ctx.bad(f"event {i}", "'args' is not a JSON object")
+            return None
+        return name, cat, ts, dur, args
+
+    def finish(self, header: dict[str, JsonValue], path: str) -> EventTable:
+        """The table of the events consumed, with the header's rank, base time and host."""
         return _finish(
             self.b.build(), header, self.ctx, path, list(self.device_keys), self.device_pids,
             self.uncorrelated, (self.flow_s, self.flow_f),

@@ -12,8 +12,9 @@ with ``.get`` where the engine leaves a key out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import TypeAlias, TypedDict
+
+from otel_ext.analysis.loaders._common import JsonValue
 
 __all__ = [
     "AccountingSummary",
@@ -50,10 +51,6 @@ __all__ = [
     "WhatIf",
 ]
 
-#: a JSON value (what a finding's free-form evidence holds)
-JsonValue: TypeAlias = (
-    "str | int | float | bool | Sequence[JsonValue] | Mapping[str, JsonValue] | None"
-)
 
 #: a finding's evidence: the statistics it rests on, by name (their keys vary by finding kind)
 Evidence: TypeAlias = "dict[str, JsonValue]"

@@ -76,6 +76,7 @@ from otel_ext.errors import OtelExtError
 if TYPE_CHECKING:
     from otel_ext.analysis.cross.alignment import Alignment
     from otel_ext.analysis.cross.critical_path import CriticalPath
+    from otel_ext.analysis.document import RankEntry
 
 __all__ = [
     "SCHEMA",
@@ -112,10 +113,6 @@ _KINETO_CAT = {
 
 #: the ``cat`` written for each category code
 _CAT_TEXT = {int(c): _KINETO_CAT.get(c, "user_annotation") for c in Category}
-
-#: what the file's ``otherData.ranks`` says of each rank (the report's ``ranks`` entries)
-_RANK_KEYS = ("rank", "host", "device", "clock_offset_ns", "clock_bound_ns", "clock_status",
-              "clock", "clock_drift_ppm")  # fmt: skip
 
 #: finding evidence keys that name a time on the aligned timeline, in order of preference
 _FINDING_TIMES = ("onset_ns", "clock_change_ns", "start_ns", "at_ns")
@@ -156,7 +153,7 @@ class TimelineInputs:
     alignment: Alignment
     critical_path: CriticalPath
     findings: Sequence[dict[str, Any]]
-    ranks: Sequence[dict[str, Any]]
+    ranks: Sequence[RankEntry]
     metrics: Any = None
     complete: bool = True
 
@@ -519,7 +516,7 @@ def _member_positions(
     return member_pos, wanted
 
 
-def _write_ranks(out: _Out, state: _RankRows, ranks: Sequence[dict[str, Any]]) -> tuple[int, int]:
+def _write_ranks(out: _Out, state: _RankRows, ranks: Sequence[RankEntry]) -> tuple[int, int]:
     """Every rank's process and events, rank by rank; returns (events, repaired events)."""
     rank_info = {int(r["rank"]): r for r in ranks}
     written = n_repaired = 0
@@ -532,7 +529,7 @@ def _write_ranks(out: _Out, state: _RankRows, ranks: Sequence[dict[str, Any]]) -
     return written, n_repaired
 
 
-def _write_rank_process(out: _Out, rank: int, pid: int, entry: dict[str, Any] | None) -> None:
+def _write_rank_process(out: _Out, rank: int, pid: int, entry: RankEntry | None) -> None:
     """A rank's process: its name (host, device), its clock's label and its place."""
     if rank >= 0:
         label = f"rank {rank}"
@@ -540,8 +537,7 @@ def _write_rank_process(out: _Out, rank: int, pid: int, entry: dict[str, Any] | 
             label = " · ".join(x for x in (label, entry.get("host"), entry.get("device")) if x)
         args: dict[str, JsonValue] = {"name": label}
         if entry is not None:
-            for key in _RANK_KEYS[3:]:
-                args[key] = entry.get(key)
+            args.update(_clock_fields(entry))
         out.event(_meta("process_name", pid, None, args))
         if entry is not None:
             label = _clock_label(entry.get("clock_offset_ns"), entry.get("clock_bound_ns"),
@@ -550,6 +546,27 @@ def _write_rank_process(out: _Out, rank: int, pid: int, entry: dict[str, Any] | 
     else:
         out.event(_meta("process_name", pid, None, {"name": "rows of no rank"}))
     out.event(_meta("process_sort_index", pid, None, {"sort_index": pid}))
+
+
+def _rank_fields(entry: RankEntry) -> dict[str, JsonValue]:
+    """What the file's ``otherData.ranks`` says of a rank (from the report's ``ranks``)."""
+    return {
+        "rank": entry.get("rank"),
+        "host": entry.get("host"),
+        "device": entry.get("device"),
+        **_clock_fields(entry),
+    }
+
+
+def _clock_fields(entry: RankEntry) -> dict[str, JsonValue]:
+    """A rank's clock treatment, as its process's arguments carry it."""
+    return {
+        "clock_offset_ns": entry.get("clock_offset_ns"),
+        "clock_bound_ns": entry.get("clock_bound_ns"),
+        "clock_status": entry.get("clock_status"),
+        "clock": entry.get("clock"),
+        "clock_drift_ppm": entry.get("clock_drift_ppm"),
+    }
 
 
 def _write_collective_flows(
@@ -587,7 +604,7 @@ def _other_data(
         "findings": summary["findings"],
         "counters": summary["counters"],
         "alignment_method": inputs.alignment.method,
-        "ranks": [{k: r.get(k) for k in _RANK_KEYS} for r in inputs.ranks],
+        "ranks": [_rank_fields(r) for r in inputs.ranks],
         "generator": "otel-ext",  # last: the loaders read it from the file's tail
     }
 
