@@ -522,9 +522,20 @@ class _Members(NamedTuple):
         inst_first = np.r_[0, np.cumsum(np.bincount(inst, minlength=n_inst))[:-1]]
         by_rank = np.argsort(rank, kind="stable")
         return _Members(
-            inst, rank, late, site, pos, size, inst_mean, inst_var, inst_first, cnt,
-            late[by_inst], by_rank, rank[by_rank],
-        )  # fmt: skip
+            inst=inst,
+            rank=rank,
+            late=late,
+            site=site,
+            pos=pos,
+            size=size,
+            inst_mean=inst_mean,
+            inst_var=inst_var,
+            inst_first=inst_first,
+            inst_count=cnt,
+            pool=late[by_inst],
+            by_rank=by_rank,
+            rank_sorted=rank[by_rank],
+        )
 
 
 class _Cell(NamedTuple):
