@@ -281,6 +281,24 @@ def test_spike_does_not_cost_the_good_bracket_after_it() -> None:
     assert abs(int(m.to_host_ns(ticks[8])[()]) - int(t[8])) <= 1000  # bracket 8 was kept
 
 
+def test_dropping_the_first_brackets_keeps_the_mapping_on_its_clocks() -> None:
+    # brackets 0 and 20 claim host times 50-76 µs off: the counter agrees (within 1000 ppm),
+    # the self-check drops them and their neighbours; ticks and host times still count from
+    # the first bracket read, so the kept brackets' reads are mapped within their bound
+    t = np.arange(0, 4_000_000_000, 100_000_000)
+    ticks = 7_000 + t + t // 50_000
+    hb, ha = t - 900, t + 1_500
+    for k, shift in ((0, -49_586), (20, -76_025)):
+        hb[k] += shift
+        ha[k] += shift
+    m = fit_clock(hb, ticks, ha)
+    assert m.samples_rejected > 2 and m.samples_used < t.size - 2
+    assert any("inconsistent" in i for i in m.issues), m.issues
+    kept = np.setdiff1d(np.arange(t.size), [0, 1, 2, 3, 4, 16, 17, 18, 19, 20, 21, 22, 23, 24])
+    host, bound = m.align(ticks[kept])
+    assert np.all(np.abs(host - t[kept]) <= bound)
+
+
 def test_counter_reset_fits_the_epoch_after_it() -> None:
     clock = SyntheticClock(offset_ticks=10**12, skew_ppm=-30.0)
     b = simulate_brackets(clock, np.arange(0.0, 10e9, 1e8), seed=3)
