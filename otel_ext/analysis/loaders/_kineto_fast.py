@@ -42,7 +42,7 @@ from typing import Any, Union
 import numpy as np
 
 from otel_ext.analysis.classify import classify_kineto
-from otel_ext.analysis.loaders._common import MAX_ABS_NS, us_to_ns
+from otel_ext.analysis.loaders._common import MAX_ABS_NS, JsonValue, us_to_ns
 from otel_ext.analysis.table import (
     DEVICE_CATEGORIES,
     Category,
@@ -136,7 +136,7 @@ class FastColumns:
         self,
         numeric: dict[str, np.ndarray],
         strings: dict[str, tuple[np.ndarray, list[str]]],
-        header: dict[str, Any],
+        header: dict[str, JsonValue],
         device_keys: list[tuple[Any, str, Any]],
         device_codes: np.ndarray,
         uncorrelated: list[tuple[int, Any, Any, int, bool]],
@@ -233,7 +233,7 @@ class _Reject(Exception):
     """The input needs the careful path."""
 
 
-def _args_dict(a: Any) -> dict[str, Any]:
+def _args_dict(a: Any) -> dict[str, JsonValue]:
     """The members of a decoded ``args`` record that were present, under their JSON keys."""
     return {key: v for f, key in _ARG_KEYS.items() if (v := getattr(a, f)) is not _U}
 
@@ -337,7 +337,7 @@ class Accumulator:
         #: (chunk, (phase, pid, tid, ts_ns, id, ok) as bytes) of the launch flow events
         #: the compiled extractor read (``ok``: bit 0 ts present, bit 1 id an integer)
         self.flow_cols: list[tuple[int, tuple[bytes, ...]]] = []
-        self.header: dict[str, Any] = {}
+        self.header: dict[str, JsonValue] = {}
 
     def add(self, events: list[Any], chunk: int) -> None:
         """Extract the columns of a list of decoded events (raises _Reject when irregular)."""
@@ -413,7 +413,10 @@ class Accumulator:
         )  # fmt: skip
 
     def _category(
-        self, name_codes: np.ndarray, cat_codes: np.ndarray, coll_dicts: dict[int, dict[str, Any]]
+        self,
+        name_codes: np.ndarray,
+        cat_codes: np.ndarray,
+        coll_dicts: dict[int, dict[str, JsonValue]],
     ) -> tuple[np.ndarray, np.ndarray]:
         """Category and on-device flag of each row: once per distinct (cat, name), then the
         few collective rows with their args."""
@@ -437,7 +440,9 @@ class Accumulator:
         on_device = np.isin(category, np.asarray(DEVICE_CATEGORIES, np.int8)) | side[cat_codes]
         return category, on_device
 
-    def _collectives(self, n: int, coll_dicts: dict[int, dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    def _collectives(
+        self, n: int, coll_dicts: dict[int, dict[str, JsonValue]]
+    ) -> tuple[np.ndarray, ...]:
         """seq, bytes, group size, op and group codes of the collective rows (-1/0 elsewhere;
         constant columns when the chunk has no collective row)."""
         if not coll_dicts:
@@ -644,8 +649,8 @@ def _flow_entries(stripes: Sequence[Accumulator]) -> list[tuple[int, str, Any, A
     return out
 
 
-def _header(doc: Any) -> dict[str, Any]:
-    header: dict[str, Any] = {}
+def _header(doc: Any) -> dict[str, JsonValue]:
+    header: dict[str, JsonValue] = {}
     for key in ("distributedInfo", "baseTimeNanoseconds", "host_name", "hostname",
                 "deviceProperties", "otherData"):  # fmt: skip
         v = getattr(doc, key)

@@ -40,13 +40,19 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from otel_ext.analysis.cross.hangs import FLIGHT_RECORDER_COMPLETED, FLIGHT_RECORDER_PENDING
+from otel_ext.analysis.loaders._common import JsonValue
 from otel_ext.analysis.table import Category, EventTable
 from otel_ext.errors import InputError
 
-__all__ = ["flight_recorder_rows", "load_flight_recorder_text", "looks_like_flight_recorder"]
+__all__ = [
+    "FlightRecorderRow",
+    "flight_recorder_rows",
+    "load_flight_recorder_text",
+    "looks_like_flight_recorder",
+]
 
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json)?$")
 #: element sizes of the dtype names the recorder writes (``Float``, ``BFloat16``...)
@@ -71,7 +77,23 @@ def looks_like_flight_recorder(head: str) -> bool:
     )
 
 
-def _rank(doc: dict[str, Any], path: str) -> int | None:
+class FlightRecorderRow(TypedDict):
+    """One collective of a dump, as an event-table row (see the module doc)."""
+
+    name: str
+    category: int
+    rank: int
+    coll_op: str
+    coll_group: str
+    coll_seq: int
+    coll_bytes: int
+    start_ns: int
+    end_ns: int
+    source: str
+
+
+def _rank(doc: dict[str, JsonValue], path: str) -> int | None:
+    """The dump's rank: its ``rank`` member, else the number ending its file name."""
     rank = doc.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
         return rank
@@ -79,7 +101,8 @@ def _rank(doc: dict[str, Any], path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _payload_bytes(entry: dict[str, Any]) -> int:
+def _payload_bytes(entry: dict[str, JsonValue]) -> int:
+    """An entry's input bytes from its sizes and dtypes (-1: not known)."""
     sizes, dtypes = entry.get("input_sizes"), entry.get("input_dtypes")
     if not isinstance(sizes, list) or not isinstance(dtypes, list) or len(dtypes) != len(sizes):
         return -1
@@ -94,12 +117,13 @@ def _payload_bytes(entry: dict[str, Any]) -> int:
     return total
 
 
-def _int(entry: dict[str, Any], key: str) -> int | None:
+def _int(entry: dict[str, JsonValue], key: str) -> int | None:
+    """An entry's integer member (None: missing or not an integer)."""
     v = entry.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def flight_recorder_rows(doc: Any, *, path: str) -> list[dict[str, Any]]:
+def flight_recorder_rows(doc: Any, *, path: str) -> list[FlightRecorderRow]:
     """One row per collective entry of a dump (see the module doc).
 
     Raises:
@@ -121,7 +145,7 @@ def flight_recorder_rows(doc: Any, *, path: str) -> list[dict[str, Any]]:
         if (t := _int(e, k)) is not None
     ]
     latest = max(times, default=0)
-    rows = []
+    rows: list[FlightRecorderRow] = []
     for i, e in enumerate(entries):
         group, seq, name = (
             e.get("process_group"),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from otel_ext.analysis.loaders._common import LoadContext, int_or_none
+from otel_ext.analysis.loaders._common import JsonValue, LoadContext, int_or_none
 from otel_ext.analysis.loaders.spans import SpanRows, _num
 from otel_ext.analysis.table import EventTable
 
@@ -90,7 +90,7 @@ def _jaeger_trace(
         if not isinstance(span, dict):
             ctx.bad(record, "span is not an object")
             continue
-        attrs: dict[str, Any] = {}
+        attrs: dict[str, JsonValue] = {}
         pid = span.get("processID")
         proc = procs.get(pid) if isinstance(pid, str) else None
         problem = None
@@ -167,7 +167,7 @@ def _jaeger_id(v: Any) -> int | None:
     return None
 
 
-def _jaeger_tag(tag: dict[str, Any]) -> Any:
+def _jaeger_tag(tag: dict[str, JsonValue]) -> JsonValue:
     v = tag.get("value")
     t = tag.get("type")
     if t in ("int64", "int32"):

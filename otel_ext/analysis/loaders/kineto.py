@@ -112,7 +112,7 @@ def looks_like_kineto(head: str) -> bool:
     return False
 
 
-def _coll_fields(args: dict[str, Any]) -> tuple[str, str, int, int, int]:
+def _coll_fields(args: dict[str, JsonValue]) -> tuple[str, str, int, int, int]:
     op = args.get("Collective name") or args.get("collective_name") or ""
     group = args.get("Process Group Name")
     if group is None:
@@ -262,7 +262,7 @@ def _hashable(v: Any) -> bool:
     return isinstance(v, int | str | float) or v is None
 
 
-def device_ordinals(props: list[dict[str, Any]], devices: list[Any]) -> dict[Any, int]:
+def device_ordinals(props: list[dict[str, JsonValue]], devices: list[Any]) -> dict[Any, int]:
     """The GPU ordinal (a ``deviceProperties`` id) of each device number kernels carry.
 
     NVIDIA traces number devices by ordinal (the mapping is the identity). On AMD traces
@@ -285,7 +285,7 @@ def device_ordinals(props: list[dict[str, Any]], devices: list[Any]) -> dict[Any
     seen = sorted({d for d in devices if type(d) is int})
     if not amd or not seen:
         return {}
-    ids = sorted(int(p["id"]) for p in props if type(p.get("id")) is int)
+    ids = sorted(i for p in props if type(i := p.get("id")) is int)
     if len(ids) != len(props) or ids != list(range(len(ids))):
         return {}
     n = len(ids)
@@ -537,7 +537,7 @@ class _State:
             a_gsize(gsize)
             row += 1
 
-    def _coll_codes(self, args: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    def _coll_codes(self, args: dict[str, JsonValue]) -> tuple[int, int, int, int, int]:
         """A collective's columns from its arguments: operation and group codes, sequence
         number, bytes and group size (out-of-range numbers as -1)."""
         code = self.b.code
@@ -550,7 +550,7 @@ class _State:
             gsize,
         )
 
-    def _not_complete(self, i: int, ev: dict[str, Any], ph: Any) -> None:
+    def _not_complete(self, i: int, ev: dict[str, JsonValue], ph: Any) -> None:
         """An event that is not a complete event (``ph`` other than ``X``): a launch flow's
         end is remembered, a device's process label kept; the others are passed over."""
         ctx = self.ctx
@@ -573,8 +573,8 @@ class _State:
                 self.device_pids[ev.get("pid")] = a["labels"]
 
     def _complete_event(
-        self, i: int, ev: dict[str, Any]
-    ) -> tuple[str, str, int, int, dict[str, Any]] | None:
+        self, i: int, ev: dict[str, JsonValue]
+    ) -> tuple[str, str, int, int, dict[str, JsonValue]] | None:
         """A complete event's name, category text, start, duration (ns) and arguments,
         checked; None for a bad one (reported) or a ``Trace`` span (passed over)."""
         ctx = self.ctx

@@ -38,7 +38,7 @@ import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -49,6 +49,8 @@ from otel_ext.errors import InputError
 
 __all__ = [
     "CATEGORIES",
+    "MemoryBrief",
+    "MemorySeries",
     "MemoryTimeline",
     "load_memory_timeline_pieces",
     "looks_like_memory_timeline",
@@ -84,6 +86,29 @@ def looks_like_memory_timeline(head: str) -> bool:
     return bool(_RAW_HEAD.match(s) or _COALESCED_HEAD.match(s))
 
 
+class MemorySeries(TypedDict):
+    """A memory timeline's peaks over time: window edges and each window's peak (bytes)."""
+
+    edges_ns: list[int]
+    peak_bytes: list[int]
+
+
+class MemoryBrief(TypedDict):
+    """A memory timeline in brief (:meth:`MemoryTimeline.summary`), as plain JSON types."""
+
+    kind: str
+    events: int
+    changes: int
+    peak_bytes: int
+    peak_ns: int | None
+    start_ns: int | None
+    end_ns: int | None
+    peak_by_category: dict[str, int]
+    max_by_category: dict[str, int]
+    final_bytes: int
+    series: MemorySeries
+
+
 @dataclass
 class MemoryTimeline:
     """The bytes one device held, by category, after each change.
@@ -114,7 +139,7 @@ class MemoryTimeline:
         i = self.peak_index()
         return int(self.total()[i]) if i >= 0 else 0
 
-    def summary(self, *, bins: int = 60) -> dict[str, Any]:
+    def summary(self, *, bins: int = 60) -> MemoryBrief:
         """The timeline in brief, as plain JSON types: the peak (bytes, time, by category),
         each category's own largest value, and over time the largest total in each of
         ``bins`` equal windows (``series``: window edges and peaks, the bytes held as a
@@ -127,12 +152,11 @@ class MemoryTimeline:
         (14, 10, 9, [5, 14])
         """
         n = len(self.times_ns)
-        out: dict[str, Any] = {"kind": self.kind, "events": self.events, "changes": n}
         if n == 0:
-            out.update(peak_bytes=0, peak_ns=None, start_ns=None, end_ns=None,
-                       peak_by_category={}, max_by_category={}, final_bytes=0,
-                       series={"edges_ns": [], "peak_bytes": []})  # fmt: skip
-            return out
+            return {"kind": self.kind, "events": self.events, "changes": n, "peak_bytes": 0,
+                    "peak_ns": None, "start_ns": None, "end_ns": None, "peak_by_category": {},
+                    "max_by_category": {}, "final_bytes": 0,
+                    "series": {"edges_ns": [], "peak_bytes": []}}  # fmt: skip
         tot = self.total()
         i = int(np.argmax(tot))
         t0, t1 = int(self.times_ns[0]), int(self.times_ns[-1])
@@ -149,21 +173,23 @@ class MemoryTimeline:
         before = np.searchsorted(self.times_ns, edges[:-1], side="left") - 1
         entering = np.where(before >= 0, tot[np.maximum(before, 0)], 0)
         series = np.maximum(peaks, entering)
-        out.update(
-            peak_bytes=int(tot[i]),
-            peak_ns=int(self.times_ns[i]),
-            start_ns=t0,
-            end_ns=t1,
-            peak_by_category={
+        return {
+            "kind": self.kind,
+            "events": self.events,
+            "changes": n,
+            "peak_bytes": int(tot[i]),
+            "peak_ns": int(self.times_ns[i]),
+            "start_ns": t0,
+            "end_ns": t1,
+            "peak_by_category": {
                 c: int(v) for c, v in zip(self.categories, self.held[i].tolist()) if v
             },
-            max_by_category={
+            "max_by_category": {
                 c: int(v) for c, v in zip(self.categories, self.held.max(axis=0).tolist()) if v
             },
-            final_bytes=int(tot[-1]),
-            series={"edges_ns": edges.tolist(), "peak_bytes": series.tolist()},
-        )
-        return out
+            "final_bytes": int(tot[-1]),
+            "series": {"edges_ns": edges.tolist(), "peak_bytes": series.tolist()},
+        }
 
 
 def _raw(rec: Any) -> tuple[int, int, int, int] | str:

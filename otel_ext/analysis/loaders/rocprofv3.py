@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from otel_ext.analysis.classify import classify_kernel
-from otel_ext.analysis.loaders._common import MAX_ABS_NS, ColumnBuilder, LoadContext
+from otel_ext.analysis.loaders._common import MAX_ABS_NS, ColumnBuilder, JsonValue, LoadContext
 from otel_ext.analysis.loaders._jsonpull import JsonPull, PullError
 from otel_ext.analysis.table import Category, EventTable, constant_column
 from otel_ext.errors import InputError
@@ -90,7 +90,7 @@ def _handle(rec: Any, key: str) -> int | None:
     return h if type(h) is int and -(2**63) <= h < 2**63 else None
 
 
-def _times(rec: dict[str, Any]) -> tuple[int, int] | str:
+def _times(rec: dict[str, JsonValue]) -> tuple[int, int] | str:
     """The record's start and end, or the problem with them."""
     s, e = rec.get("start_timestamp"), rec.get("end_timestamp")
     if type(s) is not int or type(e) is not int:
@@ -102,7 +102,7 @@ def _times(rec: dict[str, Any]) -> tuple[int, int] | str:
     return s, e
 
 
-def _correlation(rec: dict[str, Any]) -> tuple[int, int] | str:
+def _correlation(rec: dict[str, JsonValue]) -> tuple[int, int] | str:
     c = rec.get("correlation_id")
     if c is None:
         return -1, -1
@@ -136,7 +136,7 @@ class _Rows:
         self.index = array.array("q")
         self.tool = 0
         self.rccl_corr: set[int] = set()
-        self.metadata: dict[str, Any] = {}
+        self.metadata: dict[str, JsonValue] = {}
         self.agents: list[Any] = []
         self.kernel_names: dict[int, str] = {}
         self.op_names: list[Any] = []  # strings.buffer_records: [{"kind", "operations"}]
@@ -156,7 +156,7 @@ class _Rows:
     def _row(
         self,
         got: tuple[int, int, int, int],
-        rec: dict[str, Any],
+        rec: dict[str, JsonValue],
         cat: Category,
         *,
         stream: int = -1,
