@@ -180,9 +180,9 @@ def test_the_finding_at_the_threshold_and_below() -> None:
     cap = 32e9
     at = int(NEAR_CAPACITY * cap) + 1
     (f,) = memory_findings(_section(at, cap))
-    assert f["kind"] == "memory-near-capacity" and f["impact_ns"] == 0
-    assert f["evidence"]["peak_bytes"] == at and f["evidence"]["capacity_bytes"] == int(cap)
-    assert f["evidence"]["peak_share"] >= NEAR_CAPACITY
+    assert f.kind == "memory-near-capacity" and f.impact_ns == 0
+    assert f.evidence["peak_bytes"] == at and f.evidence["capacity_bytes"] == int(cap)
+    assert f.evidence["peak_share"] >= NEAR_CAPACITY
     assert memory_findings(_section(int(NEAR_CAPACITY * cap) - 10**6, cap)) == []
     assert memory_findings(_section(at, None)) == []  # capacity unknown: no claim
 

@@ -30,17 +30,23 @@ symptoms.
 ...                      capacity_source="device model h100")
 >>> sec["timelines"][0]["peak_pct_of_capacity"]
 93.75
->>> [f["kind"] for f in memory_findings(sec)]
+>>> [f.kind for f in memory_findings(sec)]
 ['memory-near-capacity']
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
+
+from otel_ext.analysis.findings.finding import Finding
 
 __all__ = [
     "NEAR_CAPACITY",
+    "MemoryBrief",
+    "MemorySection",
+    "MemorySeries",
+    "MemoryTimelineEntry",
     "memory_findings",
     "memory_html",
     "memory_section",
@@ -51,12 +57,54 @@ __all__ = [
 NEAR_CAPACITY = 0.90
 
 
+class MemorySeries(TypedDict):
+    """The largest total in each window of the timeline, and the windows' edges."""
+
+    edges_ns: list[int]
+    peak_bytes: list[int]
+
+
+class MemoryBrief(TypedDict, total=False):
+    """A memory timeline in brief, as its loader hands it with the file's input record
+    (:meth:`~otel_ext.analysis.loaders.memory_timeline.MemoryTimeline.summary`)."""
+
+    kind: str
+    events: int
+    changes: int
+    peak_bytes: int
+    peak_ns: int | None
+    start_ns: int | None
+    end_ns: int | None
+    peak_by_category: dict[str, int]
+    max_by_category: dict[str, int]
+    final_bytes: int
+    series: MemorySeries
+
+
+class MemoryTimelineEntry(MemoryBrief):
+    """One timeline of the memory section: its file, its brief, and its peak's share of the
+    device's capacity (None when the capacity is unknown)."""
+
+    source: str
+    capacity_bytes: int | None
+    peak_pct_of_capacity: float | None
+
+
+class MemorySection(TypedDict):
+    """The report's ``memory`` section."""
+
+    timelines: list[MemoryTimelineEntry]
+    capacity_bytes: int | None
+    capacity_source: str | None
+    near_capacity_threshold: float
+
+
 def memory_section(
     inputs: Sequence[dict[str, Any]],
     *,
     capacity_bytes: float | None = None,
     capacity_source: str | None = None,
-) -> dict[str, Any] | None:
+) -> MemorySection | None:
     """The report's memory section from the input records' memory briefs (moved out of them:
     each record's ``memory`` key is removed, the section holds it), or None when no input
     was a memory timeline.
@@ -68,16 +116,20 @@ def memory_section(
         capacity_source: where the capacity came from (``device model h100``).
     """
     cap = float(capacity_bytes) if capacity_bytes and capacity_bytes > 0 else None
-    timelines = []
+    timelines: list[MemoryTimelineEntry] = []
     for rec in inputs:
-        brief = rec.pop("memory", None) if isinstance(rec, dict) else None
+        brief: MemoryBrief | None = rec.pop("memory", None) if isinstance(rec, dict) else None
         if not isinstance(brief, dict):
             continue
-        t = {"source": rec.get("path", ""), **brief}
         peak = float(brief.get("peak_bytes") or 0)
-        t["capacity_bytes"] = int(cap) if cap else None
-        t["peak_pct_of_capacity"] = round(100.0 * peak / cap, 2) if cap else None
-        timelines.append(t)
+        timelines.append(
+            {
+                "source": rec.get("path", ""),
+                **brief,
+                "capacity_bytes": int(cap) if cap else None,
+                "peak_pct_of_capacity": round(100.0 * peak / cap, 2) if cap else None,
+            }
+        )
     if not timelines:
         return None
     return {
@@ -88,13 +140,13 @@ def memory_section(
     }
 
 
-def memory_findings(section: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """``memory-near-capacity`` findings of a memory section (see the module docstring), as
-    the report's finding dictionaries."""
-    if not section or not section.get("capacity_bytes"):
+def memory_findings(section: MemorySection | None) -> list[Finding]:
+    """``memory-near-capacity`` findings of a memory section (see the module docstring)."""
+    capacity = section.get("capacity_bytes") if section else None
+    if not section or not capacity:
         return []
-    cap = float(section["capacity_bytes"])
-    out = []
+    cap = float(capacity)
+    out: list[Finding] = []
     for t in section["timelines"]:
         peak = float(t.get("peak_bytes") or 0)
         share = peak / cap
@@ -103,17 +155,15 @@ def memory_findings(section: dict[str, Any] | None) -> list[dict[str, Any]]:
         top = sorted((t.get("peak_by_category") or {}).items(), key=lambda kv: -kv[1])[:3]
         parts = ", ".join(f"{k} {_gib(v)}" for k, v in top)
         out.append(
-            {
-                "kind": "memory-near-capacity",
-                "target": t.get("source", ""),
-                "impact_ns": 0,
-                "impact_pct": 0.0,
-                "summary": (
-                    f"memory peaks at {_gib(peak)}, {100 * share:.1f} % of the device's "
-                    f"{_gib(cap)} ({section.get('capacity_source')}): little room before an "
-                    f"out-of-memory error" + (f"; at the peak: {parts}" if parts else "")
-                ),
-                "evidence": {
+            Finding(
+                "memory-near-capacity",
+                t.get("source", ""),
+                0,
+                0.0,
+                f"memory peaks at {_gib(peak)}, {100 * share:.1f} % of the device's "
+                f"{_gib(cap)} ({section.get('capacity_source')}): little room before an "
+                f"out-of-memory error" + (f"; at the peak: {parts}" if parts else ""),
+                {
                     "peak_bytes": int(peak),
                     "capacity_bytes": int(cap),
                     "capacity_source": section.get("capacity_source"),
@@ -122,7 +172,7 @@ def memory_findings(section: dict[str, Any] | None) -> list[dict[str, Any]]:
                     "peak_ns": t.get("peak_ns"),
                     "peak_by_category": t.get("peak_by_category"),
                 },
-            }
+            )
         )
     return out
 
@@ -131,14 +181,13 @@ def _gib(x: float) -> str:
     return f"{x / 2**30:.2f} GiB"
 
 
-def memory_text(doc: dict[str, Any]) -> list[str]:
-    """The memory section as report text lines (none when the report has no section).
+def memory_text(sec: MemorySection | None) -> list[str]:
+    """The report's memory section as text lines (none when the report has no section).
 
-    >>> memory_text({"memory": {"timelines": [{"source": "m", "peak_bytes": 2**31,
-    ...     "peak_ns": 7, "peak_by_category": {"activation": 2**30}}], "capacity_bytes": None}})[1]
+    >>> memory_text({"timelines": [{"source": "m", "peak_bytes": 2**31, "peak_ns": 7,
+    ...     "peak_by_category": {"activation": 2**30}}], "capacity_bytes": None})[1]
     '  m: peak 2.00 GiB at 7 ns (capacity unknown); at the peak: activation 1.00 GiB'
     """
-    sec = doc.get("memory")
     if not sec:
         return []
     lines = ["Memory (PyTorch memory timeline):"]
@@ -154,12 +203,11 @@ def memory_text(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def memory_html(doc: dict[str, Any]) -> str:
-    """The memory section as an HTML fragment: a table per timeline and its peak over time
-    as a small bar chart (empty when the report has no section)."""
+def memory_html(sec: MemorySection | None) -> str:
+    """The report's memory section as an HTML fragment: a table per timeline and its peak
+    over time as a small bar chart (empty when the report has no section)."""
     from html import escape
 
-    sec = doc.get("memory")
     if not sec:
         return ""
     parts = ["<h2>Memory</h2>"]
@@ -169,7 +217,8 @@ def memory_html(doc: dict[str, Any]) -> str:
             f"<tr><td>{escape(str(k))}</td><td class=num>{_gib(v)}</td></tr>"
             for k, v in sorted((t.get("peak_by_category") or {}).items(), key=lambda kv: -kv[1])
         )
-        series = (t.get("series") or {}).get("peak_bytes") or []
+        windows = t.get("series")
+        series = (windows.get("peak_bytes") if windows else None) or []
         top = max(series) if series else 0
         bars = "".join(
             f'<rect x="{4 * k}" y="{60 - 60 * v / top:.1f}" width="3" '

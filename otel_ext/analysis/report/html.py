@@ -405,7 +405,7 @@ Schema {_e(doc.get("schema", ""))}.</p>
 <p>Causality violations: {_e(cz.get("violations_before", 0))} on the raw clocks,
 {_e(cz.get("violations_after", 0))} after alignment and repair.</p>
 <h2>Requests</h2>{_requests_html(req)}
-{memory_html(doc)}
+{memory_html(doc.get("memory"))}
 """
 
 

@@ -126,7 +126,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     out.extend(_critical_path_lines(cp))
     out.extend(_causality_lines(cz, top))
     out.extend(_requests_lines(req))
-    out.extend(memory_text(doc))  # a memory timeline was loaded
+    out.extend(memory_text(doc.get("memory")))  # a memory timeline was loaded
     out.extend(_skipped_lines(doc.get("skipped") or [], top))
     return "\n".join(out) + "\n"
 
