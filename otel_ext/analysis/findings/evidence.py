@@ -6,19 +6,19 @@ Every key is read-only (:data:`typing_extensions.ReadOnly`), so a producer's own
 TypedDict (``float`` where this says ``float | None``, a key it always writes where this says
 ``NotRequired``) is accepted too: the rules promise not to change what they are given.
 
-=======================  ======================================================================
-type                     produced by
-=======================  ======================================================================
-:class:`StragglerRow`    :func:`~otel_ext.analysis.cross.stragglers.find_stragglers` (its rows)
-:class:`LinkRow`         :func:`~otel_ext.analysis.cross.link_stats.link_stats`
-:class:`PortRow`         :func:`~otel_ext.analysis.cross.link_stats.port_stats`
-:class:`PathRow`         :func:`~otel_ext.analysis.cross.network_paths.path_stats` (as dicts)
-:class:`UnpairedRow`     :func:`~otel_ext.analysis.cross.network_paths.unpaired_transfer_stats`
-:class:`OverlapRow`      the per-rank communication/computation overlap rows
-:class:`TemporalRow`     the per-rank temporal breakdown rows
-:class:`IdleRow`         the per-stream idle breakdown rows
-:class:`ImbalanceReport` :func:`~otel_ext.analysis.cross.imbalance.load_imbalance`
-=======================  ======================================================================
+========================  =====================================================================
+type                      produced by
+========================  =====================================================================
+:class:`StragglerRow`     :func:`~otel_ext.analysis.cross.stragglers.find_stragglers` (its rows)
+:class:`LinkRow`          :func:`~otel_ext.analysis.cross.link_stats.link_stats`
+:class:`PortRow`          :func:`~otel_ext.analysis.cross.link_stats.port_stats`
+:class:`PathRow`          :func:`~otel_ext.analysis.cross.network_paths.path_stats` (as dicts)
+:class:`UnpairedRow`      :func:`~otel_ext.analysis.cross.network_paths.unpaired_transfer_stats`
+:class:`OverlapRow`       the per-rank communication/computation overlap rows
+:class:`TemporalRow`      the per-rank temporal breakdown rows
+:class:`IdleRow`          the per-stream idle breakdown rows
+:class:`ImbalanceReport`  :func:`~otel_ext.analysis.cross.imbalance.load_imbalance`
+========================  =====================================================================
 """
 
 from __future__ import annotations
