@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from opentelemetry.util.types import AnyValue
 
 from otel_ext.analysis.loaders._common import LoadContext, ns_or_none
 from otel_ext.analysis.loaders.spans import otlp_attrs
@@ -31,7 +32,7 @@ from otel_ext.exporters.otlp_format import (
     raw_attributes,
 )
 
-__all__ = ["MetricPoints", "load_otlp_metrics_lines", "load_otlp_metrics_pieces"]
+__all__ = ["MetricPoints", "MetricRow", "load_otlp_metrics_lines", "load_otlp_metrics_pieces"]
 
 _STR_COLS = ("name", "kind", "device", "host", "link", "attrs", "source")
 
@@ -176,19 +177,37 @@ def _count(v: Any) -> int | None:
     return None
 
 
+class MetricRow(TypedDict):
+    """One metric point as a row of :class:`MetricPoints` (the typed decoder's path)."""
+
+    name: str
+    kind: str
+    time_ns: int
+    start_time_ns: int
+    value: float
+    count: int
+    device: AnyValue
+    host: AnyValue
+    link: AnyValue
+    attrs: str
+    source: str
+
+
 class _Rows:
+    """The points of a file as rows, and the caches that describe their attributes."""
+
     def __init__(self, ctx: LoadContext) -> None:
         from otel_ext.semconv import attributes as A
 
         self.ctx = ctx
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[MetricRow] = []
         self.keys = (A.ACCEL_DEVICE_ID, A.ACCEL_HOST_ID, A.ACCEL_LINK_ID)
         self.n_points = 0
         #: (resource id, raw attribute text) -> (device, host, link, attrs JSON), or the problem
         self.attr_cache: dict[tuple[str, bytes], tuple[Any, Any, Any, str] | str] = {}
         self.res_keys: dict[int, str] = {}  # id of a resource's dict (kept alive) -> its text
 
-    def metric(self, lineno: int, res: dict[str, Any], metric: Any) -> None:
+    def metric(self, lineno: int, res: dict[str, AnyValue], metric: Any) -> None:
         ctx = self.ctx
         if not metric.name:
             ctx.bad(f"line {lineno}", "metric without a name")
@@ -204,7 +223,7 @@ class _Rows:
                            kind, p)  # fmt: skip
 
     def point(
-        self, record: str, res: dict[str, Any], name: str, kind: str, p: DataPoint | LeanPoint
+        self, record: str, res: dict[str, AnyValue], name: str, kind: str, p: DataPoint | LeanPoint
     ) -> None:
         ctx = self.ctx
         self.n_points += 1
@@ -244,11 +263,12 @@ class _Rows:
             got = self._describe(res, p.attributes)
         dev, host, link, text = got
         self.rows.append(
-            dict(name=name, kind=kind, time_ns=t, start_time_ns=start, value=value, count=count,
-                 device=dev, host=host, link=link, attrs=text, source=ctx.path)
+            {"name": name, "kind": kind, "time_ns": t, "start_time_ns": start, "value": value,
+             "count": count, "device": dev, "host": host, "link": link, "attrs": text,
+             "source": ctx.path}
         )  # fmt: skip
 
-    def described(self, res: dict[str, Any], text_b: bytes) -> tuple[Any, Any, Any, str] | str:
+    def described(self, res: dict[str, AnyValue], text_b: bytes) -> tuple[Any, Any, Any, str] | str:
         """(device, host, link, attrs JSON) of a point's raw attributes text under ``res``,
         or the problem: once per distinct (resource, text)."""
         rk = self.res_keys.get(id(res))
@@ -265,7 +285,7 @@ class _Rows:
             self.attr_cache[(rk, text_b)] = got
         return got
 
-    def _describe(self, res: dict[str, Any], kvs: Any) -> tuple[Any, Any, Any, str]:
+    def _describe(self, res: dict[str, AnyValue], kvs: Any) -> tuple[Any, Any, Any, str]:
         attrs = dict(res)
         attrs.update(otlp_attrs(kvs))
         dev, host, link = (attrs.get(k) for k in self.keys)
@@ -283,13 +303,13 @@ def load_otlp_metrics_lines(
     points (named), not the line.
     """
     out = _Rows(ctx)
-    resources: list[dict[str, Any]] = []  # kept alive: the cache keys on their ids
+    resources: list[dict[str, AnyValue]] = []  # kept alive: the cache keys on their ids
     for lineno, line in lines:
         _typed_line(out, lineno, line, resources)
     return MetricPoints.from_rows(out.rows)
 
 
-def _typed_line(out: _Rows, lineno: int, line: bytes, resources: list[dict[str, Any]]) -> None:
+def _typed_line(out: _Rows, lineno: int, line: bytes, resources: list[dict[str, AnyValue]]) -> None:
     """One line's points through the typed decoder, appended to ``out.rows``."""
     ctx = out.ctx
     try:
@@ -300,7 +320,7 @@ def _typed_line(out: _Rows, lineno: int, line: bytes, resources: list[dict[str, 
         except RequestError as e:
             ctx.bad(f"line {lineno}", str(e))
             return
-        cache: dict[int, dict[str, Any]] = {}
+        cache: dict[int, dict[str, AnyValue]] = {}
         for where, resource, metric, err in items:
             if err is not None:
                 ctx.bad(f"line {lineno} {where}".rstrip(), str(err))
@@ -362,7 +382,7 @@ def load_otlp_metrics_pieces(
         return scan_lines(chunk, 1, max_line)  # type: ignore[no-any-return]
 
     out = _Rows(ctx)
-    resources: list[dict[str, Any]] = []
+    resources: list[dict[str, AnyValue]] = []
     parts: list[MetricPoints] = []
     offset = 0
     chunks = chunks_of(pieces, max_line=max_line, chunk_bytes=chunk_bytes)
@@ -382,7 +402,7 @@ def load_otlp_metrics_pieces(
 def _add_chunk(
     out: _Rows,
     parts: list[MetricPoints],
-    resources: list[dict[str, Any]],
+    resources: list[dict[str, AnyValue]],
     buf: Any,
     res: tuple[Any, ...],
     offset: int,
@@ -403,12 +423,12 @@ def _add_chunk(
         width = len(texts)
         u, inv = np.unique(res_of * width + attr, return_inverse=True)
         inv = inv.reshape(-1)
-        res_dicts: dict[int, dict[str, Any] | None] = {}
+        res_dicts: dict[int, dict[str, AnyValue] | None] = {}
         described: list[tuple[Any, Any, Any, str] | None] = []
         for r, a in zip((u // width).tolist(), (u % width).tolist()):
             if r not in res_dicts:
                 try:
-                    rd: dict[str, Any] | None = otlp_attrs(raw_attributes(texts[res_attr[r]]))
+                    rd: dict[str, AnyValue] | None = otlp_attrs(raw_attributes(texts[res_attr[r]]))
                 except RequestError:
                     rd = None
                 res_dicts[r] = rd

@@ -32,9 +32,11 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
+from opentelemetry.util.types import AnyValue
 
 from otel_ext.analysis.classify import classify_kernel
 from otel_ext.analysis.loaders._common import ColumnBuilder, LoadContext, int_or_none, ns_or_none
@@ -85,8 +87,18 @@ _STRINGS = [
 _LIM = 2**62
 
 
+class _SpanNames(TypedDict):
+    """The registry's names the span loaders read (:func:`_names`)."""
+
+    A: ModuleType
+    span_category: dict[str, Category]
+    kernel_span: str
+    kernel_kind: dict[str, Category]
+    not_events: frozenset[str]
+
+
 @cache
-def _names() -> dict[str, Any]:
+def _names() -> _SpanNames:
     """Attribute and span names from the generated registry (imported on first use)."""
     from otel_ext.semconv import attributes as A
     from otel_ext.semconv import spans as S
@@ -170,7 +182,7 @@ def _category(name: str, kind: Any, kname: Any) -> int:
     return int(category)
 
 
-def _display(name: str, category: int, attrs: dict[str, Any]) -> tuple[str, Any]:
+def _display(name: str, category: int, attrs: dict[str, AnyValue]) -> tuple[str, Any]:
     """The row's name and device given the span's attributes (see the module docstring)."""
     A = _names()["A"]
     display = attrs.get(A.ACCEL_KERNEL_NAME) if name == _names()["kernel_span"] else None
@@ -202,7 +214,7 @@ class SpanRows:
         name: Any,
         start_ns: int | None,
         end_ns: int | None,
-        attrs: dict[str, Any],
+        attrs: dict[str, AnyValue],
         trace_id: str,
         span_id: int,
         parent_span_id: int,
@@ -264,10 +276,10 @@ class SpanRows:
         return self.b.build(meta)
 
 
-def otlp_attrs(items: Any) -> dict[str, Any]:
+def otlp_attrs(items: Any) -> dict[str, AnyValue]:
     """An OTLP attribute list (typed :class:`~otel_ext.exporters.otlp_format.KeyValue` records or
     generic ``[{"key", "value"}]``) as a dict."""
-    out: dict[str, Any] = {}
+    out: dict[str, AnyValue] = {}
     if isinstance(items, list):
         for kv in items:
             if isinstance(kv, dict):
@@ -421,13 +433,15 @@ class OtlpSpanColumns:
         self.dicts = {c: _Strings() for c in _STRINGS}
         self.spans_seen = 0
 
-    def add_groups(self, lineno: int, groups: list[tuple[dict[str, Any], list[Span], int]]) -> None:
+    def add_groups(
+        self, lineno: int, groups: list[tuple[dict[str, AnyValue], list[Span], int]]
+    ) -> None:
         """Spans of one line: ``(resource attributes, spans, number of the first span)``."""
         for res, spans, first in groups:
             if spans:
                 self._add(lineno, res, spans, first)
 
-    def _add(self, lineno: int, res: dict[str, Any], spans: list[Span], first: int) -> None:
+    def _add(self, lineno: int, res: dict[str, AnyValue], spans: list[Span], first: int) -> None:
         ctx, nm = self.ctx, _names()
         n = len(spans)
         names = list(map(attrgetter("name"), spans))
@@ -581,7 +595,7 @@ class OtlpSpanColumns:
         ids: np.ndarray,
         parents: np.ndarray,
         trace_hex: list[str],
-        attrs: dict[str, Any],
+        attrs: dict[str, _Attr],
     ) -> None:
         nm = _names()
         A = nm["A"]
@@ -602,8 +616,8 @@ class OtlpSpanColumns:
         is_kernel = np.fromiter(map(nm["kernel_span"].__eq__, names), bool, count=n)
         if is_kernel.any():
             for k in np.flatnonzero(is_kernel).tolist():
-                if kname[k]:
-                    display[k] = kname[k]
+                if kn := kname[k]:
+                    display[k] = kn
         _rename(display, category == Category.LAYER, g(A.ACCEL_LAYER_NAME))
         _rename(display, category == Category.PHASE, g(A.ACCEL_REQUEST_PHASE))
         device = g(A.ACCEL_DEVICE_ID).strs()
@@ -649,7 +663,7 @@ class OtlpSpanColumns:
             "clock_domain": d["clock_domain"].encode(g(A.ACCEL_CLOCK_DOMAIN).strs()),
         })  # fmt: skip
 
-    def _attributes(self, spans: list[Span], res: dict[str, Any]) -> dict[str, _Attr]:
+    def _attributes(self, spans: list[Span], res: dict[str, AnyValue]) -> dict[str, _Attr]:
         n = len(spans)
         wanted = _wanted()
         out = {k: _Attr(n) for k in wanted}
@@ -789,7 +803,7 @@ def _trace_ids(values: list[Any]) -> tuple[list[str], np.ndarray]:
     return out, ok
 
 
-def _resource_attrs(resource: Any) -> dict[str, Any]:
+def _resource_attrs(resource: Any) -> dict[str, AnyValue]:
     return otlp_attrs(resource.attributes) if resource is not None else {}
 
 
@@ -896,7 +910,7 @@ def _careful_line(
     except RequestError as e:
         ctx.bad(f"line {lineno}", str(e))
         return n_span
-    groups: list[tuple[dict[str, Any], list[Span], int]] = []
+    groups: list[tuple[dict[str, AnyValue], list[Span], int]] = []
     last_res: Any = _MISSING
     for where, resource, span, err in items:
         is_span = where.rpartition(".")[2].startswith("spans[")
