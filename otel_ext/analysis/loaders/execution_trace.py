@@ -58,10 +58,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
+from otel_ext.analysis.loaders._common import JsonValue
 from otel_ext.errors import InputError
 
 __all__ = [
@@ -110,6 +111,29 @@ class EtCollective:
     group_size: int = -1
 
 
+class EtSummary(TypedDict):
+    """An Execution Trace in brief (:meth:`ExecutionTrace.summary`)."""
+
+    operators: int
+    collectives: int
+    data_dependencies: int
+    rank: int
+
+
+class EtJoin(TypedDict, total=False):
+    """How an Execution Trace was joined (:func:`join_execution_traces`)."""
+
+    path: str
+    partner: str | None
+    join: str | None
+    collectives: int
+    data_dependencies: int
+    rf_id_names_agree: tuple[int, int]
+    why: str
+    operators_aligned: tuple[int, int]
+    dependencies_by: str
+
+
 @dataclass
 class ExecutionTrace:
     """What the join needs of one Execution Trace (a few integers per operator)."""
@@ -125,7 +149,8 @@ class ExecutionTrace:
     #: ``(producer rf_id, consumer rf_id)``
     deps: list[tuple[int, int]] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> EtSummary:
+        """How many operators, collectives and data dependencies the trace has, its rank."""
         return {
             "operators": len(self.names),
             "collectives": len(self.collectives),
@@ -134,8 +159,9 @@ class ExecutionTrace:
         }
 
 
-def _attrs(node: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _attrs(node: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """A node's ``attrs`` list as a dict by name."""
+    out: dict[str, JsonValue] = {}
     attrs = node.get("attrs")
     if isinstance(attrs, list):
         for a in attrs:
@@ -144,7 +170,7 @@ def _attrs(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _io(node: dict[str, Any], key: str) -> tuple[list[Any], list[str]]:
+def _io(node: dict[str, JsonValue], key: str) -> tuple[list[Any], list[str]]:
     """A node's input or output values and types, in either schema."""
     raw = node.get(key)
     if isinstance(raw, dict):  # schema 1.1: {"values": [...], "types": [...], ...}
@@ -192,7 +218,9 @@ _ET_OPS = {
 _NOT_COLLECTIVES = frozenset({"wait", ""})
 
 
-def _collective(node: dict[str, Any], rf_id: int, record: str, path: str) -> EtCollective | None:
+def _collective(
+    node: dict[str, JsonValue], rf_id: int, record: str, path: str
+) -> EtCollective | None:
     values, types = _io(node, "inputs")
     k = next((i for i, t in enumerate(types) if t == "String"), -1)
     if k < 0 or k >= len(values) or not isinstance(values[k], str):
@@ -511,9 +539,7 @@ def _apply_deps(
     return len(best)
 
 
-def join_execution_traces(
-    traces: Sequence[ExecutionTrace], kineto: Sequence[Any]
-) -> list[dict[str, Any]]:
+def join_execution_traces(traces: Sequence[ExecutionTrace], kineto: Sequence[Any]) -> list[EtJoin]:
     """Join each Execution Trace to the Kineto table of the same process (see the module
     docstring), writing collective fields and data dependencies into that table in place.
 
@@ -530,7 +556,7 @@ def join_execution_traces(
     partners = [(_host_ops(t), t) for t in kineto]
     taken: set[int] = set()
     for et in traces:
-        rec: dict[str, Any] = {"path": et.path, "partner": None, "join": None,
+        rec: EtJoin = {"path": et.path, "partner": None, "join": None,
                                "collectives": 0, "data_dependencies": 0}  # fmt: skip
         cands = [
             (i, p)

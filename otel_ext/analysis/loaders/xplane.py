@@ -61,7 +61,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 from otel_ext.analysis.classify import classify_kernel
 from otel_ext.analysis.loaders._common import MAX_ABS_NS, ColumnBuilder, LoadContext
@@ -124,6 +124,18 @@ def looks_like_xspace(head: bytes | str) -> bool:
     return _XSPACE_HEAD.match(head[:256]) is not None
 
 
+#: an XStat's value: a number or a text (opaque bytes are not kept)
+StatValue: TypeAlias = int | float | str | None
+
+
+class PlaneSummary(TypedDict):
+    """One of the table's ``meta["planes"]``: a plane, its lines and the rows it gave."""
+
+    plane: str
+    lines: int
+    rows: int
+
+
 @dataclass
 class _Plane:
     index: int
@@ -131,7 +143,7 @@ class _Plane:
     lines: list[tuple[int, int]] = field(default_factory=list)
     event_names: dict[int, str] = field(default_factory=dict)
     stat_names: dict[int, str] = field(default_factory=dict)
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, StatValue] = field(default_factory=dict)
 
     @property
     def record(self) -> str:
@@ -185,23 +197,25 @@ def _read_plane(buf: memoryview, span: tuple[int, int], index: int) -> _Plane:
             _expect(w, LENGTH, "plane stat", span[0])
             stat_spans.append(v)  # type: ignore[arg-type]
     for s in stat_spans:
-        name, value = _read_stat(buf, s, plane.stat_names)
-        if name:
-            plane.stats[name] = value
+        stat_name, stat_value = _read_stat(buf, s, plane.stat_names)
+        if stat_name:
+            plane.stats[stat_name] = stat_value
     return plane
 
 
-def _read_stat(buf: memoryview, span: tuple[int, int], names: dict[int, str]) -> tuple[str, Any]:
+def _read_stat(
+    buf: memoryview, span: tuple[int, int], names: dict[int, str]
+) -> tuple[str, StatValue]:
     """An XStat's name (from the stat metadata) and value."""
     mid = 0
-    value: Any = None
+    value: StatValue = None
     for f, w, v in iter_fields(buf, *span):
         if f == 1 and w == VARINT:
             mid = signed64(v)  # type: ignore[arg-type]
         elif f == 2 and w == FIXED64:
             value = unpack_double(v)  # type: ignore[arg-type]
         elif f == 3 and w == VARINT:
-            value = v
+            value = v  # type: ignore[assignment]
         elif f == 4 and w == VARINT:
             value = signed64(v)  # type: ignore[arg-type]
         elif f == 5 and w == LENGTH:
@@ -220,7 +234,7 @@ class _Event:
     name: str
     start_ns: int
     end_ns: int
-    stats: dict[str, Any]
+    stats: dict[str, StatValue]
 
 
 def _line_events(
@@ -278,11 +292,11 @@ def _read_event(buf: memoryview, span: tuple[int, int], plane: _Plane, ts_ns: in
     start, end = start_ps // 1000, (start_ps + dur) // 1000
     if not (-MAX_ABS_NS < start < MAX_ABS_NS and -MAX_ABS_NS < end < MAX_ABS_NS):
         raise ValueError(f"time out of range: line {ts_ns} ns + {off} ps")
-    stats = {}
+    stats: dict[str, StatValue] = {}
     for s in stat_spans:
-        k, v = _read_stat(buf, s, plane.stat_names)
+        k, stat_value = _read_stat(buf, s, plane.stat_names)
         if k:
-            stats[k] = v
+            stats[k] = stat_value
     return _Event(plane.event_names.get(mid, ""), start, end, stats)
 
 
@@ -355,14 +369,14 @@ def load_xplane_bytes(data: bytes | bytearray | memoryview, *, ctx: LoadContext)
     # host planes first: a device op's launch (same correlation id) tells a copy from a kernel
     order = sorted(planes, key=lambda p: p.name != _HOST_PLANE)
     launch_kind: dict[int, Category] = {}
-    summary: list[dict[str, Any]] = []
-    devices: list[dict[str, Any]] = []
+    summary: list[PlaneSummary] = []
+    devices: list[dict[str, StatValue]] = []
     for p in order:
         is_device = _DEVICE_PLANE.match(p.name) is not None
         is_host = p.name == _HOST_PLANE
         if is_device:
             devices.append({"name": p.name, **{k: v for k, v in p.stats.items() if _scalar(v)}})
-        info = {"plane": p.name, "lines": len(p.lines), "rows": 0}
+        info: PlaneSummary = {"plane": p.name, "lines": len(p.lines), "rows": 0}
         summary.append(info)
         if not (is_device or is_host):
             continue
