@@ -39,6 +39,7 @@ from typing import Any, NotRequired, TypedDict
 
 import msgspec
 import numpy as np
+from opentelemetry.util.types import AnyValue
 
 from otel_ext._accounting import token_shares
 from otel_ext._arrays import distinct, percentile
@@ -613,13 +614,13 @@ class _LeanRequest(msgspec.Struct, gc=False):
 _LEAN = msgspec.json.Decoder(_LeanRequest)
 
 
-def _step_attrs(items: Any) -> dict[str, Any]:
+def _step_attrs(items: Any) -> dict[str, AnyValue]:
     """The engine-step attributes among an OTLP attribute list, each value as
     ``otlp_value`` reads it (the loaders' reading; lists of plain strings or integers through
     :func:`_plain_array`)."""
     from otel_ext.analysis.loaders.spans import otlp_value
 
-    out: dict[str, Any] = {}
+    out: dict[str, AnyValue] = {}
     if isinstance(items, list):
         for kv in items:
             if isinstance(kv, dict):
@@ -684,7 +685,7 @@ def engine_steps_of_line(line: bytes, where: str) -> list[EngineStep]:
         return _steps_of_line_generic(line, where)
     out: list[EngineStep] = []
     for rs in doc.resourceSpans:
-        res: dict[str, Any] | None = None
+        res: dict[str, AnyValue] | None = None
         for ss in rs.scopeSpans:
             for sp in ss.spans:
                 if sp.name != SPAN_ACCEL_ENGINE_STEP:
