@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from otel_ext.analysis.report._sections import InputEntry, SkippedEntry
+from otel_ext.analysis.report._sections import InputEntry, SkippedEntry, TimelineSection
 from otel_ext.errors import ConfigError, InputError, OtelExtError
 
 if TYPE_CHECKING:
@@ -190,14 +190,14 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     if not quiet:
-        _print_left_out(doc)
+        _print_left_out(doc.get("inputs", []), doc.get("skipped", []))
     if not any(i.get("status") == "loaded" for i in doc.get("inputs", [])):
         raise InputError(
             "no telemetry loaded (no recognised file, or every file was left out)",
             path=", ".join(str(p) for p in args.paths),
         )
     if timeline is not None:
-        _note_timeline(doc, timeline, out=args.out, quiet=quiet)
+        _note_timeline(doc["timeline"], timeline, out=args.out, quiet=quiet)
     if args.format == "perfetto":
         return 0
     _write_report(_render(doc, args.format), args, quiet=quiet)
@@ -251,13 +251,11 @@ def _analyze(
     )
 
 
-def _print_left_out(doc: dict[str, Any]) -> None:
+def _print_left_out(inputs: list[InputEntry], skipped: list[SkippedEntry]) -> None:
     """On stderr: the files left out (with a note), and the bad files and records skipped."""
-    inputs: list[InputEntry] = doc.get("inputs", [])
     for item in inputs:
         if item.get("status") != "loaded" and item.get("note"):
             print(f"left out {item['path']}: {item['note']}", file=sys.stderr)
-    skipped: list[SkippedEntry] = doc.get("skipped", [])
     bad = [s for s in skipped if not str(s.get("reason", "")).startswith("left out")]
     if bad:
         total = sum(int(s.get("count", 1)) for s in bad)
@@ -267,9 +265,10 @@ def _print_left_out(doc: dict[str, Any]) -> None:
 
 
 def _note_timeline(
-    doc: dict[str, Any], timeline: TimelineFile, *, out: str | None, quiet: bool
+    section: TimelineSection, timeline: TimelineFile, *, out: str | None, quiet: bool
 ) -> None:
-    """Say where the timeline went; link the report to it when the report is a file."""
+    """Say where the timeline went; link the report's ``timeline`` section to it when the
+    report is a file."""
     done = timeline.summary
     if done is not None and not quiet:
         print(
@@ -278,9 +277,7 @@ def _note_timeline(
             file=sys.stderr,
         )
     if out:  # the report links to the timeline beside it
-        doc["timeline"]["link"] = os.path.relpath(
-            str(timeline.path), os.path.dirname(os.path.abspath(out))
-        )
+        section["link"] = os.path.relpath(str(timeline.path), os.path.dirname(os.path.abspath(out)))
 
 
 def _write_report(text: str, args: argparse.Namespace, *, quiet: bool) -> None:
