@@ -21,33 +21,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, NotRequired, TypedDict
 
 import numpy as np
 
 from otel_ext._arrays import distinct
 
 if TYPE_CHECKING:
-    from otel_ext.analysis.cross.alignment import Alignment
+    from otel_ext.analysis.cross.alignment import Alignment, CausalityJson
     from otel_ext.analysis.cross.collective_match import (
         CollectiveMatch,
         CollectiveMismatch,
         CollectiveRow,
         CollectiveSummary,
     )
-    from otel_ext.analysis.cross.critical_path import CriticalPath
+    from otel_ext.analysis.cross.critical_path import CriticalPath, CriticalPathSection
+    from otel_ext.analysis.cross.imbalance import LoadImbalance
     from otel_ext.analysis.cross.link_stats import LinkStat, PortStat
     from otel_ext.analysis.cross.network_paths import PathStatJson, RankTransferJson
-    from otel_ext.analysis.cross.stragglers import StragglerReport
-    from otel_ext.analysis.rank.breakdown import IdleBreakdownDict, TemporalBreakdownDict
+    from otel_ext.analysis.cross.stragglers import StragglerReport, StragglerRow
+    from otel_ext.analysis.rank.breakdown import (
+        IdleBreakdownDict,
+        KernelBreakdownDoc,
+        TemporalBreakdownDict,
+    )
     from otel_ext.analysis.rank.comm_calls import CollectiveCalls
+    from otel_ext.analysis.rank.memory import MemorySection
     from otel_ext.analysis.rank.overlap import OverlapDict
     from otel_ext.analysis.rank.roofline import RooflineRow
+    from otel_ext.analysis.report.timeline import TimelineSummary
     from otel_ext.analysis.runs import Capture, RunRecord
+    from otel_ext.analysis.serving.engine_telemetry import ServingJoin
     from otel_ext.analysis.serving.requests import RequestLatency
+    from otel_ext.analysis.steps import StepRecord
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
+    "AnalysisDocument",
     "CollectivesSection",
     "CrossRankResults",
     "NetworkSection",
@@ -73,7 +83,7 @@ class RunSection(TypedDict):
     events: int
     metric_points: int
     device_model: str | None
-    steps: dict[str, Any]
+    steps: StepRecord
 
 
 class RankEntry(TypedDict):
@@ -123,6 +133,37 @@ class NetworkSection(TypedDict):
     unpaired: list[RankTransferJson]
 
 
+class AnalysisDocument(TypedDict):
+    """The analysis document (schema ``otel-ext.analysis/1``), its keys in order; each
+    section as its pass or the engine gives it (``docs/analysis.md`` documents them)."""
+
+    schema: str
+    inputs: list[dict[str, Any]]
+    skipped: list[dict[str, Any]]
+    run: RunSection
+    captures: list[Capture]
+    ranks: list[RankEntry]
+    runs: list[RunRecord]
+    temporal_breakdown: list[TemporalBreakdownDict]
+    idle_breakdown: list[IdleBreakdownDict]
+    comm_comp_overlap: list[OverlapDict]
+    kernel_breakdown: KernelBreakdownDoc
+    collectives: CollectivesSection
+    links: list[LinkStat]
+    ports: list[PortStat]
+    network: NetworkSection
+    stragglers: list[StragglerRow]
+    critical_path: CriticalPathSection
+    causality: CausalityJson
+    load_imbalance: LoadImbalance
+    roofline: list[RooflineRow]
+    requests: RequestLatency
+    serving: ServingJoin | None
+    findings: list[dict[str, Any]]
+    memory: NotRequired[MemorySection]
+    timeline: NotRequired[TimelineSummary]
+
+
 class RunExtent(NamedTuple):
     """The analysed time: first device row's start, last one's end, and the duration
     (separate runs: the sum of their own spans, not the days between them)."""
@@ -161,7 +202,7 @@ class PassSections:
     network: NetworkSection
     runs: list[RunRecord]
     extent: RunExtent
-    load_imbalance: dict[str, Any]
+    load_imbalance: LoadImbalance
     roofline: list[RooflineRow]
     requests: RequestLatency
     device_model: str | None
@@ -173,7 +214,7 @@ class RankedFindings:
     timelines' section they include (None without memory timelines)."""
 
     findings: list[dict[str, Any]]
-    memory: dict[str, Any] | None
+    memory: MemorySection | None
 
 
 class CrossRankResults(NamedTuple):

@@ -68,6 +68,7 @@ from otel_ext.analysis.cross.stragglers import (
     window_edges,
 )
 from otel_ext.analysis.document import (
+    AnalysisDocument,
     CrossRankResults,
     NetworkSection,
     PassSections,
@@ -112,7 +113,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
     from otel_ext.analysis.rank.comm_calls import CollectiveCalls
     from otel_ext.analysis.rank.compute_samples import ComputeSamples
-    from otel_ext.analysis.report.timeline import TimelineInputs
+    from otel_ext.analysis.report.timeline import TimelineInputs, TimelineSummary
     from otel_ext.analysis.runs import RunRecord
     from otel_ext.analysis.scaleout.dask_cluster import DaskCluster
     from otel_ext.analysis.serving.engine_telemetry import ServingJoin
@@ -123,7 +124,7 @@ SCHEMA = "otel-ext.analysis/1"
 
 #: what the timeline writer is: called once with what the merged timeline needs; what it
 #: returns is the document's ``timeline`` key
-TimelineWriter = Callable[["TimelineInputs"], dict[str, Any]]
+TimelineWriter = Callable[["TimelineInputs"], "TimelineSummary"]
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,8 @@ def analyze(
         windows=windows, same_clock=same_clock, clock_of=clock_of, timeline=timeline,
     )  # fmt: skip
     with _backend(scheduler, source) as backend:
-        return _analyze(source, backend, per_rank, options)
+        doc = _analyze(source, backend, per_rank, options)
+    return dict(doc)  # the JSON edge: plain JSON types
 
 
 @contextmanager
@@ -232,7 +234,7 @@ def _analyze(
     backend: PerRankBackend,
     per_rank: PerRankOptions,
     options: CrossRankOptions,
-) -> dict[str, Any]:
+) -> AnalysisDocument:
     """:func:`analyze` as its phases (``docs/analysis.md``, "Per-rank and cross-rank
     passes"), the per-rank phase on ``backend``."""
     per = backend.per_rank(source, per_rank)  # load and per-rank
@@ -606,7 +608,7 @@ def _rank_findings(
     model = sections.device_model
     memory = memory_section(per.load.inputs, capacity_bytes=_spec(model, "memory_size"),
                             capacity_source=f"device model {model}" if model else None)  # fmt: skip
-    findings += memory_findings(memory)
+    findings += [f.as_dict() for f in memory_findings(memory)]
     hung = hang_findings(aligned.table, names=aligned.names, run_ns=extent.duration_ns)
     findings[:0] = [f.as_dict() for f in hung]
     return RankedFindings(findings, memory)
@@ -687,7 +689,7 @@ def _document_phase(
     aligned: AlignedRows,
     results: CrossRankResults,
     options: CrossRankOptions,
-) -> dict[str, Any]:
+) -> AnalysisDocument:
     """The document (its keys in ``docs/analysis.md``'s order), the timeline written when
     asked for."""
     alignment, (passes, verdicts, calls) = aligned.alignment, results
@@ -697,14 +699,14 @@ def _document_phase(
     )
     written = None
     if options.timeline is not None:
-        inputs = _timeline_inputs(per, aligned, passes.critical_path, verdicts.findings, ranks)
+        inputs = _timeline_inputs(per, aligned, passes.critical_path, verdicts, ranks)
         written = options.timeline(inputs)
     kernel_doc = per.ranks.kernels.breakdown().as_dict()
     kernel_doc["launch"] = [r.as_dict() for r in per.ranks.launch]
-    return {
+    doc: AnalysisDocument = {
         "schema": SCHEMA,
         "inputs": list(per.load.inputs),
-        "skipped": [s.as_dict() if hasattr(s, "as_dict") else s for s in per.load.skipped],
+        "skipped": [s.as_dict() for s in per.load.skipped],
         "run": _run_section(per, rows, passes),
         "captures": per.captures,
         "ranks": ranks,
@@ -725,9 +727,12 @@ def _document_phase(
         "requests": passes.requests,
         "serving": rows.serving,
         "findings": verdicts.findings,
-        **({"memory": verdicts.memory} if verdicts.memory is not None else {}),
-        **({"timeline": written} if written is not None else {}),
     }
+    if verdicts.memory is not None:
+        doc["memory"] = verdicts.memory
+    if written is not None:
+        doc["timeline"] = written
+    return doc
 
 
 def _run_section(per: PerRankOutcome, rows: CrossRankRows, passes: PassSections) -> RunSection:
@@ -749,7 +754,7 @@ def _timeline_inputs(
     per: PerRankOutcome,
     aligned: AlignedRows,
     cp: CriticalPath,
-    findings: list[dict[str, Any]],
+    verdicts: RankedFindings,
     ranks: list[RankEntry],
 ) -> TimelineInputs:
     """What the timeline writer needs: every analysed row when they were kept here (the
@@ -758,7 +763,7 @@ def _timeline_inputs(
     from otel_ext.analysis.report.timeline import TimelineInputs
 
     kept, keys, alignment = per.kept, aligned.keys, aligned.alignment
-    rest = (findings, ranks, per.load.metrics)
+    rest = (verdicts.findings, ranks, per.load.metrics)
     if kept is not None:
         pos = np.where(keys < len(kept), keys, -1)
         return TimelineInputs(kept, pos, alignment, cp, *rest, complete=True)

@@ -391,28 +391,7 @@ def per_rank_tables(
     walk = np.flatnonzero(walk_mask(table))
     keys = walk.astype(np.int64) if positions is None else positions[walk].astype(np.int64)
     travels = bool(keep[walk].all())
-    reduced = []
-    reduced_positions = []
-    full: list[EventTable] | None = None if full_keep is None else []
-    full_positions: list[np.ndarray] = []
-    held: list[np.ndarray] = []
-    at = 0
-    for part in whole:
-        n = len(part)
-        sel = keep[at : at + n]
-        if full is not None and full_keep is not None:
-            every = full_keep[at : at + n]
-            whole_part = _without_unread_columns(part if every.all() else part.select(every))
-            full.append(whole_part)
-            held.append(~sel[every])
-            reduced.append(whole_part.select(sel[every]))
-            if positions is not None:
-                full_positions.append(positions[at : at + n][every])
-        else:
-            reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
-        if positions is not None:
-            reduced_positions.append(positions[at : at + n][sel])
-        at += n
+    cut = _cut_parts(whole, keep, full_keep, positions)
     return RankTables(
         temporal=breakdown.temporal_breakdown(table),
         idle=breakdown.idle_breakdown(table),
@@ -421,18 +400,61 @@ def per_rank_tables(
         kernels=kernel_stats(table, positions=positions),
         names=name_counts(table),
         events=len(table),
-        reduced=reduced,
-        reduced_positions=reduced_positions,
+        reduced=cut.reduced,
+        reduced_positions=cut.reduced_positions,
         # walk rows that are all among the reduced rows are walked from those, not kept twice
         walk=None if travels else walk_rows(table, walk),
         walk_keys=None if travels else keys,
         walk_travels=travels,
-        full=full,
-        full_positions=full_positions,
-        held=held,
-        held_rows=sum(int(h.sum()) for h in held),
+        full=cut.full,
+        full_positions=cut.full_positions,
+        held=cut.held,
+        held_rows=sum(int(h.sum()) for h in cut.held),
         device_busy=intervals,
     )
+
+
+@dataclass
+class _Cut:
+    """Each part's rows kept for the cross-rank passes (and, when rows were held, each
+    part's rows as they are without holding and which of them are held)."""
+
+    reduced: list[EventTable] = field(default_factory=list)
+    reduced_positions: list[np.ndarray] = field(default_factory=list)
+    full: list[EventTable] | None = None
+    full_positions: list[np.ndarray] = field(default_factory=list)
+    held: list[np.ndarray] = field(default_factory=list)
+
+
+def _cut_parts(
+    whole: Sequence[EventTable],
+    keep: np.ndarray,
+    full_keep: np.ndarray | None,
+    positions: np.ndarray | None,
+) -> _Cut:
+    """The rows ``keep`` selects (a mask over the parts' rows in order) of each part, with
+    their positions (when given) and the columns no cross-rank pass reads dropped; with
+    ``full_keep`` (the rows kept without holding), also each part's rows it selects and
+    which of them ``keep`` holds back."""
+    out = _Cut(full=None if full_keep is None else [])
+    at = 0
+    for part in whole:
+        n = len(part)
+        sel = keep[at : at + n]
+        if out.full is not None and full_keep is not None:
+            every = full_keep[at : at + n]
+            whole_part = _without_unread_columns(part if every.all() else part.select(every))
+            out.full.append(whole_part)
+            out.held.append(~sel[every])
+            out.reduced.append(whole_part.select(sel[every]))
+            if positions is not None:
+                out.full_positions.append(positions[at : at + n][every])
+        else:
+            out.reduced.append(_without_unread_columns(part if sel.all() else part.select(sel)))
+        if positions is not None:
+            out.reduced_positions.append(positions[at : at + n][sel])
+        at += n
+    return out
 
 
 def device_busy(

@@ -172,10 +172,10 @@ class TimelineFile:
     path: Path | str
     summary: TimelineSummary | None = None
 
-    def __call__(self, inputs: TimelineInputs) -> dict[str, Any]:
+    def __call__(self, inputs: TimelineInputs) -> TimelineSummary:
         """Write the timeline; returns its summary as the document's ``timeline`` section."""
         self.summary = write_timeline(inputs, self.path)
-        return dict(self.summary)
+        return self.summary.copy()
 
 
 #: the columns the writer reads

@@ -64,8 +64,10 @@ if TYPE_CHECKING:
     from otel_ext.analysis.cross.critical_path_walk import PeerEdges, WalkPieces
     from otel_ext.analysis.loaders import LoadResult, ProgressCallback
     from otel_ext.analysis.rank.compute_samples import ComputeSamples
-    from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows
+    from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows, WalkShares
     from otel_ext.analysis.runs import Capture
+    from otel_ext.analysis.scaleout.per_rank_jobs import FileSummary, Partition, RankDecision
+    from otel_ext.analysis.steps import StepRecord
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -406,6 +408,37 @@ class _KeepingExecutor(concurrent.futures.Executor):
         return None
 
 
+def _summaries(executor: _KeepingExecutor) -> list[FileSummary | None]:
+    """The client's view of every file the executor loaded, in order (None for a file whose
+    job failed: a bad file, skipped with ``keep_going``)."""
+    out: list[FileSummary | None] = []
+    for f in executor.summaries:
+        ok = f.done() and not f.cancelled() and f.exception() is None
+        out.append(f.result() if ok else None)
+    return out
+
+
+@dataclass
+class _PartitionPlan:
+    """The client's decisions between loading and the per-rank passes.
+
+    Attributes:
+        decision: the rank of every (file, trace rank), the runs.
+        steps: the step selection's record, every file's merged.
+        offsets: per file with events (by index), its first row's position in the set.
+        partitions: the partitions of ranks.
+        hold: the partitions hold their device rows back (no file joins rows by time).
+        busy: ... and send those rows' busy intervals (some file has requests).
+    """
+
+    decision: RankDecision
+    steps: StepRecord
+    offsets: dict[int, int]
+    partitions: list[Partition]
+    hold: bool
+    busy: bool
+
+
 @dataclass
 class PerRankPhase:
     """What the workers' per-rank phase gives the client.
@@ -433,7 +466,7 @@ class PerRankPhase:
 
     load: LoadResult
     captures: list[Capture]
-    steps: dict[str, Any]
+    steps: StepRecord
     ranks: RankTables
     reduced: EventTable
     keys: Any
@@ -576,14 +609,8 @@ class DaskCluster:
             InputError: the first bad file or record, unless ``keep_going`` (as in process).
             OtelExtError: a bad ``steps``; a worker died, or cannot import otel-ext.
         """
-        from dataclasses import replace
-
         from otel_ext.analysis.loaders import load_paths
-        from otel_ext.analysis.rank.per_rank import merge_rank_tables, per_rank_tables
-        from otel_ext.analysis.scaleout import per_rank_jobs as jobs
-        from otel_ext.analysis.scaleout.packed_rows import unpacked_busy
-        from otel_ext.analysis.steps import merge_step_records, parse_steps
-        from otel_ext.analysis.table import EventTable
+        from otel_ext.analysis.steps import parse_steps
 
         executor = _KeepingExecutor(self.client, steps, measure=self.measure)
         self.received_by_category = {}
@@ -594,91 +621,129 @@ class DaskCluster:
                     paths, keep_going=keep_going, progress=progress, workers=1, executor=executor
                 )
             parse_steps(steps)
-            summaries: list[Any] = []
-            for f in executor.summaries:
-                ok = f.done() and not f.cancelled() and f.exception() is None
-                summaries.append(f.result() if ok else None)
-            with_table = [
-                i for i, s in enumerate(summaries) if s is not None and s.table is not None
-            ]
-            formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
-            decision = jobs.decide_ranks(
-                [s.table if s is not None else None for s in summaries],
-                formats=formats,
-                one_run=one_run,
-            )
-            record = merge_step_records(
-                steps, [summaries[i].steps for i in with_table if summaries[i].steps is not None]
-            )
-            offsets: dict[int, int] = {}
-            at = 0
-            for i in with_table:
-                offsets[i] = at
-                at += summaries[i].rows
-            # files of one rank each (profiler captures): a partition each (joining files
-            # costs a copy, partitions cost nothing); else no more partitions than files, at
-            # most four per worker thread: a file is cut only where files share ranks
-            one_each = all(len(decision.ranks_of.get(i, ())) <= 1 for i in with_table)
-            n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
-            n_parts = max(1, n_parts)
-            plan = jobs.rank_partitions(decision, with_table, parts=n_parts)
-            # device rows stay on the workers unless a pass joins other rows with them by time
-            hold = not any(summaries[i].joins_by_time for i in with_table)
-            # ... and their busy intervals travel only for request latency
-            busy = any(summaries[i].requests for i in with_table)
-            walks: list[tuple[frozenset[int], Any, bool]] = []
+            summaries = _summaries(executor)
+            rounds = self._partition_plan(load, summaries, steps=steps, one_run=one_run)
             with self._worker_errors():
-                futures = []
-                for part in plan:
-                    # each file's rows of the partition, taken where the file is kept
-                    pieces = [
-                        self.client.submit(
-                            _answer_or_error,
-                            jobs.piece_of,
-                            executor.kept[i],
-                            decision.renumber.get(i, {}),
-                            part.ranks,
-                            i in part.owned,
-                            offsets[i],
-                            pure=False,
-                        )
-                        for i in part.files
-                    ]
-                    owned = [i in part.owned for i in part.files]
-                    # every reduced row's position comes back: the keys of the walk
-                    kept_part = self.client.submit(
-                        _pieces_pass, pieces, [True] * len(pieces), owned, hold, busy, pure=False
-                    )
-                    walks.append((part.ranks, kept_part, False))
-                    futures.append(
-                        self.client.submit(_tables_of, kept_part, self.measure, pure=False)
-                    )
-                parts = []
-                answers_bytes = 0
-                for f in futures:
-                    answer = f.result()
-                    if isinstance(answer, _Raised):
-                        raise answer.error
-                    if self.measure:
-                        answers_bytes += _pickled_size(answer)
-                    tables, packed, unpacked = answer
-                    rows, busy = tables.reduced, tables.device_busy
-                    if self.measure:
-                        by = self.received_by_category
-                        _count_rows(by, rows)
-                        results = replace(tables, reduced=[], device_busy={})
-                        by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(results)
-                        by.setdefault("positions", [0, 0])[1] += _pickled_size(packed)
-                        by.setdefault("busy intervals", [0, 0])[1] += _pickled_size(busy)
-                    tables.reduced_positions = [p.unpack() for p in packed]
-                    tables.reduced = [t.unpack() for t in rows]
-                    tables.device_busy = unpacked_busy(busy)
-                    self.unpacked_round_bytes += unpacked
-                    parts.append(tables)
-                walks = [(r, k, p.walk_travels) for (r, k, _), p in zip(walks, parts)]
+                kept_parts = self._submit_partitions(executor, rounds)
+                parts, answers_bytes = self._received_partitions(kept_parts)
+            walks = [(r, k, p.walk_travels) for (r, k), p in zip(kept_parts, parts)]
         finally:
             for k in executor.kept:  # the workers let the kept files go
                 k.release()
+        received = self._count_round(executor, summaries, answers_bytes)
+        return self._phase_of(load, rounds, parts, walks, received)
+
+    def _partition_plan(
+        self, load: LoadResult, summaries: list[FileSummary | None], *, steps: str, one_run: bool
+    ) -> _PartitionPlan:
+        """The client's decisions once every file is loaded: the ranks (captures separated on
+        the files' sketches), the step record, each file's first row's position, and the
+        partitions of ranks (files of one rank each: a partition each, as joining files costs
+        a copy and partitions cost nothing; else no more partitions than files, at most four
+        per worker thread: a file is cut only where files share ranks)."""
+        from otel_ext.analysis.scaleout import per_rank_jobs as jobs
+        from otel_ext.analysis.steps import merge_step_records
+
+        with_table = [i for i, s in enumerate(summaries) if s is not None and s.table is not None]
+        have = [s for s in summaries if s is not None and s.table is not None]
+        formats = {i.get("path", ""): i.get("format", "") for i in load.inputs}
+        decision = jobs.decide_ranks(
+            [s.table if s is not None else None for s in summaries],
+            formats=formats,
+            one_run=one_run,
+        )
+        record = merge_step_records(steps, [s.steps for s in have if s.steps is not None])
+        starts = np.cumsum([0] + [s.rows for s in have])[:-1].tolist()
+        one_each = all(len(decision.ranks_of.get(i, ())) <= 1 for i in with_table)
+        n_parts = len(with_table) if one_each else min(4 * self.slots, len(with_table))
+        return _PartitionPlan(
+            decision=decision,
+            steps=record,
+            offsets=dict(zip(with_table, starts)),
+            partitions=jobs.rank_partitions(decision, with_table, parts=max(1, n_parts)),
+            # device rows stay on the workers unless a pass joins other rows with them by time
+            hold=not any(s.joins_by_time for s in have),
+            # ... and their busy intervals travel only for request latency
+            busy=any(s.requests for s in have),
+        )
+
+    def _submit_partitions(
+        self, executor: _KeepingExecutor, rounds: _PartitionPlan
+    ) -> list[tuple[frozenset[int], Any]]:
+        """Per partition: each file's rows of its ranks, taken where the file is kept
+        (:func:`~otel_ext.analysis.scaleout.per_rank_jobs.piece_of`), and the per-rank passes
+        over those pieces, kept on the worker; returns each partition's ranks and the
+        cluster's future of its kept results (every reduced row's position comes back: the
+        keys of the walk)."""
+        from otel_ext.analysis.scaleout import per_rank_jobs as jobs
+
+        out = []
+        for part in rounds.partitions:
+            pieces = [
+                self.client.submit(
+                    _answer_or_error,
+                    jobs.piece_of,
+                    executor.kept[i],
+                    rounds.decision.renumber.get(i, {}),
+                    part.ranks,
+                    i in part.owned,
+                    rounds.offsets[i],
+                    pure=False,
+                )
+                for i in part.files
+            ]
+            owned = [i in part.owned for i in part.files]
+            kept_part = self.client.submit(
+                _pieces_pass, pieces, [True] * len(pieces), owned, rounds.hold, rounds.busy,
+                pure=False,
+            )  # fmt: skip
+            out.append((part.ranks, kept_part))
+        return out
+
+    def _received_partitions(
+        self, kept_parts: list[tuple[frozenset[int], Any]]
+    ) -> tuple[list[RankTables], int]:
+        """Each partition's per-rank results, sent here packed (:func:`_tables_of`) and
+        unpacked; with :attr:`measure`, what they weighed (in all, returned, and by kind)."""
+        from otel_ext.analysis.scaleout.packed_rows import unpacked_busy
+
+        futures = [
+            self.client.submit(_tables_of, k, self.measure, pure=False) for _, k in kept_parts
+        ]
+        parts = []
+        answers_bytes = 0
+        for f in futures:
+            answer = f.result()
+            if isinstance(answer, _Raised):
+                raise answer.error
+            tables, packed, unpacked = answer
+            if self.measure:
+                answers_bytes += _pickled_size(answer)
+                self._count_tables(tables, packed)
+            tables.reduced_positions = [p.unpack() for p in packed]
+            tables.reduced = [t.unpack() for t in tables.reduced]
+            tables.device_busy = unpacked_busy(tables.device_busy)
+            self.unpacked_round_bytes += unpacked
+            parts.append(tables)
+        return parts, answers_bytes
+
+    def _count_tables(self, tables: RankTables, packed: Any) -> None:
+        """Add what a partition's packed answer weighs, by kind, to
+        :attr:`received_by_category`."""
+        from dataclasses import replace
+
+        by = self.received_by_category
+        _count_rows(by, tables.reduced)
+        results = replace(tables, reduced=[], device_busy={})
+        by.setdefault("per-rank results", [0, 0])[1] += _pickled_size(results)
+        by.setdefault("positions", [0, 0])[1] += _pickled_size(packed)
+        by.setdefault("busy intervals", [0, 0])[1] += _pickled_size(tables.device_busy)
+
+    def _count_round(
+        self, executor: _KeepingExecutor, summaries: list[FileSummary | None], answers_bytes: int
+    ) -> int:
+        """What travelled here in the per-rank round (the summaries, and with :attr:`measure`
+        the partitions' answers), recorded in :attr:`received_bytes` and its kinds."""
         received = executor.received_bytes
         if self.measure:
             received += answers_bytes
@@ -692,7 +757,23 @@ class DaskCluster:
             )
         self.received_bytes = received
         self.received_by_round = {"per-rank": received}
-        joining = (plan, decision.rank_runs)
+        return received
+
+    def _phase_of(
+        self,
+        load: LoadResult,
+        rounds: _PartitionPlan,
+        parts: list[RankTables],
+        walks: list[tuple[frozenset[int], Any, bool]],
+        received: int,
+    ) -> PerRankPhase:
+        """The partitions' results as one: their reduced rows joined in file order with
+        their keys, their per-rank tables merged, each file's name dictionary."""
+        from otel_ext.analysis.rank.per_rank import merge_rank_tables, per_rank_tables
+        from otel_ext.analysis.table import EventTable
+
+        plan = rounds.partitions
+        joining = (plan, rounds.decision.rank_runs)
         sent = [(t.reduced, t.reduced_positions) for t in parts]
         reduced, keys = _joined(joining, sent)
         name_strings = {
@@ -708,8 +789,9 @@ class DaskCluster:
         else:
             ranks = per_rank_tables(EventTable.empty())
         return PerRankPhase(
-            load, decision.captures, record, ranks, reduced, keys, received, walks=walks,
-            holds=any(p.held_rows for p in parts), joining=joining, name_strings=name_strings,
+            load, rounds.decision.captures, rounds.steps, ranks, reduced, keys, received,
+            walks=walks, holds=any(p.held_rows for p in parts), joining=joining,
+            name_strings=name_strings,
         )  # fmt: skip
 
     def restore_held(self, phase: PerRankPhase) -> tuple[EventTable, Any]:
@@ -783,32 +865,16 @@ class DaskCluster:
             The pieces, and the held rows' samples (one per partition that sent some).
         """
         from otel_ext.analysis.cross.critical_path_walk import WalkPieces
-        from otel_ext.analysis.rank.per_rank import WalkShares, walk_of_aligned
+        from otel_ext.analysis.rank.per_rank import WalkShares
 
         shares = WalkShares(keys, aligned["rank"], repaired, peers)
-        here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
-        plan, _ = phase.joining
-        walks = []  # (the partition, its ranks, its walk kept on the worker)
-        parts = []
-        if here:  # walked here: its pieces do not travel
-            _, sub = shares.of(here)
-            parts.append(
-                walk_of_aligned(
-                    aligned, keys, sub, ranks=here, device_bound_share=device_bound_share
-                )
-            )
+        here = self._walked_here(phase, shares, aligned, keys, device_bound_share)
+        parts = list(here)
         try:
             with self._worker_errors():
-                for part, (ranks, kept, travels) in zip(plan, phase.walks):
-                    if travels:
-                        continue
-                    rep, sub = shares.of(ranks)
-                    walked = self.client.submit(
-                        _walk_pass, kept, clocks, rep, sub, device_bound_share,
-                        edges if phase.holds else None, frozenset(alone & set(ranks)),
-                        pure=False,
-                    )  # fmt: skip
-                    walks.append((part, ranks, walked))
+                walks = self._submit_walks(
+                    phase, shares, clocks, device_bound_share, edges=edges, alone=alone
+                )
                 # first the ranks' starts: the path reaches only the ranks the peer edges
                 # lead to from the global start, and only their pieces travel
                 starts = [self.client.submit(_walk_starts, w, pure=False) for _, _, w in walks]
@@ -823,19 +889,77 @@ class DaskCluster:
         finally:
             phase.walks = []  # the workers let the walk rows go
         if self.measure:
-            got = sum(_pickled_size(a) for a in packed_answers)
-            got += sum(_pickled_size(p) for p in packed_pieces)
-            self.received_bytes += got
-            self.received_by_round["walk"] = got
-            # the reference: what they weighed as they travelled unpacked
-            self.unpacked_walk_bytes = sum(_pickled_size(a) for a in answers)
-            self.unpacked_walk_bytes += sum(_pickled_size(p) for p in parts[1 if here else 0 :])
+            self._count_walk(packed_answers, packed_pieces, answers, parts[len(here) :])
         samples = [  # the names from the files' dictionaries, which came with the rows
             h.resolved(phase.name_strings[part.files[h.part]])
             for (part, _, _), (_, held) in zip(walks, answers)
             for h in held or ()
         ]
         return WalkPieces.join(parts), samples
+
+    def _walked_here(
+        self,
+        phase: PerRankPhase,
+        shares: WalkShares,
+        aligned: EventTable,
+        keys: Any,
+        device_bound_share: float,
+    ) -> list[WalkPieces]:
+        """The pieces of the ranks whose walk rows all travelled with the reduced rows,
+        walked here from the aligned rows (none: ``[]``)."""
+        from otel_ext.analysis.rank.per_rank import walk_of_aligned
+
+        here = sorted({r for ranks, _, travels in phase.walks if travels for r in ranks})
+        if not here:
+            return []
+        _, sub = shares.of(here)
+        return [
+            walk_of_aligned(aligned, keys, sub, ranks=here, device_bound_share=device_bound_share)
+        ]
+
+    def _submit_walks(
+        self,
+        phase: PerRankPhase,
+        shares: WalkShares,
+        clocks: RankClocks,
+        device_bound_share: float,
+        *,
+        edges: Any,
+        alone: frozenset[int],
+    ) -> list[tuple[Partition, frozenset[int], Any]]:
+        """The walk of every partition whose walk rows stayed on its worker, submitted
+        there (:func:`_walk_pass`) with its share of the repaired rows and peer edges; per
+        partition, its ranks and the cluster's future of its walk."""
+        plan, _ = phase.joining
+        walks = []
+        for part, (ranks, kept, travels) in zip(plan, phase.walks):
+            if travels:
+                continue
+            rep, sub = shares.of(ranks)
+            walked = self.client.submit(
+                _walk_pass, kept, clocks, rep, sub, device_bound_share,
+                edges if phase.holds else None, frozenset(alone & set(ranks)),
+                pure=False,
+            )  # fmt: skip
+            walks.append((part, ranks, walked))
+        return walks
+
+    def _count_walk(
+        self,
+        packed_answers: list[Any],
+        packed_pieces: list[Any],
+        answers: list[Any],
+        pieces: list[WalkPieces],
+    ) -> None:
+        """Record what the walk round sent here (packed) and what it would have weighed
+        unpacked (:attr:`unpacked_walk_bytes`)."""
+        got = sum(_pickled_size(a) for a in packed_answers)
+        got += sum(_pickled_size(p) for p in packed_pieces)
+        self.received_bytes += got
+        self.received_by_round["walk"] = got
+        # the reference: what they weighed as they travelled unpacked
+        self.unpacked_walk_bytes = sum(_pickled_size(a) for a in answers)
+        self.unpacked_walk_bytes += sum(_pickled_size(p) for p in pieces)
 
     def map_files(self, fn: Callable[[list[str]], list[T]], paths: Sequence[str]) -> list[T]:
         """``fn(paths)`` computed one path per job on the workers: for functions whose answer

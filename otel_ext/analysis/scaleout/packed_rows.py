@@ -83,7 +83,7 @@ def _offsets(column: np.ndarray, *, delta: bool = False) -> np.ndarray | _Offset
     return column
 
 
-def _packed_column(column: np.ndarray, *, delta: bool = False) -> Any:
+def _packed_column(column: np.ndarray, *, delta: bool = False) -> PackedColumn:
     """One column of rows of one category, as it travels: one value when they all hold it,
     integers at the width their spread needs (floats that are all whole numbers below
     2**53, none a negative zero, as such integers), or as their distinct values and an index
@@ -160,7 +160,7 @@ class _Whole:
     """A float column whose values are all whole numbers below 2**53, as integers."""
 
     dtype: str
-    ints: Any
+    ints: PackedColumn
 
     def unpack(self) -> np.ndarray:
         return _unpacked(self.ints).astype(np.dtype(self.dtype))
@@ -171,7 +171,7 @@ class _Bits:
     """A float column as its values' bit patterns (distinct: NaN, -0.0 kept as they are)."""
 
     dtype: str
-    bits: Any
+    bits: _Distinct
 
     def unpack(self) -> np.ndarray:
         return _unpacked(self.bits).view(np.dtype(self.dtype))
@@ -198,7 +198,18 @@ _ZIP_ENTRIES = 64
 _ZIP_SKIP = frozenset({"name"})
 
 
-def _packed_strings(strings: dict[str, list[str]]) -> dict[str, Any]:
+#: one column as it travels (:func:`_packed_column`): as it is, or packed
+PackedColumn = np.ndarray | _Offsets | _Same | _Whole | _Bits | _Distinct
+
+#: a table's string dictionaries as they travel: each as it is, or pickled and compressed
+PackedStrings = dict[str, list[str] | _Zipped]
+
+#: the held rows' busy intervals as they travel (:func:`packed_busy`): per device name, per
+#: rank, the starts (as steps) and the lengths
+PackedBusy = dict[str, list[tuple[int, PackedColumn, PackedColumn]]]
+
+
+def _packed_strings(strings: dict[str, list[str]]) -> PackedStrings:
 
     return {
         k: _Zipped(zlib.compress(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL), 1))
@@ -208,11 +219,13 @@ def _packed_strings(strings: dict[str, list[str]]) -> dict[str, Any]:
     }
 
 
-def _unpacked_strings(strings: dict[str, Any]) -> dict[str, list[str]]:
+def _unpacked_strings(strings: PackedStrings) -> dict[str, list[str]]:
     return {k: v.unpack() if isinstance(v, _Zipped) else v for k, v in strings.items()}
 
 
-def _parent_rows(span: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, Any]:
+def _parent_rows(
+    span: np.ndarray, parent: np.ndarray
+) -> tuple[np.ndarray, tuple[PackedColumn, PackedColumn] | None]:
     """``parent`` (span ids) as references to the rows of ``span`` that hold them: each
     row's distance back to such a row (int64), and, apart, the rows whose parent no row
     holds (positions, values)."""
@@ -227,7 +240,7 @@ def _parent_rows(span: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, Any]
     return rel, patch
 
 
-def _unpacked(packed: Any) -> np.ndarray:
+def _unpacked(packed: PackedColumn) -> np.ndarray:
     return packed if isinstance(packed, np.ndarray) else packed.unpack()
 
 
@@ -257,14 +270,14 @@ class PackedTable:
     n: int
     order: tuple[str, ...]
     category: np.ndarray
-    blocks: dict[int, dict[str, Any]]
+    blocks: dict[int, dict[str, PackedColumn | _FromParent]]
     constant: dict[str, tuple[Any, str]]
-    strings: dict[str, Any]
+    strings: PackedStrings
     meta: dict[str, Any]
     empty: EventTable | None = None
     #: parent span ids as references to rows: the rows whose parent no row holds
     #: (positions, values), or None when they travel as themselves
-    parents: Any = None
+    parents: tuple[PackedColumn, PackedColumn] | tuple[()] | None = None
     #: the rows whose parent row is in the table (no cycle leads back to them), as bits:
     #: their integer columns may travel as differences from the parent row's
     children: np.ndarray | None = None
@@ -284,7 +297,7 @@ class PackedTable:
             if n and is_constant(v) and k != "category"
         }
         columns = dict(table.columns)
-        parents = None
+        parents: tuple[PackedColumn, PackedColumn] | tuple[()] | None = None
         child = np.zeros(n, dtype=bool)
         ref = np.arange(n, dtype=np.int64)
         if (
@@ -298,20 +311,22 @@ class PackedTable:
             ref = ref - columns["parent_span_id"]
             child = _acyclic_children(ref, parents)
             parents = parents or ()
-        blocks: dict[int, dict[str, Any]] = {}
+        blocks: dict[int, dict[str, PackedColumn | _FromParent]] = {}
         for code in np.unique(category).tolist():
             for kid in (False, True):
                 rows = np.flatnonzero((category == code) & (child == kid))
                 if len(rows) == 0:
                     continue
-                block: dict[str, Any] = {}
+                block: dict[str, PackedColumn | _FromParent] = {}
                 for k, v in columns.items():
                     if k in constant or k == "category":
                         continue
                     if k == "end_ns":  # durations: narrower than the ends
                         with np.errstate(over="ignore"):
                             v = v - table["start_ns"]
-                    packed = _packed_column(v[rows], delta=k == "start_ns")
+                    packed: PackedColumn | _FromParent = _packed_column(
+                        v[rows], delta=k == "start_ns"
+                    )
                     if kid and v.dtype.kind in "iu" and k not in _NOT_RELATIVE:
                         with np.errstate(over="ignore"):
                             diff = _packed_column(v[rows] - v[ref[rows]])
@@ -358,8 +373,8 @@ class PackedTable:
             ref = np.arange(self.n, dtype=np.int64) - columns["parent_span_id"]
             parent = np.asarray(columns["span_id"])[ref]
             if self.parents:
-                lost, values = self.parents
-                parent[_unpacked(lost)] = _unpacked(values)
+                lost_at, lost_values = self.parents
+                parent[_unpacked(lost_at)] = _unpacked(lost_values)
             columns["parent_span_id"] = parent
         columns["category"] = self.category
         strings = _unpacked_strings(self.strings)
@@ -384,7 +399,7 @@ _NOT_RELATIVE = frozenset({"span_id", "parent_span_id", "end_ns", "category"})
 class _FromParent:
     """A child block's column as each row's difference from its parent row's value."""
 
-    diff: Any
+    diff: PackedColumn
 
 
 #: a row this many parents or more below a row without one travels as itself (each level
@@ -392,7 +407,9 @@ class _FromParent:
 _MAX_DEPTH = 32
 
 
-def _acyclic_children(ref: np.ndarray, lost: Any) -> np.ndarray:
+def _acyclic_children(
+    ref: np.ndarray, lost: tuple[PackedColumn, PackedColumn] | tuple[()] | None
+) -> np.ndarray:
     """The rows whose parent row is another row of the table and whose chain of parents
     ends, within :data:`_MAX_DEPTH` rows, at a row without one (none in a cycle): what may
     travel relative to its parent."""
@@ -435,7 +452,7 @@ class _JointCodes:
     names: tuple[str, ...]
     dtypes: tuple[str, ...]
     combos: np.ndarray
-    index: Any
+    index: PackedColumn
 
     @classmethod
     def of(cls, codes: dict[str, np.ndarray]) -> _JointCodes | None:
@@ -471,9 +488,9 @@ class PackedPoints:
     (True, 'int32')
     """
 
-    arrays: dict[str, Any]
-    codes: dict[str, Any]
-    strings: dict[str, Any]
+    arrays: dict[str, PackedColumn]
+    codes: dict[str, PackedColumn | _JointCodes]
+    strings: PackedStrings
     left_out: int
 
     @classmethod
@@ -483,7 +500,9 @@ class PackedPoints:
             k: _packed_column(getattr(points, k), delta=k == "time_ns")
             for k in ("time_ns", "start_time_ns", "values", "count")
         }
-        codes: dict[str, Any] = {k: _packed_column(v) for k, v in points.codes.items()}
+        codes: dict[str, PackedColumn | _JointCodes] = {
+            k: _packed_column(v) for k, v in points.codes.items()
+        }
         joint = _JointCodes.of(points.codes)
         if joint is not None and len(pickle.dumps(joint)) < len(pickle.dumps(codes)):
             codes = {"": joint}
@@ -497,7 +516,9 @@ class PackedPoints:
         if isinstance(joint, _JointCodes):
             codes = joint.unpack()
         else:
-            codes = {k: _unpacked(v) for k, v in self.codes.items()}
+            codes = {
+                k: _unpacked(v) for k, v in self.codes.items() if not isinstance(v, _JointCodes)
+            }
         return MetricPoints(
             a["time_ns"], a["start_time_ns"], a["values"], a["count"], codes,
             _unpacked_strings(self.strings), self.left_out,
@@ -530,19 +551,7 @@ class PackedFields:
 
     @classmethod
     def of(cls, obj: Any) -> PackedFields:
-
-        fields: dict[str, Any] = {}
-        for k, v in vars(obj).items():
-            if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iuf" and len(v):
-                packed = _packed_column(v)
-                if v.dtype == np.int64 and len(v) > 1:  # steps, when narrower
-                    steps = _packed_column(v, delta=True)
-                    if len(pickle.dumps(steps)) < len(pickle.dumps(packed)):
-                        packed = steps
-                fields[k] = packed
-            else:
-                fields[k] = v
-        return cls(type(obj), fields)
+        return cls(type(obj), {k: _packed_field(v) for k, v in vars(obj).items()})
 
     def unpack(self) -> Any:
         obj: Any = object.__new__(self.cls)
@@ -552,7 +561,21 @@ class PackedFields:
         return obj
 
 
-def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> dict[str, Any]:
+def _packed_field(v: Any) -> Any:
+    """One field of an object :class:`PackedFields` packs: a one-dimensional integer or
+    float array packed as a column (an int64 array as steps when that is narrower), any
+    other value as it is."""
+    if not (isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind in "iuf" and len(v)):
+        return v
+    packed = _packed_column(v)
+    if v.dtype == np.int64 and len(v) > 1:  # steps, when narrower
+        steps = _packed_column(v, delta=True)
+        if len(pickle.dumps(steps)) < len(pickle.dumps(packed)):
+            packed = steps
+    return packed
+
+
+def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> PackedBusy:
     """The held rows' busy intervals (:attr:`~otel_ext.analysis.rank.per_rank.RankTables.device_busy`)
     as they travel: per device and rank the starts as steps, the ends as lengths, each at
     the width it needs; :func:`unpacked_busy` gives them back exactly.
@@ -563,7 +586,7 @@ def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> di
     ...     (r, s.tolist(), e.tolist()) for r, s, e in busy["d"]]
     True
     """
-    out: dict[str, Any] = {}
+    out: PackedBusy = {}
     for name, spans in busy.items():
         packed = []
         for rank, start, end in spans:
@@ -574,7 +597,7 @@ def packed_busy(busy: dict[str, list[tuple[int, np.ndarray, np.ndarray]]]) -> di
     return out
 
 
-def unpacked_busy(packed: dict[str, Any]) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
+def unpacked_busy(packed: PackedBusy) -> dict[str, list[tuple[int, np.ndarray, np.ndarray]]]:
     """The busy intervals :func:`packed_busy` packed."""
     out: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
     for name, spans in packed.items():
