@@ -90,6 +90,9 @@ NUMERIC_COLUMNS: dict[str, tuple[type, int]] = {
     "bytes_accessed": (np.float64, -1),  # memory bytes estimate, -1 unknown
     "external_id": (np.int64, -1),  # profiler "External id": host op <-> its launches/kernels
     "coll_group_size": (np.int32, -1),  # ranks in the collective's group, -1 unknown
+    # a point-to-point operation's peer (global rank: a send's destination, a receive's
+    # source; PyTorch's "Dst Rank" / "Src Rank"), -1 unknown or not point-to-point
+    "coll_peer": (np.int32, -1),
     # a device row's data dependency (from an Execution Trace): the correlation id of the
     # producer's device row on the same rank it waited for, -1 none
     "data_dep": (np.int64, -1),

@@ -125,6 +125,7 @@ _COLL_KEYS = {
     "collective_name": "collective_name",
 }
 _OTHER_COLL_KEYS = {"seq_": "Seq", "seq": "seq", "group_size": "Group size", "dtype": "dtype"}
+_OTHER_COLL_KEYS.update(dst_rank="Dst Rank", src_rank="Src Rank")  # a point-to-point's peer
 _ARG_KEYS = {**_COLL_KEYS, **_OTHER_COLL_KEYS, "correlation": "correlation", "stream": "stream"}
 _ARG_KEYS.update(device="device", external_id="External id")
 
@@ -169,6 +170,8 @@ if msgspec is not None:
         seq: Any = _U
         group_size: Any = _U
         dtype: Any = _U
+        dst_rank: Any = _U
+        src_rank: Any = _U
         correlation: Any = -1
         stream: Any = -1
         device: Any = _U
@@ -403,12 +406,13 @@ class Accumulator:
         for i in need.tolist():
             e = xs[i]
             self.uncorrelated.append((chunk, i, e.pid, e.tid, int(start[i]), bool(on_device[i])))
-        seq, nbytes, gsize, op_codes, group_codes = self._collectives(n, coll_dicts)
+        seq, nbytes, gsize, op_codes, group_codes, peer = self._collectives(n, coll_dicts)
         self.parts.append(
             (chunk,
              {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
               "tid": tid, "correlation": corr, "external_id": ext, "coll_seq": seq,
-              "coll_bytes": nbytes, "coll_group_size": gsize, "name": name_codes,
+              "coll_bytes": nbytes, "coll_group_size": gsize, "coll_peer": peer,
+              "name": name_codes,
               "coll_op": op_codes, "coll_group": group_codes, "device": dev_codes})
         )  # fmt: skip
 
@@ -443,21 +447,22 @@ class Accumulator:
     def _collectives(
         self, n: int, coll_dicts: dict[int, dict[str, JsonValue]]
     ) -> tuple[np.ndarray, ...]:
-        """seq, bytes, group size, op and group codes of the collective rows (-1/0 elsewhere;
-        constant columns when the chunk has no collective row)."""
+        """seq, bytes, group size, op and group codes and point-to-point peer of the collective
+        rows (-1/0 elsewhere; constant columns when the chunk has no collective row)."""
         if not coll_dicts:
             return (
                 constant_column(-1, np.int64, n), constant_column(-1, np.int64, n),
                 constant_column(-1, np.int32, n), constant_column(0, np.int32, n),
-                constant_column(0, np.int32, n),
+                constant_column(0, np.int32, n), constant_column(-1, np.int32, n),
             )  # fmt: skip
         seq = np.full(n, -1, np.int64)
         nbytes = np.full(n, -1, np.int64)
         gsize = np.full(n, -1, np.int32)
         op_codes = np.zeros(n, np.int32)
         group_codes = np.zeros(n, np.int32)
+        peer = np.full(n, -1, np.int32)
         if coll_dicts:
-            from otel_ext.analysis.loaders.kineto import _coll_fields
+            from otel_ext.analysis.loaders.kineto import _coll_fields, _coll_peer
 
             for i, d in coll_dicts.items():
                 op, group, sq, nb, gs = _coll_fields(d)
@@ -466,7 +471,8 @@ class Accumulator:
                 seq[i] = sq if -_LIM < sq < _LIM else -1
                 nbytes[i] = nb if nb < _LIM else -1
                 gsize[i] = gs
-        return seq, nbytes, gsize, op_codes, group_codes
+                peer[i] = _coll_peer(d)
+        return seq, nbytes, gsize, op_codes, group_codes, peer
 
     def add_scanned(self, res: tuple[Any, ...], chunk: int, buf: bytes | bytearray) -> None:
         """Add what the compiled extractor read from ``buf`` (the same columns as :meth:`add`
@@ -517,12 +523,12 @@ class Accumulator:
                 zip(repeat(chunk), need.tolist(), pid[need].tolist(), tid_raw[need].tolist(),
                     start[need].tolist(), on_device[need].tolist())
             )  # fmt: skip
-        seq, nbytes, gsize, op_codes, group_codes = self._collectives(n, coll_dicts)
+        seq, nbytes, gsize, op_codes, group_codes, peer = self._collectives(n, coll_dicts)
         self.parts.append(
             (chunk,
              {"start_ns": start, "end_ns": end, "category": category, "stream": stream,
               "tid": tid, "correlation": corr, "external_id": np.frombuffer(ext_b, np.int64),
-              "coll_seq": seq, "coll_bytes": nbytes, "coll_group_size": gsize,
+              "coll_seq": seq, "coll_bytes": nbytes, "coll_group_size": gsize, "coll_peer": peer,
               "name": name_codes, "coll_op": op_codes, "coll_group": group_codes,
               "device": dev_codes})
         )  # fmt: skip

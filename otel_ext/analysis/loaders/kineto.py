@@ -16,7 +16,8 @@ What is read, and how:
   their ``ac2g`` flow events (``s`` on the launch, ``f`` on the kernel, same id).
 * **Collective metadata** in ``args`` (``Collective name``, ``In/Out msg nelems``, ``dtype``,
   ``Group size``, ``Process Group Name``/``pg_name``/``Process Group ID``, ``Seq``) fills the
-  collective columns; kernels launched from inside a host op that carries it inherit it and
+  collective columns; a point-to-point operation's peer (``Dst Rank`` of a send, ``Src Rank``
+  of a receive: global ranks, recent PyTorch) fills ``coll_peer``; kernels launched from inside a host op that carries it inherit it and
   count as communication (see :mod:`otel_ext.analysis.classify`).
 * **Devices** are named ``gpu<device>`` or ``mtia<device>`` (MTIA from the event's category or
   the process's ``process_labels``, wherever in the file they are), prefixed by the host.
@@ -91,7 +92,7 @@ DTYPE_BYTES: dict[str, int] = {
 _KINETO_KEYS = re.compile(r'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 _NUMERIC = [
     "start_ns", "end_ns", "category", "stream", "tid", "correlation", "external_id",
-    "coll_seq", "coll_bytes", "coll_group_size",
+    "coll_seq", "coll_bytes", "coll_group_size", "coll_peer",
 ]  # fmt: skip
 _STRINGS = ["name", "device", "coll_op", "coll_group"]
 
@@ -137,6 +138,20 @@ def _coll_fields(args: dict[str, JsonValue]) -> tuple[str, str, int, int, int]:
         nbytes,
         -1 if size is None or not -(2**31) < size < 2**31 else size,
     )
+
+
+def _coll_peer(args: dict[str, JsonValue]) -> int:
+    """A point-to-point operation's peer, a global rank: ``Dst Rank`` (a send's) or ``Src
+    Rank`` (a receive's), as PyTorch's ``saveNcclMeta`` writes them; -1 when absent or out
+    of range.
+
+    >>> _coll_peer({"Collective name": "send", "Dst Rank": 3}), _coll_peer({"Src Rank": "2"})
+    (3, 2)
+    >>> _coll_peer({"Collective name": "allreduce"})
+    -1
+    """
+    peer = int_or_none(args.get("Dst Rank", args.get("Src Rank")))
+    return peer if peer is not None and 0 <= peer < 2**31 else -1
 
 
 def load_kineto_text(
@@ -467,7 +482,7 @@ class _State:
             num["coll_seq"].append,
             num["coll_bytes"].append,
         )
-        a_gsize = num["coll_group_size"].append
+        a_gsize, a_peer = num["coll_group_size"].append, num["coll_peer"].append
         a_name, a_dev = strs["name"].append, strs["device"].append
         a_op, a_group = strs["coll_op"].append, strs["coll_group"].append
         name_codes = b.dicts["name"]
@@ -535,6 +550,7 @@ class _State:
             a_seq(seq)
             a_bytes(nbytes)
             a_gsize(gsize)
+            a_peer(_coll_peer(args) if coll else -1)
             row += 1
 
     def _coll_codes(self, args: dict[str, JsonValue]) -> tuple[int, int, int, int, int]:
@@ -640,7 +656,7 @@ def _inherit_collectives(t: EventTable) -> None:
     if not len(krows):
         return
     t.writable("category")[krows] = Category.KERNEL_COMM
-    for col in ("coll_op", "coll_group", "coll_seq", "coll_bytes", "coll_group_size"):
+    for col in ("coll_op", "coll_group", "coll_seq", "coll_bytes", "coll_group_size", "coll_peer"):
         c = t.columns[col]
         empty = c[krows] <= (0 if col in ("coll_op", "coll_group") else -1)
         if empty.any():
