@@ -200,8 +200,10 @@ def _child(args: argparse.Namespace) -> None:
             if args.tree == "this":
                 configs.append(("spans+metrics, no templates", mp, False))
             states = []
+            # the recording state's class (``_State`` in a baseline before issue 28)
+            recording = getattr(D, "_CollectiveRecording", None) or D._State
             for label, meter_provider, templates in configs:
-                state = D._CollectiveRecording(
+                state = recording(
                     tracer_provider=tp, meter_provider=meter_provider, link_provider=None,
                     device=None, host_id="bench-host", timer=None, capacity=1024,
                 )  # fmt: skip
