@@ -51,6 +51,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
+from opentelemetry.util.types import AttributeValue
 
 from otel_ext.clocks import ClockSampler, ClockSyncSpanEmitter
 from otel_ext.counters import HistogramValue, Sample
@@ -539,7 +540,7 @@ class SimTelemetry:
         h: int,
         c: int,
         g: GroupRecord,
-        dev: dict[str, Any],
+        dev: dict[str, AttributeValue],
         root_ctx: Context,
         coll_spans: dict[tuple[int, int], trace.SpanContext],
     ) -> None:
@@ -594,7 +595,7 @@ class SimTelemetry:
         h: int,
         c: int,
         g: GroupRecord,
-        dev: dict[str, Any],
+        dev: dict[str, AttributeValue],
         grp_ctx: Context,
         coll_spans: dict[tuple[int, int], trace.SpanContext],
     ) -> Context:
@@ -645,7 +646,7 @@ class SimTelemetry:
         return coll_ctx
 
     def _buffer_link_transfers(
-        self, h: int, c: int, g: GroupRecord, dev: dict[str, Any], coll_ctx: Context
+        self, h: int, c: int, g: GroupRecord, dev: dict[str, AttributeValue], coll_ctx: Context
     ) -> None:
         """The link transfers chip ``c`` sends in a layer group's all-reduce (on a ring of more
         than two chips, those to its successor; with two chips, chip 0's only)."""
