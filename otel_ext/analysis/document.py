@@ -29,6 +29,7 @@ from otel_ext._arrays import distinct
 
 if TYPE_CHECKING:
     from otel_ext.analysis.cross.alignment import Alignment, CausalityJson
+    from otel_ext.analysis.cross.collective_host_sets import HostSetBandwidthJson
     from otel_ext.analysis.cross.collective_match import (
         CollectiveMatch,
         CollectiveMismatch,
@@ -131,6 +132,9 @@ class NetworkSection(TypedDict):
     peers_known: bool
     paths: list[PathStatJson]
     unpaired: list[RankTransferJson]
+    #: collectives' transfer phase per host set, only where some ran both within a host and
+    #: across hosts (:mod:`otel_ext.analysis.cross.collective_host_sets`)
+    collective_transfer: NotRequired[list[HostSetBandwidthJson]]
 
 
 class AnalysisDocument(TypedDict):

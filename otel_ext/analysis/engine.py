@@ -52,6 +52,7 @@ import numpy as np
 
 from otel_ext._arrays import distinct
 from otel_ext.analysis.cross.alignment import Alignment, align_ranks
+from otel_ext.analysis.cross.collective_host_sets import collective_host_set_bandwidth
 from otel_ext.analysis.cross.collective_match import (
     CollectiveMatch,
     match_collectives,
@@ -61,7 +62,8 @@ from otel_ext.analysis.cross.critical_path import stitch
 from otel_ext.analysis.cross.hangs import hang_findings
 from otel_ext.analysis.cross.imbalance import load_imbalance
 from otel_ext.analysis.cross.link_stats import LinkStat, PortStat, link_stats, port_stats
-from otel_ext.analysis.cross.network_paths import p2p_transfers, path_stats, unpaired_transfer_stats
+from otel_ext.analysis.cross.nccl_p2p import all_p2p_transfers
+from otel_ext.analysis.cross.network_paths import path_stats, unpaired_transfer_stats
 from otel_ext.analysis.cross.stragglers import (
     find_stragglers,
     rank_devices_from_counts,
@@ -508,10 +510,13 @@ def _network(
     nominal_bw: float | None = None,
 ) -> NetworkSection:
     """The network model (:mod:`otel_ext.analysis.cross.network_paths`): bandwidth per host path from
-    matched point-to-point transfers, or, where the trace names no peers, each rank's sends and
-    receives against the other ranks'."""
+    matched point-to-point transfers (otel-ext's spans, NCCL's paired in profiler traces:
+    :mod:`otel_ext.analysis.cross.nccl_p2p`), or, where the trace names no peers, each rank's
+    sends and receives against the other ranks'; and, where collectives run both within a
+    host and across hosts, their transfer phase per host set
+    (:mod:`otel_ext.analysis.cross.collective_host_sets`)."""
     host_of = {r: (h or f"rank{r}") for r, (h, _) in names.items()}
-    transfers = p2p_transfers(aligned, amatch)
+    transfers = all_p2p_transfers(aligned, amatch)
     paths = path_stats(
         transfers,
         host_of,
@@ -525,11 +530,15 @@ def _network(
         if len(transfers)
         else unpaired_transfer_stats(aligned, host_of, ratio=th.unpaired_ratio, alpha=th.alpha)
     )
-    return {
+    section: NetworkSection = {
         "peers_known": bool(len(transfers)),
         "paths": [p.as_dict() for p in paths],
         "unpaired": [u.as_dict() for u in unpaired],
     }
+    by_host_set = collective_host_set_bandwidth(amatch, {r: h for r, (h, _) in names.items() if h})
+    if by_host_set:  # only where it applies: the other documents stay as they were
+        section["collective_transfer"] = [b.as_dict() for b in by_host_set]
+    return section
 
 
 def _peer_groups(match: CollectiveMatch) -> dict[int, int]:
