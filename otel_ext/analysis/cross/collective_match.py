@@ -381,6 +381,14 @@ def _num(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+def _ranked_not_p2p(table: EventTable) -> np.ndarray:
+    """Rows of a rank that are not point-to-point operations naming their peer (those, NCCL's
+    in profiler traces, are paired by :mod:`otel_ext.analysis.cross.nccl_p2p`)."""
+    ranked = table["rank"] >= 0
+    peer = table.columns.get("coll_peer")
+    return ranked if peer is None else ranked & (peer < 0)
+
+
 def match_collectives(table: EventTable) -> CollectiveMatch:
     """Match each collective across the ranks that took part.
 
@@ -395,12 +403,12 @@ def match_collectives(table: EventTable) -> CollectiveMatch:
     0
     """
     cat = table["category"]
-    rank = table["rank"]
     has_id = table["coll_id"] > 0
     has_seq = table["coll_seq"] >= 0
-    keyed = (has_id | has_seq) & (rank >= 0)
-    kern = (cat == Category.KERNEL_COMM) & (rank >= 0)
-    span = (cat == Category.COLLECTIVE) & (rank >= 0)
+    ranked = _ranked_not_p2p(table)
+    keyed = (has_id | has_seq) & ranked
+    kern = (cat == Category.KERNEL_COMM) & ranked
+    span = (cat == Category.COLLECTIVE) & ranked
     n_kern, n_span = int((kern & keyed).sum()), int((span & keyed).sum())
     if n_kern and n_kern >= n_span:
         rows, source = np.flatnonzero(kern & keyed), "kernel"
@@ -435,7 +443,7 @@ def host_collective_rows(table: EventTable) -> np.ndarray:
     """
     cat = table["category"]
     rank = table["rank"]
-    cand = np.flatnonzero((cat == Category.CPU_OP) & (rank >= 0))
+    cand = np.flatnonzero((cat == Category.CPU_OP) & _ranked_not_p2p(table))
     if len(cand) == 0:
         return cand
     names = table.strings["name"]
