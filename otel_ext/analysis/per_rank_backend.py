@@ -44,6 +44,7 @@ __all__ = [
     "Source",
     "is_paths",
     "load_source",
+    "source_paths",
     "walk_inputs",
 ]
 
@@ -142,6 +143,22 @@ def is_paths(source: Source) -> bool:
     )
 
 
+def source_paths(source: Source) -> list[str | Path]:
+    """The paths ``source`` names (one path, or several).
+
+    Raises:
+        TypeError: ``source`` is loaded rows, not paths.
+
+    >>> source_paths("a.json"), source_paths(["a", "b"])
+    (['a.json'], ['a', 'b'])
+    """
+    if isinstance(source, (str, Path)):
+        return [source]
+    if isinstance(source, (EventTable, LoadResult)) or not is_paths(source):
+        raise TypeError("loaded rows are not paths")
+    return list(source)
+
+
 def load_source(source: Source, options: PerRankOptions) -> LoadResult:
     """The load phase in process: ``source`` loaded (:func:`~otel_ext.analysis.loaders.load_paths`),
     or taken as it is.
@@ -157,9 +174,11 @@ def load_source(source: Source, options: PerRankOptions) -> LoadResult:
         return source
     if hasattr(source, "table") and hasattr(source, "inputs"):  # a load result's look-alike
         return cast(LoadResult, source)
-    paths = [source] if isinstance(source, (str, Path)) else list(source)
     return load_paths(
-        paths, keep_going=options.keep_going, progress=options.progress, workers=options.workers
+        source_paths(source),
+        keep_going=options.keep_going,
+        progress=options.progress,
+        workers=options.workers,
     )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
@@ -24,6 +23,7 @@ from otel_ext.analysis.per_rank_backend import (
     PerRankOutcome,
     Source,
     is_paths,
+    source_paths,
     walk_inputs,
 )
 
@@ -63,9 +63,8 @@ class DaskBackend:
         """
         if not is_paths(source):
             return self._here.per_rank(source, options)
-        paths = [source] if isinstance(source, (str, Path)) else list(source)  # type: ignore[arg-type]
         phase = self.cluster.per_rank_phase(
-            paths,
+            source_paths(source),
             keep_going=options.keep_going,
             progress=options.progress,
             steps=options.steps,
