@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +91,19 @@ def test_an_extra_table_extends_the_patterns_without_code(tmp_path: Path) -> Non
     finally:
         classify.use_comm_kernel_table(before)
     assert classify.classify_kernel(name) is Category.KERNEL_COMPUTE
+
+
+def test_classify_imports_first_and_reads_the_table_on_its_first_match() -> None:
+    """classify imports no loader (the loaders import it): the packaged table is read by
+    loaders.kernel_tables on the first name matched, in a process that imported classify
+    alone."""
+    code = (
+        "import sys; from otel_ext.analysis import classify as c; "
+        "assert c._NAMES is None and 'otel_ext.analysis.loaders' not in sys.modules; "
+        "print(c.is_comm_kernel_name('ncclDevKernel_Generic(x)'), c._NAMES is not None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
 
 
 @pytest.mark.parametrize(
