@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from otel_ext.analysis.loaders import load_paths
-from otel_ext.analysis.serving.requests import engine_steps_from_otlp, request_accounting
+from otel_ext.analysis.loaders.serving_inputs import engine_steps_from_otlp
+from otel_ext.analysis.serving.requests import request_accounting
 from otel_ext.sim import SimConfig, run_simulation
 
 
