@@ -23,7 +23,10 @@ What each file holds, as recent PyTorch writes it (``torch/csrc/profiler/util.cp
 * its kernel ``ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)`` (``cat``
   ``kernel``, ``correlation``, ``External id``, ``stream``: 20 for sends, 24 for receives,
   ``device``), with the same comms metadata in its ``args`` when ``kernel_meta`` (recent
-  PyTorch) and none otherwise (it inherits the CPU op's by its external id).
+  PyTorch) and none otherwise (it inherits the CPU op's by its external id);
+* with ``allreduces``, per step an all-reduce within each host and one across the hosts
+  (``record_param_comms`` and ``ncclDevKernel_AllReduce_*`` kernels, no peer), for the
+  collectives' transfer phase per host set.
 
 Timing: every rank posts its send and its receive near the step's start (a few microseconds
 of launch jitter); a transfer starts when both its kernels have started and takes
@@ -51,6 +54,7 @@ from pathlib import Path
 
 #: the kernel NCCL runs for point-to-point operations (2.19+)
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,14 @@ class _RankEvents:
     next_id: int = 1
 
     def op(
-        self, start_ns: int, end_ns: int, args: dict[str, object], *, stream: int, kernel_meta: bool
+        self,
+        start_ns: int,
+        end_ns: int,
+        args: dict[str, object],
+        *,
+        stream: int,
+        kernel_meta: bool,
+        kernel: str = SENDRECV_KERNEL,
     ) -> None:
         """A comms CPU op, its launch and its kernel (the kernel from ``start_ns`` to
         ``end_ns``; the CPU op and launch a little before)."""
@@ -111,7 +122,7 @@ class _RankEvents:
                                     "device": self.rank % 2}  # fmt: skip
         if kernel_meta:
             kargs.update(args)
-        self.events.append(_x("kernel", SENDRECV_KERNEL, start_ns, end_ns - start_ns, 0, kargs))
+        self.events.append(_x("kernel", kernel, start_ns, end_ns - start_ns, 0, kargs))
 
 
 def _x(
@@ -120,6 +131,43 @@ def _x(
     """A complete event (times in microseconds with three decimals)."""
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": 7 if pid else 20,
             "ts": round(ts_ns / 1000, 3), "dur": round(dur_ns / 1000, 3), "args": args}  # fmt: skip
+
+
+def _allreduces(
+    ranks: list[_RankEvents],
+    hosts: dict[int, str],
+    rng: random.Random,
+    t0: int,
+    step: int,
+    nbytes: int,
+    intra_bw: float,
+    inter_bw: float,
+) -> None:
+    """One step's all-reduces: within each host (groups ``"1"`` on ``hostA``, ``"3"`` on
+    ``hostB``), then of every rank (group ``"2"``); each ends ``2(n-1)/n × bytes / rate``
+    after its last member started (the rate the network's when it crosses hosts)."""
+    on_a = [r for r, h in hosts.items() if h == "hostA"]
+    on_b = [r for r, h in hosts.items() if h == "hostB"]
+    everyone = sorted(hosts)
+    for group, members, start in (
+        ("1", on_a, t0), ("3", on_b, t0), ("2", everyone, t0 + 10_000_000)
+    ):  # fmt: skip
+        if len(members) < 2:
+            continue
+        n = len(members)
+        crosses = len({hosts[r] for r in members}) > 1
+        took = int(2 * (n - 1) / n * nbytes / (inter_bw if crosses else intra_bw) * 1e9)
+        starts = {r: start + rng.randint(0, 20_000) for r in members}
+        done = max(starts.values()) + took
+        for r in members:
+            args: dict[str, object] = {
+                "Collective name": "allreduce", "In msg nelems": nbytes // 4,
+                "Out msg nelems": nbytes // 4, "dtype": "Float", "Group size": n,
+                "Process Group Name": group, "Process Group Ranks": str(members),
+                "Rank": members.index(r), "Seq": step + 1,
+            }  # fmt: skip
+            ranks[r].op(starts[r], done + rng.randint(0, 2_000), args, stream=7,
+                        kernel_meta=True, kernel=ALLREDUCE_KERNEL)  # fmt: skip
 
 
 def write_nccl_p2p_job(
@@ -135,6 +183,7 @@ def write_nccl_p2p_job(
     noise: float = 0.1,
     peer_fields: bool = True,
     kernel_meta: bool = True,
+    allreduces: bool = False,
     seed: int = 0,
 ) -> NcclP2pTruth:
     """Write ``rank{r}.json`` for each rank of the ring job into ``out`` (module docstring).
@@ -151,6 +200,8 @@ def write_nccl_p2p_job(
         noise: sigma of the lognormal jitter of each transfer's time.
         peer_fields: write ``Dst Rank``/``Src Rank``.
         kernel_meta: write the comms metadata on the kernels too.
+        allreduces: also, each step, an all-reduce of ``nbytes`` within each host (process
+            groups ``"1"`` and ``"3"``) and one of every rank (group ``"2"``, across them).
         seed: the jitter's seed.
 
     Returns:
@@ -186,6 +237,8 @@ def write_nccl_p2p_job(
             ranks[src].op(s0, done, send, stream=20, kernel_meta=kernel_meta)
             ranks[dst].op(r0, done + 2_000, recv, stream=24, kernel_meta=kernel_meta)
             by_pair[f"{src}->{dst}"] = by_pair.get(f"{src}->{dst}", 0) + nbytes
+        if allreduces:
+            _allreduces(ranks, hosts, rng, t0 + step_ns // 2, k, nbytes, intra_bw, inter_bw)
     for r in ranks:
         doc = {
             "schemaVersion": 1,

@@ -211,3 +211,22 @@ def test_host_set_bandwidth_needs_both_kinds_and_known_hosts() -> None:
     m = match_collectives(t)
     assert collective_host_set_bandwidth(m, {0: "hA", 1: "hA"}) == []  # rank 2's host unknown
     assert len(collective_host_set_bandwidth(m, {0: "hA", 1: "hA", 2: "hB"})) == 2
+
+
+def test_collective_transfer_section_in_the_document(tmp_path: Path) -> None:
+    """All-reduces within each host and across both: the network section gains the host
+    sets' transfer-phase bandwidth; the point-to-point paths are unchanged by them."""
+    folder, _ = _job(tmp_path, "job", allreduces=True, slow=SLOW)
+    doc = analyze([str(folder)], workers=1)
+    rows = doc["network"]["collective_transfer"]
+    assert [(r["host_set"], r["op"], r["hosts"]) for r in rows] == [
+        ("hostA", "allreduce", 1),
+        ("hostB", "allreduce", 1),
+        ("hostA+hostB", "allreduce", 2),
+    ]
+    within_a, within_b, cross = rows
+    assert 0.9 < within_a["ratio"] < 1.1 and 0.9 < within_b["ratio"] < 1.1
+    # busbw: 2 ranks at 50 GB/s within hostA, 4 ranks at 12.5 GB/s across: a quarter
+    assert 0.15 < cross["ratio"] < 0.35
+    assert [p["path"] for p in doc["network"]["paths"] if p["slow"]] == ["hostA->hostB"]
+    assert "straggler" not in _kinds(doc)

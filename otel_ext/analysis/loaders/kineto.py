@@ -17,8 +17,9 @@ What is read, and how:
 * **Collective metadata** in ``args`` (``Collective name``, ``In/Out msg nelems``, ``dtype``,
   ``Group size``, ``Process Group Name``/``pg_name``/``Process Group ID``, ``Seq``) fills the
   collective columns; a point-to-point operation's peer (``Dst Rank`` of a send, ``Src Rank``
-  of a receive: global ranks, recent PyTorch) fills ``coll_peer``; kernels launched from inside a host op that carries it inherit it and
-  count as communication (see :mod:`otel_ext.analysis.classify`).
+  of a receive: global ranks, recent PyTorch) fills ``coll_peer``; kernels launched from
+  inside a host op that carries it inherit it and count as communication (see
+  :mod:`otel_ext.analysis.classify`).
 * **Devices** are named ``gpu<device>`` or ``mtia<device>`` (MTIA from the event's category or
   the process's ``process_labels``, wherever in the file they are), prefixed by the host.
 * **Two paths, one table**: a fast one (streamed, chunked, typed decode and bulk column
