@@ -279,7 +279,8 @@ def _walk_piece(
             out.end_piece(PIECE_CONTINUE, got, False)
             return None
         n_steps += 1
-        best, release, via, is_graph = -1, lowest, _V_NONE, graph[i]
+        best, release, via = -1, lowest, _V_NONE
+        is_graph = graph[i]
         if (k := e_prev[i]) >= 0 and release < (rel := end[k]) <= seg_end:
             best, release, via = k, rel, _V_STREAM
         if (k := e_launch[i]) >= 0 and release < (rel := start[k] if is_graph else end[k]) <= seg_end:  # fmt: skip
