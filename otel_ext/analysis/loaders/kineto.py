@@ -478,12 +478,9 @@ class _State:
         num, strs = b.num, b.str
         a_start, a_end, a_cat = num["start_ns"].append, num["end_ns"].append, num["category"].append
         a_stream, a_tid, a_corr = num["stream"].append, num["tid"].append, num["correlation"].append
-        a_ext, a_seq, a_bytes = (
-            num["external_id"].append,
-            num["coll_seq"].append,
-            num["coll_bytes"].append,
-        )
-        a_gsize, a_peer = num["coll_group_size"].append, num["coll_peer"].append
+        a_ext, a_seq = num["external_id"].append, num["coll_seq"].append
+        a_bytes, a_gsize = num["coll_bytes"].append, num["coll_group_size"].append
+        a_peer = num["coll_peer"].append
         a_name, a_dev = strs["name"].append, strs["device"].append
         a_op, a_group = strs["coll_op"].append, strs["coll_group"].append
         name_codes = b.dicts["name"]
