@@ -5,8 +5,9 @@ writes two jobs of Kineto traces (3 or 4 ranks over two hosts, a ring of sends a
 each step, recent PyTorch's comms metadata with the peer, ``Dst Rank``/``Src Rank``):
 
 * ``slow``: one direction between the hosts (drawn) ``slowdown`` times slower (drawn in
-  4-10x; healthy rates 50 GB/s within a host, 12.5 GB/s between hosts), transfer-time
-  jitter sigma drawn in 0.05-0.3;
+  ``--slowdown LO HI``, 4-10x by default; healthy rates 50 GB/s within a host, 12.5 GB/s between hosts), transfer-time
+  jitter sigma drawn in 0.05-0.3; half the seeds (drawn) also run, each step, an all-reduce
+  within each host and one across both;
 * ``healthy``: the same job, nothing slowed.
 
 ``otel_ext.analysis.engine.analyze`` reads each. Counted:
@@ -64,25 +65,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--slowdown", type=float, nargs=2, default=(4.0, 10.0), metavar=("LO", "HI"))
     args = ap.parse_args()
     detected = false = 0
     t0 = time.perf_counter()
-    print("seed  world  slow          slowdown  noise  detected  healthy findings")
+    print("seed  world  all-reduces  slow          slowdown  noise  detected  healthy findings")
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             rnd = random.Random(seed)
             world = rnd.choice([3, 4])
             slow = rnd.choice([("hostA", "hostB"), ("hostB", "hostA")])
-            slowdown = rnd.uniform(4.0, 10.0)
+            slowdown = rnd.uniform(*args.slowdown)
             noise = rnd.uniform(0.05, 0.3)
-            common: dict[str, Any] = dict(world=world, noise=noise, seed=seed)
+            allreduces = rnd.random() < 0.5
+            common: dict[str, Any] = dict(
+                world=world, noise=noise, allreduces=allreduces, seed=seed
+            )
             truth, doc = _run(Path(tmp) / f"slow-{seed}", slow=slow, slowdown=slowdown, **common)
             _, ok_doc = _run(Path(tmp) / f"ok-{seed}", **common)
             hit = _detected(truth, doc)
             wrong = [f["kind"] for f in ok_doc["findings"] if f["kind"] in _FALSE]
             detected += hit
             false += bool(wrong)
-            print(f"{seed:>4}  {world:>5}  {truth.slow_path:<12}  {slowdown:>7.1f}x  "
+            print(f"{seed:>4}  {world:>5}  {'yes' if allreduces else 'no':>11}  "
+                  f"{truth.slow_path:<12}  {slowdown:>7.1f}x  "
                   f"{noise:>5.2f}  {'yes' if hit else 'NO':>8}  {','.join(wrong) or '-'}")  # fmt: skip
     n = args.seeds
     print(f"sensitivity: {detected}/{n} slow directions found (no straggler named)")

@@ -137,27 +137,26 @@ def _allreduces(
     ranks: list[_RankEvents],
     hosts: dict[int, str],
     rng: random.Random,
-    t0: int,
+    last_exit: dict[int, int],
     step: int,
     nbytes: int,
     intra_bw: float,
     inter_bw: float,
 ) -> None:
     """One step's all-reduces: within each host (groups ``"1"`` on ``hostA``, ``"3"`` on
-    ``hostB``), then of every rank (group ``"2"``); each ends ``2(n-1)/n × bytes / rate``
-    after its last member started (the rate the network's when it crosses hosts)."""
+    ``hostB``), then of every rank (group ``"2"``). A member arrives 5 ms (its compute) after
+    its own previous exit (``last_exit``, updated), so a rank whose receive ended late arrives
+    late, a victim; each all-reduce ends ``2(n-1)/n × bytes / rate`` after its last member
+    arrived (the rate the network's when it crosses hosts)."""
     on_a = [r for r, h in hosts.items() if h == "hostA"]
     on_b = [r for r, h in hosts.items() if h == "hostB"]
-    everyone = sorted(hosts)
-    for group, members, start in (
-        ("1", on_a, t0), ("3", on_b, t0), ("2", everyone, t0 + 10_000_000)
-    ):  # fmt: skip
+    for group, members in (("1", on_a), ("3", on_b), ("2", sorted(hosts))):
         if len(members) < 2:
             continue
         n = len(members)
         crosses = len({hosts[r] for r in members}) > 1
         took = int(2 * (n - 1) / n * nbytes / (inter_bw if crosses else intra_bw) * 1e9)
-        starts = {r: start + rng.randint(0, 20_000) for r in members}
+        starts = {r: last_exit[r] + 5_000_000 + rng.randint(0, 20_000) for r in members}
         done = max(starts.values()) + took
         for r in members:
             args: dict[str, object] = {
@@ -166,8 +165,9 @@ def _allreduces(
                 "Process Group Name": group, "Process Group Ranks": str(members),
                 "Rank": members.index(r), "Seq": step + 1,
             }  # fmt: skip
-            ranks[r].op(starts[r], done + rng.randint(0, 2_000), args, stream=7,
-                        kernel_meta=True, kernel=ALLREDUCE_KERNEL)  # fmt: skip
+            last_exit[r] = done + rng.randint(0, 2_000)
+            ranks[r].op(starts[r], last_exit[r], args, stream=7, kernel_meta=True,
+                        kernel=ALLREDUCE_KERNEL)  # fmt: skip
 
 
 def write_nccl_p2p_job(
@@ -213,6 +213,7 @@ def write_nccl_p2p_job(
     step_ns = 50_000_000
     by_pair: dict[str, int] = {}
     for k in range(steps):
+        last_exit = dict.fromkeys(range(world), 0)
         t0 = 1_000_000 + k * step_ns
         for r in ranks:
             r.events.append(_x("user_annotation", f"ProfilerStep#{k}", t0 - 50_000,
@@ -236,9 +237,11 @@ def write_nccl_p2p_job(
             )  # fmt: skip
             ranks[src].op(s0, done, send, stream=20, kernel_meta=kernel_meta)
             ranks[dst].op(r0, done + 2_000, recv, stream=24, kernel_meta=kernel_meta)
+            last_exit[src] = max(last_exit[src], done)
+            last_exit[dst] = max(last_exit[dst], done + 2_000)
             by_pair[f"{src}->{dst}"] = by_pair.get(f"{src}->{dst}", 0) + nbytes
         if allreduces:
-            _allreduces(ranks, hosts, rng, t0 + step_ns // 2, k, nbytes, intra_bw, inter_bw)
+            _allreduces(ranks, hosts, rng, last_exit, k, nbytes, intra_bw, inter_bw)
     for r in ranks:
         doc = {
             "schemaVersion": 1,
