@@ -28,27 +28,53 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from nccl_p2p_traces import NcclP2pTruth, write_nccl_p2p_job  # noqa: E402
 
+from otel_ext.analysis.document import AnalysisDocument  # noqa: E402
 from otel_ext.analysis.engine import analyze  # noqa: E402
 
 _FALSE = ("slow-network-path", "straggler", "slow-transfers")
 
 
-def _run(folder: Path, **kw: Any) -> tuple[NcclP2pTruth, dict[str, Any]]:
-    """Write one job and analyse it."""
-    folder.mkdir()
-    truth = write_nccl_p2p_job(folder, **kw)
-    return truth, analyze([str(folder)], workers=1)
+@dataclass(frozen=True)
+class _Case:
+    """One seed's job: its shape and the planted slow direction."""
+
+    seed: int
+    world: int
+    noise: float
+    allreduces: bool
+    slow: tuple[str, str]
+    slowdown: float
+
+    @classmethod
+    def draw(cls, seed: int, slowdown: tuple[float, float]) -> _Case:
+        """The seed's job, drawn."""
+        rnd = random.Random(seed)
+        world = rnd.choice([3, 4])
+        slow = rnd.choice([("hostA", "hostB"), ("hostB", "hostA")])
+        factor = rnd.uniform(*slowdown)
+        noise = rnd.uniform(0.05, 0.3)
+        return cls(seed, world, noise, rnd.random() < 0.5, slow, factor)
+
+    def run(self, folder: Path, *, healthy: bool) -> tuple[NcclP2pTruth, AnalysisDocument]:
+        """Write the job (slowed, or healthy) into ``folder`` and analyse it."""
+        folder.mkdir()
+        truth = write_nccl_p2p_job(
+            folder, world=self.world, noise=self.noise, allreduces=self.allreduces,
+            seed=self.seed, slow=None if healthy else self.slow, slowdown=self.slowdown,
+        )  # fmt: skip
+        return truth, cast(AnalysisDocument, analyze([str(folder)], workers=1))
 
 
-def _detected(truth: NcclP2pTruth, doc: dict[str, Any]) -> bool:
+def _detected(truth: NcclP2pTruth, doc: AnalysisDocument) -> bool:
     """The planted direction is the only slow path, its host pair's finding exists and no
     rank is named a straggler."""
     slow = [p["path"] for p in doc["network"]["paths"] if p["slow"]]
@@ -72,24 +98,16 @@ def main() -> None:
     print("seed  world  all-reduces  slow          slowdown  noise  detected  healthy findings")
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            rnd = random.Random(seed)
-            world = rnd.choice([3, 4])
-            slow = rnd.choice([("hostA", "hostB"), ("hostB", "hostA")])
-            slowdown = rnd.uniform(*args.slowdown)
-            noise = rnd.uniform(0.05, 0.3)
-            allreduces = rnd.random() < 0.5
-            common: dict[str, Any] = dict(
-                world=world, noise=noise, allreduces=allreduces, seed=seed
-            )
-            truth, doc = _run(Path(tmp) / f"slow-{seed}", slow=slow, slowdown=slowdown, **common)
-            _, ok_doc = _run(Path(tmp) / f"ok-{seed}", **common)
+            case = _Case.draw(seed, tuple(args.slowdown))
+            truth, doc = case.run(Path(tmp) / f"slow-{seed}", healthy=False)
+            _, ok_doc = case.run(Path(tmp) / f"ok-{seed}", healthy=True)
             hit = _detected(truth, doc)
             wrong = [f["kind"] for f in ok_doc["findings"] if f["kind"] in _FALSE]
             detected += hit
             false += bool(wrong)
-            print(f"{seed:>4}  {world:>5}  {'yes' if allreduces else 'no':>11}  "
-                  f"{truth.slow_path:<12}  {slowdown:>7.1f}x  "
-                  f"{noise:>5.2f}  {'yes' if hit else 'NO':>8}  {','.join(wrong) or '-'}")  # fmt: skip
+            print(f"{seed:>4}  {case.world:>5}  {'yes' if case.allreduces else 'no':>11}  "
+                  f"{truth.slow_path:<12}  {case.slowdown:>7.1f}x  {case.noise:>5.2f}  "
+                  f"{'yes' if hit else 'NO':>8}  {','.join(wrong) or '-'}")  # fmt: skip
     n = args.seeds
     print(f"sensitivity: {detected}/{n} slow directions found (no straggler named)")
     print(f"specificity: {n - false}/{n} healthy runs without a network or straggler finding")

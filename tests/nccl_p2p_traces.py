@@ -170,6 +170,53 @@ def _allreduces(
                         kernel=ALLREDUCE_KERNEL)  # fmt: skip
 
 
+@dataclass
+class _Ring:
+    """The ring's point-to-point transfers, written one step at a time."""
+
+    ranks: list[_RankEvents]
+    hosts: dict[int, str]
+    rng: random.Random
+    nbytes: int
+    intra_bw: float
+    inter_bw: float
+    slow: tuple[str, str] | None
+    slowdown: float
+    noise: float
+    peer_fields: bool
+    kernel_meta: bool
+    by_pair: dict[str, int] = field(default_factory=dict)  # "0->1" -> bytes sent
+
+    def step(self, k: int, t0: int) -> dict[int, int]:
+        """Step ``k``'s sends (rank r to r + 1) and receives from ``t0``; returns each rank's
+        last exit (its last kernel's end)."""
+        world = len(self.ranks)
+        last_exit = dict.fromkeys(range(world), t0)
+        for src in range(world):
+            dst = (src + 1) % world
+            if dst == src:
+                continue
+            ha, hb = self.hosts[src], self.hosts[dst]
+            rate = self.intra_bw if ha == hb else self.inter_bw
+            if self.slow is not None and (ha, hb) == self.slow:
+                rate /= self.slowdown
+            s0 = t0 + self.rng.randint(0, 20_000)
+            r0 = t0 + self.rng.randint(0, 20_000)
+            took = int(self.nbytes / rate * 1e9 * self.rng.lognormvariate(0.0, self.noise))
+            done = max(s0, r0) + took
+            send, recv = (
+                _comms_args(op=op, peer=peer, world=world, nelems=self.nbytes // 4, seq=k + 1,
+                            peer_fields=self.peer_fields)
+                for op, peer in (("send", dst), ("recv", src))
+            )  # fmt: skip
+            self.ranks[src].op(s0, done, send, stream=20, kernel_meta=self.kernel_meta)
+            self.ranks[dst].op(r0, done + 2_000, recv, stream=24, kernel_meta=self.kernel_meta)
+            last_exit[src] = max(last_exit[src], done)
+            last_exit[dst] = max(last_exit[dst], done + 2_000)
+            self.by_pair[f"{src}->{dst}"] = self.by_pair.get(f"{src}->{dst}", 0) + self.nbytes
+        return last_exit
+
+
 def write_nccl_p2p_job(
     out: Path,
     *,
@@ -210,38 +257,19 @@ def write_nccl_p2p_job(
     rng = random.Random(seed)
     hosts = {r: "hostA" if r < (world + 1) // 2 else "hostB" for r in range(world)}
     ranks = [_RankEvents(r) for r in range(world)]
+    ring = _Ring(ranks, hosts, rng, nbytes=nbytes, intra_bw=intra_bw, inter_bw=inter_bw,
+                 slow=slow, slowdown=slowdown, noise=noise, peer_fields=peer_fields,
+                 kernel_meta=kernel_meta)  # fmt: skip
     step_ns = 50_000_000
-    by_pair: dict[str, int] = {}
     for k in range(steps):
-        last_exit = dict.fromkeys(range(world), 0)
         t0 = 1_000_000 + k * step_ns
         for r in ranks:
             r.events.append(_x("user_annotation", f"ProfilerStep#{k}", t0 - 50_000,
                                step_ns - 100_000, 1, {}))  # fmt: skip
-        for src in range(world):
-            dst = (src + 1) % world
-            if dst == src:
-                continue
-            ha, hb = hosts[src], hosts[dst]
-            rate = intra_bw if ha == hb else inter_bw
-            if slow is not None and (ha, hb) == slow:
-                rate /= slowdown
-            s0 = t0 + rng.randint(0, 20_000)
-            r0 = t0 + rng.randint(0, 20_000)
-            took = int(nbytes / rate * 1e9 * rng.lognormvariate(0.0, noise))
-            done = max(s0, r0) + took
-            send, recv = (
-                _comms_args(op=op, peer=peer, world=world, nelems=nbytes // 4, seq=k + 1,
-                            peer_fields=peer_fields)
-                for op, peer in (("send", dst), ("recv", src))
-            )  # fmt: skip
-            ranks[src].op(s0, done, send, stream=20, kernel_meta=kernel_meta)
-            ranks[dst].op(r0, done + 2_000, recv, stream=24, kernel_meta=kernel_meta)
-            last_exit[src] = max(last_exit[src], done)
-            last_exit[dst] = max(last_exit[dst], done + 2_000)
-            by_pair[f"{src}->{dst}"] = by_pair.get(f"{src}->{dst}", 0) + nbytes
+        last_exit = ring.step(k, t0)
         if allreduces:
             _allreduces(ranks, hosts, rng, last_exit, k, nbytes, intra_bw, inter_bw)
+    by_pair = ring.by_pair
     for r in ranks:
         doc = {
             "schemaVersion": 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from nccl_p2p_traces import NcclP2pTruth, write_nccl_p2p_job
 from otel_ext.analysis.cross.collective_host_sets import collective_host_set_bandwidth
 from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.cross.nccl_p2p import P2pEnds, pair_ends, pair_nccl_p2p
+from otel_ext.analysis.document import AnalysisDocument
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.loaders import load_paths
 from otel_ext.analysis.table import Category, EventTable
@@ -24,13 +25,28 @@ from otel_ext.analysis.table import Category, EventTable
 SLOW = ("hostA", "hostB")
 
 
-def _job(tmp_path: Path, name: str, **kw: Any) -> tuple[Path, NcclP2pTruth]:
+def _job(
+    tmp_path: Path,
+    name: str,
+    *,
+    slow: tuple[str, str] | None = None,
+    peer_fields: bool = True,
+    kernel_meta: bool = True,
+    allreduces: bool = False,
+    seed: int = 0,
+) -> tuple[Path, NcclP2pTruth]:
     out = tmp_path / name
     out.mkdir()
-    return out, write_nccl_p2p_job(out, **kw)
+    truth = write_nccl_p2p_job(out, slow=slow, peer_fields=peer_fields, kernel_meta=kernel_meta,
+                               allreduces=allreduces, seed=seed)  # fmt: skip
+    return out, truth
 
 
-def _kinds(doc: dict[str, Any]) -> list[str]:
+def _analyze(folder: Path) -> AnalysisDocument:
+    return cast(AnalysisDocument, analyze([str(folder)], workers=1))
+
+
+def _kinds(doc: AnalysisDocument) -> list[str]:
     return [f["kind"] for f in doc["findings"]]
 
 
@@ -71,7 +87,7 @@ def test_no_peer_fields_no_pairs(tmp_path: Path) -> None:
     assert not (table["coll_peer"] >= 0).any()
     p = pair_nccl_p2p(table)
     assert len(p.transfers) == 0 and p.sends == 0
-    doc = analyze([str(folder)], workers=1)
+    doc = _analyze(folder)
     assert doc["network"]["peers_known"] is False
     assert doc["network"]["paths"] == []
     assert "collective_transfer" not in doc["network"]
@@ -102,7 +118,7 @@ def test_fast_path_equals_careful_path_with_peers(tmp_path: Path) -> None:
 
 def test_slow_direction_named_and_no_straggler(tmp_path: Path) -> None:
     folder, truth = _job(tmp_path, "job", slow=SLOW)
-    doc = analyze([str(folder)], workers=1)
+    doc = _analyze(folder)
     net = doc["network"]
     assert net["peers_known"] is True
     slow = [p["path"] for p in net["paths"] if p["slow"]]
@@ -116,7 +132,7 @@ def test_slow_direction_named_and_no_straggler(tmp_path: Path) -> None:
 
 def test_healthy_job_no_network_finding(tmp_path: Path) -> None:
     folder, _ = _job(tmp_path, "job", seed=3)
-    doc = analyze([str(folder)], workers=1)
+    doc = _analyze(folder)
     assert doc["network"]["peers_known"] is True
     assert not any(p["slow"] for p in doc["network"]["paths"])
     assert {"slow-network-path", "straggler", "slow-transfers"}.isdisjoint(_kinds(doc))
@@ -217,7 +233,7 @@ def test_collective_transfer_section_in_the_document(tmp_path: Path) -> None:
     """All-reduces within each host and across both: the network section gains the host
     sets' transfer-phase bandwidth; the point-to-point paths are unchanged by them."""
     folder, _ = _job(tmp_path, "job", allreduces=True, slow=SLOW)
-    doc = analyze([str(folder)], workers=1)
+    doc = _analyze(folder)
     rows = doc["network"]["collective_transfer"]
     assert [(r["host_set"], r["op"], r["hosts"]) for r in rows] == [
         ("hostA", "allreduce", 1),

@@ -5,7 +5,10 @@ the same collective id (``group:src->dst:seq``), so collective matching pairs th
 two-member instance. A transfer's time runs from when both ends were ready (the later of the
 two starts) to when the data was there (the receive's end), on the aligned timeline: a send
 may end as soon as its bytes are in the socket's buffer (gloo over TCP does), so the sender's
-own duration says little. Across hosts the time carries the clock alignment's bound (the
+own duration says little. NCCL's sends and receives in PyTorch profiler traces carry no
+collective id; :mod:`otel_ext.analysis.cross.nccl_p2p` pairs them (the k-th send of A to B
+with the k-th receive of B from A, per process group) into the same :class:`Transfers`.
+Across hosts the time carries the clock alignment's bound (the
 report's ``clock_bound_ns``; sub-millisecond on the harness), small against a slow path's
 tens of milliseconds and stated beside it. Its effective bandwidth is its bytes over that
 time.
