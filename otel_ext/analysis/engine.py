@@ -710,8 +710,6 @@ def _document_phase(
     if options.timeline is not None:
         inputs = _timeline_inputs(per, aligned, passes.critical_path, verdicts, ranks)
         written = options.timeline(inputs)
-    kernel_doc = per.ranks.kernels.breakdown().as_dict()
-    kernel_doc["launch"] = [r.as_dict() for r in per.ranks.launch]
     doc: AnalysisDocument = {
         "schema": SCHEMA,
         "inputs": list(per.load.inputs),
@@ -723,7 +721,7 @@ def _document_phase(
         "temporal_breakdown": passes.temporal,
         "idle_breakdown": passes.idle,
         "comm_comp_overlap": passes.overlap,
-        "kernel_breakdown": kernel_doc,
+        "kernel_breakdown": per.ranks.kernel_breakdown(),
         "collectives": collectives,
         "links": passes.links,
         "ports": passes.ports,

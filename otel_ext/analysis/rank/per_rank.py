@@ -338,6 +338,13 @@ class RankTables:
         client)."""
         return replace(self, walk=None, walk_keys=None, full=None, full_positions=[], held=[])
 
+    def kernel_breakdown(self) -> breakdown.KernelBreakdownDoc:
+        """The document's ``kernel_breakdown`` section: the kernel statistics' breakdown,
+        with the launch statistics' rows (``launch``)."""
+        doc = self.kernels.breakdown().as_dict()
+        doc["launch"] = [r.as_dict() for r in self.launch]
+        return doc
+
     def with_held(self) -> RankTables:
         """These results with the held rows back among the reduced rows (what the reduced
         rows are without holding); themselves when nothing was held."""
