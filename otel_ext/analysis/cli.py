@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from otel_ext.analysis.report._sections import InputEntry, SkippedEntry, TimelineSection
+from otel_ext.analysis.report.sections import InputEntry, SkippedEntry, TimelineSection
 from otel_ext.errors import ConfigError, InputError, OtelExtError
 
 if TYPE_CHECKING:

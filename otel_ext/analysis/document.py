@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.runs import Capture, RunRecord
     from otel_ext.analysis.serving.engine_telemetry import ServingJoin
     from otel_ext.analysis.serving.requests import RequestLatency
-    from otel_ext.analysis.steps import StepRecord
+    from otel_ext.analysis.steps import StepSelection
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -84,7 +84,7 @@ class RunSection(TypedDict):
     events: int
     metric_points: int
     device_model: str | None
-    steps: StepRecord
+    steps: StepSelection
 
 
 class RankEntry(TypedDict):

@@ -101,7 +101,7 @@ from otel_ext.analysis.rank.per_rank import (
 from otel_ext.analysis.rank.roofline import roofline
 from otel_ext.analysis.runs import hosts_from_file_names, runs_summary
 from otel_ext.analysis.serving.requests import (
-    RequestAccounting,
+    RequestAccountingSection,
     engine_step_order,
     request_accounting,
     request_latency,
@@ -586,7 +586,7 @@ def _held_busy(
     return out
 
 
-def _request_accounting(load: LoadResult, backend: PerRankBackend) -> RequestAccounting:
+def _request_accounting(load: LoadResult, backend: PerRankBackend) -> RequestAccountingSection:
     """Per-request device time and energy (:mod:`otel_ext.analysis.serving.requests`), the
     engine steps read from the OTLP span files where the files are."""
     from otel_ext.analysis.loaders.serving_inputs import engine_steps_from_otlp, otlp_trace_paths

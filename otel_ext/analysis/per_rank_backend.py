@@ -28,7 +28,7 @@ import numpy as np
 from otel_ext.analysis.loaders import LoadResult, ProgressCallback
 from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows, per_rank_tables
 from otel_ext.analysis.runs import Capture, separate_captures
-from otel_ext.analysis.steps import DEFAULT_STEPS, StepRecord, select_steps
+from otel_ext.analysis.steps import DEFAULT_STEPS, StepSelection, select_steps
 from otel_ext.analysis.table import EventTable
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class PerRankOutcome:
 
     load: LoadResult
     captures: list[Capture]
-    steps: StepRecord
+    steps: StepSelection
     ranks: RankTables
     reduced: EventTable
     keys: np.ndarray

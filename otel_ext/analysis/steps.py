@@ -38,7 +38,7 @@ from otel_ext.errors import OtelExtError
 
 __all__ = [
     "DEFAULT_STEPS",
-    "StepRecord",
+    "StepSelection",
     "merge_step_records",
     "parse_steps",
     "select_steps",
@@ -74,7 +74,7 @@ def parse_steps(spec: str) -> tuple[str, int | None, int | None]:
     return "range", first, last
 
 
-class StepRecord(TypedDict):
+class StepSelection(TypedDict):
     """The report's ``run.steps``: the selection and what it kept."""
 
     selection: str
@@ -163,7 +163,7 @@ def _rows_kept(table: EventTable, src: np.ndarray, w: _Windows, *, by_time: bool
 
 def select_steps(
     table: EventTable, spec: str = DEFAULT_STEPS, *, none_ok: bool = False
-) -> tuple[EventTable, StepRecord]:
+) -> tuple[EventTable, StepSelection]:
     """The rows of the selected steps, per file, and a record of the selection.
 
     Args:
@@ -181,7 +181,7 @@ def select_steps(
         OtelExtError: a malformed ``spec``, or a range that no file's steps meet.
     """
     kind, first, last_n = parse_steps(spec)
-    record: StepRecord = {"selection": spec, "files": 0, "kept_steps": [], "dropped_rows": 0}
+    record: StepSelection = {"selection": spec, "files": 0, "kept_steps": [], "dropped_rows": 0}
     if kind == "all" or len(table) == 0:
         return table, record
     number = _step_numbers(table)
@@ -206,7 +206,7 @@ def select_steps(
     return table.select(keep), record
 
 
-def merge_step_records(spec: str, records: list[StepRecord]) -> StepRecord:
+def merge_step_records(spec: str, records: list[StepSelection]) -> StepSelection:
     """The record :func:`select_steps` gives for several files together, from each file's
     (the selection is per file).
 
@@ -220,7 +220,7 @@ def merge_step_records(spec: str, records: list[StepRecord]) -> StepRecord:
     """
     kind, first, last_n = parse_steps(spec)
     kept = sorted({int(k) for r in records for k in r["kept_steps"]})
-    out: StepRecord = {
+    out: StepSelection = {
         "selection": spec,
         "files": sum(int(r["files"]) for r in records),
         "kept_steps": kept,

@@ -92,10 +92,10 @@ from otel_ext.analysis.table import EventTable
 
 __all__ = [
     "SEGMENT_LABELS",
-    "CategoryTime",
     "CriticalPath",
     "CriticalPathSection",
     "GraphReplayOnPath",
+    "PathCategoryTime",
     "PathSegment",
     "PeerEdges",
     "RankTime",
@@ -155,7 +155,7 @@ class RankTime(TypedDict):
     ns: int
 
 
-class CategoryTime(TypedDict):
+class PathCategoryTime(TypedDict):
     """A category's time on the path."""
 
     category: str
@@ -167,7 +167,7 @@ class CriticalPathSection(TypedDict):
 
     length_ns: int
     by_rank: list[RankTime]
-    by_category: list[CategoryTime]
+    by_category: list[PathCategoryTime]
     straggler_what_if: StragglerWhatIf | None
     graph_replays: list[GraphReplayOnPath]
     segments: list[PathSegment]

@@ -9,12 +9,12 @@ TypedDict (``float`` where this says ``float | None``, a key it always writes wh
 ========================  =====================================================================
 type                      produced by
 ========================  =====================================================================
-:class:`StragglerRow`     :func:`~otel_ext.analysis.cross.stragglers.find_stragglers` (its rows)
-:class:`LinkRow`          :func:`~otel_ext.analysis.cross.link_stats.link_stats`
+:class:`StragglerEvidence`     :func:`~otel_ext.analysis.cross.stragglers.find_stragglers` (its rows)
+:class:`LinkEvidence`          :func:`~otel_ext.analysis.cross.link_stats.link_stats`
 :class:`PortRow`          :func:`~otel_ext.analysis.cross.link_stats.port_stats`
 :class:`PathRow`          :func:`~otel_ext.analysis.cross.network_paths.path_stats` (as dicts)
 :class:`UnpairedRow`      :func:`~otel_ext.analysis.cross.network_paths.unpaired_transfer_stats`
-:class:`OverlapRow`       the per-rank communication/computation overlap rows
+:class:`OverlapEvidence`       the per-rank communication/computation overlap rows
 :class:`TemporalRow`      the per-rank temporal breakdown rows
 :class:`IdleRow`          the per-stream idle breakdown rows
 :class:`ImbalanceReport`  :func:`~otel_ext.analysis.cross.imbalance.load_imbalance`
@@ -31,21 +31,21 @@ if TYPE_CHECKING:  # only the type checker reads these annotations (PEP 563)
 
 __all__ = [
     "IdleRow",
+    "ImbalanceEvidence",
     "ImbalanceReport",
-    "ImbalanceRow",
     "ImbalanceTest",
-    "LinkRow",
-    "OverlapRow",
+    "LinkEvidence",
+    "OverlapEvidence",
     "PathRow",
     "PortRow",
-    "SiteTest",
-    "StragglerRow",
+    "SiteTestEvidence",
+    "StragglerEvidence",
     "TemporalRow",
     "UnpairedRow",
 ]
 
 
-class SiteTest(TypedDict):
+class SiteTestEvidence(TypedDict):
     """The order test of a rank's self-caused lateness at one site (or pooled: ``all``)."""
 
     site: ReadOnly[str]
@@ -57,7 +57,7 @@ class SiteTest(TypedDict):
     next_rank: ReadOnly[NotRequired[int | None]]
 
 
-class StragglerRow(TypedDict):
+class StragglerEvidence(TypedDict):
     """One rank's lateness at collectives and its compute against the same work elsewhere."""
 
     rank: ReadOnly[int]
@@ -80,11 +80,11 @@ class StragglerRow(TypedDict):
     site: ReadOnly[NotRequired[str | None]]
     site_p: ReadOnly[NotRequired[float]]
     site_effect: ReadOnly[NotRequired[float | None]]
-    site_test: ReadOnly[NotRequired[SiteTest | None]]
+    site_test: ReadOnly[NotRequired[SiteTestEvidence | None]]
     sites: ReadOnly[NotRequired[Sequence[object]]]
 
 
-class LinkRow(TypedDict):
+class LinkEvidence(TypedDict):
     """A link's transfers against the other links of the collectives it served."""
 
     link: ReadOnly[str]
@@ -157,7 +157,7 @@ class UnpairedRow(TypedDict):
     late_sender_share: ReadOnly[NotRequired[float | None]]
 
 
-class OverlapRow(TypedDict):
+class OverlapEvidence(TypedDict):
     """One rank's communication not hidden behind computation."""
 
     rank: ReadOnly[int]
@@ -185,7 +185,7 @@ class IdleRow(TypedDict):
     host_wait_pct: ReadOnly[NotRequired[float]]
 
 
-class ImbalanceRow(TypedDict):
+class ImbalanceEvidence(TypedDict):
     """One step (or layer) across the ranks of a peer group: its slowest rank and spread."""
 
     name: ReadOnly[str]
@@ -211,7 +211,7 @@ class ImbalanceTest(TypedDict):
 class ImbalanceReport(TypedDict):
     """Per-step and per-layer imbalance rows, with the persistence test of each."""
 
-    steps: ReadOnly[NotRequired[Sequence[ImbalanceRow] | None]]
-    layers: ReadOnly[NotRequired[Sequence[ImbalanceRow] | None]]
+    steps: ReadOnly[NotRequired[Sequence[ImbalanceEvidence] | None]]
+    layers: ReadOnly[NotRequired[Sequence[ImbalanceEvidence] | None]]
     steps_test: ReadOnly[NotRequired[ImbalanceTest | None]]
     layers_test: ReadOnly[NotRequired[ImbalanceTest | None]]

@@ -25,7 +25,7 @@ from otel_ext.analysis.cross.counter_evidence import (
 )
 from otel_ext.analysis.cross.nic_stats import path_nic_evidence
 from otel_ext.analysis.findings._context import RuleContext, bandwidth, ms, p_text
-from otel_ext.analysis.findings.evidence import LinkRow, PathRow, PortRow, UnpairedRow
+from otel_ext.analysis.findings.evidence import LinkEvidence, PathRow, PortRow, UnpairedRow
 from otel_ext.analysis.findings.finding import Finding
 from otel_ext.analysis.loaders.metrics import MetricPoints
 from otel_ext.semconv import metrics as M
@@ -59,7 +59,7 @@ class SlowLinkEvidence(TypedDict):
     counters: NotRequired[CounterEvidence]
 
 
-def _slow_link_finding(s: LinkRow, ctx: RuleContext, *, slow_rank_found: bool) -> Finding:
+def _slow_link_finding(s: LinkEvidence, ctx: RuleContext, *, slow_rank_found: bool) -> Finding:
     """One slow chip-to-chip link's finding, with its counters when any were loaded."""
     link = s["link"]
     frac = ctx.covered(s.get("group"))
@@ -91,7 +91,7 @@ def _slow_link_finding(s: LinkRow, ctx: RuleContext, *, slow_rank_found: bool) -
 
 
 def slow_link_findings(
-    links: Sequence[LinkRow], ctx: RuleContext, *, slow_rank_found: bool
+    links: Sequence[LinkEvidence], ctx: RuleContext, *, slow_rank_found: bool
 ) -> list[Finding]:
     """A ``slow-link`` finding per slow chip-to-chip link (network ports: :func:`slow_nic_findings`).
 

@@ -23,10 +23,10 @@ from otel_ext.analysis.cross.collective_match import CollectiveMatch
 from otel_ext.analysis.findings._context import RuleContext, p_text
 from otel_ext.analysis.findings.evidence import (
     IdleRow,
+    ImbalanceEvidence,
     ImbalanceReport,
-    ImbalanceRow,
     ImbalanceTest,
-    OverlapRow,
+    OverlapEvidence,
     TemporalRow,
 )
 from otel_ext.analysis.findings.finding import Finding
@@ -73,7 +73,7 @@ def collective_mismatch_findings(match: CollectiveMatch) -> list[Finding]:
 
 
 def exposed_communication_findings(
-    overlap: Sequence[OverlapRow], ctx: RuleContext
+    overlap: Sequence[OverlapEvidence], ctx: RuleContext
 ) -> list[Finding]:
     """One ``exposed-communication`` finding when the ranks' mean exposed share of the device
     time clears ``exposed_comm_pct``; its target is the rank with the most."""
@@ -144,7 +144,7 @@ def host_bound_findings(
 
 
 def _imbalance_finding(
-    what: str, test: ImbalanceTest, rows: list[ImbalanceRow], ctx: RuleContext
+    what: str, test: ImbalanceTest, rows: list[ImbalanceEvidence], ctx: RuleContext
 ) -> Finding:
     """The finding of a persistent slowest rank: the listed row is its worst step (or layer)."""
     mine = [x for x in rows if x["max_rank"] == test["rank"]] or rows

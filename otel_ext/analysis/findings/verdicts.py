@@ -22,7 +22,7 @@ from typing import TypedDict
 from otel_ext._arrays import median
 from otel_ext.analysis.cross.collective_match import CollectiveMatch
 from otel_ext.analysis.cross.stragglers import StragglerReport
-from otel_ext.analysis.findings.evidence import StragglerRow
+from otel_ext.analysis.findings.evidence import StragglerEvidence
 from otel_ext.analysis.findings.finding import Thresholds
 
 __all__ = ["StragglerVerdict", "onset", "straggler_verdicts"]
@@ -32,11 +32,11 @@ class StragglerVerdict(TypedDict):
     """A rank whose evidence clears the thresholds, with the test it passed.
 
     ``rank`` is the rank (the engine asks the critical path's what-if of the first);
-    ``row`` its :class:`~otel_ext.analysis.findings.evidence.StragglerRow`.
+    ``row`` its :class:`~otel_ext.analysis.findings.evidence.StragglerEvidence`.
     """
 
     rank: int
-    row: StragglerRow
+    row: StragglerEvidence
     relative_compute: float  # its compute ratio over the median rank's
     blame_share: float  # of the self-caused waiting
     waiting_share: float  # of all the waiting at collectives
@@ -62,7 +62,7 @@ def onset(by_window: Sequence[float | None], th: Thresholds) -> int | None:
     return None
 
 
-def _is_late(r: StragglerRow, share: float, of_waiting: float, th: Thresholds) -> bool:
+def _is_late(r: StragglerEvidence, share: float, of_waiting: float, th: Thresholds) -> bool:
     """Whether a rank is late at collectives: significant by its last arrivals (pooled) or by
     the order of its self-caused lateness at one site (or pooled), with the effect of the test
     that carries it, and carrying enough of the waiting."""
@@ -82,7 +82,7 @@ def _is_late(r: StragglerRow, share: float, of_waiting: float, th: Thresholds) -
 
 
 def _verdict(
-    r: StragglerRow, med_ratio: float, total_blame: float, waiting: float, th: Thresholds
+    r: StragglerEvidence, med_ratio: float, total_blame: float, waiting: float, th: Thresholds
 ) -> StragglerVerdict | None:
     """One rank's verdict: late, slow alone (it joined no collective) or slowed part-way;
     None when none of the three."""
@@ -124,7 +124,7 @@ def straggler_verdicts(
     Returns:
         One :class:`StragglerVerdict` per slow rank.
     """
-    rows: Sequence[StragglerRow] = stragglers.rows
+    rows: Sequence[StragglerEvidence] = stragglers.rows
     if len(rows) < 2:
         return []
     ratios = [r["compute_ratio"] for r in rows if r["compute_ratio"] is not None]

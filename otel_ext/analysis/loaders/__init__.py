@@ -6,7 +6,7 @@ Collector's), Jaeger JSON exports. :func:`load_paths` takes files and folders, l
 parallel, and reports bad records by file and record (or skips them with ``keep_going``).
 """
 
-from otel_ext.analysis.loaders._common import SkippedRecord, us_to_ns
+from otel_ext.analysis.loaders._common import JsonValue, SkippedRecord, us_to_ns
 from otel_ext.analysis.loaders._load import (
     DERIVED_FORMATS,
     FileResult,
@@ -22,6 +22,7 @@ from otel_ext.analysis.loaders.metrics import MetricPoints
 __all__ = [
     "DERIVED_FORMATS",
     "FileResult",
+    "JsonValue",
     "LoadResult",
     "MetricPoints",
     "ProgressCallback",

@@ -19,11 +19,12 @@ reader (:func:`otel_ext._gzip.iter_file_bytes`), and a bad file or line raises a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_ext._gzip import iter_file_bytes
+from otel_ext.analysis.loaders.partial import partial_of, whole_lines
 from otel_ext.analysis.serving.engine_telemetry import ServingSpan
 from otel_ext.analysis.serving.requests import EngineStep, engine_step_order, engine_steps_of_line
 from otel_ext.analysis.table import EventTable
@@ -146,6 +147,15 @@ def _spans_of_text(text: str, path: str) -> list[ServingSpan]:
     return out
 
 
+def _file_pieces(path: Path) -> Iterator[bytes]:
+    """The file's bytes through the bounded gzip reader; a ``.partial`` file of a process that
+    did not finish ends early (a gzip stream never closed) and is read up to its last whole
+    line, as the loaders read it (which report the cut line)."""
+    if partial_of(path) is None:
+        return iter_file_bytes(path)
+    return whole_lines(iter_file_bytes(path, truncated_ok=True), str(path), [])
+
+
 def read_serving_spans(paths: Sequence[str | Path]) -> list[ServingSpan]:
     """Every span of OTLP-JSON (one export request a line) and Jaeger JSON files.
 
@@ -164,7 +174,7 @@ def read_serving_spans(paths: Sequence[str | Path]) -> list[ServingSpan]:
     out: list[ServingSpan] = []
     for path in paths:
         p = Path(path)
-        raw = b"".join(iter_file_bytes(p))
+        raw = b"".join(_file_pieces(p))
         text = raw.decode("utf-8", errors="replace").strip()
         if text:
             out.extend(_spans_of_text(text, str(p)))
@@ -216,7 +226,7 @@ def engine_steps_from_otlp(paths: Sequence[str | Path]) -> list[EngineStep]:
         if not p.is_file():
             continue
         try:
-            for lineno, line in iter_lines(iter_file_bytes(p), max_line=max_line):
+            for lineno, line in iter_lines(_file_pieces(p), max_line=max_line):
                 if needle in line:
                     out.extend(engine_steps_of_line(line, f"{p}:{lineno}"))
         except InputError as e:

@@ -40,10 +40,11 @@ from collections.abc import Sequence
 from typing import Any, TypedDict
 
 from otel_ext.analysis.findings.finding import Finding
+from otel_ext.analysis.loaders.memory_timeline import MemorySeries
 
 __all__ = [
     "NEAR_CAPACITY",
-    "MemoryBrief",
+    "MemoryInput",
     "MemorySection",
     "MemorySeries",
     "MemoryTimelineEntry",
@@ -57,14 +58,7 @@ __all__ = [
 NEAR_CAPACITY = 0.90
 
 
-class MemorySeries(TypedDict):
-    """The largest total in each window of the timeline, and the windows' edges."""
-
-    edges_ns: list[int]
-    peak_bytes: list[int]
-
-
-class MemoryBrief(TypedDict, total=False):
+class MemoryInput(TypedDict, total=False):
     """A memory timeline in brief, as its loader hands it with the file's input record
     (:meth:`~otel_ext.analysis.loaders.memory_timeline.MemoryTimeline.summary`)."""
 
@@ -81,7 +75,7 @@ class MemoryBrief(TypedDict, total=False):
     series: MemorySeries
 
 
-class MemoryTimelineEntry(MemoryBrief):
+class MemoryTimelineEntry(MemoryInput):
     """One timeline of the memory section: its file, its brief, and its peak's share of the
     device's capacity (None when the capacity is unknown)."""
 
@@ -118,7 +112,7 @@ def memory_section(
     cap = float(capacity_bytes) if capacity_bytes and capacity_bytes > 0 else None
     timelines: list[MemoryTimelineEntry] = []
     for rec in inputs:
-        brief: MemoryBrief | None = rec.pop("memory", None) if isinstance(rec, dict) else None
+        brief: MemoryInput | None = rec.pop("memory", None) if isinstance(rec, dict) else None
         if not isinstance(brief, dict):
             continue
         peak = float(brief.get("peak_bytes") or 0)

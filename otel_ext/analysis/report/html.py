@@ -22,18 +22,18 @@ from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
 from otel_ext.analysis.rank.memory import memory_html
-from otel_ext.analysis.report._sections import (
+from otel_ext.analysis.report.sections import (
     BreakdownRow,
     CausalitySection,
-    CollectivesSection,
-    CriticalPathSection,
+    CollectivesView,
+    CriticalPathView,
     FindingEntry,
     JsonValue,
-    NetworkSection,
-    RankEntry,
+    NetworkView,
+    RankView,
     RequestsSection,
-    RunSection,
-    StragglerRow,
+    RunView,
+    StragglerView,
     TimelineSection,
     WhatIf,
 )
@@ -172,7 +172,7 @@ def _legend(keys: list[str]) -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def _breakdown_svg(rows: list[BreakdownRow], ranks: list[RankEntry]) -> str:
+def _breakdown_svg(rows: list[BreakdownRow], ranks: list[RankView]) -> str:
     """Per rank, a bar of its compute, non-compute and idle time."""
     if not rows:
         return '<p class="muted">No device events.</p>'
@@ -202,7 +202,7 @@ def _breakdown_svg(rows: list[BreakdownRow], ranks: list[RankEntry]) -> str:
     return _legend(["compute", "non_compute", "idle"]) + "".join(parts)
 
 
-def _critical_path_svg(cp: CriticalPathSection) -> str:
+def _critical_path_svg(cp: CriticalPathView) -> str:
     """The critical path on a timeline: one lane per rank, coloured by category, its
     cross-rank edges as lines."""
     segs = cp.get("segments") or []
@@ -259,7 +259,7 @@ def _table(rows: list[list[Any]], header: list[str], num: set[int] | None = None
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _network_html(net: NetworkSection) -> str:
+def _network_html(net: NetworkView) -> str:
     """The network model's table (docs/analysis.md, "The network model"): per host path from
     matched transfers, or per rank's sends and receives when the trace names no peers."""
     if net.get("paths"):
@@ -356,7 +356,7 @@ def render_html(doc: dict[str, Any], *, title: str = "otel-ext analysis") -> str
         The HTML text.
     """
     findings: list[FindingEntry] = doc.get("findings") or []
-    coll: CollectivesSection = doc.get("collectives") or CollectivesSection()
+    coll: CollectivesView = doc.get("collectives") or CollectivesView()
     counters = _top_counters(findings)
     blob = json_for_script({"heatmap": coll.get("wait_heatmap"), "counters": counters})
     body = _body_html(doc, title=title, findings=findings, coll=coll, counters=counters)
@@ -373,17 +373,17 @@ def _body_html(
     *,
     title: str,
     findings: list[FindingEntry],
-    coll: CollectivesSection,
+    coll: CollectivesView,
     counters: dict[str, JsonValue] | None,
 ) -> str:
     """The page's body: heading, findings, plots and tables, section by section."""
-    run: RunSection = doc.get("run") or RunSection()
+    run: RunView = doc.get("run") or RunView()
     cz: CausalitySection = doc.get("causality") or CausalitySection()
-    cp: CriticalPathSection = doc.get("critical_path") or CriticalPathSection()
-    net: NetworkSection = doc.get("network") or NetworkSection()
+    cp: CriticalPathView = doc.get("critical_path") or CriticalPathView()
+    net: NetworkView = doc.get("network") or NetworkView()
     req: RequestsSection = doc.get("requests") or RequestsSection()
     tl: TimelineSection = doc.get("timeline") or TimelineSection()
-    ranks: list[RankEntry] = doc.get("ranks") or []
+    ranks: list[RankView] = doc.get("ranks") or []
     counters_title = f" ({_e(counters['target'])})" if counters else ""
     return f"""
 <h1>{_e(title)}</h1>
@@ -424,7 +424,7 @@ def _what_if_html(wi: WhatIf | None) -> str:
     )
 
 
-def _stragglers_table(strag: list[StragglerRow]) -> str:
+def _stragglers_table(strag: list[StragglerView]) -> str:
     """The stragglers table, at most 16 rows."""
     rows = [
         [s["rank"], s.get("device", ""), f"{s['score']:.2f}", _ms(s["late_ns"]), _ms(s["blame_ns"]),
@@ -438,7 +438,7 @@ def _stragglers_table(strag: list[StragglerRow]) -> str:
     )
 
 
-def _collectives_table(coll: CollectivesSection) -> str:
+def _collectives_table(coll: CollectivesView) -> str:
     """The matched collectives per operation and group."""
     rows = [
         [s["op"], s["group"] or "-", s["count"], _ms(s["total_wait_ns"]),
@@ -453,7 +453,7 @@ def _collectives_table(coll: CollectivesSection) -> str:
     )
 
 
-def _ranks_table(ranks: list[RankEntry]) -> str:
+def _ranks_table(ranks: list[RankView]) -> str:
     """Each rank's host, device, clock offset and bound."""
     rows = [
         [r["rank"], r.get("host", ""), r.get("device", ""), _ms(r["clock_offset_ns"]),

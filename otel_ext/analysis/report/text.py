@@ -16,23 +16,23 @@ from typing import Any
 
 from otel_ext.analysis.loaders.partial import unfinished_lines
 from otel_ext.analysis.rank.memory import memory_text
-from otel_ext.analysis.report._sections import (
+from otel_ext.analysis.report.sections import (
     BreakdownRow,
     CausalitySection,
-    CollectivesSection,
-    CriticalPathSection,
+    CollectivesView,
+    CriticalPathView,
     Evidence,
     FindingEntry,
     InputEntry,
-    LinkRow,
-    NetworkSection,
-    OverlapRow,
-    RankEntry,
+    LinkView,
+    NetworkView,
+    OverlapView,
+    RankView,
     RequestsSection,
     RunEntry,
-    RunSection,
+    RunView,
     SkippedEntry,
-    StragglerRow,
+    StragglerView,
 )
 
 __all__ = ["render_text"]
@@ -64,7 +64,7 @@ def _evidence_line(ev: Evidence, limit: int = 8) -> str:
     return ", ".join(parts)
 
 
-def _clock_status(rank: RankEntry) -> str:
+def _clock_status(rank: RankView) -> str:
     """How a rank's clock was treated: the reference, shifted, or left as recorded."""
     status = rank.get("clock_status", "")
     if status == "unidentifiable":
@@ -105,10 +105,10 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
         The report text (ends with a newline).
     """
     findings: list[FindingEntry] = doc.get("findings") or []
-    run: RunSection = doc.get("run") or RunSection()
-    coll: CollectivesSection = doc.get("collectives") or CollectivesSection()
-    net: NetworkSection = doc.get("network") or NetworkSection()
-    cp: CriticalPathSection = doc.get("critical_path") or CriticalPathSection()
+    run: RunView = doc.get("run") or RunView()
+    coll: CollectivesView = doc.get("collectives") or CollectivesView()
+    net: NetworkView = doc.get("network") or NetworkView()
+    cp: CriticalPathView = doc.get("critical_path") or CriticalPathView()
     cz: CausalitySection = doc.get("causality") or CausalitySection()
     req: RequestsSection = doc.get("requests") or RequestsSection()
     out = [_headline(run, doc.get("inputs", []), len(doc.get("ranks", [])))]
@@ -116,7 +116,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     out.extend(_runs_lines(doc.get("runs") or []))
     out.extend(_findings_lines(findings, top))
     tb: list[BreakdownRow] = doc.get("temporal_breakdown") or []
-    ov: list[OverlapRow] = doc.get("comm_comp_overlap") or []
+    ov: list[OverlapView] = doc.get("comm_comp_overlap") or []
     out.extend(_ranks_lines(doc.get("ranks") or [], tb, ov))
     out.extend(_stragglers_lines(doc.get("stragglers") or [], findings, top))
     out.extend(_collectives_lines(coll, top))
@@ -131,7 +131,7 @@ def render_text(doc: dict[str, Any], *, top: int = 10) -> str:
     return "\n".join(out) + "\n"
 
 
-def _headline(run: RunSection, inputs: list[InputEntry], n_ranks: int) -> str:
+def _headline(run: RunView, inputs: list[InputEntry], n_ranks: int) -> str:
     """The first line: events, metric points, files loaded, ranks and the run's length."""
     n_in = sum(1 for i in inputs if i.get("status") == "loaded")
     return (
@@ -167,7 +167,7 @@ def _findings_lines(findings: list[FindingEntry], top: int) -> list[str]:
 
 
 def _ranks_lines(
-    ranks: list[RankEntry], breakdown: list[BreakdownRow], overlap: list[OverlapRow]
+    ranks: list[RankView], breakdown: list[BreakdownRow], overlap: list[OverlapView]
 ) -> list[str]:
     """Per rank: device, clock offset and bound, time breakdown, overlap, clock status."""
     if not ranks:
@@ -191,7 +191,7 @@ def _ranks_lines(
 
 
 def _stragglers_lines(
-    strag: list[StragglerRow], findings: list[FindingEntry], top: int
+    strag: list[StragglerView], findings: list[FindingEntry], top: int
 ) -> list[str]:
     """The likeliest stragglers; when no finding names one, why none cleared the threshold."""
     if not strag:
@@ -213,7 +213,7 @@ def _stragglers_lines(
     return out
 
 
-def _no_straggler_line(strag: list[StragglerRow]) -> str:
+def _no_straggler_line(strag: list[StragglerView]) -> str:
     """Why no rank is a straggler: the closest one, and the latest site when its test says
     something."""
     c = strag[0]
@@ -232,7 +232,7 @@ def _no_straggler_line(strag: list[StragglerRow]) -> str:
     )
 
 
-def _collectives_lines(coll: CollectivesSection, top: int) -> list[str]:
+def _collectives_lines(coll: CollectivesView, top: int) -> list[str]:
     """The collectives matched across ranks, per operation and group."""
     if not coll.get("count"):
         return []
@@ -251,7 +251,7 @@ def _collectives_lines(coll: CollectivesSection, top: int) -> list[str]:
     return out
 
 
-def _calls_lines(coll: CollectivesSection) -> list[str]:
+def _calls_lines(coll: CollectivesView) -> list[str]:
     """The collective calls, by operation, when none was matched across ranks."""
     calls = coll.get("calls") or {}
     if coll.get("count") or not calls.get("count"):
@@ -264,7 +264,7 @@ def _calls_lines(coll: CollectivesSection) -> list[str]:
     return ["", f"Collective calls (not matched across ranks): {calls['count']}: {parts}"]
 
 
-def _links_lines(links: list[LinkRow], top: int) -> list[str]:
+def _links_lines(links: list[LinkView], top: int) -> list[str]:
     """The links with a slowness, slowest first."""
     slow = [s for s in links if s.get("slowness")]
     if not slow:
@@ -278,7 +278,7 @@ def _links_lines(links: list[LinkRow], top: int) -> list[str]:
     return out
 
 
-def _network_lines(net: NetworkSection, top: int) -> list[str]:
+def _network_lines(net: NetworkView, top: int) -> list[str]:
     """The network model: host paths, or each rank's transfers when no peer is named."""
     if net.get("paths"):
         out = [
@@ -314,7 +314,7 @@ def _network_lines(net: NetworkSection, top: int) -> list[str]:
     return out
 
 
-def _critical_path_lines(cp: CriticalPathSection) -> list[str]:
+def _critical_path_lines(cp: CriticalPathView) -> list[str]:
     """The critical path's length by category and rank, its graph replays and what a
     straggler at the median pace would save."""
     if not cp.get("length_ns"):

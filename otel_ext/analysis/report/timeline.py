@@ -69,7 +69,7 @@ from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from otel_ext.analysis.report._sections import Evidence, JsonValue
+from otel_ext.analysis.report.sections import Evidence, JsonValue
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable, is_constant
 from otel_ext.errors import OtelExtError
 

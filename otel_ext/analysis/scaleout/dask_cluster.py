@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from otel_ext.analysis.rank.per_rank import RankTables, RepairedRows, WalkShares
     from otel_ext.analysis.runs import Capture
     from otel_ext.analysis.scaleout.per_rank_jobs import FileSummary, Partition, RankDecision
-    from otel_ext.analysis.steps import StepRecord
+    from otel_ext.analysis.steps import StepSelection
     from otel_ext.analysis.table import EventTable
 
 __all__ = [
@@ -432,7 +432,7 @@ class _PartitionPlan:
     """
 
     decision: RankDecision
-    steps: StepRecord
+    steps: StepSelection
     offsets: dict[int, int]
     partitions: list[Partition]
     hold: bool
@@ -466,7 +466,7 @@ class PerRankPhase:
 
     load: LoadResult
     captures: list[Capture]
-    steps: StepRecord
+    steps: StepSelection
     ranks: RankTables
     reduced: EventTable
     keys: Any

@@ -46,7 +46,7 @@ from otel_ext.analysis.loaders import FileResult
 from otel_ext.analysis.rank.per_rank import RankTables, joins_by_time, per_rank_tables
 from otel_ext.analysis.runs import Capture, separate_captures
 from otel_ext.analysis.scaleout.packed_rows import PackedPoints
-from otel_ext.analysis.steps import StepRecord, parse_steps, select_steps
+from otel_ext.analysis.steps import StepSelection, parse_steps, select_steps
 from otel_ext.analysis.table import STRING_COLUMNS, Category, EventTable, constant_column
 from otel_ext.errors import OtelExtError
 
@@ -106,7 +106,7 @@ class KeptFile:
 
     result: FileResult
     info: dict[str, Any]
-    steps: StepRecord | None
+    steps: StepSelection | None
     sketch: EventTable | None
     joins_by_time: bool = False
     requests: bool = False

@@ -231,7 +231,7 @@ class RequestLatency(TypedDict):
     summary: LatencySummary | None
     ttft_breakdown: NotRequired[TtftBreakdown | None]
     requests: list[LatencyRow]
-    accounting: NotRequired[RequestAccounting | None]
+    accounting: NotRequired[RequestAccountingSection | None]
 
 
 def _phases_by_trace(table: EventTable) -> dict[int, list[int]]:
@@ -954,7 +954,7 @@ class AccountingSummary(TypedDict):
     joules_total: float | None
 
 
-class RequestAccounting(TypedDict):
+class RequestAccountingSection(TypedDict):
     """The ``requests.accounting`` section (:func:`request_accounting`)."""
 
     count: int
@@ -1041,7 +1041,7 @@ def _rounded_costs(costs: TokenCosts) -> TokenCosts:
 
 def request_accounting(
     steps: Sequence[EngineStep], *, metrics: Any = None, limit: int = 200
-) -> RequestAccounting:
+) -> RequestAccountingSection:
     """Device time and energy of each request under continuous batching.
 
     The rule: every step's measured device time (and energy) is split across the requests it

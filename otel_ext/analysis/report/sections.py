@@ -5,7 +5,7 @@ and timeline reports read it. These ``TypedDict`` classes name the keys they rea
 types of their values. Every key is optional (``total=False``): a report reads a section
 with ``.get`` where the engine leaves a key out.
 
->>> row: StragglerRow = {"rank": 3, "score": 0.8, "late_ns": 5_000}
+>>> row: StragglerView = {"rank": 3, "score": 0.8, "late_ns": 5_000}
 >>> row["rank"]
 3
 """
@@ -14,38 +14,38 @@ from __future__ import annotations
 
 from typing import TypeAlias, TypedDict
 
-from otel_ext.analysis.loaders._common import JsonValue
+from otel_ext.analysis.loaders import JsonValue
 
 __all__ = [
-    "AccountingSummary",
+    "AccountingView",
     "BreakdownRow",
     "CallsByOp",
     "CallsSection",
-    "CategoryTime",
+    "CategoryTimeView",
     "CausalityRank",
     "CausalitySection",
     "CollectiveSummaryRow",
-    "CollectivesSection",
-    "CriticalPathSection",
+    "CollectivesView",
+    "CriticalPathView",
     "Evidence",
     "FindingEntry",
-    "GraphReplay",
+    "GraphReplayView",
     "InputEntry",
     "JsonValue",
-    "LinkRow",
+    "LinkView",
     "NetworkPath",
-    "NetworkSection",
-    "OverlapRow",
-    "RankEntry",
-    "RankTime",
-    "RequestAccounting",
+    "NetworkView",
+    "OverlapView",
+    "RankTimeView",
+    "RankView",
+    "RequestAccountingView",
     "RequestSummary",
     "RequestsSection",
     "RunEntry",
-    "RunSection",
+    "RunView",
     "Segment",
     "SkippedEntry",
-    "StragglerRow",
+    "StragglerView",
     "TimelineSection",
     "UnpairedTransfers",
     "WhatIf",
@@ -56,7 +56,7 @@ __all__ = [
 Evidence: TypeAlias = "dict[str, JsonValue]"
 
 
-class RunSection(TypedDict, total=False):
+class RunView(TypedDict, total=False):
     """``run``: the whole run's size."""
 
     events: int
@@ -90,7 +90,7 @@ class FindingEntry(TypedDict, total=False):
     evidence: Evidence
 
 
-class RankEntry(TypedDict, total=False):
+class RankView(TypedDict, total=False):
     """One of ``ranks``: a rank's device and how its clock was treated."""
 
     rank: int
@@ -114,14 +114,14 @@ class BreakdownRow(TypedDict, total=False):
     non_compute_pct: float
 
 
-class OverlapRow(TypedDict, total=False):
+class OverlapView(TypedDict, total=False):
     """One of ``comm_comp_overlap``."""
 
     rank: int
     overlap_pct: float
 
 
-class StragglerRow(TypedDict, total=False):
+class StragglerView(TypedDict, total=False):
     """One of ``stragglers``, most likely first."""
 
     rank: int
@@ -165,7 +165,7 @@ class CallsSection(TypedDict, total=False):
     by_op: list[CallsByOp]
 
 
-class CollectivesSection(TypedDict, total=False):
+class CollectivesView(TypedDict, total=False):
     """``collectives``: the collectives matched across ranks."""
 
     count: int
@@ -176,7 +176,7 @@ class CollectivesSection(TypedDict, total=False):
     wait_heatmap: dict[str, JsonValue] | None
 
 
-class LinkRow(TypedDict, total=False):
+class LinkView(TypedDict, total=False):
     """One of ``links``."""
 
     link: str
@@ -210,28 +210,28 @@ class UnpairedTransfers(TypedDict, total=False):
     slow: bool
 
 
-class NetworkSection(TypedDict, total=False):
+class NetworkView(TypedDict, total=False):
     """``network``: the network model."""
 
     paths: list[NetworkPath]
     unpaired: list[UnpairedTransfers]
 
 
-class CategoryTime(TypedDict):
+class CategoryTimeView(TypedDict):
     """One of ``critical_path.by_category``."""
 
     category: str
     ns: float
 
 
-class RankTime(TypedDict):
+class RankTimeView(TypedDict):
     """One of ``critical_path.by_rank``."""
 
     rank: int
     ns: float
 
 
-class GraphReplay(TypedDict, total=False):
+class GraphReplayView(TypedDict, total=False):
     """One of ``critical_path.graph_replays``: many kernels queued by one launch."""
 
     kernels: int
@@ -259,13 +259,13 @@ class Segment(TypedDict, total=False):
     name: str
 
 
-class CriticalPathSection(TypedDict, total=False):
+class CriticalPathView(TypedDict, total=False):
     """``critical_path``."""
 
     length_ns: float
-    by_category: list[CategoryTime]
-    by_rank: list[RankTime]
-    graph_replays: list[GraphReplay]
+    by_category: list[CategoryTimeView]
+    by_rank: list[RankTimeView]
+    graph_replays: list[GraphReplayView]
     straggler_what_if: WhatIf | None
     segments: list[Segment]
 
@@ -303,7 +303,7 @@ class RequestSummary(TypedDict, total=False):
     ttft_collectives_pct: float
 
 
-class AccountingSummary(TypedDict, total=False):
+class AccountingView(TypedDict, total=False):
     """``requests.accounting.summary``: accelerator time and energy per request."""
 
     accelerator_ms_p50: float
@@ -312,10 +312,10 @@ class AccountingSummary(TypedDict, total=False):
     joules_p99: float | None
 
 
-class RequestAccounting(TypedDict, total=False):
+class RequestAccountingView(TypedDict, total=False):
     """``requests.accounting``."""
 
-    summary: AccountingSummary | None
+    summary: AccountingView | None
 
 
 class RequestsSection(TypedDict, total=False):
@@ -323,7 +323,7 @@ class RequestsSection(TypedDict, total=False):
 
     count: int
     summary: RequestSummary
-    accounting: RequestAccounting | None
+    accounting: RequestAccountingView | None
 
 
 class SkippedEntry(TypedDict, total=False):
