@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from metamorphic import make_late, shift_clock  # noqa: E402
+from metamorphic import make_late, scale_kernels, shift_clock  # noqa: E402
 
 from otel_ext.analysis.engine import analyze  # noqa: E402
 from otel_ext.analysis.loaders import LoadResult, load_paths  # noqa: E402
@@ -51,6 +51,7 @@ def main() -> int:
     pair = load_paths([TRACES / "two_rank"], workers=1)
     t0 = time.perf_counter()
     hits = {"late": 0, "late+offsets": 0, "host offset": 0, "null": 0, "null+offsets": 0}
+    hits["late+shorter"] = 0
     for seed in range(args.seeds):
         rng = np.random.default_rng(seed)
         rank = int(rng.integers(0, 8))
@@ -63,6 +64,12 @@ def main() -> int:
             doc = _run(dlrm, table)
             slow = [f["evidence"]["rank"] for f in doc["findings"] if f["kind"] in SLOW]
             hits[name] += int(doc["stragglers"][0]["rank"] == rank and slow == [rank])
+        # the same late rank with every kernel shortened by a factor in 0.3-0.9 (as
+        # tests/test_truth_dlrm.py::test_late_rank_survives_shorter_kernels draws it)
+        factor = float(np.random.default_rng(seed).uniform(0.3, 0.9))
+        doc = _run(dlrm, scale_kernels(late, factor))
+        slow = [f["evidence"]["rank"] for f in doc["findings"] if f["kind"] in SLOW]
+        hits["late+shorter"] += int(doc["stragglers"][0]["rank"] == rank and slow == [rank])
         off = int(rng.integers(5_000_000, 2_000_000_000)) * (1 if rng.random() < 0.5 else -1)
         hosts = {r: ("A" if r < 4 else "B") for r in range(8)}
         doc = _run(dlrm, shift_clock(dlrm.table, [4, 5, 6, 7], off), clock_of=hosts)
@@ -85,6 +92,9 @@ def main() -> int:
     )
     print(
         f"sensitivity, same under per-rank clock offsets:       {hits['late+offsets']}/{n} = {hits['late+offsets'] / n:.3f}"
+    )
+    print(
+        f"sensitivity, same with kernels shortened 0.3-0.9x:    {hits['late+shorter']}/{n} = {hits['late+shorter'] / n:.3f}"
     )
     print(
         f"host offset recovered within its bound (<= 5 ms):     {hits['host offset']}/{n} = {hits['host offset'] / n:.3f}"
