@@ -246,3 +246,9 @@ def test_collective_transfer_section_in_the_document(tmp_path: Path) -> None:
     assert 0.15 < cross["ratio"] < 0.35
     assert [p["path"] for p in doc["network"]["paths"] if p["slow"]] == ["hostA->hostB"]
     assert "straggler" not in _kinds(doc)
+    # the terminal report shows the section beside the paths
+    from otel_ext.analysis.report.text import render_text
+
+    text = render_text(doc)
+    assert "Collectives' transfer phase by hosts" in text
+    assert any(line.split()[:2] == ["hostA+hostB", "allreduce"] for line in text.splitlines())

@@ -210,11 +210,23 @@ class UnpairedTransfers(TypedDict, total=False):
     slow: bool
 
 
+class CollectiveTransferView(TypedDict, total=False):
+    """One of ``network.collective_transfer``: collectives' transfer phase per host set."""
+
+    host_set: str
+    op: str
+    size_class_bytes: int
+    instances: int
+    median_busbw: float
+    ratio: float
+
+
 class NetworkView(TypedDict, total=False):
     """``network``: the network model."""
 
     paths: list[NetworkPath]
     unpaired: list[UnpairedTransfers]
+    collective_transfer: list[CollectiveTransferView]
 
 
 class CategoryTimeView(TypedDict):

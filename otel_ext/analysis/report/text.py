@@ -279,7 +279,31 @@ def _links_lines(links: list[LinkView], top: int) -> list[str]:
 
 
 def _network_lines(net: NetworkView, top: int) -> list[str]:
-    """The network model: host paths, or each rank's transfers when no peer is named."""
+    """The network model: host paths, or each rank's transfers when no peer is named; then
+    the collectives' transfer phase per host set, where the run has one."""
+    return _path_lines(net, top) + _collective_transfer_lines(net, top)
+
+
+def _collective_transfer_lines(net: NetworkView, top: int) -> list[str]:
+    """Collectives' bus bandwidth in their transfer phase, per host set, against within-host
+    collectives of the same operation and size (evidence, no verdict)."""
+    rows = net.get("collective_transfer") or []
+    if not rows:
+        return []
+    out = [
+        "",
+        "Collectives' transfer phase by hosts: hosts  op  size  instances  bus bandwidth  vs within-host",
+    ]
+    for r in rows[:top]:
+        out.append(
+            f"        {r['host_set'][:28]:<28} {r['op'][:14]:<14} {r['size_class_bytes']:>10} B "
+            f"x{r['instances']:<5} {r['median_busbw'] / 1e6:9.1f} MB/s  {r['ratio']:.2f}x"
+        )
+    return out
+
+
+def _path_lines(net: NetworkView, top: int) -> list[str]:
+    """Host paths' bandwidth, or each rank's transfers when the trace names no peer."""
     if net.get("paths"):
         out = [
             "",
