@@ -201,7 +201,7 @@ class InProcessBackend:
 
     def per_rank(self, source: Source, options: PerRankOptions) -> PerRankOutcome:
         """The load and per-rank phases here. Loaded here, the events are dropped from the
-        load result: from the captures on, one copy of the rows is held (issue 30).
+        load result: from the captures on, one copy of the rows is held.
 
         Raises:
             InputError: a bad input file or record (unless ``keep_going``).

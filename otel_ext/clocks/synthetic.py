@@ -175,7 +175,7 @@ def simulate_events(
 
 @dataclass(frozen=True)
 class AlignmentScenario:
-    """The benchmark scenario of issue 4, with its truth."""
+    """The clock-alignment benchmark's scenario (benchmarks/clock_alignment.py), with its truth."""
 
     clock: SyntheticClock
     brackets: Brackets

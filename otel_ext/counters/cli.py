@@ -338,7 +338,7 @@ def _open_bridge(
     )
     from otel_ext.errors import SourceUnavailableError
 
-    # collectives in flight (issue 31): always read, from the same folders as the spans
+    # collectives in flight: always read, from the same folders as the spans
     collectives = CollectiveStateSource(
         span_dirs,
         min_pending_s=args.collective_pending_min,

@@ -6,7 +6,7 @@ last sequence number that completed, in one small memory-mapped file in the acti
 records' folder (:func:`~otel_ext.instrumentation.active_span_record.record_directory`).
 The node agent (``otel-ext exporter``) reads it and exports
 ``accel.collective.pending.duration`` and ``accel.collective.last_seq``, so a hung or
-desynchronised collective is visible while it hangs (issue 31).
+desynchronised collective is visible while it hangs.
 
 Nothing here runs on the workload thread: the native recording kernel's poller keeps the
 state (``Hook.watch_state``), and a background thread of the instrumentor copies it here

@@ -588,7 +588,7 @@ def _columns(
     """The walk rows' columns and edges as the walk's loop reads them.
 
     The columns as memoryviews of the arrays: indexed as fast as lists, each item a Python
-    int or bool made when read, 8 bytes a row, not a list's 40 (issue 30); four edge
+    int or bool made when read, 8 bytes a row, not a list's 40; four edge
     sequences, not one of tuples (tuples of every row cost more than the walk).
     """
     rcat = table["category"][rows]
