@@ -53,7 +53,7 @@ def _both(source: Any) -> tuple[str, str, list[tuple[int, int, int]]]:
         counts.append((sum(len(t) for t in got.reduced), other, files_ranks))
         return got
 
-    with mock.patch("otel_ext.analysis.engine.per_rank_tables", counting):
+    with mock.patch("otel_ext.analysis.per_rank_backend.per_rank_tables", counting):
         now = to_json(analyze(source, workers=1))
         with _uncategorised_kept():
             before = to_json(analyze(source, workers=1))
