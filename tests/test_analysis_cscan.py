@@ -29,6 +29,8 @@ from otel_ext.analysis.loaders._common import LoadContext
 from otel_ext.analysis.loaders.kineto import table_from_fast
 from otel_ext.errors import InputError
 
+pytestmark = pytest.mark.slow
+
 CSCAN = _kineto_fast._cscan
 LIMIT = _kineto_fast._SCAN_LIMIT_NS
 needs_cscan = pytest.mark.skipif(CSCAN is None, reason="compiled extractor not built")

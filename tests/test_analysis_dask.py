@@ -393,6 +393,7 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], seconds: float) -> None
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 @needs_dask
 def test_separate_scheduler_and_worker_processes(shared_traces: Path, tmp_path: Path) -> None:
     _require_dask()

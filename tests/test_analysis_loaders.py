@@ -404,6 +404,7 @@ def _same_table(a: EventTable, b: EventTable) -> None:
     assert a.meta == b.meta
 
 
+@pytest.mark.slow
 def test_fast_path_equals_careful_path_on_every_real_trace(shared_traces: Path) -> None:
     from otel_ext.analysis.loaders._common import LoadContext
     from otel_ext.analysis.loaders._kineto_fast import decode_fast

@@ -99,6 +99,7 @@ def tables(draw: st.DrawFn) -> EventTable:
     return EventTable(columns, strings, {"rank_runs": {0: 0}})
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(tables())
 def test_a_packed_table_unpacks_to_the_table(table: EventTable) -> None:
@@ -154,6 +155,7 @@ def points(draw: st.DrawFn) -> object:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(points())
 def test_packed_points_unpack_to_the_points(p: object) -> None:

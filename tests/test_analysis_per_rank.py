@@ -127,6 +127,7 @@ def _split(
     return whole, merged
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(file_sets(), st.integers(1, 4))
 def test_partitions_merge_to_the_whole(files: list[EventTable], parts: int) -> None:
@@ -147,6 +148,7 @@ def test_partitions_merge_to_the_whole(files: list[EventTable], parts: int) -> N
         assert joined[column].tolist() == mine[column].tolist(), column
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(file_sets(), st.integers(1, 4))
 def test_held_rows_put_back_give_the_whole(files: list[EventTable], parts: int) -> None:
@@ -163,6 +165,7 @@ def test_held_rows_put_back_give_the_whole(files: list[EventTable], parts: int) 
 _HELD = [int(c) for c in HELD_CATEGORIES]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(file_sets(), st.integers(1, 4))
 def test_held_rows_stay_and_each_ranks_span_travels(files: list[EventTable], parts: int) -> None:

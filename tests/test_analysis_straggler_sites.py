@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +126,7 @@ def test_no_rank_significant_on_exchangeable_ranks() -> None:
     assert false <= 0.01 * runs + 3  # binomial slack around the level
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), shift=st.integers(-(10**9), 10**9))
 def test_site_tests_invariant_to_member_order_and_instance_shift(seed: int, shift: int) -> None:

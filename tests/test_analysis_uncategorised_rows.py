@@ -17,6 +17,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,8 @@ from otel_ext.analysis.engine import analyze, to_json
 from otel_ext.analysis.rank import per_rank
 from otel_ext.analysis.table import Category as C
 from otel_ext.analysis.table import EventTable
+
+pytestmark = pytest.mark.slow
 
 _KEEP = per_rank.cross_rank_mask
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -174,6 +175,7 @@ def test_walk_rows_moved_as_the_aligned_table(table: EventTable, data: Any) -> N
         assert moved[column].tolist() == whole.table[column][rows].tolist(), column
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(runs(), st.data())
 def test_walk_per_partition_gives_the_one_table_path(table: EventTable, data: Any) -> None:
@@ -248,6 +250,7 @@ def _second_run(table: EventTable, *, rank_shift: int, time_shift: int) -> Event
     return EventTable(columns, strings, dict(table.meta))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(runs(), runs(), st.integers(-(10**9), 10**9), st.data())
 def test_only_the_reachable_ranks_pieces_are_needed(

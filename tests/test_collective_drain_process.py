@@ -30,6 +30,8 @@ from otel_ext.instrumentation.collective_drain_process import END, decode_frames
 torch = pytest.importorskip("torch")
 from conftest import require  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 _NONE_INT = -(2**63)
 _I64 = st.integers(min_value=-(2**63) + 1, max_value=2**63 - 1)
 _TEXT = st.one_of(st.none(), st.text(max_size=40))

@@ -47,6 +47,8 @@ from otel_ext.semconv.spans import SPAN_ACCEL_COLLECTIVE, SPAN_ACCEL_COLLECTIVE_
 pytest.importorskip("torch")
 from conftest import require_binary
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 JOB = REPO / "tests" / "collective_hang_job.py"
 RULES = REPO / "deploy" / "prometheus" / "rules" / "otel-ext-alerts.yaml"

@@ -26,7 +26,7 @@ from conftest import require_binary
 
 from otel_ext.exporters import read_spans
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HOST = "H"
 PHASE_DEADLINE_S = 40.0
 METRICS = ("accel_device_cycles_active_total", "accel_collective_duration_seconds_bucket")

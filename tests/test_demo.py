@@ -20,6 +20,8 @@ from otel_ext.cli import main
 from otel_ext.demo import default_fault
 from otel_ext.exporters import read_metrics, read_spans
 
+pytestmark = pytest.mark.slow
+
 
 def _top_matches_truth(out: Path) -> tuple[dict, dict]:
     report = json.loads((out / "report.json").read_text())

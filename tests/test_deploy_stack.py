@@ -36,7 +36,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, require_binary
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.slow]
 
 DEPLOY = REPO_ROOT / "deploy"
 DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))

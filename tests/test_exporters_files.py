@@ -501,6 +501,7 @@ def _span_batches(draw):
     return spans
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(spans=_span_batches())
 def test_direct_span_encoding_is_the_reference_encoding(spans):
@@ -611,6 +612,7 @@ def _metrics_data(draw):
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(data=_metrics_data())
 def test_direct_metrics_encoding_is_the_reference_encoding(data):

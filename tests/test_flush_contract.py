@@ -38,6 +38,8 @@ from otel_ext.semconv.attributes import (
 )
 from otel_ext.semconv.metrics import METRIC_ACCEL_TELEMETRY_DROPPED
 
+pytestmark = pytest.mark.slow
+
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parent.parent

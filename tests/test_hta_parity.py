@@ -35,7 +35,7 @@ from otel_ext.analysis.rank.breakdown import drop_last_step, temporal_breakdown
 from otel_ext.analysis.rank.overlap import comm_comp_overlap
 from otel_ext.analysis.table import Category
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 HTA_VENV = Path(os.environ.get("OTEL_EXT_HTA_VENV", "/tmp/otel-ext-hta-venv"))
 RUNNER = REPO_ROOT / "benchmarks" / "hta_runner.py"

@@ -150,6 +150,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 def test_full_ring_drops_are_counted_and_ids_stay_aligned(job: Any) -> None:

@@ -24,6 +24,8 @@ import torch.multiprocessing as mp  # noqa: E402
 
 from otel_ext.instrumentation.collectives import bus_factor  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 WORLD = 2
 DELAY_NS = 2_000_000
 DEVICE_NS = 3_000_000

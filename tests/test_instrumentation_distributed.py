@@ -33,6 +33,8 @@ from conftest import require  # noqa: E402
 
 from otel_ext.instrumentation.collectives import bus_factor  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 WORLD = 4
 N = 6  # elements per rank buffer (float32): 24 bytes
 COLLECTIVES = [

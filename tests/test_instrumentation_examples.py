@@ -10,6 +10,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -25,6 +25,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from torch.distributed import all_reduce as early_all_reduce  # noqa: E402  (before instrument)
 
+pytestmark = pytest.mark.slow
+
 WORLD = 2
 SCENARIOS = ("early_ref", "coalesced", "ddp", "tp", "fsdp2", "funcol", "compiled")
 

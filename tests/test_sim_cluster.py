@@ -93,6 +93,7 @@ def test_same_seed_gives_identical_files_and_another_seed_does_not(tmp_path: Pat
     assert a.spans == b.spans and a.requests == 12 and c.requests == 12
 
 
+@pytest.mark.slow
 def test_telemetry_loads_with_the_exporters_reader_and_uses_registry_names(
     runs: dict[str, Run],
 ) -> None:
