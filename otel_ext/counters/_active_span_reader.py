@@ -238,7 +238,11 @@ class SharedActiveSpanReader:
                         st = os.lstat(cand)
                     except OSError:
                         continue
-                    if uid_text.isdigit() and st.st_uid == int(uid_text) and not st.st_mode & 0o002:
+                    if (
+                        uid_text.isdecimal()
+                        and st.st_uid == int(uid_text)
+                        and not st.st_mode & 0o002
+                    ):
                         out.append(cand)
         return list(dict.fromkeys(out))
 

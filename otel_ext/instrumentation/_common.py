@@ -169,6 +169,6 @@ def local_device(fallback: str | None, *, env: Mapping[str, str] | None = None) 
     """
     env = os.environ if env is None else env
     raw = env.get("LOCAL_RANK", "").strip()
-    if raw.isdigit():
+    if raw.isdecimal():
         return f"chip{int(raw)}"
     return fallback

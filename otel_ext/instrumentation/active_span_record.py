@@ -298,7 +298,7 @@ def parse_record_name(name: str) -> tuple[str, int] | None:
     if name.startswith(".") or not name.endswith(SUFFIX):
         return None
     parts = name[: -len(SUFFIX)].rsplit(".", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 3 or not parts[1].isdecimal():
         return None
     return unquote(parts[0]), int(parts[1])
 

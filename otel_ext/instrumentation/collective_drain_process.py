@@ -507,7 +507,7 @@ def run_drain_process(argv: list[str] | None, configure: Callable[..., Any]) -> 
     (:func:`otel_ext.configure`, handed in by ``python -m otel_ext.exporters.collective_drain``:
     the instrumentation does not import the exporters)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not args[0].isdigit():
+    if len(args) != 1 or not args[0].isdecimal():
         print(
             f"usage: python -m {_ENTRY} FD "
             "(started by TorchDistributedInstrumentor with drain='process')",

@@ -347,7 +347,7 @@ class _LayerInstrumentation:
         index: dict[int, int] = {id(root): 0}
         for _, parent in root.named_modules():
             for i, (cname, child) in enumerate(parent.named_children()):
-                index.setdefault(id(child), int(cname) if cname.isdigit() else i)
+                index.setdefault(id(child), int(cname) if cname.isdecimal() else i)
         root_label = prefix or self.root_name or type(root).__name__
         out = []
         for qual, module in root.named_modules():
