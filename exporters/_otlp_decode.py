@@ -40,6 +40,8 @@ from typing import Any
 
 import msgspec
 
+from otel_ext._otlp_scalars import is_int_text
+
 __all__ = [
     "AnyValue",
     "DataPoint",
@@ -440,24 +442,13 @@ def _generic(v: Any, depth: int) -> Any:
     return None
 
 
-def _is_int_text(val: str) -> bool:
-    """An OTLP/JSON ``intValue`` string: ASCII digits after at most one ``-`` (``"²"`` is a
-    digit to :meth:`str.isdigit` but not to :func:`int`; ``"--5"`` is not a number).
-
-    >>> [_is_int_text(v) for v in ("42", "-7", "²", "--5", "", "-")]
-    [True, True, False, False, False, False]
-    """
-    digits = val[1:] if val.startswith("-") else val
-    return digits.isascii() and digits.isdigit()
-
-
 def _scalar(key: str, val: Any, depth: int) -> Any:
     if key == "stringValue":
         return val if isinstance(val, str) else None
     if key == "boolValue":
         return val if isinstance(val, bool) else None
     if key == "intValue":
-        if type(val) is int or (isinstance(val, str) and _is_int_text(val)):
+        if type(val) is int or (isinstance(val, str) and is_int_text(val)):
             i = int(val)
             return i if -(2**63) <= i < 2**63 else None
         return None

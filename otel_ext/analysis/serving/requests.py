@@ -43,6 +43,7 @@ from opentelemetry.util.types import AnyValue
 
 from otel_ext._accounting import token_shares
 from otel_ext._arrays import distinct, percentile
+from otel_ext._otlp_scalars import is_int_text
 from otel_ext.analysis.table import DEVICE_CATEGORIES, Category, EventTable
 from otel_ext.errors import InputError
 from otel_ext.semconv.attributes import (
@@ -635,13 +636,6 @@ def _step_attrs(items: Any) -> dict[str, AnyValue]:
 _INT64 = (-(2**63), 2**63)
 
 
-def _is_int_text(val: str) -> bool:
-    """An OTLP/JSON ``intValue`` string as the exporters' decoder reads one: ASCII digits after
-    at most one ``-`` (``"²"`` passes :meth:`str.isdigit` but not :func:`int`)."""
-    digits = val[1:] if val.startswith("-") else val
-    return digits.isascii() and digits.isdigit()
-
-
 def _plain_array(v: Any) -> list[Any] | None:
     """``otlp_value(v)`` for an ``arrayValue`` whose elements all hold one ``stringValue`` or
     all one ``intValue`` (the request ids and token counts of a step: hundreds of elements),
@@ -670,7 +664,7 @@ def _plain_array(v: Any) -> list[Any] | None:
     raw = [x[key] for x in vals]
     if key == "stringValue":
         return [r if type(r) is str else None for r in raw]
-    ints = [int(r) if type(r) is int or (type(r) is str and _is_int_text(r)) else None for r in raw]
+    ints = [int(r) if type(r) is int or (type(r) is str and is_int_text(r)) else None for r in raw]
     lo, hi = _INT64
     return [i if i is None or lo <= i < hi else None for i in ints]
 
