@@ -1,8 +1,8 @@
 """Test and benchmark helper: a set's aligned table and match as the engine builds them.
 
 Every row is kept (the walk rows among them: the engine's reduced rows no longer hold the
-runtime calls), so the one-table walk (``tests/_reference_critical_path.py``) and the split
-one can both run on it.
+runtime calls), so the brute-force walk (``tests/_brute_force_critical_path.py``) and the
+split one can both run on it.
 """
 
 from __future__ import annotations

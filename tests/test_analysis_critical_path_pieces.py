@@ -1,7 +1,7 @@
-"""The critical path walked per rank and stitched gives what the one-loop walk gave.
+"""The critical path walked per rank and stitched is the path a brute-force walk finds.
 
-Differential tests against ``tests/_reference_critical_path.py`` (the walk before the split,
-verbatim): hypothesis-generated multi-rank tables (streams, threads, runtime calls launching
+Differential tests against ``tests/_brute_force_critical_path.py`` (each edge found from its
+definition by a scan over every row, one step at a time): hypothesis-generated multi-rank tables (streams, threads, runtime calls launching
 kernels and graph replays by correlation, blocking calls, zero-length and overlapping rows,
 ties, collectives with a rank last at every one), the real DLRM 8-rank and two_rank sets and a
 simulated run, each loaded and aligned as the engine does; the pieces computed per partition of the ranks
@@ -16,9 +16,9 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-import _reference_critical_path as reference
 import numpy as np
 import pytest
+from _brute_force_critical_path import critical_path_by_brute_force
 from _critical_path_inputs import engine_inputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,8 +109,8 @@ def runs(draw: Any) -> EventTable:
     return EventTable.from_rows([rows[i] for i in order])
 
 
-def _reference(table: EventTable, match: CollectiveMatch, **kw: Any) -> dict[str, Any]:
-    return reference.critical_path(table, match, **kw).as_dict(max_segments=ALL)
+def _brute_force(table: EventTable, match: CollectiveMatch, **kw: Any) -> dict[str, Any]:
+    return critical_path_by_brute_force(table, match, **kw)
 
 
 def _split(
@@ -131,11 +131,14 @@ def _split(
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(runs(), st.sampled_from([None, 0, 1]), st.sampled_from([None, 3]))
-def test_the_split_walk_is_the_one_loop_walk(table: EventTable, straggler: Any, steps: Any) -> None:
+@given(runs(), st.sampled_from([None, 0, 1]), st.sampled_from([None, 3]),
+       st.sampled_from([0.9, 0.5, 0.0]))  # fmt: skip
+def test_the_walk_is_the_brute_force_path(
+    table: EventTable, straggler: Any, steps: Any, share: float
+) -> None:
     match = match_collectives(table)
-    kw = dict(straggler_rank=straggler, steps=steps, max_steps=CAP)
-    want = _reference(table, match, **kw)
+    kw = dict(straggler_rank=straggler, steps=steps, max_steps=CAP, device_bound_share=share)
+    want = _brute_force(table, match, **kw)
     assert critical_path(table, match, **kw).as_dict(max_segments=ALL) == want
 
 
@@ -147,14 +150,14 @@ def test_pieces_per_partition_joined_and_stitched(table: EventTable, data: Any) 
     part_of = data.draw(st.lists(st.integers(0, 2), min_size=len(ranks), max_size=len(ranks)))
     parts = [[r for r, p in zip(ranks, part_of) if p == q] for q in range(3)]
     parts = data.draw(st.permutations(parts))  # the order pieces are joined in is free
-    assert _split(table, match, parts, max_steps=CAP) == _reference(table, match, max_steps=CAP)
+    assert _split(table, match, parts, max_steps=CAP) == _brute_force(table, match, max_steps=CAP)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs(), st.integers(0, 25))
 def test_max_steps_cuts_the_same_segments(table: EventTable, max_steps: int) -> None:
     match = match_collectives(table)
-    want = _reference(table, match, max_steps=max_steps)
+    want = _brute_force(table, match, max_steps=max_steps)
     assert critical_path(table, match, max_steps=max_steps).as_dict(max_segments=ALL) == want
     ranks = sorted({int(r) for r in table["rank"].tolist() if r >= 0})
     assert _split(table, match, [[r] for r in ranks], max_steps=max_steps) == want
@@ -181,7 +184,7 @@ def test_zero_length_rows_at_one_instant_are_no_loop() -> None:
     assert walk_pieces(t, keys, peer_edges(t, m, keys)).n_steps <= len(t)
     for cap in (0, 1, 2, 7, 8, 1001, 200_000):
         got = critical_path(t, m, max_steps=cap).as_dict(max_segments=ALL)
-        assert got == _reference(t, m, max_steps=cap)
+        assert got == _brute_force(t, m, max_steps=cap)
     # from the replay's kernels to the graph launch that queued them, which released them at
     # its start: the path is that queue, and one kernel of the replay is on it
     spans = [(seg["category"], seg["start_ns"], seg["end_ns"]) for seg in got["segments"]]
@@ -190,7 +193,24 @@ def test_zero_length_rows_at_one_instant_are_no_loop() -> None:
     assert got["graph_replays"][0]["kernels_on_path"] == 1
 
 
-def test_peer_edges_are_the_one_loop_walks() -> None:
+def test_a_blocking_call_is_released_by_the_device_row_ending_as_it_returns() -> None:
+    """No device row of its own: the rank's row that ended last at or before the call
+    returned releases it, also when that end is the call's end; the call's time before the
+    release was waiting, and the path goes on to the kernel."""
+    t = EventTable.from_rows([
+        dict(start_ns=0, end_ns=100, rank=0, stream=7, category=C.KERNEL_COMPUTE, name="gemm"),
+        dict(start_ns=10, end_ns=100, rank=0, tid=1, category=C.RUNTIME,
+             name="cudaDeviceSynchronize"),
+        dict(start_ns=100, end_ns=110, rank=0, tid=1, category=C.RUNTIME, name="cudaLaunchKernel"),
+    ])  # fmt: skip
+    m = match_collectives(t)
+    got = critical_path(t, m).as_dict(max_segments=ALL)
+    assert got == _brute_force(t, m)
+    spans = [(seg["category"], seg["start_ns"], seg["end_ns"]) for seg in got["segments"]]
+    assert spans == [("compute", 0, 100), ("launch", 100, 110)]
+
+
+def test_peer_edges_point_at_the_last_arriver() -> None:
     """Each member row depends on the last arriver's row, released at its start; the last
     arriver has no edge; rows that are not walk rows (a collective span) have none."""
     rows = [dict(start_ns=s, end_ns=900, rank=r, coll_seq=0, category=C.KERNEL_COMM, stream=1)
@@ -228,10 +248,7 @@ def test_a_missing_rank_is_an_error() -> None:
 def test_empty_table() -> None:
     t = EventTable.from_rows([dict(start_ns=0, end_ns=10, rank=0, category=C.LAYER)])
     m = match_collectives(t)
-    assert (
-        critical_path(t, m, straggler_rank=0).as_dict()
-        == reference.critical_path(t, m, straggler_rank=0).as_dict()
-    )
+    assert critical_path(t, m, straggler_rank=0).as_dict() == _brute_force(t, m, straggler_rank=0)
     assert WalkPieces.join([]).n_steps == 0
 
 
@@ -307,7 +324,7 @@ def test_memoised_steps_grow_linearly_when_one_rank_is_last_everywhere() -> None
         pieces = walk_pieces(t, keys, peer_edges(t, m, keys))
         assert int(pieces.entry_key.shape[0]) == k  # every collective's target is an entry
         stored[k] = pieces.n_steps
-        assert stitch(pieces, m).as_dict(max_segments=ALL) == _reference(t, m)
+        assert stitch(pieces, m).as_dict(max_segments=ALL) == _brute_force(t, m)
     # exactly linear: equal increments per added collective
     assert stored[80] - stored[40] == 2 * (stored[40] - stored[20]) == 4 * (stored[20] - stored[10])
     # unshared, the walk from the j-th target would redo rank 0's j earlier collectives
@@ -334,7 +351,7 @@ def test_entries_option() -> None:
     reach = walk_pieces(t, keys, peers, entries="reachable")
     assert reach.n_steps <= every.n_steps and reach.start_key.shape[0] == 1
     got = [stitch(p, m).as_dict(max_segments=ALL) for p in (reach, every)]
-    assert got[0] == got[1] == _reference(t, m)
+    assert got[0] == got[1] == _brute_force(t, m)
     with pytest.raises(ValueError, match="entries"):
         walk_pieces(t, keys, peers, entries="some")
 
@@ -362,7 +379,7 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_real_sets(folder: str, simulated: Path, request: pytest.FixtureRequest) -> None:
     path = simulated if folder == "sim" else request.getfixturevalue("shared_traces") / folder
     table, match, kw = engine_inputs(path)
-    want = _reference(table, match, **kw)
+    want = _brute_force(table, match, **kw)
     assert want["segments_total"] > 0
     assert critical_path(table, match, **kw).as_dict(max_segments=ALL) == want
     ranks = sorted({int(r) for r in table["rank"].tolist() if r >= 0})
@@ -371,5 +388,5 @@ def test_real_sets(folder: str, simulated: Path, request: pytest.FixtureRequest)
     assert _split(table, match, [[r] for r in ranks], **kw) == want
     assert _split(table, match, [ranks[1::2], ranks[::2]], **kw) == want
     for cap in (1, 7, want["segments_total"] // 2):
-        cut = _reference(table, match, max_steps=cap)
+        cut = _brute_force(table, match, max_steps=cap)
         assert critical_path(table, match, max_steps=cap).as_dict(max_segments=ALL) == cut

@@ -249,7 +249,7 @@ def walk(
 def _walk_piece(
     c: WalkColumns, out: WalkSteps, seen: Visited, i: int, seg_end: int, allow: bool
 ) -> int | None:
-    """One piece: the one-loop walk's steps from state ``(i, seg_end, allow)`` until the walk
+    """One piece: the whole-table walk's steps from state ``(i, seg_end, allow)`` until the walk
     ends, leaves the rank through a peer edge (the target's key is returned) or reaches a
     visited state (it continues at that step). At each step the predecessor that released the
     row latest (ties: the first of stream, launch, device, peer, sync) is the one it waited for.

@@ -243,11 +243,11 @@ def stitch(
     steps: int | None = None,
     max_steps: int = 2_000_000,
 ) -> CriticalPath:
-    """The :class:`CriticalPath` the one-loop walk gives, from the pieces of every rank.
+    """The :class:`CriticalPath` the walk over the whole table gives, from the pieces of every rank.
 
     Starts at the global start (the rank start that ends last; ties: the smallest key) and
     follows the pieces through their exits (into the entry of the peer target) and
-    continuations, counting steps as the one-loop walk did (``max_steps`` cuts the same
+    continuations, counting steps as one walk over the whole table would (``max_steps`` cuts the same
     segments). ``match`` is read only for the straggler what-if.
     """
     p = pieces

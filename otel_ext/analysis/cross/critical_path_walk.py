@@ -215,7 +215,7 @@ def peer_edges(table: EventTable, match: CollectiveMatch, keys: np.ndarray) -> P
 
     From the aligned ``table`` the match refers to (``match.row_index`` are its row indices)
     and each row's key (int64, strictly increasing with the row order). Exactly the edges the
-    one-loop walk used: members whose row and target are walk rows; a member that is its own
+    walk over the whole table uses: members whose row and target are walk rows; a member that is its own
     target has none; a row the match lists twice keeps its last listing's target.
 
     >>> from otel_ext.analysis.cross.collective_match import match_collectives
@@ -241,7 +241,7 @@ def peer_edges(table: EventTable, match: CollectiveMatch, keys: np.ndarray) -> P
     rows, target = rows[keep], target[keep]
     if rows.shape[0] == 0:
         return PeerEdges(none, none.copy(), none.copy())
-    # the last listing of a row wins (as the one-loop walk's assignment did)
+    # the last listing of a row wins (as an assignment over the whole table does)
     _, first_of_reversed = np.unique(rows[::-1], return_index=True)
     last = rows.shape[0] - 1 - first_of_reversed
     rows, target = rows[last], target[last]
