@@ -30,7 +30,7 @@ typecheck: venv
 pytest: venv hta-venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-# HTA 0.5.0 in a venv of its own (its pins clash with ours), for tests/test_hta_parity.py and
+# HTA 0.5.0 in a venv of its own (its pins clash with ours), for tests/analysis/test_hta_parity.py and
 # benchmarks/hta_runner.py; where it cannot be installed (offline) the parity test skips locally
 # and fails in CI, naming this target
 HTA_VENV ?= $(or $(OTEL_EXT_HTA_VENV),/tmp/otel-ext-hta-venv)
@@ -38,7 +38,7 @@ hta-venv:
 	@$(HTA_VENV)/bin/python -c "import hta" 2>/dev/null || { \
 	  $(PYTHON) -m venv $(HTA_VENV) && \
 	  $(HTA_VENV)/bin/python -m pip install --quiet holistictraceanalysis==0.5.0 'pandas<3' 'numpy<2' \
-	  || echo "hta-venv: HTA 0.5.0 could not be installed in $(HTA_VENV); tests/test_hta_parity.py will not run"; }
+	  || echo "hta-venv: HTA 0.5.0 could not be installed in $(HTA_VENV); tests/analysis/test_hta_parity.py will not run"; }
 
 # the Debian packages the integration tests need: installed when root with apt-get, otherwise
 # one line names the integration tests that cannot run here and why

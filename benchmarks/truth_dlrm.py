@@ -65,7 +65,7 @@ def main() -> int:
             slow = [f["evidence"]["rank"] for f in doc["findings"] if f["kind"] in SLOW]
             hits[name] += int(doc["stragglers"][0]["rank"] == rank and slow == [rank])
         # the same late rank with every kernel shortened by a factor in 0.3-0.9 (as
-        # tests/test_truth_dlrm.py::test_late_rank_survives_shorter_kernels draws it)
+        # tests/analysis/test_truth_dlrm.py::test_late_rank_survives_shorter_kernels draws it)
         factor = float(np.random.default_rng(seed).uniform(0.3, 0.9))
         doc = _run(dlrm, scale_kernels(late, factor))
         slow = [f["evidence"]["rank"] for f in doc["findings"] if f["kind"] in SLOW]

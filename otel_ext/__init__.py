@@ -11,7 +11,7 @@ The package is organised by responsibility:
 
 ``otel_ext.configure`` (one-call OpenTelemetry setup) calls :func:`otel_ext.exporters.configure`
 with the same arguments. It has that function's real signature (``help()``,
-``inspect.signature``; ``tests/test_flush_contract.py`` keeps the two equal) and imports the
+``inspect.signature``; ``tests/instrumentation/test_flush_contract.py`` keeps the two equal) and imports the
 exporters on its first call, so that ``import otel_ext`` stays cheap (neither the
 OpenTelemetry SDK nor torch is imported by it; about 6 ms, against about 175 ms for the SDK
 exporters ``configure`` needs).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import pytest
 
 from otel_ext import config
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+REPO_ROOT = TESTS.parent
+FIXTURES = TESTS / "fixtures"
 SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces" / "pytorch-profiler"
 
 
@@ -45,6 +48,19 @@ def require_binary(name: str) -> str:
     require(path is not None, f"executable {name!r} not on PATH")
     assert path is not None
     return path
+
+
+def make_cert(tmp_path: Path, openssl: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, made by the real ``openssl`` (the
+    caller's ``require_binary("openssl")``, so that the test file is the one named for it)."""
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 @pytest.fixture

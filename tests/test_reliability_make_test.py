@@ -48,10 +48,10 @@ def test_unprivileged_machine_gets_one_line_naming_the_tests(tmp_path: Path) -> 
     line = lines[0]
     assert "not root" in line and "missing prometheus promtool chromium openssl kubectl" in line
     for test_file in (
-        "tests/test_analysis_report.py",  # chromium
-        "tests/test_counters_prometheus.py",  # prometheus
-        "tests/test_counters_server.py",  # openssl
-        "tests/test_deploy_config.py",  # kubectl, promtool
+        "tests/analysis/test_analysis_report.py",  # chromium
+        "tests/counters/test_counters_prometheus.py",  # prometheus
+        "tests/counters/test_counters_server.py",  # openssl
+        "tests/deploy/test_deploy_config.py",  # kubectl, promtool
     ):
         assert test_file in line
     strict = _run(_bin_without_binaries(tmp_path / "strict"), "--strict")
@@ -63,7 +63,7 @@ def test_only_the_missing_binaries_are_named(tmp_path: Path) -> None:
         pytest.skip("needs openssl on this machine to leave it present")
     res = _run(_bin_without_binaries(tmp_path, present=("openssl",)))
     assert "openssl" not in res.stdout.split("):")[0]
-    assert "tests/test_counters_server.py" not in res.stdout
+    assert "tests/counters/test_counters_server.py" not in res.stdout
 
 
 def test_nothing_printed_when_everything_is_there(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ It does that only where the result is the same, and otherwise calls ``record``:
 * a value that is not finite or is negative, and a disabled instrument, go to ``record``
   (which warns or ignores, as it does).
 
-``tests/test_bound_histogram.py`` records the same values both ways over cumulative and delta
+``tests/instrumentation/test_bound_histogram.py`` records the same values both ways over cumulative and delta
 readers, views with attribute keys and a cardinality limit, and compares every point.
 
 >>> from opentelemetry.sdk.metrics import MeterProvider

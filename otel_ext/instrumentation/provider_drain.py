@@ -22,7 +22,7 @@ replacement ``add_span_processor`` uses). A provider without that tuple gets the
 ``add_span_processor`` (last: a flush exports what was drained only by the next flush), and a
 ``ConcurrentMultiSpanProcessor`` flushes its processors in parallel, so no order holds there:
 both are logged once. This is the one private reach-in of the module; it is tested against
-the SDK version the project pins (``tests/test_flush_contract.py``).
+the SDK version the project pins (``tests/instrumentation/test_flush_contract.py``).
 
 **Time.** ``force_flush(timeout_millis)`` spends at most three quarters of the caller's
 timeout draining (the rest is left to the exporters); ``shutdown()`` (the SDK gives no

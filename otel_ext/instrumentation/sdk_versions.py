@@ -5,8 +5,8 @@ SDK's processors as ``ReadableSpan``) and
 :class:`~otel_ext.instrumentation.bound_histogram.BoundHistogram` (a histogram value handed
 to the SDK's aggregation) read parts of the SDK that are not its API. A later SDK may keep
 their names and change what they mean, so each short cut is taken only on a version its
-tests passed on (``tests/test_finished_spans.py``, ``tests/test_drain_identity.py``,
-``tests/test_bound_histogram.py``); on any other the public API is used, slower and the same.
+tests passed on (``tests/instrumentation/test_finished_spans.py``, ``tests/instrumentation/test_drain_identity.py``,
+``tests/instrumentation/test_bound_histogram.py``); on any other the public API is used, slower and the same.
 Add a version to :data:`CHECKED_SDK` once those tests pass on it.
 
 >>> sdk_version() in CHECKED_SDK

@@ -10,8 +10,8 @@ never per span. A line the extractor is not sure to read exactly as the typed de
 is handed back and read by that decoder (:func:`otel_ext.analysis.loaders.spans.decode_line`),
 in its place, so that the table and the records reported are those of the typed path.
 
-The tables equal those of the typed path span for span (``tests/test_loaders_otlp.py``,
-``tests/test_otlp_columns.py``).
+The tables equal those of the typed path span for span (``tests/analysis/loaders/test_loaders_otlp.py``,
+``tests/analysis/loaders/test_otlp_columns.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ whole floats as integers and other floats by their distinct bit patterns, long s
 dictionaries compressed. :class:`PackedPoints` packs metric points the same way (their string
 codes as one index into their series), :func:`packed_busy` the per-device busy intervals,
 :class:`PackedFields` any object's array fields. Each ``unpack`` gives back the same values and
-dtypes (``tests/test_analysis_packed_rows.py``), so no pass on the client changes;
+dtypes (``tests/analysis/test_analysis_packed_rows.py``), so no pass on the client changes;
 :mod:`otel_ext.analysis.scaleout.per_rank_jobs` and :mod:`otel_ext.analysis.scaleout.dask_cluster` use them.
 """
 

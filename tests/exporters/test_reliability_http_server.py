@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from test_counters_server import make_cert
+from conftest import make_cert, require_binary
 
 from otel_ext.exporters._http_server import LISTEN_BACKLOG, HardenedHTTPServer
 from otel_ext.exporters.prometheus import PrometheusExpositionServer
@@ -213,7 +213,7 @@ def test_client_closing_early_logs_no_traceback(serve, capfd):
 
 @pytest.mark.integration
 def test_idle_tcp_connection_does_not_block_tls_scrapes(serve, tmp_path):
-    cert, key = make_cert(tmp_path)
+    cert, key = make_cert(tmp_path, require_binary("openssl"))
     server, host, port = serve(certfile=str(cert), keyfile=str(key))
     ctx = ssl.create_default_context(cafile=str(cert))
     silent = [socket.create_connection((host, port), timeout=5) for _ in range(3)]  # no hello
@@ -238,7 +238,7 @@ def test_idle_tcp_connection_does_not_block_tls_scrapes(serve, tmp_path):
 
 @pytest.mark.integration
 def test_tls_handshake_is_bounded_by_the_timeout(serve, tmp_path):
-    cert, key = make_cert(tmp_path)
+    cert, key = make_cert(tmp_path, require_binary("openssl"))
     server, host, port = serve(certfile=str(cert), keyfile=str(key), timeout_s=0.3)
     with socket.create_connection((host, port), timeout=5) as silent:
         assert silent.recv(1024) == b""  # closed without a ClientHello

@@ -5,12 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
-from conftest import require_binary
+from conftest import make_cert, require_binary
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -106,22 +105,9 @@ def test_basic_auth_required_on_metrics_only(tmp_path):
         parse_basic_auth("nocolon")
 
 
-def make_cert(tmp_path):
-    """A self-signed certificate for 127.0.0.1, made by the real ``openssl``."""
-    openssl = require_binary("openssl")
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.mark.integration
 def test_tls(tmp_path):
-    cert, key = make_cert(tmp_path)
+    cert, key = make_cert(tmp_path, require_binary("openssl"))
     bridge = sim_bridge()
     bridge.sample_once()
     server = PrometheusExpositionServer(

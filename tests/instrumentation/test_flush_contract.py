@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO_ROOT
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.slow
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 STEPS = 7
 MODULES = 4  # the model below: Sequential(Linear, ReLU, Linear) -> root + 3 children
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 
 from otel_ext.analysis.cross.collective_match import match_collectives
 from otel_ext.analysis.engine import analyze
 from otel_ext.analysis.table import Category
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "analysis_scale.py"
+_PATH = REPO_ROOT / "benchmarks" / "analysis_scale.py"
 
 
 @pytest.fixture(scope="module")

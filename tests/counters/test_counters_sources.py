@@ -7,6 +7,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,7 +15,6 @@ from otel_ext.counters import CounterBridge, HostSource, InfinibandSource, NvmlS
 from otel_ext.counters._host import parse_meminfo, parse_pid_stat, parse_proc_stat
 from otel_ext.errors import SourceUnavailableError
 
-FIXTURES = Path(__file__).parent / "fixtures"
 PROC = FIXTURES / "proc"
 IB = FIXTURES / "sysfs" / "class" / "infiniband"
 

@@ -207,7 +207,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # a collective-state record as an instrumented workload publishes it (this process is its
     # live writer): one member waiting 30 s in an all-reduce, so the agent's pending and
     # last-seq series exist for the "Pending collectives" panels (the real-job test of the
-    # same series and of AccelCollectiveHang is tests/test_collective_hang.py)
+    # same series and of AccelCollectiveHang is tests/instrumentation/test_collective_hang.py)
     from otel_ext.instrumentation.collective_state_record import CollectiveStateRecord, GroupState
 
     records = tmp / "records"

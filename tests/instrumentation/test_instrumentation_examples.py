@@ -9,11 +9,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("torch")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = REPO_ROOT / "examples"
 
 
 @pytest.fixture

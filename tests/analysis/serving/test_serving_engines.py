@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
@@ -221,7 +222,7 @@ def test_engine_metric_map_targets_registry_metrics_and_rules_are_current() -> N
 
     from otel_ext.semconv.metrics import METRIC_SPECS
 
-    deploy = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
+    deploy = REPO_ROOT / "deploy" / "prometheus"
     table = yaml.safe_load((deploy / "engine-metrics.yaml").read_text())
     assert {m["engine"] for m in table["metrics"]} == {"vllm", "sglang"}
     for m in table["metrics"]:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require, require_binary
+from conftest import FIXTURES as TEST_FIXTURES
+from conftest import REPO_ROOT, require, require_binary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,7 +55,7 @@ from otel_ext.instrumentation.active_span_record import (
     encode_resource,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures" / "k8s_proc"
+FIXTURES = TEST_FIXTURES / "k8s_proc"
 UID_A = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"  # pid 4101
 UID_B = "7d2c6a1e-93b4-4f0e-8a51-c2d3e4f5a6b7"  # pid 4102
 UID_C = "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9"  # pid 4105
@@ -707,7 +708,7 @@ def test_daemonset_mounts_the_pod_resources_socket_read_only() -> None:
 
     from otel_ext.counters import cli as exporter_cli
 
-    deploy = Path(__file__).parent.parent / "deploy" / "kubernetes"
+    deploy = REPO_ROOT / "deploy" / "kubernetes"
     docs = list(yaml.safe_load_all((deploy / "exporter-daemonset.yaml").read_text()))
     (ds,) = [d for d in docs if d and d.get("kind") == "DaemonSet"]
     pod = ds["spec"]["template"]["spec"]

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from conftest import REPO_ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +50,7 @@ from conftest import require_binary
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 JOB = REPO / "tests" / "collective_hang_job.py"
 RULES = REPO / "deploy" / "prometheus" / "rules" / "otel-ext-alerts.yaml"
 WORLD = 4

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,7 @@ from otel_ext.counters import cli as agent_cli
 from otel_ext.counters._net import link_is_up
 from otel_ext.errors import SourceUnavailableError
 
-NET = Path(__file__).parent / "fixtures" / "sysfs" / "class" / "net"
+NET = FIXTURES / "sysfs" / "class" / "net"
 T0 = 1_700_000_000 * 10**9
 
 

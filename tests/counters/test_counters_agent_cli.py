@@ -7,6 +7,8 @@ import subprocess
 import sys
 import urllib.request
 
+from conftest import REPO_ROOT
+
 from otel_ext.counters import InfinibandSource, NetDevSource, NvmlSource
 from otel_ext.errors import SourceUnavailableError
 
@@ -72,11 +74,10 @@ def test_sim_only_when_asked_and_labelled(tmp_path) -> None:
 
 
 def test_daemonset_and_workload_share_the_active_span_folder() -> None:
-    from pathlib import Path
 
     import yaml
 
-    root = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+    root = REPO_ROOT / "deploy" / "kubernetes"
     docs = list(yaml.safe_load_all((root / "exporter-daemonset.yaml").read_text()))
     agent_pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
     workload_pod = yaml.safe_load((root / "workload-example.yaml").read_text())["spec"]["template"][
