@@ -27,8 +27,11 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy otel_ext
 
+# two workers, each test file on one of them (CI has two cores; PYTEST_WORKERS=0 runs in
+# this process, e.g. for a debugger)
+PYTEST_WORKERS ?= 2
 pytest: venv hta-venv
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # HTA 0.5.0 in a venv of its own (its pins clash with ours), for tests/analysis/test_hta_parity.py and
 # benchmarks/hta_runner.py; where it cannot be installed (offline) the parity test skips locally
