@@ -1,9 +1,9 @@
-"""The analysis passes made linear in the ranks give the answers of their former forms.
+"""The analysis passes made linear in the ranks give the answers of the direct computation.
 
 Each pass that grew as the square of the cluster (a peer scan per chip, a device query per
-request, a mask per link or per trace) now groups once; each test sets the new form against
-the former computation, written out here as the reference, on a simulated run with faults
-and on generated inputs.
+request, a mask per link or per trace) now groups once; each test sets it against the direct
+computation, one pass, mask or test per item, written out here and named for what it does,
+on a simulated run with faults and on generated inputs.
 """
 
 from __future__ import annotations
@@ -228,8 +228,11 @@ def test_plain_arrays_read_as_the_loaders_read_them(elems: list[Any], extra: boo
     }
 
 
-def _reference_calls(table: Any, input_bytes: dict[tuple[str, int], int], limit: int) -> Any:
-    """The former :func:`collective_calls`: one Python pass per call, a dict per call."""
+def _calls_one_pass_per_call(
+    table: Any, input_bytes: dict[tuple[str, int], int], limit: int
+) -> Any:
+    """The collective calls, one Python pass per call (kernels of one file, rank and external
+    id), a dict per call."""
     from otel_ext.analysis.classify import comm_kernel_op
 
     rows = np.flatnonzero(table["category"] == Category.KERNEL_COMM)
@@ -317,7 +320,7 @@ def test_collective_calls_equal_a_pass_per_call(kernels: list[tuple[Any, ...]], 
         for s, d, r, e, op, n, b, src in kernels
     )  # fmt: skip
     sizes = {("a.json", 1): 512, ("b.json", 2): -1, ("a.json", 3): 0}
-    assert collective_calls(table, input_bytes=sizes, limit=limit) == _reference_calls(
+    assert collective_calls(table, input_bytes=sizes, limit=limit) == _calls_one_pass_per_call(
         table, sizes, limit
     )
 
@@ -328,10 +331,10 @@ def test_collective_calls_on_the_simulated_run(sim_run: tuple[Path, Any]) -> Non
     table = sim_run[1].table
     got = collective_calls(table, input_bytes={})
     assert got["count"] > 100
-    assert got == _reference_calls(table, {}, 200)
+    assert got == _calls_one_pass_per_call(table, {}, 200)
 
 
-def _reference_port_stats(
+def _port_stats_testing_each_host(
     table: EventTable,
     *,
     nominal_bw: float | None = None,
@@ -340,7 +343,8 @@ def _reference_port_stats(
     slow_share: float = 0.6,
     min_transfers: int = 3,
 ) -> list[dict[str, Any]]:
-    """The former :func:`port_stats`: a membership test per host per transfer."""
+    """The port statistics with a membership test per host per transfer, then the greedy
+    explanation of the slow transfers written out step by step."""
     rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
     nic = [
         r
@@ -448,7 +452,7 @@ def test_port_stats_equal_a_test_per_host(
     )
     table = EventTable.from_rows(rows)
     assert links.port_stats(table, nominal_bw=nominal, min_transfers=2) == (
-        _reference_port_stats(table, nominal_bw=nominal, min_transfers=2)
+        _port_stats_testing_each_host(table, nominal_bw=nominal, min_transfers=2)
     )
 
 
@@ -457,12 +461,12 @@ def test_port_stats_on_a_slow_nic_run(tmp_path: Path) -> None:
     run_simulation(cfg, tmp_path, timeline=False)
     table = load_paths([tmp_path / "traces.jsonl"], workers=1).table
     got = links.port_stats(table)
-    assert got == _reference_port_stats(table)
+    assert got == _port_stats_testing_each_host(table)
     assert [p["host"] for p in got if p["chosen"]] == ["host1"]
 
 
-def _reference_per_name(table: Any, category: Any, groups: dict[int, int] | None) -> Any:
-    """The former per-name imbalance rows: a mask over the rows per peer group."""
+def _per_name_a_mask_per_group(table: Any, category: Any, groups: dict[int, int] | None) -> Any:
+    """The per-name imbalance rows, a mask over the rows per peer group."""
     from otel_ext._arrays import distinct
     from otel_ext.analysis.cross import imbalance
 
@@ -504,15 +508,15 @@ def test_imbalance_groups_equal_a_mask_per_group(
     )  # fmt: skip
     for cat in (Category.STEP, Category.LAYER):
         got, test = imbalance._per_name(table, cat, limit=10**6, groups=grouping)
-        ref = _reference_per_name(table, cat, grouping)
+        ref = _per_name_a_mask_per_group(table, cat, grouping)
         has_rows = bool(((table["category"] == cat) & (table["rank"] >= 0)).any())
         assert test == (imbalance.persistence_test(ref) if has_rows else None)
         ref.sort(key=lambda x: -x["imbalance"])
         assert got == ref
 
 
-def _reference_join(table: EventTable, engine: EventTable) -> dict[str, Any]:
-    """The former :func:`join_serving`: a mask over the whole table per request."""
+def _join_a_mask_per_request(table: EventTable, engine: EventTable) -> dict[str, Any]:
+    """The serving join, a mask over the whole table per request."""
     cat = engine["category"]
     req = np.flatnonzero(cat == Category.REQUEST)
     names = engine.strings["name"]
@@ -612,4 +616,4 @@ def test_serving_join_equals_a_mask_per_request(
              name=f"req{k}", source="vllm")
         for k, (s, d, t, h) in enumerate(reqs)
     )  # fmt: skip
-    assert serving.join_serving(table, engine) == _reference_join(table, engine)
+    assert serving.join_serving(table, engine) == _join_a_mask_per_request(table, engine)

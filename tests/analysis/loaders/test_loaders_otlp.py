@@ -74,8 +74,8 @@ def _same(a: EventTable, b: EventTable) -> None:
         assert a.decoded(c).tolist() == b.decoded(c).tolist(), c
 
 
-def _reference(lines: list[bytes], path: str) -> EventTable:
-    """The span-by-span path on the same requests (the columnar path's reference)."""
+def _span_by_span(lines: list[bytes], path: str) -> EventTable:
+    """The table built span by span from the same requests (what the columnar path must give)."""
     from otel_ext.exporters._otlp_decode import span_id_int
 
     rows = SpanRows(LoadContext(path))
@@ -123,7 +123,7 @@ def test_columns_equal_the_sdk_encoding_in_hex_and_base64(
     pieces = [b64_line[i : i + piece] for i in range(0, len(b64_line), piece)]
     b64_t = load_otlp_traces_lines(iter_lines(pieces, max_line=1 << 30), ctx=LoadContext("p"))
     _same(hex_t, b64_t)
-    _same(hex_t, _reference([hex_line], "p"))
+    _same(hex_t, _span_by_span([hex_line], "p"))
     # ids equal the SDK's own
     by_id = {s.context.span_id: s for s in spans}
     assert set(hex_t["span_id"].tolist()) == set(by_id)
@@ -243,7 +243,7 @@ def test_duplicate_attributes_the_later_wins_on_both_paths(key: str, values: lis
     line = json.dumps(req).encode()
     (a, _), (b, _) = _tables_with_and_without_scanner(line)
     _same(a, b)
-    _same(a, _reference([line], "p"))
+    _same(a, _span_by_span([line], "p"))
 
 
 def test_extractor_equals_msgspec_path_on_byte_mutations() -> None:
