@@ -66,6 +66,7 @@ __all__ = [
     "has_collective_metadata",
     "is_collective_host_op",
     "is_comm_kernel_name",
+    "read_comm_kernel_tables",
     "use_comm_kernel_table",
 ]
 
@@ -154,6 +155,13 @@ def _names() -> _CommNames:
         _NAMES = _CommNames(load_comm_kernel_table())
         _COMM_NAME_RE = _NAMES.regex
     return _NAMES
+
+
+def read_comm_kernel_tables() -> None:
+    """Read the tables now if no table is in use yet. The loaders call it when they are
+    imported, so that a process reads the tables with its imports (as it did when this module
+    read them itself), not inside its first analysis; either way once per process."""
+    _names()
 
 
 def comm_kernel_pattern(name: str) -> CommKernelPattern | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_ext._gzip import GZIP_MAGIC
 from otel_ext._gzip import iter_file_bytes as _iter_bytes
+from otel_ext.analysis import classify
 from otel_ext.analysis.loaders._common import LoadContext, SkippedRecord
 from otel_ext.analysis.loaders._kineto_fast import Accumulator, decode_stripe, merge
 from otel_ext.analysis.loaders.execution_trace import looks_like_execution_trace
@@ -28,6 +29,9 @@ from otel_ext.analysis.loaders.rocprofv3 import looks_like_rocprofv3
 from otel_ext.analysis.loaders.xplane import looks_like_xspace
 from otel_ext.analysis.table import EventTable
 from otel_ext.errors import InputError
+
+# the communication-kernel tables are read with the loaders' imports, not in the first load
+classify.read_comm_kernel_tables()
 
 if TYPE_CHECKING:  # the pool's modules are imported only when a pool runs
     from concurrent.futures import Executor
