@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -569,3 +571,15 @@ def test_stripes_of_small_chunks_and_false_cuts(tmp_path: Path, tricky: bool) ->
         striped = load_paths([f], workers=3).table
     _same_table_rows(striped, serial)
     assert striped.meta["parts"][0]["rank"] == 4
+
+
+def test_the_loaders_read_the_kernel_tables_when_imported() -> None:
+    """A fresh process that imports the loaders has the communication-kernel tables in use
+    before its first load (their reading belongs to the imports, not to the first analysis:
+    ``benchmarks/analysis_load.py`` measures from after the imports)."""
+    code = (
+        "import otel_ext.analysis.classify as c; before = c._NAMES is None; "
+        "import otel_ext.analysis.loaders; print(before, c._NAMES is not None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
