@@ -196,3 +196,17 @@ def test_causes_rank_before_symptoms_unless_too_small_to_matter() -> None:
                            run_of_rank={}, run_ns_of_rank={2: 20})  # fmt: skip
     assert [f.kind for f in ranked] == ["throttle", "host-bound", "straggler"]
     assert ranked[0].impact_pct == 50.0  # rated against its own rank's run
+
+
+def test_a_host_bound_summary_never_rounds_up_to_a_bound() -> None:
+    """99.95 % idle, 99.99 % of it waiting for the host: the summary says so, not "100.0%"
+    (the real tracelens_vllm_mi300x rank 1 reads 99.9501 % idle)."""
+    from otel_ext.analysis.findings._context import RuleContext
+    from otel_ext.analysis.findings.symptoms import host_bound_findings
+
+    ctx = RuleContext(names={1: ("", "rank1/gpu2")}, run_ns=60_000_000)
+    temporal = [{"rank": 1, "kernel_window_ns": 10**8, "idle_ns": 99_950_100, "idle_pct": 99.9501}]
+    idle = [{"rank": 1, "stream": 1, "idle_ns": 99_950_100, "host_wait_pct": 99.994}]
+    (f,) = host_bound_findings(idle, temporal, ctx)  # type: ignore[arg-type]
+    assert "idle 99.95% of its kernel window, 99.99% of it waiting" in f.summary
+    assert "100" not in f.summary

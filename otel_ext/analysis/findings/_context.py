@@ -74,6 +74,20 @@ def p_text(p: float) -> str:
     return f"{p:.2g}" if p < 0.01 else f"{p:.2f}".rstrip("0").rstrip(".")
 
 
+def pct_text(x: float, decimals: int = 1) -> str:
+    """A percentage with ``decimals`` places, more (up to four) where the rounding would print
+    a bound the value does not reach: 99.95 % idle is not "100.0%", 0.04 % not "0.0%".
+
+    >>> pct_text(69.44), pct_text(99.9501), pct_text(99.99, 0), pct_text(100.0), pct_text(0.04)
+    ('69.4%', '99.95%', '99.99%', '100.0%', '0.04%')
+    """
+    for places in range(decimals, 5):
+        text = f"{x:.{places}f}"
+        if not (0 < x < 100 and float(text) in (0.0, 100.0)):
+            return f"{text}%"
+    return f"{text}%"
+
+
 def bandwidth(x: float | None) -> str:
     """Bytes per second as the report prints them."""
     if x is None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from otel_ext.analysis.cross.collective_match import CollectiveMatch
-from otel_ext.analysis.findings._context import RuleContext, p_text
+from otel_ext.analysis.findings._context import RuleContext, p_text, pct_text
 from otel_ext.analysis.findings.evidence import (
     IdleRow,
     ImbalanceEvidence,
@@ -116,8 +116,8 @@ def _host_bound_finding(t: TemporalRow, streams: list[IdleRow], ctx: RuleContext
     host, _ = ctx.names.get(rank, ("", ""))
     device = ctx.device_of(rank)
     summary = (
-        f"{device} is idle {idle_pct:.1f}% of its kernel window, "
-        f"{100 * host_share:.0f}% of it waiting for the host to launch work"
+        f"{device} is idle {pct_text(idle_pct)} of its kernel window, "
+        f"{pct_text(100 * host_share, 0)} of it waiting for the host to launch work"
     )
     evidence = {
         "rank": rank,
