@@ -378,8 +378,9 @@ def _rank_names(
     out = {}
     for r, (host, dev) in names.items():
         if not dev or seen.get(dev, 0) > 1:
-            # ranks of separate traces may all call their device "gpu0"
-            dev = f"rank{r}/{dev}" if dev else f"rank{r}"
+            # ranks of separate traces may all call their device "gpu0" (or, from XPlane,
+            # "/device:GPU:0": one slash between the rank and the name, not two)
+            dev = f"rank{r}/{dev.lstrip('/')}" if dev.lstrip("/") else f"rank{r}"
         out[r] = (host, dev)
     return out
 

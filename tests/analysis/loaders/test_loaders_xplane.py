@@ -156,6 +156,8 @@ def test_the_xplane_folder_analyses_as_one_run_per_file_each_with_compute_time()
         assert row["compute_ns"] > 1_000_000  # milliseconds of kernels in each capture
         assert 0 < row["compute_pct"] <= 100
     assert doc["kernel_breakdown"]["by_category"][0]["category"] == "compute"
+    # both captures call their device "/device:GPU:0": told apart by rank, one slash between
+    assert sorted(r["device"] for r in doc["ranks"]) == ["rank0/device:GPU:0", "rank1/device:GPU:0"]
 
 
 # -- synthetic spaces: what becomes what ------------------------------------------------------
