@@ -210,3 +210,17 @@ def test_a_host_bound_summary_never_rounds_up_to_a_bound() -> None:
     (f,) = host_bound_findings(idle, temporal, ctx)  # type: ignore[arg-type]
     assert "idle 99.95% of its kernel window, 99.99% of it waiting" in f.summary
     assert "100" not in f.summary
+
+
+def test_a_host_bound_group_says_all_only_when_every_share_is_whole() -> None:
+    from otel_ext.analysis.findings.ranking import _host_bound_group
+
+    def member(rank: int, share: float) -> Finding:
+        evidence = {"rank": rank, "idle_pct": 50.0, "host_wait_share": share, "stream": 7}
+        return Finding("host-bound", "host0", 1000 * (rank + 1), 1.0, "", evidence,
+                       rank=rank, devices=(f"gpu{rank}",))  # fmt: skip
+
+    whole = _host_bound_group([member(0, 1.0), member(1, 1.0)], lambda ns: ns / 1e4)
+    assert "all of it waiting" in whole.summary
+    most = _host_bound_group([member(0, 1.0), member(1, 0.997)], lambda ns: ns / 1e4)
+    assert "at least 99.7% of it waiting" in most.summary

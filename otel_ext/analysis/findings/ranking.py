@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from otel_ext._arrays import median
+from otel_ext.analysis.findings._context import pct_text
 from otel_ext.analysis.findings.finding import CAUSE_KINDS, Finding, Thresholds
 
 __all__ = ["GROUPED_KINDS", "one_per_pattern", "rank_findings", "rank_key", "rate_against_own_run"]
@@ -55,7 +56,7 @@ def _host_bound_group(same: list[Finding], pct: Callable[[float], float]) -> Fin
         + (", ..." if len(devices) > 8 else "")
         + f"): idle {min(idle):.1f}–{max(idle):.1f}% of their kernel windows (median "
         f"{float(median(idle)):.1f}%), "
-        + ("all" if min(share) >= 0.995 else f"at least {100 * min(share):.0f}%")
+        + ("all" if min(share) >= 1.0 else f"at least {pct_text(100 * min(share), 0)}")
         + " of it waiting for the host to launch work"
     )
     evidence = {

@@ -159,10 +159,11 @@ def _lateness_text(v: StragglerVerdict, by_site: bool) -> str:
     site = r.get("site_test")
     if by_site and site is not None:
         nxt = site.get("next_lateness_ns")
-        where = "all its collectives" if site["site"] == "all" else site["site"]
+        # "over all its collectives": "at all its collectives" read as "at every one"
+        where = "over all its collectives" if site["site"] == "all" else f"at {site['site']}"
         p_site = site["p_adjusted"]  # set: the site test carries the verdict
         return (
-            f"latest by its own doing at {where}: last in {site['last']} of "
+            f"latest by its own doing {where}: last in {site['last']} of "
             f"{site['instances']} (order test p={p_text(p_site if p_site is not None else 1.0)}), median "
             f"{ms(site['median_lateness_ns'])} late"
             + (f" (next: rank {site.get('next_rank')}, {ms(nxt)})" if nxt is not None else "")
