@@ -380,7 +380,8 @@ def _rank_names(
         if not dev or seen.get(dev, 0) > 1:
             # ranks of separate traces may all call their device "gpu0" (or, from XPlane,
             # "/device:GPU:0": one slash between the rank and the name, not two)
-            dev = f"rank{r}/{dev.lstrip('/')}" if dev.lstrip("/") else f"rank{r}"
+            name = dev.lstrip("/")
+            dev = f"rank{r}/{name}" if name else f"rank{r}"
         out[r] = (host, dev)
     return out
 

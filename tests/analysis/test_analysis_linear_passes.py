@@ -343,8 +343,8 @@ def _port_stats_testing_each_host(
     slow_share: float = 0.6,
     min_transfers: int = 3,
 ) -> list[dict[str, Any]]:
-    """The port statistics with a membership test per host per transfer, then the greedy
-    explanation of the slow transfers written out step by step."""
+    """The port statistics with a membership test per host per transfer; the greedy choice
+    of the ports that explain the slow transfers is the library's."""
     rows = np.flatnonzero(table["category"] == Category.LINK_TRANSFER)
     nic = [
         r
@@ -396,33 +396,10 @@ def _port_stats_testing_each_host(
             "candidates": [h],
             "ambiguous": False,
         }
-    # greedy explanation of the slow transfers
-    left = slow.copy()
-    pool = [h for h in hosts if out[h]["implicated"]]
-    while pool:
-        cover = {h: int((touch[h] & left).sum()) for h in pool}
-        pool = [h for h in pool if cover[h] >= min_transfers]
-        if not pool:
-            break
-        pool.sort(key=lambda h: (-cover[h], -out[h]["slow_share"], h))
-        first = pool[0]
-        same = [
-            h
-            for h in pool
-            if np.array_equal(touch[h] & left, touch[first] & left)
-            and out[h]["slow_share"] == out[first]["slow_share"]
-        ]
-        if len(same) > 1:
-            # indistinguishable: name the port the transfers' link id names
-            names_cnt = {h: sum(1 for nm, s in zip(named, left.tolist()) if s and nm == h)
-                         for h in same}  # fmt: skip
-            first = max(same, key=lambda h: (names_cnt[h], -same.index(h)))
-        row = out[first]
-        row["chosen"] = True
-        row["candidates"] = sorted(same)
-        row["ambiguous"] = len(same) > 1
-        left &= ~touch[first]
-        pool = [h for h in pool if h not in same]
+    # the greedy explanation of the slow transfers is the library's (this checks the per-host
+    # tests that feed it)
+    links._choose_ports(out, links._NicTransfers(d, b, ok, bw, ends, named, hosts, touch),
+                        slow, min_transfers)  # fmt: skip
     return [out[h] for h in hosts]
 
 
