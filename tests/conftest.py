@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,35 @@ def require_binary(name: str) -> str:
     require(path is not None, f"executable {name!r} not on PATH")
     assert path is not None
     return path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_prometheus(
+    prometheus: str, tmp_path: Path, targets: dict[str, int], *, exemplars: bool = False
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A real Prometheus scraping ``targets`` (job name -> port on 127.0.0.1) every second,
+    its data under ``tmp_path``; returns the process (the caller stops it) and its API URL."""
+    port = free_port()
+    jobs = "".join(
+        f"  - {{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{p}']}}]}}\n"
+        for job, p in targets.items()
+    )
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n" + jobs
+    )
+    args = [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
+    if exemplars:
+        args.append("--enable-feature=exemplar-storage")
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}/api/v1"
 
 
 def make_cert(tmp_path: Path, openssl: str) -> tuple[Path, Path]:

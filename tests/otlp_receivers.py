@@ -11,23 +11,16 @@ fixtures (import them into a test module or a conftest).
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 
 import pytest
+from conftest import free_port
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 __all__ = ["GrpcOtlpReceiver", "HttpOtlpReceiver", "grpc_receiver", "http_receiver"]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class _Store:

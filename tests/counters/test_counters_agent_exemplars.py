@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import require_binary
+from conftest import free_port, require_binary, start_prometheus
 
 from otel_ext.exporters import read_spans
 
@@ -53,12 +52,6 @@ while not stop.exists():
 print("spans", 2 * i, flush=True)
 telemetry.shutdown()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str) -> dict:
@@ -144,25 +137,8 @@ def test_agent_exemplars_are_the_workloads_spans(tmp_path: Path) -> None:
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "OTEL_EXT_ACTIVE_SPAN_DIR": str(tmp_path / "spans"),
     }
-    aport, pport = free_port(), free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: agent, static_configs: [{{targets: ['127.0.0.1:{aport}']}}]}}\n"
-    )
-    promproc = subprocess.Popen(
-        [
-            prom,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{pport}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{pport}/api/v1"
+    aport = free_port()
+    promproc, api = start_prometheus(prom, tmp_path, {"agent": aport}, exemplars=True)
     t_begin = time.time()
 
     def exemplars(since: float) -> list[tuple[str, str, str, float, str]]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES as TEST_FIXTURES
-from conftest import REPO_ROOT, require, require_binary
+from conftest import REPO_ROOT, free_port, require, require_binary, start_prometheus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -502,12 +501,6 @@ RESOURCE = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.read()
@@ -547,24 +540,8 @@ def test_agent_labels_every_series_of_a_workloads_device(tmp_path: Path, grpc_mo
         **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "OTEL_EXT_ACTIVE_SPAN_DIR": str(tmp_path / "spans"),
     }
-    aport, pport = _free_port(), _free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: agent, static_configs: [{{targets: ['127.0.0.1:{aport}']}}]}}\n"
-    )
-    promproc = subprocess.Popen(
-        [
-            prom,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{pport}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{pport}/api/v1"
+    aport = free_port()
+    promproc, api = start_prometheus(prom, tmp_path, {"agent": aport})
     agent = subprocess.Popen(
         [
             sys.executable, "-m", "otel_ext.cli", "exporter", "--source", "sim",

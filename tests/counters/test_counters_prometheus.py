@@ -9,7 +9,6 @@ those spans' trace ids.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +16,13 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from conftest import require_binary
+from conftest import free_port, require_binary, start_prometheus
 
 from otel_ext.counters import BuiltinSimModel, CounterBridge, CounterCollector, SimulatedSource
 from otel_ext.exporters.prometheus import PrometheusExpositionServer
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get_json(url: str) -> dict:
@@ -84,26 +77,9 @@ def test_prometheus_scrapes_daemon_and_exemplars_point_to_exported_spans(tmp_pat
     bridge.open()
     server = PrometheusExpositionServer([CounterCollector(bridge)], port=0)
     _, iport = server.start()
-    pport = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: daemon, static_configs: [{{targets: ['127.0.0.1:{dport}']}}]}}\n"
-        f"  - {{job_name: inproc, static_configs: [{{targets: ['127.0.0.1:{iport}']}}]}}\n"
+    promproc, api = start_prometheus(
+        prom, tmp_path, {"daemon": dport, "inproc": iport}, exemplars=True
     )
-    promproc = subprocess.Popen(
-        [
-            prom,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{pport}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{pport}/api/v1"
     trace_ids: set[str] = set()
     try:
         poll(

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, require_binary
+from conftest import REPO_ROOT, free_port, require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -55,12 +54,6 @@ NO_PRODUCER_YET: dict[str, str] = {}
 #: every chip the stack throttles: the exporter's built-in chip3 and the injected fault
 THROTTLED = {"node0/chip3", "host1/chip1"}
 DEADLINE_S = 75.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _expand(expr: str) -> str:
@@ -202,7 +195,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     prometheus = require_binary("prometheus")
     promtool = require_binary("promtool")
     tmp = tmp_path_factory.mktemp("deploy-stack")
-    p_exporter, p_sim, p_prom = _free_port(), _free_port(), _free_port()
+    p_exporter, p_sim, p_prom = free_port(), free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # a collective-state record as an instrumented workload publishes it (this process is its
     # live writer): one member waiting 30 s in an all-reduce, so the agent's pending and

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, free_port
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -124,16 +123,10 @@ _RANK = textwrap.dedent(
 ).replace("STEPS", str(STEPS))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _job(scenarios: list[str], out: Path, timeout: float = 90) -> list[dict[str, Any]]:
     """Run both ranks through ``scenarios``; each must exit as the last one says; per rank,
     scenario -> its JSON line, and ``stderr``."""
-    port = str(_free_port())
+    port = str(free_port())
     env = dict(os.environ, PYTHONPATH=str(ROOT), OTEL_SDK_DISABLED="")
     procs = [
         subprocess.Popen(

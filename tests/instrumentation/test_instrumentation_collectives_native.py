@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import free_port
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -34,12 +34,6 @@ from otel_ext.instrumentation.torch import _c10d_native  # noqa: E402
 WORLD = 2
 BURST = 10
 CAPACITY = 4  # the ring holds 4 records (a power of two)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _providers() -> tuple[Any, Any]:
@@ -146,7 +140,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
         f"native collective hook ({_c10d_native.STATUS['reason']})",
     )
     out = tmp_path_factory.mktemp("native")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 

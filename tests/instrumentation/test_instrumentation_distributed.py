@@ -18,13 +18,13 @@ both.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import free_port
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -49,12 +49,6 @@ COLLECTIVES = [
     "reduce",
     "barrier",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run_op(op: str, rank: int, async_op: bool) -> tuple[str, Any]:
@@ -239,7 +233,7 @@ def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             f"native collective hook ({_c10d_native.STATUS['reason']})",
         )
     out = tmp_path_factory.mktemp("gloo")
-    mp.spawn(_worker, args=(_free_port(), str(out), native), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out), native), nprocs=WORLD, join=True)
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
     assert [r["results"]["native"] for r in ranks] == [native] * WORLD
     return ranks

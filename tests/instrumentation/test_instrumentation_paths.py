@@ -13,12 +13,12 @@ ops, groups and sizes.
 from __future__ import annotations
 
 import json
-import socket
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import free_port
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
@@ -29,12 +29,6 @@ pytestmark = pytest.mark.slow
 
 WORLD = 2
 SCENARIOS = ("early_ref", "coalesced", "ddp", "tp", "fsdp2", "funcol", "compiled")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _mlp() -> Any:
@@ -202,7 +196,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("paths")
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
