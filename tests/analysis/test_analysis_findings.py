@@ -210,6 +210,8 @@ def test_a_host_bound_summary_never_rounds_up_to_a_bound() -> None:
     (f,) = host_bound_findings(idle, temporal, ctx)  # type: ignore[arg-type]
     assert "idle 99.95% of its kernel window, 99.99% of it waiting" in f.summary
     assert "100" not in f.summary
+    # the evidence as precise as the summary (four places would store 0.9999)
+    assert abs(f.evidence["host_wait_share"] - 0.99994) < 1e-9
 
 
 def test_a_host_bound_group_says_all_only_when_every_share_is_whole() -> None:

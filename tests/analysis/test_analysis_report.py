@@ -207,3 +207,12 @@ def test_json_for_script_round_trips_without_script_breakers(value: Any) -> None
     blob = json_for_script(value)
     assert not set(blob) & {"<", ">", "&", "\u2028", "\u2029"}
     assert json.loads(blob) == value
+
+
+def test_the_evidence_line_never_rounds_a_fraction_to_a_whole_number() -> None:
+    from otel_ext.analysis.report.text import _evidence_line
+
+    ev = {"host_wait_share": 0.99995, "whole": 1.0, "late_ns": 5156000.0, "idle_pct": 69.4397}
+    assert (
+        _evidence_line(ev) == "host_wait_share=0.99995, whole=1, late_ns=5.156e+06, idle_pct=69.44"
+    )

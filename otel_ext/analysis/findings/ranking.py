@@ -66,7 +66,7 @@ def _host_bound_group(same: list[Finding], pct: Callable[[float], float]) -> Fin
         "idle_pct_min": min(idle),
         "idle_pct_median": float(median(idle)),
         "idle_pct_max": max(idle),
-        "host_wait_share_min": round(min(share), 4),
+        "host_wait_share_min": round(min(share), 6),
         "per_rank": [f.evidence for f in same],
     }
     return Finding(same[0].kind, where, worst.impact_ns, pct(worst.impact_ns), summary,

@@ -122,7 +122,7 @@ def _host_bound_finding(t: TemporalRow, streams: list[IdleRow], ctx: RuleContext
     evidence = {
         "rank": rank,
         "idle_pct": idle_pct,
-        "host_wait_share": round(host_share, 4),
+        "host_wait_share": round(host_share, 6),  # as precise as the summary
         "stream": busiest.get("stream"),
     }
     return Finding("host-bound", host or device, hw, ctx.pct(hw), summary, evidence,

@@ -57,7 +57,10 @@ def _evidence_line(ev: Evidence, limit: int = 8) -> str:
         if isinstance(v, dict | list):
             continue
         if isinstance(v, float):
-            v = f"{v:.4g}"
+            text = f"{v:.4g}"
+            # four digits, more where they would round a fraction to a whole number (a
+            # 0.99995 share is not "1")
+            v = f"{v:.7g}" if float(text).is_integer() and float(text) != v else text
         parts.append(f"{k}={v}")
         if len(parts) >= limit:
             break
