@@ -297,9 +297,15 @@ def test_slow_link_is_a_network_finding_never_a_straggler(
         finding = next(f for f in doc["findings"] if f["kind"] == "slow-network-path")
         for d in finding["evidence"]["directions"]:
             assert d["slow"] and d["p"] <= 0.01 and d["slowness"] >= d["threshold"], d
-        # the truth: the token bucket's rate; the median cross-host transfer is below it
-        rate = _truth(folder)["slow_link"]["rate_mbit"] * 1e6 / 8
-        assert all(d["median_bw"] <= rate for d in finding["evidence"]["directions"])
+        # the truth: the token bucket. A transfer is never faster than its bytes in the bucket's
+        # least time (the bytes past the 64 KiB burst at the rate: up to 1.07x the rate for
+        # 1 MiB, when the bucket refilled between steps), with the timing tolerance of
+        # test_slow_link_holds_cross_host_transfers_to_its_rate (0.9 of that time)
+        truth = _truth(folder)
+        ceiling = truth["spec"]["p2p_bytes"] / (0.9 * _bucket_ms(folder) / 1e3)
+        rate = truth["slow_link"]["rate_mbit"] * 1e6 / 8
+        directions = finding["evidence"]["directions"]
+        assert all(d["median_bw"] <= ceiling for d in directions), (rate, ceiling, directions)
 
 
 def test_healthy_run_has_no_root_cause(
